@@ -1,0 +1,96 @@
+"""`.anima/config.json`: every key optional, every typo an error that names file and key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from anima.errors import ConfigError
+
+CONFIG_SCHEMA_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RoleConfig(_Strict):
+    """How one agent role's `claude` process is started."""
+
+    model: str | None = Field(None, description="--model for this role; null = CLI default")
+    permission_mode: str = Field("acceptEdits", description="--permission-mode")
+    allowed_tools: list[str] = Field(default_factory=list, description="--allowedTools")
+    disallowed_tools: list[str] = Field(default_factory=list, description="--disallowedTools")
+    extra_args: list[str] = Field(default_factory=list, description="appended to the command")
+
+
+def _developer_default() -> RoleConfig:
+    # bypassPermissions is refused as root; acceptEdits + an allow-list works everywhere.
+    return RoleConfig(allowed_tools=["Bash", "Edit", "Write", "Read", "Glob", "Grep"])
+
+
+def _acceptor_default() -> RoleConfig:
+    return RoleConfig(
+        permission_mode="default",
+        allowed_tools=["Read", "Glob", "Grep", "Bash(git show:*)", "Bash(git diff:*)",
+                       "Bash(git log:*)", "Bash(git status:*)"],
+        disallowed_tools=["Edit", "Write", "NotebookEdit"],
+    )
+
+
+class SummarizerConfig(_Strict):
+    enabled: bool = True
+    model: str = "claude-haiku-4-5"
+    timeout_seconds: float = Field(20.0, gt=0)
+    max_tokens: int = Field(300, gt=0)
+
+
+class Config(_Strict):
+    schema_version: int = CONFIG_SCHEMA_VERSION
+    auto_start: bool = True
+    max_iterations_per_milestone: int = Field(20, ge=1)
+    max_consecutive_rejections: int = Field(3, ge=1)
+    agent_timeout_seconds: float = Field(600.0, gt=0)
+    agent_idle_timeout_seconds: float = Field(300.0, gt=0)
+    requires_human_review: bool = False
+    merge_on_complete: bool = True
+    main_branch: str | None = Field(None, description="null = detect main, then master")
+    claude_command: str | None = Field(None, description="null = $ANIMA_CLAUDE_COMMAND or PATH")
+    developer: RoleConfig = Field(default_factory=_developer_default)
+    acceptor: RoleConfig = Field(default_factory=_acceptor_default)
+    summarizer: SummarizerConfig = Field(default_factory=SummarizerConfig)
+    context_budget_tokens: int = Field(16000, ge=1000)
+    recent_rounds_in_full: int = Field(4, ge=1)
+    max_budget_usd: float | None = Field(None, gt=0)
+
+
+def describe_validation_error(path: Path, err: ValidationError) -> str:
+    """One line per problem: file, dotted key, what was expected and what was found."""
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{path}: unknown key '{key}' (a typo?)")
+        else:
+            lines.append(f"{path}: key '{key}': {e['msg']} (got {e.get('input')!r})")
+    return "\n".join(lines)
+
+
+def load_config(path: Path) -> Config:
+    """Defaults when the file is absent; ConfigError naming the file otherwise."""
+    if not path.exists():
+        return Config()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read: {e}") from e
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object at the top level")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(describe_validation_error(path, e)) from e

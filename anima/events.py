@@ -1,0 +1,117 @@
+"""Typed engine events and the one small bus that carries them.
+
+Events are frozen dataclasses. Subscribers are called synchronously on the thread that
+publishes (an engine worker or an agent reader thread); the UI bridge re-emits them as
+queued Qt signals, so no widget is ever touched off the GUI thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of every engine event."""
+
+
+Subscriber = Callable[[Event], None]
+
+
+class EventBus:
+    """Fan-out of events to subscribers; a failing subscriber never breaks the engine."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        with self._lock:
+            self._subscribers.append(fn)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if fn in self._subscribers:
+                    self._subscribers.remove(fn)
+
+        return unsubscribe
+
+    def publish(self, event: Event) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for fn in subscribers:
+            try:
+                fn(event)
+            except Exception:
+                log.exception("event subscriber failed on %s", type(event).__name__)
+
+
+# --- agent events: published by anima.agents.process.AgentProcess -------------------------
+
+
+@dataclass(frozen=True)
+class AgentEvent(Event):
+    role: str  # "developer" | "acceptor"
+
+
+@dataclass(frozen=True)
+class SessionStarted(AgentEvent):
+    session_id: str
+    model: str = ""
+    tools: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AssistantText(AgentEvent):
+    text: str
+
+
+@dataclass(frozen=True)
+class Thinking(AgentEvent):
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolUse(AgentEvent):
+    tool: str
+    tool_use_id: str
+    input: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolResult(AgentEvent):
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class TurnResult(AgentEvent):
+    text: str
+    is_error: bool
+    session_id: str
+    subtype: str = "success"
+    cost_usd: float = 0.0
+    usage: dict[str, Any] = field(default_factory=dict)
+    duration_ms: int = 0
+    num_turns: int = 0
+
+
+@dataclass(frozen=True)
+class RawOutput(AgentEvent):
+    """A line that was not stream-json (crash trace, warning): shown, never lost."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class AgentExited(AgentEvent):
+    exit_code: int | None
+    stderr_tail: str = ""
+    expected: bool = False
