@@ -87,7 +87,8 @@ def load_config(path: Path) -> Config:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read: {e}") from e
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
+        where = f"line {e.lineno}, column {e.colno}"
+        raise ConfigError(f"{path}: not valid JSON ({where}): {e.msg}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object at the top level")
     try:

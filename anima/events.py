@@ -115,3 +115,67 @@ class AgentExited(AgentEvent):
     exit_code: int | None
     stderr_tail: str = ""
     expected: bool = False
+
+
+# --- engine events: published by the scheduler and the engine ------------------------------
+
+
+@dataclass(frozen=True)
+class PhaseChanged(Event):
+    """The scheduler entered a phase; `deadline` is the wall-clock time (epoch s) the
+    current agent turn times out, when one is running."""
+
+    milestone_id: str
+    phase: str
+    previous: str
+    reason: str = ""
+    deadline: float | None = None
+
+
+@dataclass(frozen=True)
+class MilestoneChanged(Event):
+    """A milestone record was persisted; `record` is a private copy (MilestoneRecord)."""
+
+    record: Any
+
+
+@dataclass(frozen=True)
+class MilestonesScanned(Event):
+    """The milestone folder was (re)read: every usable record, and what was wrong."""
+
+    records: tuple[Any, ...]
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VerdictReached(Event):
+    milestone_id: str
+    round: int
+    kind: str
+    accepted: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class LogLine(Event):
+    """A human-readable line of what Anima itself did ("[anima] …" in headless output)."""
+
+    milestone_id: str | None
+    text: str
+
+
+@dataclass(frozen=True)
+class EngineError(Event):
+    """Something the user must see: bad config, not a git repo, missing claude…"""
+
+    message: str
+    milestone_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Notice(Event):
+    """A milestone paused, completed or failed: worth a desktop notification."""
+
+    milestone_id: str
+    kind: str  # "paused" | "completed" | "awaiting_review" | "failed"
+    message: str

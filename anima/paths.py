@@ -1,0 +1,63 @@
+"""Where everything lives in a managed project (the layout is a contract, see design.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ProjectPaths:
+    root: Path
+
+    @property
+    def anima(self) -> Path:
+        return self.root / ".anima"
+
+    @property
+    def config(self) -> Path:
+        return self.anima / "config.json"
+
+    @property
+    def soul(self) -> Path:
+        return self.anima / "soul.md"
+
+    @property
+    def state(self) -> Path:
+        return self.anima / "state.json"
+
+    @property
+    def memory(self) -> Path:
+        return self.anima / "memory" / "project.md"
+
+    @property
+    def vision(self) -> Path:
+        return self.root / "VISION.md"
+
+    @property
+    def milestones(self) -> Path:
+        return self.anima / "milestones"
+
+    @property
+    def logs(self) -> Path:
+        return self.anima / "logs"
+
+    @property
+    def lock(self) -> Path:
+        return self.anima / "anima.lock"
+
+    @property
+    def gitignore(self) -> Path:
+        return self.anima / ".gitignore"
+
+    def milestone_md(self, milestone_id: str) -> Path:
+        return self.milestones / f"{milestone_id}.md"
+
+    def milestone_record(self, milestone_id: str) -> Path:
+        return self.milestones / f"{milestone_id}.json"
+
+    def log(self, milestone_id: str) -> Path:
+        return self.logs / f"{milestone_id}.log"
+
+    def transcripts(self, milestone_id: str) -> Path:
+        return self.anima / "transcripts" / milestone_id

@@ -1,0 +1,322 @@
+"""Milestone records and state.json: pydantic models, atomic writes, never a lost byte.
+
+A record that cannot be read is reported with its path and left exactly as it is; the other
+milestones stay usable. Records carry a schema version and are migrated on read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from anima.atomic import write_model_atomic
+from anima.config import describe_validation_error
+from anima.errors import AnimaError, MilestoneError, RecordError
+from anima.milestone_md import MilestoneDef, load_milestone, validate_milestone_id
+from anima.paths import ProjectPaths
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+
+RECORD_SCHEMA_VERSION = 1
+STATE_SCHEMA_VERSION = 1
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class MilestoneStatus(StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    PAUSED = "paused"
+    AWAITING_REVIEW = "awaiting_review"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class FeatureStatus(StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    DONE = "done"
+    BLOCKED = "blocked"
+
+    @property
+    def box(self) -> str:
+        return {"pending": "[ ]", "in_progress": "[/]", "done": "[x]", "blocked": "[!]"}[self.value]
+
+
+class RoundKind(StrEnum):
+    FEATURE = "feature"
+    FIX = "fix"
+    FINAL = "final"
+    RECOVERY = "recovery"
+
+
+class Verdict(StrEnum):
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+
+
+class Usage(_Model):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return (self.input_tokens + self.output_tokens + self.cache_read_input_tokens
+                + self.cache_creation_input_tokens)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+            cache_creation_input_tokens=(
+                self.cache_creation_input_tokens + other.cache_creation_input_tokens),
+        )
+
+    @classmethod
+    def from_api(cls, usage: dict[str, Any] | None) -> Usage:
+        """Build from a `result` event's usage dict, ignoring fields we do not count."""
+        usage = usage or {}
+        return cls(**{k: int(usage.get(k) or 0) for k in cls.model_fields})
+
+
+class Feature(_Model):
+    id: str
+    title: str
+    criteria: list[str] = Field(default_factory=list)
+    status: FeatureStatus = FeatureStatus.PENDING
+    rounds: int = 0
+    commits: list[str] = Field(default_factory=list)
+    tool_calls: int = 0
+
+
+class Iteration(_Model):
+    round: int
+    kind: RoundKind
+    feature: str | None = None
+    commit: str | None = None
+    changed_files: list[str] = Field(default_factory=list)
+    summary: str = ""
+    verdict: Verdict
+    reason: str = ""
+    tokens: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
+    tool_calls: int = 0
+    auto_committed: bool = False
+    notes: list[str] = Field(default_factory=list)
+    started_at: datetime
+    ended_at: datetime
+
+
+class Sessions(_Model):
+    developer: str | None = None
+    acceptor: str | None = None
+
+
+class HumanNote(_Model):
+    at: datetime
+    text: str
+    delivered: bool = False
+
+
+class MergeInfo(_Model):
+    merged: bool
+    detail: str
+
+
+class MilestoneRecord(_Model):
+    schema_version: int = RECORD_SCHEMA_VERSION
+    id: str
+    title: str
+    status: MilestoneStatus = MilestoneStatus.PENDING
+    created_at: datetime
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    branch_name: str | None = None
+    base_commit: str | None = None
+    main_branch: str | None = None
+    main_head: str | None = None
+    iteration_count: int = 0
+    consecutive_rejections: int = 0
+    max_iterations: int = 20
+    tokens_used: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
+    requires_human_review: bool = False
+    features: list[Feature] = Field(default_factory=list)
+    iterations: list[Iteration] = Field(default_factory=list)
+    acceptance_criteria: list[str] = Field(default_factory=list)
+    sessions: Sessions = Field(default_factory=Sessions)
+    phase: str = "idle"
+    pause_reason: str | None = None
+    human_notes: list[HumanNote] = Field(default_factory=list)
+    interrupted: bool = False
+    merge: MergeInfo | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    def feature(self, feature_id: str | None) -> Feature | None:
+        return next((f for f in self.features if f.id == feature_id), None)
+
+    @property
+    def features_done(self) -> int:
+        return sum(1 for f in self.features if f.status is FeatureStatus.DONE)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.iterations)
+
+
+class StateStatus(StrEnum):
+    SLEEPING = "sleeping"
+    AWAKE = "awake"
+    PAUSED = "paused"
+
+
+class State(_Model):
+    schema_version: int = STATE_SCHEMA_VERSION
+    status: StateStatus = StateStatus.SLEEPING
+    current_milestone: str | None = None
+    updated_at: datetime | None = None
+
+
+def _migrate(data: dict[str, Any], current: int, path: Path) -> dict[str, Any]:
+    """Bring an older file up to the current schema; refuse one from a newer Anima."""
+    version = data.get("schema_version", 1)
+    if not isinstance(version, int):
+        raise RecordError(path, f"schema_version must be an integer, got {version!r}")
+    if version > current:
+        raise RecordError(path, f"schema_version {version} was written by a newer Anima "
+                                f"(this one reads up to {current}); left untouched")
+    # Version 1 is the first schema: nothing to migrate yet.
+    data["schema_version"] = current
+    return data
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise RecordError(path, f"cannot read: {e}") from e
+    except json.JSONDecodeError as e:
+        raise RecordError(path, f"corrupt JSON (line {e.lineno}, column {e.colno}): {e.msg}; "
+                                "left untouched") from e
+    if not isinstance(data, dict):
+        raise RecordError(path, "expected a JSON object; left untouched")
+    return data
+
+
+def _validate(model: type[M], data: dict[str, Any], path: Path) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise RecordError(path, "invalid record; left untouched\n"
+                          + describe_validation_error(path, e)) from e
+
+
+@dataclass
+class Scan:
+    """Result of looking at `.anima/milestones/`: what is usable and what is wrong."""
+
+    records: list[MilestoneRecord] = field(default_factory=list)
+    problems: list[AnimaError] = field(default_factory=list)
+    registered: list[str] = field(default_factory=list)
+
+    def find(self, milestone_id: str) -> MilestoneRecord | None:
+        return next((r for r in self.records if r.id == milestone_id), None)
+
+
+class Store:
+    """Reads and writes one project's records. Not thread-safe: one engine worker owns it."""
+
+    def __init__(self, paths: ProjectPaths) -> None:
+        self.paths = paths
+
+    # --- state.json ---------------------------------------------------------------------
+    def load_state(self) -> State:
+        if not self.paths.state.exists():
+            return State()
+        data = _migrate(_read_json(self.paths.state), STATE_SCHEMA_VERSION, self.paths.state)
+        return _validate(State, data, self.paths.state)
+
+    def save_state(self, state: State) -> None:
+        state.updated_at = now()
+        write_model_atomic(self.paths.state, state)
+
+    # --- milestone records ----------------------------------------------------------------
+    def load_record(self, milestone_id: str) -> MilestoneRecord:
+        path = self.paths.milestone_record(milestone_id)
+        data = _migrate(_read_json(path), RECORD_SCHEMA_VERSION, path)
+        record = _validate(MilestoneRecord, data, path)
+        if record.id != milestone_id:
+            raise RecordError(path, f"id {record.id!r} does not match the file name; "
+                                    "left untouched")
+        return record
+
+    def save_record(self, record: MilestoneRecord) -> None:
+        write_model_atomic(self.paths.milestone_record(record.id), record)
+
+    def definition(self, milestone_id: str) -> MilestoneDef:
+        return load_milestone(self.paths.milestone_md(milestone_id))
+
+    def new_record(self, definition: MilestoneDef, milestone_id: str, created_at: datetime,
+                   *, max_iterations: int, requires_human_review: bool) -> MilestoneRecord:
+        review = definition.requires_human_review
+        return MilestoneRecord(
+            id=milestone_id,
+            title=definition.title,
+            created_at=created_at,
+            max_iterations=max_iterations,
+            requires_human_review=requires_human_review if review is None else review,
+            features=[Feature(id=f.id, title=f.title, criteria=list(f.criteria))
+                      for f in definition.features],
+            acceptance_criteria=list(definition.acceptance_criteria),
+        )
+
+    def scan(self, *, max_iterations: int, requires_human_review: bool) -> Scan:
+        """Load every record and register every `.md` that has none yet (as pending).
+
+        One timestamp serves a whole scan, so files that arrive together start in name order.
+        """
+        result = Scan()
+        if not self.paths.milestones.is_dir():
+            return result
+        stamp = now()
+        for md in sorted(self.paths.milestones.glob("*.md")):
+            milestone_id = md.stem
+            try:
+                validate_milestone_id(milestone_id, md)
+                record_path = self.paths.milestone_record(milestone_id)
+                if record_path.exists():
+                    result.records.append(self.load_record(milestone_id))
+                    continue
+                definition = load_milestone(md)
+                record = self.new_record(definition, milestone_id, stamp,
+                                         max_iterations=max_iterations,
+                                         requires_human_review=requires_human_review)
+                self.save_record(record)
+                result.records.append(record)
+                result.registered.append(milestone_id)
+                log.info("registered milestone %s", milestone_id)
+            except (MilestoneError, RecordError) as e:
+                result.problems.append(e)
+        result.records.sort(key=lambda r: (r.created_at, r.id))
+        return result
