@@ -1,0 +1,43 @@
+"""Role profiles: who an agent is (its appended system prompt) and how it is started."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.resources import files
+
+from anima.config import Config, RoleConfig
+
+DEVELOPER = "developer"
+ACCEPTOR = "acceptor"
+ROLES = (DEVELOPER, ACCEPTOR)
+
+
+@dataclass(frozen=True)
+class RoleProfile:
+    """One role: its name, the system prompt appended to Claude Code's, and its CLI flags."""
+
+    role: str
+    system_prompt: str
+    config: RoleConfig
+
+
+def load_system_prompt(role: str) -> str:
+    """The role's prompt from `resources/prompts/<role>_system.md` (works from a wheel too)."""
+    if role not in ROLES:
+        raise ValueError(f"unknown agent role {role!r}; expected one of {ROLES}")
+    resource = files("resources") / "prompts" / f"{role}_system.md"
+    return resource.read_text(encoding="utf-8").strip()
+
+
+def profile_for(role: str, config: Config) -> RoleProfile:
+    """Build the profile of `role` from the project's config."""
+    role_config = config.developer if role == DEVELOPER else config.acceptor
+    return RoleProfile(role=role, system_prompt=load_system_prompt(role), config=role_config)
+
+
+def developer_profile(config: Config) -> RoleProfile:
+    return profile_for(DEVELOPER, config)
+
+
+def acceptor_profile(config: Config) -> RoleProfile:
+    return profile_for(ACCEPTOR, config)

@@ -1,0 +1,231 @@
+"""The `claude -p` stream-json protocol as pure functions: argv, input lines, framing, parsing.
+
+Nothing here starts a process, so every rule of the wire format is unit-tested on its own
+(the same split the official Python SDK makes between its transport and `_build_command`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from anima.config import RoleConfig
+from anima.events import (
+    AssistantText,
+    Event,
+    RawOutput,
+    SessionStarted,
+    Thinking,
+    ToolResult,
+    ToolUse,
+    TurnResult,
+)
+
+# CSI sequences, OSC sequences (terminated by BEL or ST) and lone two-byte escapes.
+_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+# Result subtype the CLI reports for an interrupted turn and for a resume that found no session.
+ERROR_DURING_EXECUTION = "error_during_execution"
+
+
+def build_argv(
+    binary_argv: list[str],
+    role_config: RoleConfig,
+    *,
+    session_id: str,
+    resume: bool,
+    system_prompt: str,
+) -> list[str]:
+    """The full command line of one persistent agent process (design.md, "Agents")."""
+    argv = [
+        *binary_argv,
+        "-p",
+        "--input-format", "stream-json",
+        "--output-format", "stream-json",
+        "--verbose",
+        "--resume" if resume else "--session-id", session_id,
+        "--append-system-prompt", system_prompt,
+        "--permission-mode", role_config.permission_mode,
+    ]
+    if role_config.allowed_tools:
+        argv += ["--allowedTools", " ".join(role_config.allowed_tools)]
+    if role_config.disallowed_tools:
+        argv += ["--disallowedTools", " ".join(role_config.disallowed_tools)]
+    if role_config.model:
+        argv += ["--model", role_config.model]
+    argv += list(role_config.extra_args)
+    return argv
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    # ensure_ascii keeps the line free of raw U+2028 and friends that some readers split on.
+    return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+def user_message(prompt: str) -> bytes:
+    """One turn: a single JSON line on the CLI's stdin."""
+    return _line({"type": "user", "message": {"role": "user", "content": prompt}})
+
+
+def interrupt_request(request_id: str) -> bytes:
+    """Ask the CLI to abort the running turn; it answers control_response, then the result."""
+    return _line({"type": "control_request", "request_id": request_id,
+                  "request": {"subtype": "interrupt"}})
+
+
+class LineFramer:
+    """Splits a byte stream into lines on `\\n` only, whatever the read boundaries.
+
+    Bytes are joined once per completed line, so a multi-MB line arriving in 64 KB reads costs
+    linear time, not quadratic.
+    """
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Return the lines completed by `data` (without their `\\n`; a trailing `\\r` kept)."""
+        lines: list[bytes] = []
+        start = 0
+        while True:
+            nl = data.find(b"\n", start)
+            if nl < 0:
+                break
+            self._parts.append(data[start:nl])
+            lines.append(b"".join(self._parts))
+            self._parts.clear()
+            start = nl + 1
+        if start < len(data):
+            self._parts.append(data[start:])
+        return lines
+
+    def flush(self) -> bytes | None:
+        """The unterminated tail at end of stream, if any."""
+        if not self._parts:
+            return None
+        tail = b"".join(self._parts)
+        self._parts.clear()
+        return tail
+
+    @property
+    def pending_bytes(self) -> int:
+        return sum(len(p) for p in self._parts)
+
+
+def clean_text(raw: str) -> str:
+    """Strip ANSI escapes and carriage returns a terminal-minded program may print."""
+    return _ANSI_RE.sub("", raw).replace("\r", "")
+
+
+def _block_text(content: Any) -> str:
+    """Text of a tool_result's content: a string, or a list of blocks (text kept, rest named)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for block in content:
+            if isinstance(block, dict):
+                if block.get("type") == "text":
+                    parts.append(str(block.get("text", "")))
+                elif "type" in block:
+                    parts.append(f"[{block['type']}]")
+            else:
+                parts.append(str(block))
+        return "\n".join(parts)
+    return json.dumps(content)
+
+
+def _message_content(obj: dict[str, Any]) -> list[Any]:
+    message = obj.get("message")
+    if not isinstance(message, dict):
+        return []
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return content if isinstance(content, list) else []
+
+
+def _turn_result(role: str, obj: dict[str, Any]) -> TurnResult:
+    text = obj.get("result")
+    if not isinstance(text, str):
+        errors = obj.get("errors")
+        text = "\n".join(str(e) for e in errors) if isinstance(errors, list) else ""
+    usage = obj.get("usage")
+    return TurnResult(
+        role=role,
+        text=text,
+        is_error=bool(obj.get("is_error", False)),
+        session_id=str(obj.get("session_id", "")),
+        subtype=str(obj.get("subtype", "success")),
+        cost_usd=float(obj.get("total_cost_usd") or 0.0),
+        usage=usage if isinstance(usage, dict) else {},
+        duration_ms=int(obj.get("duration_ms") or 0),
+        num_turns=int(obj.get("num_turns") or 0),
+    )
+
+
+def parse_line(role: str, line: bytes | str) -> list[Event]:
+    """Map one stdout line to typed events; unknown JSON types (control_response…) map to none.
+
+    A line that is not a JSON object is returned as RawOutput (cleaned of ANSI/CR), because a
+    crash trace or a warning must be shown, never lost. Blank lines produce nothing.
+    """
+    text = line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
+    stripped = text.strip()
+    if not stripped:
+        return []
+    obj: Any = None
+    if stripped.startswith("{"):
+        try:
+            obj = json.loads(stripped)
+        except json.JSONDecodeError:
+            obj = None
+    if not isinstance(obj, dict):
+        cleaned = clean_text(text).rstrip()
+        return [RawOutput(role=role, text=cleaned)] if cleaned.strip() else []
+
+    kind = obj.get("type")
+    if kind == "system" and obj.get("subtype") == "init":
+        tools = obj.get("tools")
+        return [SessionStarted(
+            role=role,
+            session_id=str(obj.get("session_id", "")),
+            model=str(obj.get("model", "")),
+            tools=tuple(str(t) for t in tools) if isinstance(tools, list) else (),
+        )]
+    if kind == "assistant":
+        events: list[Event] = []
+        for block in _message_content(obj):
+            if not isinstance(block, dict):
+                continue
+            btype = block.get("type")
+            if btype == "text":
+                events.append(AssistantText(role=role, text=str(block.get("text", ""))))
+            elif btype == "thinking":
+                events.append(Thinking(role=role, text=str(block.get("thinking", ""))))
+            elif btype == "tool_use":
+                inp = block.get("input")
+                events.append(ToolUse(
+                    role=role,
+                    tool=str(block.get("name", "")),
+                    tool_use_id=str(block.get("id", "")),
+                    input=inp if isinstance(inp, dict) else {},
+                ))
+        return events
+    if kind == "user":
+        return [
+            ToolResult(
+                role=role,
+                tool_use_id=str(block.get("tool_use_id", "")),
+                content=_block_text(block.get("content")),
+                is_error=bool(block.get("is_error", False)),
+            )
+            for block in _message_content(obj)
+            if isinstance(block, dict) and block.get("type") == "tool_result"
+        ]
+    if kind == "result":
+        return [_turn_result(role, obj)]
+    return []

@@ -1,0 +1,226 @@
+"""The stream-json protocol as pure functions: no process needed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from anima.agents.profiles import ACCEPTOR, DEVELOPER, load_system_prompt, profile_for
+from anima.agents.protocol import (
+    LineFramer,
+    build_argv,
+    interrupt_request,
+    parse_line,
+    user_message,
+)
+from anima.config import Config, RoleConfig
+from anima.events import (
+    AssistantText,
+    RawOutput,
+    SessionStarted,
+    Thinking,
+    ToolResult,
+    ToolUse,
+    TurnResult,
+)
+
+# --- argv ---------------------------------------------------------------------------------
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_developer_argv_with_session_id() -> None:
+    profile = profile_for(DEVELOPER, Config())
+    argv = build_argv(["claude"], profile.config, session_id="S1", resume=False,
+                      system_prompt=profile.system_prompt)
+    assert argv[:8] == ["claude", "-p", "--input-format", "stream-json", "--output-format",
+                        "stream-json", "--verbose", "--session-id"]
+    assert _flag(argv, "--session-id") == "S1"
+    assert "--resume" not in argv
+    assert _flag(argv, "--append-system-prompt").startswith("You are the Developer agent")
+    assert _flag(argv, "--permission-mode") == "acceptEdits"
+    assert _flag(argv, "--allowedTools") == "Bash Edit Write Read Glob Grep"
+    assert "--disallowedTools" not in argv
+    assert "--model" not in argv
+
+
+def test_acceptor_argv_resume_model_and_extra_args() -> None:
+    config = Config()
+    config.acceptor.model = "claude-sonnet-4-5"
+    config.acceptor.extra_args = ["--max-turns", "30"]
+    profile = profile_for(ACCEPTOR, config)
+    argv = build_argv(["python3", "/x/fake.py"], profile.config, session_id="S2", resume=True,
+                      system_prompt=profile.system_prompt)
+    assert argv[:2] == ["python3", "/x/fake.py"]
+    assert _flag(argv, "--resume") == "S2"
+    assert "--session-id" not in argv
+    assert _flag(argv, "--append-system-prompt").startswith("You are the Acceptor agent")
+    assert _flag(argv, "--permission-mode") == "default"
+    assert "Bash(git show:*) Bash(git diff:*)" in _flag(argv, "--allowedTools")
+    assert _flag(argv, "--disallowedTools") == "Edit Write NotebookEdit"
+    assert _flag(argv, "--model") == "claude-sonnet-4-5"
+    assert argv[-2:] == ["--max-turns", "30"]
+
+
+def test_empty_tool_lists_are_omitted() -> None:
+    argv = build_argv(["claude"], RoleConfig(permission_mode="plan"), session_id="S",
+                      resume=False, system_prompt="p")
+    assert "--allowedTools" not in argv and "--disallowedTools" not in argv
+    assert _flag(argv, "--permission-mode") == "plan"
+
+
+def test_role_prompts_name_their_role() -> None:
+    assert load_system_prompt(DEVELOPER).startswith("You are the Developer agent")
+    acceptor = load_system_prompt(ACCEPTOR)
+    assert acceptor.startswith("You are the Acceptor agent")
+    assert "REJECTED: <reason>" in acceptor and "ACCEPTED" in acceptor
+    with pytest.raises(ValueError):
+        load_system_prompt("reviewer")
+
+
+# --- input lines --------------------------------------------------------------------------
+
+
+def test_user_message_is_one_json_line() -> None:
+    prompt = "line one\nline two\u2028 \"quoted\" ünïcode"
+    data = user_message(prompt)
+    assert data.endswith(b"\n") and data.count(b"\n") == 1
+    assert json.loads(data) == {"type": "user", "message": {"role": "user", "content": prompt}}
+
+
+def test_interrupt_request_line() -> None:
+    data = interrupt_request("req_7")
+    assert data.count(b"\n") == 1
+    assert json.loads(data) == {"type": "control_request", "request_id": "req_7",
+                                "request": {"subtype": "interrupt"}}
+
+
+# --- framing ------------------------------------------------------------------------------
+
+
+def test_framer_joins_lines_split_across_reads() -> None:
+    framer = LineFramer()
+    assert framer.feed(b'{"a":') == []
+    assert framer.feed(b"1}\n{") == [b'{"a":1}']
+    assert framer.feed(b'"b":2}\n\n{"c"') == [b'{"b":2}', b""]
+    assert framer.feed(b":3}\n") == [b'{"c":3}']
+    assert framer.flush() is None
+
+
+def test_framer_byte_at_a_time_and_tail() -> None:
+    framer = LineFramer()
+    lines: list[bytes] = []
+    for byte in b"ab\ncd\nef":
+        lines += framer.feed(bytes([byte]))
+    assert lines == [b"ab", b"cd"]
+    assert framer.pending_bytes == 2
+    assert framer.flush() == b"ef"
+
+
+def test_framer_splits_only_on_newline() -> None:
+    framer = LineFramer()
+    # \r, \u2028 (in UTF-8) and form feeds are content, not line ends.
+    data = 'x\ry\u2028z\x0cw\n'.encode()
+    assert framer.feed(data) == [data[:-1]]
+
+
+def test_framer_handles_a_5mb_line_in_small_reads() -> None:
+    text = "y" * (5 * 1024 * 1024)
+    line = json.dumps({"type": "assistant", "message": {"content": [
+        {"type": "text", "text": text}]}}).encode() + b"\n"
+    framer = LineFramer()
+    out: list[bytes] = []
+    for i in range(0, len(line), 4096):
+        out += framer.feed(line[i:i + 4096])
+    assert len(out) == 1
+    events = parse_line("developer", out[0])
+    assert events == [AssistantText(role="developer", text=text)]
+
+
+# --- parsing ------------------------------------------------------------------------------
+
+
+def _line(obj: dict) -> bytes:
+    return json.dumps(obj).encode()
+
+
+def test_init_maps_to_session_started() -> None:
+    events = parse_line("developer", _line({
+        "type": "system", "subtype": "init", "session_id": "S", "model": "claude-x",
+        "tools": ["Bash", "Read"], "cwd": "/p"}))
+    assert events == [SessionStarted(role="developer", session_id="S", model="claude-x",
+                                     tools=("Bash", "Read"))]
+
+
+def test_assistant_blocks_map_in_order() -> None:
+    events = parse_line("acceptor", _line({"type": "assistant", "message": {"content": [
+        {"type": "thinking", "thinking": "hmm", "signature": "x"},
+        {"type": "text", "text": "Looking"},
+        {"type": "tool_use", "id": "tu1", "name": "Bash", "input": {"command": "git show"}},
+    ]}}))
+    assert events == [
+        Thinking(role="acceptor", text="hmm"),
+        AssistantText(role="acceptor", text="Looking"),
+        ToolUse(role="acceptor", tool="Bash", tool_use_id="tu1", input={"command": "git show"}),
+    ]
+
+
+def test_tool_results_string_and_block_content() -> None:
+    events = parse_line("developer", _line({"type": "user", "message": {"content": [
+        {"type": "tool_result", "tool_use_id": "a", "content": "plain", "is_error": False},
+        {"type": "tool_result", "tool_use_id": "b", "is_error": True, "content": [
+            {"type": "text", "text": "one"}, {"type": "text", "text": "two"},
+            {"type": "image", "source": {}}]},
+    ]}}))
+    assert events == [
+        ToolResult(role="developer", tool_use_id="a", content="plain", is_error=False),
+        ToolResult(role="developer", tool_use_id="b", content="one\ntwo\n[image]", is_error=True),
+    ]
+
+
+def test_user_text_echo_is_not_a_tool_result() -> None:
+    line = _line({"type": "user", "message": {"content": [
+        {"type": "text", "text": "[Request interrupted by user]"}]}})
+    assert parse_line("developer", line) == []
+
+
+def test_result_maps_every_field() -> None:
+    events = parse_line("developer", _line({
+        "type": "result", "subtype": "success", "is_error": False, "result": "done",
+        "session_id": "S", "total_cost_usd": 0.25, "usage": {"input_tokens": 3},
+        "duration_ms": 1234, "num_turns": 4}))
+    assert events == [TurnResult(role="developer", text="done", is_error=False, session_id="S",
+                                 subtype="success", cost_usd=0.25,
+                                 usage={"input_tokens": 3}, duration_ms=1234, num_turns=4)]
+
+
+def test_interrupted_result_without_result_text() -> None:
+    # Real CLI 2.1.x: an interrupted turn has no "result" key, only "errors".
+    (event,) = parse_line("developer", _line({
+        "type": "result", "subtype": "error_during_execution", "is_error": True,
+        "session_id": "S", "total_cost_usd": 0, "errors": ["aborted"], "num_turns": 2}))
+    assert isinstance(event, TurnResult)
+    assert event.subtype == "error_during_execution" and event.is_error
+    assert event.text == "aborted"
+
+
+def test_non_json_line_is_raw_output_without_ansi_or_cr() -> None:
+    events = parse_line("developer", b"\x1b[31mError:\x1b[0m something broke\r")
+    assert events == [RawOutput(role="developer", text="Error: something broke")]
+
+
+def test_broken_json_and_json_non_objects_are_raw() -> None:
+    assert parse_line("developer", b'{"type": "assistant", ') == [
+        RawOutput(role="developer", text='{"type": "assistant",')]
+    assert parse_line("developer", b"[1, 2]") == [RawOutput(role="developer", text="[1, 2]")]
+
+
+def test_control_and_unknown_lines_are_ignored() -> None:
+    assert parse_line("developer", _line({"type": "control_response", "response": {
+        "subtype": "success", "request_id": "r"}})) == []
+    assert parse_line("developer", _line({"type": "system", "subtype": "status"})) == []
+    assert parse_line("developer", b"   \r") == []
+    assert parse_line("developer", b'{"type": "stream_event"}') == []
