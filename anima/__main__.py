@@ -1,0 +1,3 @@
+from anima.cli import main
+
+raise SystemExit(main())

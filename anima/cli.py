@@ -1,0 +1,291 @@
+"""`anima` on the command line: the contract in design.md (commands, output, exit codes)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import TextIO
+
+from anima import actions
+from anima.engine import Engine, ensure_gitignore, open_config
+from anima.errors import (
+    AgentNotFound,
+    AnimaError,
+    ConfigError,
+    MilestoneError,
+    ProjectError,
+    RecordError,
+)
+from anima.events import (
+    AgentEvent,
+    AssistantText,
+    EngineError,
+    Event,
+    LogLine,
+    RawOutput,
+    ToolResult,
+    ToolUse,
+    TurnResult,
+)
+from anima.git_ops import GitRepo
+from anima.lock import ProjectLock
+from anima.paths import ProjectPaths
+from anima.redact import redact
+from anima.store import Store
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PAUSED = 0, 1, 2, 3
+COMMANDS = ("init", "add", "run", "status", "resume", "approve")
+
+
+def example_dir() -> Path:
+    """The shipped `.anima.example/` (a source checkout and a wheel install both work)."""
+    spec = importlib.util.find_spec("anima_example")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        if Path(location, "config.json").is_file():
+            return Path(location)
+    raise AnimaError("the example .anima/ is missing from this installation; reinstall anima")
+
+
+def init_project(root: Path) -> Path:
+    """Create `.anima/` from the example. Never overwrites anything."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ProjectError(f"{root} is not a folder")
+    paths = ProjectPaths(root)
+    if paths.anima.exists():
+        raise ProjectError(f"{paths.anima} already exists; nothing was changed")
+    source = example_dir()
+    shutil.copytree(source, paths.anima, ignore=shutil.ignore_patterns(
+        "__pycache__", "*.pyc", "README.md", "__init__.py"))
+    return paths.anima
+
+
+def _project(path: str) -> ProjectPaths:
+    paths = ProjectPaths(Path(path).resolve())
+    if not paths.anima.is_dir():
+        raise ProjectError(f"{paths.root} has no .anima/ folder: run `anima init {path}` first")
+    return paths
+
+
+class HeadlessPrinter:
+    """Streams both agents and Anima itself to stdout as `[role] …` lines."""
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.out, self.err = out, err
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        prefix, text = self._describe(event)
+        if text is None:
+            return
+        stream = self.err if isinstance(event, EngineError) else self.out
+        lines = [f"[{prefix}] {line}" for line in text.splitlines() or [""]]
+        with self._lock:
+            stream.write("\n".join(lines) + "\n")
+            stream.flush()
+
+    @staticmethod
+    def _describe(event: Event) -> tuple[str, str | None]:
+        if isinstance(event, LogLine):
+            return "anima", redact(event.text)
+        if isinstance(event, EngineError):
+            return "anima", f"error: {redact(event.message)}"
+        if not isinstance(event, AgentEvent):
+            return "", None
+        if isinstance(event, AssistantText):
+            return event.role, event.text
+        if isinstance(event, ToolUse):
+            arg = next((str(v) for k, v in event.input.items()
+                        if k in ("command", "file_path", "path", "pattern")), "")
+            return event.role, f"▸ {event.tool}: {arg[:200]}"
+        if isinstance(event, ToolResult):
+            return (event.role, f"  ✗ {event.content[:200]}") if event.is_error else ("", None)
+        if isinstance(event, TurnResult):
+            return event.role, (f"— turn done in {event.duration_ms / 1000:.1f} s, "
+                                f"${event.cost_usd:.4f}" + (" (error)" if event.is_error else ""))
+        if isinstance(event, RawOutput):
+            return event.role, f"(raw) {event.text}"
+        return "", None
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    created = init_project(Path(args.project))
+    print(f"created {created} from the example; add a milestone with "
+          f"`anima add {args.project} FILE.md`")
+    return EXIT_OK
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    paths = _project(args.project)
+    engine = Engine(paths.root)
+    engine.config = open_config(paths)
+    milestone_id = engine.add_milestone(Path(args.file))
+    Store(paths).scan(max_iterations=engine.config.max_iterations_per_milestone,
+                      requires_human_review=engine.config.requires_human_review)
+    print(f"added milestone {milestone_id} (pending)")
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    paths = _project(args.project)
+    config = open_config(paths)
+    store = Store(paths)
+    state = store.load_state()
+    # Status only reads: registration is left to a running Anima or `anima add`.
+    records, problems = [], []
+    for md in sorted(paths.milestones.glob("*.md")):
+        try:
+            if paths.milestone_record(md.stem).exists():
+                records.append(store.load_record(md.stem))
+        except AnimaError as e:
+            problems.append(str(e))
+    records.sort(key=lambda r: (r.created_at, r.id))
+    if args.json:
+        print(json.dumps({"state": state.model_dump(mode="json"),
+                          "milestones": [r.model_dump(mode="json") for r in records]}, indent=2))
+    else:
+        current = state.current_milestone or "-"
+        print(f"state: {state.status.value} (current milestone: {current})")
+        if not records:
+            print("no milestones yet")
+        for r in records:
+            print(f"  {r.id:<24} {r.status.value:<16} features {r.features_done}/"
+                  f"{len(r.features)}  rounds {r.rounds}  rejections {r.consecutive_rejections}/"
+                  f"{config.max_consecutive_rejections}  ${r.cost_usd:.2f}"
+                  + (f"  paused: {r.pause_reason}" if r.pause_reason else ""))
+    for p in problems:
+        print(f"problem: {p}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    paths = _project(args.project)
+    engine = Engine(paths.root)
+    printer = HeadlessPrinter(sys.stdout, sys.stderr)
+    engine.bus.subscribe(printer)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        printer(LogLine(None, f"received {signal.Signals(signum).name}: stopping the agents"))
+        threading.Thread(target=engine.request_stop, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        outcome = engine.run(watch=args.watch, start_all=True)
+    finally:
+        engine.shutdown()
+    for problem in outcome.problems:
+        print(f"[anima] problem: {problem}", file=sys.stderr)
+    if outcome.paused:
+        print(f"[anima] paused for a human: {', '.join(outcome.paused)} — review, then "
+              f"`anima resume {args.project} ID [--note TEXT]`")
+        return EXIT_PAUSED
+    if outcome.awaiting_review:
+        print(f"[anima] awaiting your review: {', '.join(outcome.awaiting_review)} — "
+              f"`anima approve {args.project} ID`")
+    else:
+        print("[anima] nothing left to do")
+    return EXIT_OK
+
+
+def _with_lock(paths: ProjectPaths, command: str) -> ProjectLock:
+    lock = ProjectLock(paths.lock, command=command)
+    lock.acquire()
+    return lock
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    paths = _project(args.project)
+    config = open_config(paths)
+    lock = _with_lock(paths, f"anima resume {args.id}")
+    try:
+        record = actions.resume(Store(paths), config, args.id, args.note or "")
+    finally:
+        lock.release()
+    print(f"resumed {record.id}: in_progress, rejections reset"
+          + (", your note goes to the Developer's next prompt" if args.note else "")
+          + f"; run `anima run {args.project} --headless` or open the app to continue")
+    return EXIT_OK
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    paths = _project(args.project)
+    config = open_config(paths)
+    lock = _with_lock(paths, f"anima approve {args.id}")
+    try:
+        ensure_gitignore(paths)
+        record = actions.approve(Store(paths), GitRepo.open(paths.root), config, args.id)
+    finally:
+        lock.release()
+    merge = f"; {record.merge.detail}" if record.merge else ""
+    print(f"approved {record.id}: completed{merge}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="anima", description=(
+        "Runs a project milestone by milestone with a Developer and an Acceptor Claude Code "
+        "agent. `anima [PROJECT]` opens the desktop app."))
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("init", help="create .anima/ from the example; never overwrites")
+    p.add_argument("project")
+    p.set_defaults(fn=cmd_init)
+    p = sub.add_parser("add", help="add a milestone (same as dropping the file in)")
+    p.add_argument("project")
+    p.add_argument("file")
+    p.set_defaults(fn=cmd_add)
+    p = sub.add_parser("run", help="run without a window until nothing can proceed")
+    p.add_argument("project")
+    p.add_argument("--headless", action="store_true", required=True,
+                   help="required: the app is `anima PROJECT`")
+    p.add_argument("--watch", action="store_true",
+                   help="keep running and start milestones as they are dropped in")
+    p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("status", help="milestones and state")
+    p.add_argument("project")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_status)
+    p = sub.add_parser("resume", help="paused → in_progress, rejections reset")
+    p.add_argument("project")
+    p.add_argument("id")
+    p.add_argument("--note", default="", help="a note for the Developer's next prompt")
+    p.set_defaults(fn=cmd_resume)
+    p = sub.add_parser("approve", help="awaiting_review → completed")
+    p.add_argument("project")
+    p.add_argument("id")
+    p.set_defaults(fn=cmd_approve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
+        from ui.app import main as app_main  # noqa: TID251 - the app entry point lives in ui/
+
+        return app_main(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:
+        return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
+    try:
+        return args.fn(args)
+    except (ConfigError, ProjectError, MilestoneError, RecordError, AgentNotFound,
+            actions.ActionError) as e:
+        print(f"anima: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except AnimaError as e:
+        print(f"anima: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as e:
+        print(f"anima: unexpected error: {e!r}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

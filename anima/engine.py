@@ -1,0 +1,347 @@
+"""The engine facade: one project, one worker, milestones one after another.
+
+The headless runner calls `run()` on its own thread; the app calls `start()`, which runs the
+same loop on a worker thread, and sends requests (resume, approve, stop…) that the worker
+carries out between milestones. Everything the engine does is published on its bus.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from anima import actions
+from anima.agents.discovery import ClaudeBinary, find_claude
+from anima.agents.process import AgentProcess
+from anima.agents.profiles import profile_for
+from anima.config import Config, describe_validation_error, load_config
+from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError
+from anima.events import AgentEvent, EngineError, EventBus, LogLine, MilestonesScanned
+from anima.git_ops import GitRepo
+from anima.journal import Journal, RedactingBus, read_transcript
+from anima.lock import ProjectLock
+from anima.milestone_md import load_milestone, validate_milestone_id
+from anima.paths import ProjectPaths
+from anima.prompts import PromptBuilder
+from anima.scheduler import Agent, MilestoneRun, Phase, RunControl
+from anima.store import MilestoneRecord, MilestoneStatus, Scan, Store
+from anima.summarizer import Summarizer
+from anima.watcher import MilestoneWatcher
+
+log = logging.getLogger(__name__)
+
+#: What `.anima/.gitignore` must hold so Anima's runtime files never dirty the tree.
+RUNTIME_IGNORES = ("milestones/*.json", "state.json", "logs/", "transcripts/", "anima.lock",
+                   "*.tmp", ".*.tmp")
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a headless run ended: which milestones wait for a human."""
+
+    paused: tuple[str, ...]
+    awaiting_review: tuple[str, ...]
+    problems: tuple[str, ...]
+
+
+def ensure_gitignore(paths: ProjectPaths) -> None:
+    """Add the runtime ignores that are missing (never removes what the user wrote)."""
+    existing = paths.gitignore.read_text(encoding="utf-8").splitlines() \
+        if paths.gitignore.exists() else []
+    missing = [p for p in RUNTIME_IGNORES if p not in existing]
+    if missing:
+        text = "\n".join([*existing, "# Anima's runtime files", *missing]) + "\n"
+        paths.gitignore.write_text(text, encoding="utf-8")
+
+
+def open_config(paths: ProjectPaths, overrides: dict[str, Any] | None = None) -> Config:
+    config = load_config(paths.config)
+    if not overrides:
+        return config
+    from pydantic import ValidationError
+
+    try:
+        return Config.model_validate({**config.model_dump(), **overrides})
+    except ValidationError as e:
+        raise ConfigError(describe_validation_error(paths.config, e)) from e
+
+
+class Engine:
+    """Drives one managed project. Not reentrant: one engine per project per process."""
+
+    def __init__(self, root: Path, *, bus: EventBus | None = None,
+                 config_overrides: dict[str, Any] | None = None) -> None:
+        self.root = Path(root).resolve()
+        self.paths = ProjectPaths(self.root)
+        self.bus = bus or EventBus()
+        self.store = Store(self.paths)
+        self.config = Config()
+        self._overrides = config_overrides
+        self._repo: GitRepo | None = None
+        self._binary: ClaudeBinary | None = None
+        self._lock = ProjectLock(self.paths.lock)
+        self._locked = False
+        self._commands: queue.Queue[Callable[[], object]] = queue.Queue()
+        self._wake = threading.Event()
+        self._shutdown = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watcher: MilestoneWatcher | None = None
+        self._run: MilestoneRun | None = None
+        self._control = RunControl()
+        self._requested: set[str] = set()
+        self._start_all = False
+        self.journal = Journal(self.paths, self.bus)
+        self.summarizer: Summarizer | None = None
+
+    # ------------------------------------------------------------------ set-up
+    def prepare(self) -> None:
+        """Everything that can be wrong before driving: folder, config, git, the lock."""
+        if not self.paths.anima.is_dir():
+            raise ProjectError(f"{self.root} has no .anima/ folder: run `anima init {self.root}`")
+        self.config = open_config(self.paths, self._overrides)
+        self.paths.milestones.mkdir(parents=True, exist_ok=True)
+        ensure_gitignore(self.paths)
+        self._repo = GitRepo.open(self.root)
+        if not self._locked:
+            self._lock.acquire()
+            self._locked = True
+        self.summarizer = Summarizer(self.config.summarizer)
+
+    @property
+    def repo(self) -> GitRepo:
+        if self._repo is None:
+            self._repo = GitRepo.open(self.root)
+        return self._repo
+
+    def claude(self) -> ClaudeBinary:
+        if self._binary is None:
+            self._binary = find_claude(self.config.claude_command)
+            self._log(None, f"using claude {self._binary.version} ({' '.join(self._binary.argv)})")
+        return self._binary
+
+    def _make_agent(self, role: str, session_id: str, resume: bool) -> Agent:
+        agent = AgentProcess(role, self.claude(), profile_for(role, self.config), self.root,
+                             RedactingBus(self.bus),  # type: ignore[arg-type]
+                             session_id=session_id, resume=resume,
+                             turn_timeout=self.config.agent_timeout_seconds,
+                             idle_timeout=self.config.agent_idle_timeout_seconds)
+        agent.start()
+        return agent
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, *, watch: bool = False, start_all: bool = False) -> RunOutcome:
+        """Drive milestones until nothing can proceed (or, with `watch`, until shutdown).
+
+        Errors that make the project undrivable (config, git, lock, no claude) are raised
+        when not watching and published as EngineError when watching. `start_all` starts
+        pending milestones even when `auto_start` is off (an explicit `anima run`).
+        """
+        self._start_all = start_all
+        self.prepare()
+        if watch:
+            self._watcher = MilestoneWatcher(self.paths.milestones, self._on_milestone_file)
+            self._watcher.start()
+        try:
+            while not self._shutdown.is_set():
+                self._drain_commands()
+                scan = self._scan()
+                record = self._next(scan)
+                if record is None:
+                    if not watch:
+                        return self._outcome(scan)
+                    self._wait()
+                    continue
+                try:
+                    self._drive(record)
+                except AnimaError as e:
+                    if not watch:
+                        raise
+                    self.bus.publish(EngineError(str(e), record.id))
+                    self._requested.discard(record.id)
+                    self._wait()
+            return self._outcome(self._scan())
+        finally:
+            if self._watcher is not None:
+                self._watcher.stop()
+                self._watcher = None
+
+    def start(self, *, watch: bool = True) -> None:
+        """Run the loop on a worker thread; problems arrive as EngineError events."""
+        def work() -> None:
+            try:
+                self.run(watch=watch)
+            except AnimaError as e:
+                self.bus.publish(EngineError(str(e)))
+            except Exception as e:
+                log.exception("engine worker failed")
+                self.bus.publish(EngineError(f"unexpected error: {e!r}"))
+        self._thread = threading.Thread(target=work, name="anima-engine", daemon=True)
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        """Safe from a signal handler's helper thread: end the turn, leave the loop."""
+        self._shutdown.set()
+        self._wake.set()
+        run = self._run
+        if run is not None:
+            run.stop("shutdown")
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop the agents (the milestone resumes on the next start) and release the lock."""
+        self.request_stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self.summarizer is not None:
+            self.summarizer.close()
+        self.journal.detach()
+        if self._locked:
+            self._lock.release()
+            self._locked = False
+
+    def _wait(self) -> None:
+        self._wake.wait(timeout=1.0)
+        self._wake.clear()
+
+    def _scan(self) -> Scan:
+        scan = self.store.scan(max_iterations=self.config.max_iterations_per_milestone,
+                               requires_human_review=self.config.requires_human_review)
+        for problem in scan.problems:
+            self._log(None, f"skipped: {problem}")
+        for milestone_id in scan.registered:
+            self._log(milestone_id, f"registered milestone {milestone_id} (pending)")
+        self.bus.publish(MilestonesScanned(tuple(r.model_copy(deep=True) for r in scan.records),
+                                           tuple(str(p) for p in scan.problems)))
+        return scan
+
+    def _next(self, scan: Scan) -> MilestoneRecord | None:
+        """An interrupted milestone first; nothing while one waits for a human after a pause
+        (milestones build on each other); else the earliest pending one."""
+        records = scan.records
+        if active := [r for r in records if r.status is MilestoneStatus.IN_PROGRESS]:
+            return active[0]
+        if any(r.status is MilestoneStatus.PAUSED for r in records):
+            return None
+        pending = [r for r in records if r.status is MilestoneStatus.PENDING]
+        if self.config.auto_start or self._start_all:
+            return pending[0] if pending else None
+        return next((r for r in pending if r.id in self._requested), None)
+
+    def _drive(self, record: MilestoneRecord) -> Phase:
+        self.claude()  # a missing CLI is reported before anything changes
+        self.journal.open(record.id)
+        self._control = RunControl()
+        prompts = PromptBuilder(self.paths, budget_tokens=self.config.context_budget_tokens,
+                                recent_in_full=self.config.recent_rounds_in_full)
+        assert self.summarizer is not None
+        run = MilestoneRun(record=record, store=self.store, repo=self.repo, config=self.config,
+                           prompts=prompts, agents=self._make_agent, bus=self.bus,
+                           summarizer=self.summarizer, control=self._control)
+        self._run = run
+        try:
+            phase = run.run()
+            if self._control.stop.is_set() and self._control.stop_reason == "user" and \
+                    phase not in (Phase.PAUSED, Phase.COMPLETED, Phase.AWAITING_REVIEW):
+                phase = run.pause_now("stopped by you")
+            return phase
+        finally:
+            self._run = None
+            self._requested.discard(record.id)
+            self.journal.close()
+
+    def _outcome(self, scan: Scan) -> RunOutcome:
+        return RunOutcome(
+            paused=tuple(r.id for r in scan.records if r.status is MilestoneStatus.PAUSED),
+            awaiting_review=tuple(r.id for r in scan.records
+                                  if r.status is MilestoneStatus.AWAITING_REVIEW),
+            problems=tuple(str(p) for p in scan.problems))
+
+    # ------------------------------------------------------------------ requests
+    def _submit(self, fn: Callable[[], object]) -> None:
+        """Run `fn` on the worker between milestones; without a worker, run it now."""
+        if self._thread is None or not self._thread.is_alive():
+            self._guarded(fn)
+            return
+        self._commands.put(fn)
+        self._wake.set()
+
+    def _drain_commands(self) -> None:
+        while True:
+            try:
+                fn = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            self._guarded(fn)
+
+    def _guarded(self, fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except AnimaError as e:
+            self.bus.publish(EngineError(str(e)))
+
+    def add_milestone(self, md: Path) -> str:
+        """Validate and copy a milestone file in; registration follows on the next scan."""
+        md = Path(md)
+        milestone_id = validate_milestone_id(md.stem, md)
+        load_milestone(md)
+        target = self.paths.milestone_md(milestone_id)
+        if target.exists():
+            raise MilestoneError(md, f"a milestone named {milestone_id!r} already exists "
+                                     f"({target}); rename the file")
+        self.paths.milestones.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        shutil.copyfile(md, tmp)
+        tmp.replace(target)
+        self._wake.set()
+        return milestone_id
+
+    def start_milestone(self, milestone_id: str) -> None:
+        self._requested.add(milestone_id)
+        self._wake.set()
+
+    def resume(self, milestone_id: str, note: str = "") -> None:
+        self._submit(lambda: actions.resume(self.store, self.config, milestone_id, note,
+                                            self.bus))
+
+    def approve(self, milestone_id: str) -> None:
+        self._submit(lambda: actions.approve(self.store, self.repo, self.config, milestone_id,
+                                             self.bus))
+
+    def request_changes(self, milestone_id: str, note: str) -> None:
+        self._submit(lambda: actions.request_changes(self.store, milestone_id, note,
+                                                     self.bus))
+
+    def abort(self, milestone_id: str) -> None:
+        self._submit(lambda: actions.abort(self.store, milestone_id, self.bus))
+
+    def pause_after_round(self) -> None:
+        self._control.pause_after_round.set()
+
+    def stop_now(self) -> None:
+        """Interrupt both agents; the milestone pauses and its round is redone on resume."""
+        run = self._run
+        if run is not None:
+            run.stop("user")
+
+    # ------------------------------------------------------------------ views
+    def records(self) -> list[MilestoneRecord]:
+        return self.store.scan(max_iterations=self.config.max_iterations_per_milestone,
+                               requires_human_review=self.config.requires_human_review).records
+
+    def show_commit(self, commit: str) -> str:
+        return self.repo.show(commit)
+
+    def transcript(self, milestone_id: str) -> list[AgentEvent]:
+        return read_transcript(self.paths.transcripts(milestone_id) / "events.jsonl")
+
+    # ------------------------------------------------------------------ helpers
+    def _on_milestone_file(self, path: Path) -> None:
+        self._wake.set()
+
+    def _log(self, milestone_id: str | None, text: str) -> None:
+        self.bus.publish(LogLine(milestone_id, text))

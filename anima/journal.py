@@ -1,0 +1,140 @@
+"""What Anima writes about a milestone: its log and its agents' transcripts.
+
+`.anima/logs/<id>.log` holds `[HH:MM:SS] …` lines (phase changes, verdicts, commits,
+timeouts, pauses); `.anima/transcripts/<id>/events.jsonl` holds every agent event, so the
+monitor can replay a milestone after a restart. Secrets never reach either file: events are
+redacted before they are published (see `RedactingBus`), and log lines again here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+from anima import events as ev
+from anima.events import AgentEvent, Event, EventBus, LogLine, PhaseChanged, VerdictReached
+from anima.paths import ProjectPaths
+from anima.redact import redact, redact_data
+
+_AGENT_EVENT_TYPES: dict[str, type[AgentEvent]] = {
+    cls.__name__: cls for cls in vars(ev).values()
+    if isinstance(cls, type) and issubclass(cls, AgentEvent) and cls is not AgentEvent
+}
+
+
+def redact_event(event: Event) -> Event:
+    """A copy of an agent event with every string (and nested dict/list) redacted."""
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(event):
+        value = getattr(event, f.name)
+        if isinstance(value, str | dict | list | tuple):
+            cleaned = redact_data(value)
+            if isinstance(value, tuple):
+                cleaned = tuple(cleaned)
+            if cleaned != value:
+                changes[f.name] = cleaned
+    return dataclasses.replace(event, **changes) if changes else event
+
+
+class RedactingBus:
+    """The bus handed to agent processes: what they publish is shown and stored redacted."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self._bus = bus
+
+    def publish(self, event: Event) -> None:
+        self._bus.publish(redact_event(event))
+
+    def subscribe(self, fn: Any) -> Any:
+        return self._bus.subscribe(fn)
+
+
+class Journal:
+    """Appends a milestone's log lines and transcript events as they are published."""
+
+    def __init__(self, paths: ProjectPaths, bus: EventBus) -> None:
+        self.paths = paths
+        self._lock = threading.Lock()
+        self._milestone: str | None = None
+        self._log: IO[str] | None = None
+        self._transcript: IO[str] | None = None
+        self._unsubscribe = bus.subscribe(self._on_event)
+
+    def open(self, milestone_id: str) -> None:
+        """Agent events from now on belong to this milestone."""
+        with self._lock:
+            self._close_files()
+            self._milestone = milestone_id
+            self.paths.logs.mkdir(parents=True, exist_ok=True)
+            folder = self.paths.transcripts(milestone_id)
+            folder.mkdir(parents=True, exist_ok=True)
+            self._log = self.paths.log(milestone_id).open("a", encoding="utf-8")
+            self._transcript = (folder / "events.jsonl").open("a", encoding="utf-8")
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_files()
+            self._milestone = None
+
+    def detach(self) -> None:
+        self.close()
+        self._unsubscribe()
+
+    def _close_files(self) -> None:
+        for fh in (self._log, self._transcript):
+            if fh is not None:
+                fh.close()
+        self._log = self._transcript = None
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, LogLine):
+            self.write_log(event.milestone_id, event.text)
+        elif isinstance(event, AgentEvent):
+            with self._lock:
+                if self._transcript is not None:
+                    record = {"t": round(time.time(), 3), "type": type(event).__name__,
+                              **dataclasses.asdict(event)}
+                    self._transcript.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    self._transcript.flush()
+        elif isinstance(event, VerdictReached | PhaseChanged):
+            pass  # already described by the scheduler's LogLine
+
+    def write_log(self, milestone_id: str | None, text: str) -> None:
+        line = f"[{datetime.now():%H:%M:%S}] {redact(text)}\n"
+        with self._lock:
+            if milestone_id is not None and milestone_id == self._milestone and self._log:
+                self._log.write(line)
+                self._log.flush()
+            elif milestone_id is not None:
+                self.paths.logs.mkdir(parents=True, exist_ok=True)
+                with self.paths.log(milestone_id).open("a", encoding="utf-8") as fh:
+                    fh.write(line)
+
+
+def read_transcript(path: Path) -> list[AgentEvent]:
+    """Events of a transcript file; a torn last line (a kill mid-write) is skipped."""
+    out: list[AgentEvent] = []
+    if not path.exists():
+        return out
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            cls = _AGENT_EVENT_TYPES.get(data.pop("type", ""))
+            data.pop("t", None)
+            if cls is None:
+                continue
+            names = {f.name for f in dataclasses.fields(cls)}
+            kwargs = {k: v for k, v in data.items() if k in names}
+            for k, v in kwargs.items():
+                if isinstance(v, list) and k == "tools":
+                    kwargs[k] = tuple(v)
+            out.append(cls(**kwargs))
+    return out

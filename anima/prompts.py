@@ -1,0 +1,176 @@
+"""Building every prompt Anima sends, from the templates in `resources/prompts/`.
+
+The Developer prompt carries the seed's context table (VISION.md, soul.md, the milestone,
+project memory, branch, round, features completed, review feedback, the human's note),
+the feature checklist and the previous iterations, fitted to the context budget: soul,
+checklist, feedback and the task are never cut; the rest is trimmed with a visible marker.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from dataclasses import dataclass
+from functools import cache
+from string import Template
+
+from anima.context import FileCache, Section, fit_to_budget
+from anima.paths import ProjectPaths
+from anima.store import FeatureStatus, Iteration, MilestoneRecord, Verdict
+
+SUMMARY_LINE_CHARS = 90
+
+
+@cache
+def template(name: str) -> Template:
+    text = importlib.resources.files("resources").joinpath("prompts", f"{name}.md").read_text(
+        encoding="utf-8")
+    return Template(text)
+
+
+def render(name: str, **values: object) -> str:
+    return template(name).substitute({k: str(v) for k, v in values.items()}).strip() + "\n"
+
+
+def _short(commit: str | None) -> str:
+    return commit[:7] if commit else "no commit"
+
+
+def checklist(record: MilestoneRecord) -> str:
+    """Seed 004's task list: one line per feature with its box, then `Progress: k/n`."""
+    lines = ["## Feature checklist"]
+    for f in record.features:
+        extra = f" ({f.rounds} rounds, commits {', '.join(_short(c) for c in f.commits)})" \
+            if f.commits else ""
+        lines.append(f"- {f.status.box} {f.id}: {f.title}{extra}")
+    lines.append(f"\nProgress: {record.features_done}/{len(record.features)} features completed")
+    return "\n".join(lines) + "\n"
+
+
+def _verdict_text(it: Iteration) -> str:
+    if it.verdict is Verdict.ACCEPTED:
+        return "ACCEPTED"
+    return f"REJECTED: {it.reason}"
+
+
+def _full_round(it: Iteration) -> str:
+    files = ", ".join(it.changed_files[:12]) + (" …" if len(it.changed_files) > 12 else "")
+    auto = " (committed by Anima)" if it.auto_committed else ""
+    return (f"### Round {it.round} ({it.kind}{', ' + it.feature if it.feature else ''}) "
+            f"→ commit {_short(it.commit)}{auto}\n"
+            f"Files: {files or '(none)'}\nSummary: {it.summary or '(none)'}\n"
+            f"Verdict: {_verdict_text(it)}\n")
+
+
+def _one_line(it: Iteration) -> str:
+    summary = it.summary.replace("\n", " ")
+    if len(summary) > SUMMARY_LINE_CHARS:
+        summary = summary[: SUMMARY_LINE_CHARS - 1] + "…"
+    verdict = "ok" if it.verdict is Verdict.ACCEPTED else "rejected"
+    return f"- R{it.round} {it.feature or it.kind} {_short(it.commit)} {verdict}: {summary}"
+
+
+def history(record: MilestoneRecord, recent_in_full: int) -> str:
+    """The last rounds in full, older ones as one line each (every commit stays named)."""
+    if not record.iterations:
+        return ""
+    older = record.iterations[:-recent_in_full]
+    recent = record.iterations[-recent_in_full:]
+    parts = ["## Previous iterations"]
+    if older:
+        parts.append("Earlier rounds (one line each):\n" + "\n".join(_one_line(i) for i in older))
+    parts.extend(_full_round(i) for i in recent)
+    return "\n".join(parts) + "\n"
+
+
+def _file_section(key: str, title: str, text: str | None, cut_order: int | None) -> Section | None:
+    if text is None or not text.strip():
+        return None
+    return Section(key=key, text=f"## {title}\n{text.strip()}\n", cut_order=cut_order)
+
+
+@dataclass
+class DeveloperContext:
+    """What the scheduler knows at the start of a Developer turn beyond the record."""
+
+    fix_reason: str | None = None
+    final_rejection: bool = False
+    human_note: str | None = None
+    recovery_log: str | None = None
+
+
+class PromptBuilder:
+    """Assembles prompts; keeps a file cache so context files are re-read only on change."""
+
+    def __init__(self, paths: ProjectPaths, *, budget_tokens: int, recent_in_full: int) -> None:
+        self.paths = paths
+        self.budget_tokens = budget_tokens
+        self.recent_in_full = recent_in_full
+        self.files = FileCache()
+
+    def soul(self) -> str:
+        text = self.files.read(self.paths.soul)
+        return f"## Soul — quality standards and red lines\n{text.strip()}\n" if text else ""
+
+    def developer(self, record: MilestoneRecord, ctx: DeveloperContext) -> str:
+        completed = [f"{f.id} {f.title}" for f in record.features
+                     if f.status is FeatureStatus.DONE]
+        round_no = record.rounds + 1
+        header = render("developer_turn", title=record.title, milestone_id=record.id,
+                        round=round_no, branch=record.branch_name,
+                        main_branch=record.main_branch, base_commit=record.base_commit,
+                        accepted=record.iteration_count,
+                        completed=", ".join(completed) or "none yet")
+        feedback = []
+        if ctx.recovery_log is not None:
+            feedback.append(render("recovery", rounds=record.rounds,
+                                   accepted=record.iteration_count, branch=record.branch_name,
+                                   log=ctx.recovery_log.strip() or "(no commits yet)"))
+        if ctx.fix_reason:
+            name = "feedback_final_rejection" if ctx.final_rejection else "feedback_rejection"
+            feedback.append(render(name, reason=ctx.fix_reason))
+        if ctx.human_note:
+            feedback.append(render("feedback_human_note", note=ctx.human_note))
+        task = render("task_fix" if ctx.fix_reason else "task_next_feature")
+        sections = [
+            Section("header", header, None),
+            _file_section("vision", "Project vision (VISION.md)",
+                          self.files.read(self.paths.vision), 2),
+            Section("soul", self.soul(), None) if self.soul() else None,
+            _file_section("milestone", f"Milestone definition (.anima/milestones/{record.id}.md)",
+                          self.files.read(self.paths.milestone_md(record.id)), 4),
+            _file_section("memory", "Project memory (.anima/memory/project.md)",
+                          self.files.read(self.paths.memory), 1),
+            Section("history", history(record, self.recent_in_full), 3),
+            Section("checklist", checklist(record), None),
+            Section("feedback", "\n".join(feedback), None),
+            Section("task", render("developer_task", task=task.strip(), branch=record.branch_name,
+                                   round=round_no), None),
+        ]
+        kept = fit_to_budget([s for s in sections if s and s.text.strip()], self.budget_tokens)
+        return "\n".join(s.text.rstrip() + "\n" for s in kept)
+
+    def acceptor_review(self, record: MilestoneRecord, *, report: str, feature: str | None,
+                        commit: str, previous_head: str, commits: str) -> str:
+        f = record.feature(feature)
+        if f is None:
+            label = "(the report names no known feature)"
+            criteria = "Judge the change against the milestone as a whole and the soul."
+        else:
+            label = f"{f.id} — {f.title}"
+            criteria = ("\n".join(f"- {c}" for c in f.criteria) if f.criteria
+                        else "(this feature has no explicit criteria: judge it by its title, "
+                             "the milestone's goal and the soul)")
+        return render("acceptor_review", round=record.rounds + 1, title=record.title,
+                      milestone_id=record.id, branch=record.branch_name, soul=self.soul(),
+                      feature_label=label, criteria=criteria, report=report.strip(),
+                      commits=commits.strip() or "(none)", commit=commit,
+                      previous_head=previous_head, base_commit=record.base_commit)
+
+    def acceptor_final(self, record: MilestoneRecord, *, report: str, commits: str) -> str:
+        criteria = "\n".join(f"- [ ] {c}" for c in record.acceptance_criteria) or \
+            "(the milestone lists no acceptance criteria: judge it by its goal and features)"
+        return render("acceptor_final", title=record.title, milestone_id=record.id,
+                      branch=record.branch_name, soul=self.soul(), criteria=criteria,
+                      checklist=checklist(record).split("\n", 1)[1].strip(),
+                      commits=commits.strip() or "(none)", report=report.strip(),
+                      base_commit=record.base_commit)

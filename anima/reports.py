@@ -1,0 +1,138 @@
+"""Reading what the agents reply: the Developer's report and the Acceptor's verdict.
+
+Real models wrap the formats in Markdown, bold, code fences and chatter, so parsing looks
+for the fields, not for an exact layout. `None` means "could not read it": the scheduler
+then asks the agent once to restate.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+_DECORATION = re.compile(r"[*_`>#]+")
+_FEATURE_ID = re.compile(r"\bF(\d+)\b")
+_HEX = re.compile(r"\b([0-9a-f]{7,40})\b")
+_ALL_COMPLETE = re.compile(r"ALL[_ ]FEATURES[_ ]COMPLETE", re.IGNORECASE)
+_FIELD = re.compile(r"^\s*[-*]?\s*\**\s*(feature|commit|tests|lint|round)\s*\**\s*[:：]\s*\**(.*)$",
+                    re.IGNORECASE)
+_REPORT_HEADING = re.compile(r"implementation\s+report(?:\s*[—–-]\s*round\s*(\d+))?",
+                             re.IGNORECASE)
+_SECTION = re.compile(r"^\s*#{2,4}\s*(.+?)\s*$")
+_BULLET = re.compile(r"^\s*[-*]\s+(.*)$")
+_VERDICT = re.compile(
+    r"^\W*(?:(?:final\s+)?verdict\s*[:：]\s*\W*)?(ACCEPTED|REJECTED)\b\W*?(?:[:：\-—–]\s*(.*))?$",
+    re.IGNORECASE,
+)
+
+
+class ReportKind(StrEnum):
+    IMPLEMENTATION = "implementation"
+    ALL_COMPLETE = "all_complete"
+
+
+@dataclass(frozen=True)
+class DeveloperReport:
+    kind: ReportKind
+    text: str
+    round: int | None = None
+    feature: str | None = None
+    feature_text: str = ""
+    commit: str | None = None
+    tests: str = ""
+    lint: str = ""
+    changes: list[str] = field(default_factory=list)
+    notes: str = ""
+    commits: list[str] = field(default_factory=list)
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class ReviewVerdict:
+    accepted: bool
+    reason: str = ""
+
+
+def _clean(line: str) -> str:
+    return _DECORATION.sub("", line).strip()
+
+
+def _sections(lines: list[str]) -> dict[str, list[str]]:
+    """Lines grouped under their `##`/`###` heading (lower-cased, decoration removed)."""
+    out: dict[str, list[str]] = {}
+    current = ""
+    for line in lines:
+        m = _SECTION.match(line)
+        if m:
+            current = _clean(m.group(1)).lower()
+            out.setdefault(current, [])
+        elif current:
+            out[current].append(line)
+    return out
+
+
+def _bullets(lines: list[str]) -> list[str]:
+    return [_clean(m.group(1)) for line in lines if (m := _BULLET.match(line))]
+
+
+def _strip_fences(text: str) -> list[str]:
+    # A report wrapped in ``` is still a report: drop the fence lines, keep the content.
+    return [line for line in text.splitlines() if not line.strip().startswith("```")]
+
+
+def parse_developer_report(text: str) -> DeveloperReport | None:
+    lines = _strip_fences(text)
+    sections = _sections(lines)
+    if _ALL_COMPLETE.search(text):
+        commit_lines = next((v for k, v in sections.items() if k.startswith("commit")), [])
+        commits = [m.group(1) for b in _bullets(commit_lines) if (m := _HEX.search(b))]
+        summary_lines = next((v for k, v in sections.items() if k.startswith("summary")), [])
+        return DeveloperReport(kind=ReportKind.ALL_COMPLETE, text=text, commits=commits,
+                               summary="\n".join(summary_lines).strip())
+    fields: dict[str, str] = {}
+    for line in lines:
+        m = _FIELD.match(line)
+        if m and m.group(1).lower() not in fields:
+            fields[m.group(1).lower()] = _clean(m.group(2))
+    heading = _REPORT_HEADING.search(text)
+    commit_match = _HEX.search(fields.get("commit", "").lower())
+    if not heading and "commit" not in fields:
+        return None
+    if "feature" not in fields and "commit" not in fields:
+        return None
+    round_no = heading.group(1) if heading and heading.group(1) else fields.get("round")
+    feature_text = fields.get("feature", "")
+    feature = _FEATURE_ID.search(feature_text)
+    changes = next((v for k, v in sections.items() if k.startswith("change")), [])
+    notes = next((v for k, v in sections.items() if k.startswith("note")), [])
+    return DeveloperReport(
+        kind=ReportKind.IMPLEMENTATION,
+        text=text,
+        round=int(round_no) if round_no and str(round_no).isdigit() else None,
+        feature=f"F{feature.group(1)}" if feature else None,
+        feature_text=feature_text,
+        commit=commit_match.group(1) if commit_match else None,
+        tests=fields.get("tests", ""),
+        lint=fields.get("lint", ""),
+        changes=_bullets(changes),
+        notes="\n".join(notes).strip(),
+    )
+
+
+def parse_verdict(text: str) -> ReviewVerdict | None:
+    """The last line that starts with ACCEPTED or REJECTED decides; chatter around it is fine."""
+    found: ReviewVerdict | None = None
+    lines = _strip_fences(text)
+    for i, raw in enumerate(lines):
+        m = _VERDICT.match(raw.strip().lstrip("*_>#` ").replace("**", ""))
+        if not m:
+            continue
+        if m.group(1).upper() == "ACCEPTED":
+            found = ReviewVerdict(accepted=True)
+            continue
+        reason = (m.group(2) or "").strip()
+        if not reason:  # "REJECTED:" with the reasons on the lines below
+            reason = "\n".join(x for x in lines[i + 1:] if x.strip()).strip()
+        found = ReviewVerdict(accepted=False, reason=reason or "(no reason given)")
+    return found

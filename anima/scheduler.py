@@ -1,0 +1,653 @@
+"""The iteration loop of one milestone: an explicit state machine.
+
+`MilestoneRun.run` reads like the M4 seed's pseudocode: Developer prompt → report → git
+checks → Acceptor review → ACCEPTED / REJECTED → … → ALL_FEATURES_COMPLETE → final
+acceptance. Every phase change and every finished round is written to the milestone record
+(atomically) before the next action, so a kill at any instant resumes correctly: a round is
+appended to `iterations` only when its verdict is known, and a round in flight is redone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+from anima.config import Config
+from anima.errors import AgentCrashed, AnimaError, SessionLost, TurnTimeout
+from anima.events import (
+    EventBus,
+    LogLine,
+    MilestoneChanged,
+    Notice,
+    PhaseChanged,
+    ToolUse,
+    TurnResult,
+    VerdictReached,
+)
+from anima.git_ops import GitRepo
+from anima.prompts import DeveloperContext, PromptBuilder, render
+from anima.reports import (
+    DeveloperReport,
+    ReportKind,
+    ReviewVerdict,
+    parse_developer_report,
+    parse_verdict,
+)
+from anima.store import (
+    FeatureStatus,
+    Iteration,
+    MergeInfo,
+    MilestoneRecord,
+    MilestoneStatus,
+    RoundKind,
+    State,
+    StateStatus,
+    Store,
+    Usage,
+    Verdict,
+    now,
+)
+from anima.summarizer import RoundDigest, Summarizer, SummaryResult, fallback_summary
+
+log = logging.getLogger(__name__)
+
+DEVELOPER = "developer"
+ACCEPTOR = "acceptor"
+
+
+class Phase(StrEnum):
+    IDLE = "idle"
+    STARTING = "starting"
+    RECOVERING = "recovering"
+    DEVELOPER = "developer"
+    ACCEPTOR = "acceptor"
+    FINAL_ACCEPTANCE = "final_acceptance"
+    PAUSED = "paused"
+    AWAITING_REVIEW = "awaiting_review"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+_ACTIVE = frozenset({Phase.STARTING, Phase.RECOVERING, Phase.DEVELOPER, Phase.ACCEPTOR,
+                     Phase.FINAL_ACCEPTANCE})
+_STOPS = frozenset({Phase.PAUSED, Phase.FAILED})
+
+#: Which phase may follow which. Anything else is a bug and raises IllegalTransition.
+TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    Phase.IDLE: frozenset({Phase.STARTING, Phase.RECOVERING}),
+    Phase.STARTING: frozenset({Phase.DEVELOPER}) | _STOPS,
+    Phase.RECOVERING: frozenset({Phase.DEVELOPER}) | _STOPS,
+    Phase.DEVELOPER: frozenset({Phase.DEVELOPER, Phase.ACCEPTOR, Phase.FINAL_ACCEPTANCE})
+    | _STOPS,
+    Phase.ACCEPTOR: frozenset({Phase.DEVELOPER}) | _STOPS,
+    Phase.FINAL_ACCEPTANCE: frozenset({Phase.DEVELOPER, Phase.COMPLETED,
+                                       Phase.AWAITING_REVIEW}) | _STOPS,
+    Phase.PAUSED: frozenset({Phase.RECOVERING, Phase.CANCELLED}),
+    Phase.AWAITING_REVIEW: frozenset({Phase.COMPLETED, Phase.RECOVERING, Phase.CANCELLED}),
+    Phase.COMPLETED: frozenset(),
+    Phase.FAILED: frozenset({Phase.RECOVERING}),
+    Phase.CANCELLED: frozenset(),
+}
+
+#: The milestone status that goes with a phase (None: the status does not change).
+_STATUS_OF: dict[Phase, MilestoneStatus] = {
+    Phase.STARTING: MilestoneStatus.IN_PROGRESS,
+    Phase.RECOVERING: MilestoneStatus.IN_PROGRESS,
+    Phase.PAUSED: MilestoneStatus.PAUSED,
+    Phase.AWAITING_REVIEW: MilestoneStatus.AWAITING_REVIEW,
+    Phase.COMPLETED: MilestoneStatus.COMPLETED,
+    Phase.FAILED: MilestoneStatus.FAILED,
+    Phase.CANCELLED: MilestoneStatus.CANCELLED,
+}
+
+
+class IllegalTransition(AnimaError):
+    pass
+
+
+def check_transition(current: Phase, target: Phase) -> None:
+    if target not in TRANSITIONS[current]:
+        raise IllegalTransition(f"illegal scheduler transition {current} → {target}")
+
+
+class Agent(Protocol):
+    """What the loop needs of an agent process (anima.agents.process.AgentProcess)."""
+
+    session_id: str
+
+    def send(self, prompt: str) -> TurnResult: ...
+
+    def stop(self) -> None: ...
+
+
+#: (role, session_id, resume) -> a started agent.
+AgentFactory = Callable[[str, str, bool], Agent]
+
+
+class RunControl:
+    """Requests from outside the worker thread: stop now, or pause after this round."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.pause_after_round = threading.Event()
+        self.stop_reason = ""
+
+
+class _Stopped(Exception):
+    """Internal: a stop was requested while a turn was running; leave without recording."""
+
+
+@dataclass
+class _Round:
+    """A round in flight. It only reaches the record once its verdict is known."""
+
+    round: int
+    kind: RoundKind
+    started_at: datetime
+    previous_head: str
+    feature: str | None = None
+    commit: str | None = None
+    changed_files: list[str] = field(default_factory=list)
+    report: str = ""
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    tool_calls: int = 0
+    auto_committed: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+class MilestoneRun:
+    """Drives one milestone until it completes, pauses, fails or is stopped."""
+
+    def __init__(self, *, record: MilestoneRecord, store: Store, repo: GitRepo, config: Config,
+                 prompts: PromptBuilder, agents: AgentFactory, bus: EventBus,
+                 summarizer: Summarizer, control: RunControl) -> None:
+        self.record = record
+        self.store = store
+        self.repo = repo
+        self.config = config
+        self.prompts = prompts
+        self.make_agent = agents
+        self.bus = bus
+        self.summarizer = summarizer
+        self.control = control
+        self.phase = Phase.IDLE
+        self._agents: dict[str, Agent] = {}
+        self._round: _Round | None = None
+        self._recovery_log: str | None = None
+        self._pending_summaries: list[tuple[int, object]] = []
+        self._unsubscribe = bus.subscribe(self._on_event)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> Phase:
+        """The seed's scheduler loop. Returns the phase it ended in."""
+        try:
+            self._begin()
+            while True:
+                self._apply_summaries()
+                if self.control.stop.is_set():
+                    return self.phase
+                if (limit := self._limit_reached()) is not None:
+                    return self._pause(limit)
+                outcome = self._developer_round()
+                if isinstance(outcome, DeveloperReport) and \
+                        outcome.kind is ReportKind.ALL_COMPLETE:
+                    verdict = self._final_acceptance(outcome)
+                    if verdict.accepted:
+                        return self._complete()
+                    continue
+                if isinstance(outcome, DeveloperReport):
+                    self._review(outcome)
+                if self.record.consecutive_rejections >= self.config.max_consecutive_rejections:
+                    return self._pause(self._rejection_pause_reason())
+                if self.control.pause_after_round.is_set():
+                    self.control.pause_after_round.clear()
+                    return self._pause("paused by you after the round")
+        except _Stopped:
+            self._log(f"stopped during {self.phase}: {self.control.stop_reason or 'shutdown'}")
+            return self.phase
+        finally:
+            self._stop_agents()
+            self._apply_summaries(wait=True)
+            self._unsubscribe()
+
+    # ------------------------------------------------------------------ phases
+    def enter(self, target: Phase, reason: str = "", deadline: float | None = None) -> None:
+        """Persist the new phase (and the status that goes with it), then announce it."""
+        check_transition(self.phase, target)
+        previous, self.phase = self.phase, target
+        self.record.phase = target.value
+        if (status := _STATUS_OF.get(target)) is not None:
+            self.record.status = status
+        self._save()
+        self._log(f"phase {previous} → {target}" + (f": {reason}" if reason else ""))
+        self.bus.publish(PhaseChanged(self.record.id, target.value, previous.value, reason,
+                                      deadline))
+
+    def _begin(self) -> None:
+        rec = self.record
+        recovering = rec.status is not MilestoneStatus.PENDING
+        if recovering:
+            self.phase = Phase(rec.phase) if rec.phase in Phase.__members__.values() \
+                else Phase.IDLE
+            self.phase = Phase.IDLE if self.phase in _ACTIVE else self.phase
+            self.enter(Phase.RECOVERING, "continuing where it stopped")
+            self.repo.switch(rec.branch_name or f"milestone/{rec.id}")
+            if rec.interrupted:
+                self._clean_up_after_restart()
+                self._recovery_log = self.repo.oneline_log(rec.base_commit or "", rec.branch_name
+                                                           or "HEAD")
+        else:
+            self.repo.ensure_clean()
+            main = self.repo.main_branch(self.config.main_branch)
+            self.enter(Phase.STARTING, f"creating milestone/{rec.id} from {main}")
+            rec.branch_name = f"milestone/{rec.id}"
+            rec.main_branch = main
+            rec.main_head = self.repo.branch_head(main)
+            rec.base_commit = self.repo.start_milestone_branch(rec.branch_name, main)
+            rec.started_at = now()
+            self._log(f"branch {rec.branch_name} created at {rec.base_commit[:7]}")
+        rec.interrupted = True  # cleared only by a clean stop: a kill leaves it set
+        self._set_state(StateStatus.AWAKE, rec.id)
+        self._save()
+
+    def _clean_up_after_restart(self) -> None:
+        """The seed's recovery step 3: a dirty tree is first handed to the Developer."""
+        dirty = self.repo.dirty_paths()
+        if not dirty:
+            return
+        self._log(f"tree dirty after restart ({len(dirty)} paths): asking the Developer to "
+                  "commit or revert")
+        prompt = render("developer_cleanup", milestone_id=self.record.id,
+                        branch=self.record.branch_name, dirty="\n".join(dirty[:50]))
+        try:
+            self._turn(DEVELOPER, prompt)
+        except (TurnTimeout, AgentCrashed) as e:
+            self._log(f"clean-up turn failed: {e}")
+        if self.repo.dirty_paths():
+            name = f"anima-recovery-{self.record.id}-{now():%Y%m%dT%H%M%S}"
+            stash = self.repo.stash_all(name)
+            note = f"tree still dirty after the clean-up turn: changes saved in stash {stash!r}"
+            self.record.notes.append(note)
+            self._log(note)
+
+    # ------------------------------------------------------------------ Developer
+    def _developer_round(self) -> DeveloperReport | None:
+        """One Developer turn. Returns its report, or None when the round was rejected."""
+        rec = self.record
+        last = rec.iterations[-1] if rec.iterations else None
+        fix = last is not None and last.verdict is Verdict.REJECTED
+        kind = RoundKind.RECOVERY if self._recovery_log is not None else \
+            RoundKind.FIX if fix else RoundKind.FEATURE
+        self._round = rnd = _Round(round=rec.rounds + 1, kind=kind, started_at=now(),
+                                   previous_head=self.repo.head())
+        note = next((n for n in rec.human_notes if not n.delivered), None)
+        ctx = DeveloperContext(fix_reason=last.reason if fix and last else None,
+                               final_rejection=bool(fix and last and last.kind is RoundKind.FINAL),
+                               human_note=note.text if note else None,
+                               recovery_log=self._recovery_log)
+        self.enter(Phase.DEVELOPER, f"round {rnd.round} ({kind})",
+                   deadline=time.time() + self.config.agent_timeout_seconds)
+        try:
+            text = self._turn(DEVELOPER, self.prompts.developer(rec, ctx))
+        except (TurnTimeout, AgentCrashed) as e:
+            return self._reject(f"Developer {self._failure(e)}")
+        if note is not None:
+            note.delivered = True
+        self._recovery_log = None
+        report = parse_developer_report(text)
+        if report is None:
+            try:
+                text = self._turn(DEVELOPER, render("developer_restate", round=rnd.round))
+            except (TurnTimeout, AgentCrashed) as e:
+                return self._reject(f"Developer {self._failure(e)}")
+            report = parse_developer_report(text)
+        if report is None:
+            return self._reject("unreadable report: the Developer's reply did not contain an "
+                                "Implementation Report or ALL_FEATURES_COMPLETE, even when asked "
+                                "to restate it")
+        rnd.report = report.text
+        if report.kind is ReportKind.ALL_COMPLETE:
+            return report
+        return self._check_commit(report)
+
+    def _check_commit(self, report: DeveloperReport) -> DeveloperReport | None:
+        """Git is the truth: verify the reported commit before any Acceptor token is spent."""
+        rec, rnd = self.record, self._round
+        assert rnd is not None
+        rnd.feature = report.feature
+        if (f := rec.feature(report.feature)) is not None and f.status is not FeatureStatus.DONE:
+            f.status = FeatureStatus.IN_PROGRESS
+        leftover = self.repo.commit_leftovers(
+            f"chore(anima): commit uncommitted work of round {rnd.round}"
+            + (f" ({report.feature})" if report.feature else ""))
+        if leftover:
+            rnd.auto_committed = True
+            rnd.notes.append(f"Anima committed the Developer's uncommitted changes as "
+                             f"{leftover[:7]}")
+            self._log(rnd.notes[-1])
+        commit = self.repo.resolve(report.commit) if report.commit else None
+        if report.commit is None:
+            problems = ["the report names no commit hash"]
+        elif commit is None:
+            problems = [f"commit {report.commit} does not exist in the repository"]
+        else:
+            problems = self.repo.check_developer_commit(
+                commit, branch=rec.branch_name or "", base_commit=rec.base_commit or "",
+                main=rec.main_branch or "", main_head=rec.main_head or "")
+        if leftover and not problems:
+            commit = leftover
+        rnd.commit = commit if commit and not problems else rnd.commit
+        if problems:
+            return self._reject("git check failed: " + "; ".join(problems))
+        assert commit is not None
+        rnd.commit = commit
+        rnd.changed_files = self.repo.changed_files_between(rnd.previous_head, commit)
+        self._log(f"commit {commit[:7]} verified on {rec.branch_name} "
+                  f"({len(rnd.changed_files)} files)")
+        return report
+
+    # ------------------------------------------------------------------ Acceptor
+    def _review(self, report: DeveloperReport) -> None:
+        rec, rnd = self.record, self._round
+        assert rnd is not None and rnd.commit is not None
+        self.enter(Phase.ACCEPTOR, f"reviewing {rnd.commit[:7]}",
+                   deadline=time.time() + self.config.agent_timeout_seconds)
+        commits = "\n".join(f"- {h[:7]} {s}" for h, s in
+                            self.repo.branch_log(rnd.previous_head, rnd.commit))
+        prompt = self.prompts.acceptor_review(rec, report=report.text, feature=rnd.feature,
+                                              commit=rnd.commit, previous_head=rnd.previous_head,
+                                              commits=commits)
+        verdict = self._acceptor_verdict(prompt)
+        if verdict is None:
+            return
+        self._finish(verdict)
+
+    def _final_acceptance(self, report: DeveloperReport) -> ReviewVerdict:
+        rec, rnd = self.record, self._round
+        assert rnd is not None
+        rnd.kind = RoundKind.FINAL
+        rnd.commit = self.repo.head()
+        self.enter(Phase.FINAL_ACCEPTANCE, "the Developer reports ALL_FEATURES_COMPLETE",
+                   deadline=time.time() + self.config.agent_timeout_seconds)
+        commits = self.repo.oneline_log(rec.base_commit or "", rec.branch_name or "HEAD")
+        verdict = self._acceptor_verdict(self.prompts.acceptor_final(rec, report=report.text,
+                                                                     commits=commits))
+        if verdict is None:
+            return ReviewVerdict(accepted=False, reason=rec.iterations[-1].reason)
+        self._finish(verdict)
+        return verdict
+
+    def _acceptor_verdict(self, prompt: str) -> ReviewVerdict | None:
+        """Ask the Acceptor, undo anything it changed, read its verdict (restating once).
+
+        None means the round was already recorded as rejected (timeout, crash, unreadable).
+        """
+        snapshot = self.repo.snapshot()
+        try:
+            try:
+                verdict = parse_verdict(self._turn(ACCEPTOR, prompt))
+                if verdict is None:
+                    verdict = parse_verdict(self._turn(ACCEPTOR, render("acceptor_restate")))
+            finally:
+                self._undo_acceptor_changes(snapshot)
+        except (TurnTimeout, AgentCrashed) as e:
+            self._reject(f"Acceptor {self._failure(e)}")
+            return None
+        if verdict is None:
+            self._reject("unreadable verdict: the Acceptor's reply had neither ACCEPTED nor "
+                         "REJECTED, even when asked to restate it")
+        return verdict
+
+    def _undo_acceptor_changes(self, snapshot: object) -> None:
+        undone = self.repo.restore(snapshot)  # type: ignore[arg-type]
+        if undone and self._round is not None:
+            note = "the Acceptor changed the repository; undone: " + "; ".join(undone)
+            self._round.notes.append(note)
+            self._log(note)
+
+    # ------------------------------------------------------------------ verdicts
+    def _reject(self, reason: str) -> None:
+        self._finish(ReviewVerdict(accepted=False, reason=reason))
+        return None
+
+    def _finish(self, verdict: ReviewVerdict) -> None:
+        """Record the round with its verdict and counters, in one atomic write."""
+        rec, rnd = self.record, self._round
+        assert rnd is not None
+        final = rnd.kind is RoundKind.FINAL
+        feature = rec.feature(rnd.feature)
+        if verdict.accepted:
+            if not final:
+                rec.consecutive_rejections = 0
+                rec.iteration_count += 1
+                if feature is not None:
+                    feature.status = FeatureStatus.DONE
+        elif not final:  # a final-acceptance rejection is not a consecutive rejection
+            rec.consecutive_rejections += 1
+        if feature is not None:
+            feature.rounds += 1
+            feature.tool_calls += rnd.tool_calls
+            if rnd.commit and rnd.commit not in feature.commits and rnd.kind is not \
+                    RoundKind.FINAL:
+                feature.commits.append(rnd.commit)
+        digest = RoundDigest(round=rnd.round, kind=rnd.kind.value, feature=rnd.feature,
+                             commit=rnd.commit, changed_files=rnd.changed_files,
+                             verdict="accepted" if verdict.accepted else "rejected",
+                             reason=verdict.reason, report=rnd.report)
+        iteration = Iteration(
+            round=rnd.round, kind=rnd.kind, feature=rnd.feature, commit=rnd.commit,
+            changed_files=rnd.changed_files, summary=fallback_summary(digest),
+            verdict=Verdict.ACCEPTED if verdict.accepted else Verdict.REJECTED,
+            reason=verdict.reason, tokens=rnd.usage.total, usage=rnd.usage,
+            cost_usd=rnd.cost_usd, tool_calls=rnd.tool_calls, auto_committed=rnd.auto_committed,
+            notes=rnd.notes, started_at=rnd.started_at, ended_at=now())
+        rec.iterations.append(iteration)
+        rec.tokens_used += rnd.usage.total
+        rec.usage = rec.usage + rnd.usage
+        rec.cost_usd += rnd.cost_usd
+        self._save()
+        self._round = None
+        word = "ACCEPTED" if verdict.accepted else f"REJECTED: {verdict.reason}"
+        self._log(f"round {rnd.round} ({rnd.kind}{' ' + rnd.feature if rnd.feature else ''}) "
+                  f"{word}")
+        self.bus.publish(VerdictReached(rec.id, rnd.round, rnd.kind.value, verdict.accepted,
+                                        verdict.reason))
+        if self.config.summarizer.enabled:
+            self._pending_summaries.append((len(rec.iterations) - 1,
+                                            self.summarizer.submit(digest)))
+
+    def _apply_summaries(self, wait: bool = False) -> None:
+        """Fold finished background summaries into the record (they never block a round)."""
+        pending, changed = [], False
+        for index, future in self._pending_summaries:
+            if not future.done() and not wait:  # type: ignore[attr-defined]
+                pending.append((index, future))
+                continue
+            try:
+                result: SummaryResult = future.result(timeout=self.config.summarizer  # type: ignore[attr-defined]
+                                                      .timeout_seconds + 5)
+            except Exception:
+                log.exception("summary failed")
+                continue
+            it = self.record.iterations[index]
+            it.summary = result.text
+            self.record.usage = self.record.usage + result.usage
+            self.record.tokens_used += result.usage.total
+            self.record.cost_usd += result.cost_usd
+            it.cost_usd += result.cost_usd
+            changed = True
+        self._pending_summaries = pending
+        if changed:
+            self._save()
+
+    # ------------------------------------------------------------------ endings
+    def _limit_reached(self) -> str | None:
+        rec = self.record
+        if rec.rounds >= rec.max_iterations:
+            return f"round limit reached: {rec.rounds} of {rec.max_iterations} rounds used"
+        budget = self.config.max_budget_usd
+        if budget is not None and rec.cost_usd >= budget:
+            return f"budget reached: ${rec.cost_usd:.2f} of ${budget:.2f} spent"
+        return None
+
+    def _rejection_pause_reason(self) -> str:
+        reasons = [it.reason for it in self.record.iterations[-self.record.consecutive_rejections:]]
+        if f := self.record.feature(self.record.iterations[-1].feature):
+            f.status = FeatureStatus.BLOCKED
+        return (f"{self.record.consecutive_rejections} consecutive rejections; last: "
+                + reasons[-1])
+
+    def _pause(self, reason: str) -> Phase:
+        self.record.pause_reason = reason
+        self.record.interrupted = False
+        self.enter(Phase.PAUSED, reason)
+        self._set_state(StateStatus.PAUSED, self.record.id)
+        self.bus.publish(Notice(self.record.id, "paused", f"{self.record.title}: {reason}"))
+        return self.phase
+
+    def _complete(self) -> Phase:
+        rec = self.record
+        rec.interrupted = False
+        if rec.requires_human_review:
+            self.enter(Phase.AWAITING_REVIEW, "final acceptance passed; waiting for your review")
+            self._set_state(StateStatus.SLEEPING, None)
+            self.bus.publish(Notice(rec.id, "awaiting_review",
+                                    f"{rec.title} passed final acceptance: review it"))
+            return self.phase
+        self.enter(Phase.COMPLETED, "final acceptance passed")
+        finish_completed(rec, self.store, self.repo, self.config, self.bus)
+        return self.phase
+
+    # ------------------------------------------------------------------ agents
+    def _agent(self, role: str) -> Agent:
+        agent = self._agents.get(role)
+        if agent is not None:
+            return agent
+        sessions = self.record.sessions
+        session_id = getattr(sessions, role)
+        resume = session_id is not None
+        if session_id is None:
+            session_id = str(uuid.uuid4())
+            setattr(sessions, role, session_id)
+            self._save()  # the session id is known before the process can write anything
+        agent = self.make_agent(role, session_id, resume)
+        self._agents[role] = agent
+        return agent
+
+    def _fresh_session(self, role: str, why: str) -> None:
+        setattr(self.record.sessions, role, None)
+        note = f"{role} session could not be resumed ({why}); started a fresh one"
+        self.record.notes.append(note)
+        self._log(note)
+        self._drop_agent(role)
+
+    def _drop_agent(self, role: str) -> None:
+        agent = self._agents.pop(role, None)
+        if agent is not None:
+            agent.stop()
+
+    def _turn(self, role: str, prompt: str) -> str:
+        """One turn, with the seed's failure handling around it.
+
+        A lost session is replaced by a fresh one; a crash restarts the agent on its session
+        and retries once; a timeout stops the agent (the next turn resumes its session).
+        """
+        crashed = False
+        while True:
+            if self.control.stop.is_set():
+                raise _Stopped
+            agent = self._agent(role)
+            try:
+                result = agent.send(prompt)
+            except SessionLost as e:
+                self._fresh_session(role, str(e))
+                continue
+            except TurnTimeout as e:
+                self._drop_agent(role)
+                if self.control.stop.is_set():
+                    raise _Stopped from e
+                self._log(f"{role} timed out: {e}")
+                raise
+            except AgentCrashed as e:
+                self._drop_agent(role)
+                if self.control.stop.is_set():
+                    raise _Stopped from e
+                self._log(f"{role} crashed: {e} {e.stderr_tail[-300:]}")
+                if crashed:
+                    raise
+                crashed = True
+                continue
+            self._account(result)
+            return result.text
+
+    def _account(self, result: TurnResult) -> None:
+        if self._round is not None:
+            self._round.usage = self._round.usage + Usage.from_api(result.usage)
+            self._round.cost_usd += result.cost_usd
+
+    @staticmethod
+    def _failure(e: AnimaError) -> str:
+        if isinstance(e, TurnTimeout):
+            return f"timed out: {e}"
+        if isinstance(e, AgentCrashed):
+            tail = f" (stderr: {e.stderr_tail.strip()[-200:]})" if e.stderr_tail.strip() else ""
+            return f"crashed twice in this round: {e}{tail}"
+        return str(e)
+
+    def _stop_agents(self) -> None:
+        for role in list(self._agents):
+            self._drop_agent(role)
+
+    def pause_now(self, reason: str) -> Phase:
+        """After a stop by the user: the round in flight is dropped and redone on resume."""
+        self._round = None
+        return self._pause(reason)
+
+    def stop(self, reason: str = "") -> None:
+        """From any thread: end the running turn and leave the loop without recording it."""
+        self.control.stop_reason = reason
+        self.control.stop.set()
+        for agent in list(self._agents.values()):
+            agent.stop()
+
+    def _on_event(self, event: object) -> None:
+        if isinstance(event, ToolUse) and event.role == DEVELOPER and self._round is not None:
+            self._round.tool_calls += 1
+
+    # ------------------------------------------------------------------ persistence
+    def _save(self) -> None:
+        self.store.save_record(self.record)
+        self.bus.publish(MilestoneChanged(self.record.model_copy(deep=True)))
+
+    def _set_state(self, status: StateStatus, milestone_id: str | None) -> None:
+        self.store.save_state(State(status=status, current_milestone=milestone_id))
+
+    def _log(self, text: str) -> None:
+        self.bus.publish(LogLine(self.record.id, text))
+
+
+def finish_completed(record: MilestoneRecord, store: Store, repo: GitRepo, config: Config,
+                     bus: EventBus) -> None:
+    """After `completed` (directly or by approval): merge into main if clean, back to main."""
+    record.completed_at = now()
+    if config.merge_on_complete and record.branch_name and record.main_branch:
+        outcome = repo.merge_branch(record.branch_name, record.main_branch,
+                                    f"Merge {record.branch_name}: {record.title}")
+        record.merge = MergeInfo(merged=outcome.merged, detail=outcome.detail)
+        bus.publish(LogLine(record.id, ("merged into " if outcome.merged else "not merged: ")
+                            + outcome.detail))
+    elif record.main_branch:
+        repo.switch(record.main_branch)
+    store.save_record(record)
+    store.save_state(State(status=StateStatus.SLEEPING, current_milestone=None))
+    bus.publish(MilestoneChanged(record.model_copy(deep=True)))
+    bus.publish(Notice(record.id, "completed", f"{record.title} is completed"))
