@@ -1,0 +1,218 @@
+"""Shared fixtures: the fake and the real `claude`, a Messages API stub, a temp git repo, and a
+guard that fails any test leaving a child process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anima.agents.discovery import ClaudeBinary, find_claude
+from tests.fakes.api_stub import ApiStub
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FAKE_CLAUDE = Path(__file__).resolve().parent / "fakes" / "fake_claude.py"
+REAL_INSTALL_HINT = "npm install --prefix .claude-cli @anthropic-ai/claude-code"
+
+
+# --- the fake claude ----------------------------------------------------------------------
+
+
+class FakeClaude:
+    """One test's fake `claude`: its script, its state dir and its prompt log."""
+
+    def __init__(self, root: Path) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root
+        self.script_path = root / "script.json"
+        self.state_dir = root / "state"
+        self.log_path = root / "prompts.jsonl"
+        self.path = FAKE_CLAUDE
+        # Run through this interpreter: no dependence on which python3 is first on PATH.
+        self.command = f"{sys.executable} {FAKE_CLAUDE}"
+        self.write_script({})
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Variables the child needs; lay them over os.environ (AgentProcess(env=…) does)."""
+        return {
+            "FAKE_CLAUDE_SCRIPT": str(self.script_path),
+            "FAKE_CLAUDE_STATE": str(self.state_dir),
+            "FAKE_CLAUDE_LOG": str(self.log_path),
+        }
+
+    @property
+    def binary(self) -> ClaudeBinary:
+        return find_claude(self.command)
+
+    def write_script(self, script: dict[str, Any]) -> None:
+        self.script_path.write_text(json.dumps(script), encoding="utf-8")
+
+    def entries(self, role: str | None = None) -> list[dict[str, Any]]:
+        """Every logged prompt entry (role, session_id, resume, prompt, argv, pid, turn)."""
+        if not self.log_path.exists():
+            return []
+        lines = self.log_path.read_text(encoding="utf-8").splitlines()
+        found = [json.loads(line) for line in lines if line.strip()]
+        return [e for e in found if role is None or e["role"] == role]
+
+    def prompts(self, role: str | None = None) -> list[str]:
+        return [e["prompt"] for e in self.entries(role)]
+
+    def use_env(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Point Anima at the fake through its environment (ANIMA_CLAUDE_COMMAND & co.)."""
+        monkeypatch.setenv("ANIMA_CLAUDE_COMMAND", self.command)
+        for key, value in self.env.items():
+            monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def fake_claude(tmp_path: Path) -> FakeClaude:
+    return FakeClaude(tmp_path / "fake_claude")
+
+
+# --- git ----------------------------------------------------------------------------------
+
+
+def run_git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> Path:
+    """A repo with one commit on `main`; identity set locally, so commits work anywhere."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    run_git(repo, "init", "-q", "-b", "main")
+    run_git(repo, "config", "user.name", "Anima Test")
+    run_git(repo, "config", "user.email", "anima-test@example.invalid")
+    run_git(repo, "config", "commit.gpgsign", "false")
+    (repo / "README.md").write_text("# test project\n", encoding="utf-8")
+    run_git(repo, "add", "README.md")
+    run_git(repo, "commit", "-q", "-m", "chore: initial commit")
+    return repo
+
+
+# --- the Messages API stub and the real CLI -----------------------------------------------
+
+
+@pytest.fixture
+def api_stub() -> Iterator[ApiStub]:
+    with ApiStub() as stub:
+        yield stub
+
+
+def _is_real_claude(path: str) -> bool:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20,
+                             env={k: v for k, v in os.environ.items() if k != "CLAUDECODE"})
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "Fake Claude" not in out.stdout
+
+
+def find_real_claude() -> str | None:
+    """$ANIMA_REAL_CLAUDE, then .claude-cli/ in the repo, then `claude` on PATH (never the fake)."""
+    candidates = [os.environ.get("ANIMA_REAL_CLAUDE"),
+                  str(REPO_ROOT / ".claude-cli" / "node_modules" / ".bin" / "claude"),
+                  shutil.which("claude")]
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK) and _is_real_claude(candidate):
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="session")
+def real_claude_bin() -> str:
+    found = find_real_claude()
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"real claude CLI not installed (CI must install it): {REAL_INSTALL_HINT}")
+        pytest.skip(f"real claude CLI not installed: {REAL_INSTALL_HINT}")
+    return found
+
+
+def real_claude_env(stub: ApiStub, home: Path) -> dict[str, str]:
+    """design.md "Testing against the real CLI, offline": everything to the stub, nothing out."""
+    home.mkdir(parents=True, exist_ok=True)
+    return {
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": stub.url,
+        "ANTHROPIC_API_KEY": "sk-ant-test-dummy",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "XDG_CONFIG_HOME": str(home / ".config"),
+    }
+
+
+@pytest.fixture
+def real_env(api_stub: ApiStub, tmp_path: Path) -> dict[str, str]:
+    return real_claude_env(api_stub, tmp_path / "home")
+
+
+# --- no process left behind ---------------------------------------------------------------
+
+
+def _proc_stat(pid: int) -> tuple[int, str, str] | None:
+    """(ppid, state, command) of a pid from /proc, or None if it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name_end = raw.rfind(")")
+    fields = raw[name_end + 2:].split()
+    return int(fields[1]), fields[0], raw[raw.find("(") + 1:name_end]
+
+
+def descendants(root: int) -> dict[int, str]:
+    """All live or zombie descendants of `root`: {pid: "state command"}."""
+    children: dict[int, list[int]] = {}
+    info: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        stat = _proc_stat(int(entry))
+        if stat is None:
+            continue
+        children.setdefault(stat[0], []).append(int(entry))
+        info[int(entry)] = f"{stat[1]} {stat[2]}"
+    found: dict[int, str] = {}
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found[child] = info[child]
+            stack.append(child)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes() -> Iterator[None]:
+    """Fail a test that leaves a child (or a zombie) of the test process behind."""
+    before = set(descendants(os.getpid()))
+    yield
+    deadline = time.monotonic() + 2.0
+    while True:
+        left = {p: d for p, d in descendants(os.getpid()).items() if p not in before}
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if left:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, os.WNOHANG)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        pytest.fail(f"test left child processes behind: {left}")

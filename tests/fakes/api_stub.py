@@ -1,0 +1,346 @@
+"""A local Anthropic Messages API stub, so the real `claude` CLI and the anthropic SDK run offline.
+
+It speaks just enough of the API: `POST /v1/messages` (streaming SSE and plain JSON),
+`POST /v1/messages/count_tokens`, and a harmless answer for anything else. Replies come from a
+script (a queue plus a default). The real CLI also sends side requests (title generation, quota
+probes, …) that carry no tools; those get a short canned answer and never consume the script, so
+a test's scripted replies line up with the agent's real model calls.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """One scripted model answer: text and/or tool calls, optionally slowed down."""
+
+    text: str = ""
+    tool_uses: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    delay: float = 0.0  # seconds before the first byte (message_start)
+    chunk_delay: float = 0.0  # seconds between text deltas (stream mode)
+    stop_reason: str | None = None  # default: tool_use if tool_uses else end_turn
+    usage: dict[str, int] | None = None
+
+
+
+def _coerce(spec: Any, request: dict[str, Any]) -> Reply:
+    """Accept the convenient forms tests write: str, dict, Reply or callable(request)."""
+    if callable(spec) and not isinstance(spec, Reply):
+        spec = spec(request)
+    if isinstance(spec, Reply):
+        return spec
+    if isinstance(spec, str):
+        return Reply(text=spec)
+    if isinstance(spec, dict):
+        tool_uses: list[tuple[str, dict[str, Any]]] = []
+        if "tool_use" in spec:
+            tu = spec["tool_use"]
+            tool_uses.append((tu["name"], dict(tu.get("input", {}))))
+        for tu in spec.get("tool_uses", []):
+            tool_uses.append((tu["name"], dict(tu.get("input", {}))))
+        return Reply(
+            text=spec.get("text", ""),
+            tool_uses=tool_uses,
+            delay=float(spec.get("delay", 0.0)),
+            chunk_delay=float(spec.get("chunk_delay", 0.0)),
+            stop_reason=spec.get("stop_reason"),
+            usage=spec.get("usage"),
+        )
+    raise TypeError(f"cannot turn {spec!r} into a stub reply")
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """All text of one request message (string content or text/tool_result blocks)."""
+    content = message.get("content", "")
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text":
+            parts.append(block.get("text", ""))
+        elif block.get("type") == "tool_result":
+            inner = block.get("content", "")
+            if isinstance(inner, str):
+                parts.append(inner)
+            else:
+                parts.extend(b.get("text", "") for b in inner if isinstance(b, dict))
+    return "\n".join(parts)
+
+
+def system_text(request: dict[str, Any]) -> str:
+    """The request's system prompt (string or list of blocks) as one string."""
+    system = request.get("system", "")
+    if isinstance(system, str):
+        return system
+    return "\n".join(b.get("text", "") for b in system if isinstance(b, dict))
+
+
+def all_text(request: dict[str, Any]) -> str:
+    """System prompt plus every message's text, whatever its role (incl. role "system")."""
+    parts = [system_text(request)]
+    parts.extend(message_text(m) for m in request.get("messages", []))
+    return "\n".join(parts)
+
+
+def is_agent_request(request: dict[str, Any]) -> bool:
+    """A main-loop model call of the agent (it offers tools); side requests offer none."""
+    return bool(request.get("tools"))
+
+
+def count_tokens(request: dict[str, Any]) -> int:
+    """A character-based estimate (4 chars a token), deterministic for tests."""
+    size = len(json.dumps(request.get("messages", []))) + len(system_text(request))
+    size += len(json.dumps(request.get("tools", [])))
+    return max(1, size // 4)
+
+
+class ApiStub:
+    """Threaded HTTP server on 127.0.0.1:<random port>; use as a context manager.
+
+    `replies` is consumed by agent requests (see `is_agent_request`) in order; when empty,
+    `default` answers. `side_reply` answers side requests. `requests` records every request
+    body to /v1/messages (both kinds) with a `_path` key added.
+    """
+
+    def __init__(
+        self,
+        default: Any = "OK",
+        side_reply: Any = "Side reply",
+        is_main: Callable[[dict[str, Any]], bool] = is_agent_request,
+    ) -> None:
+        self.default = default
+        self.side_reply = side_reply
+        self.is_main = is_main
+        self.requests: list[dict[str, Any]] = []
+        self.other_paths: list[str] = []
+        self._replies: deque[Any] = deque()
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._closing = threading.Event()
+
+    # --- script ---------------------------------------------------------------------------
+
+    def push(self, *replies: Any) -> None:
+        """Queue replies for the next agent requests."""
+        with self._lock:
+            self._replies.extend(replies)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._replies.clear()
+            self.requests.clear()
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._replies)
+
+    def agent_requests(self) -> list[dict[str, Any]]:
+        """Recorded main-loop requests (side requests filtered out)."""
+        with self._lock:
+            return [r for r in self.requests if self.is_main(r)]
+
+    def wait_for_requests(self, n: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """Block until at least n agent requests arrived (for tests that race a stream)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reqs = self.agent_requests()
+            if len(reqs) >= n:
+                return reqs
+            time.sleep(0.02)
+        raise TimeoutError(f"stub saw {len(self.agent_requests())} agent requests, wanted {n}")
+
+    def _next_reply(self, request: dict[str, Any]) -> Reply:
+        if not self.is_main(request):
+            return _coerce(self.side_reply, request)
+        with self._lock:
+            spec = self._replies.popleft() if self._replies else self.default
+        return _coerce(spec, request)
+
+    # --- server ---------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "stub not started"
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ApiStub:
+        stub = self
+
+        class Handler(_Handler):
+            owner = stub
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="api-stub", kwargs={"poll_interval": 0.05},
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._closing.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+
+    def __enter__(self) -> ApiStub:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _chunks(text: str, size: int = 40) -> Iterator[str]:
+    for i in range(0, len(text), size):
+        yield text[i : i + size]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: ApiStub
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence the default stderr access log."""
+
+    def _send_json(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("request-id", f"req_{uuid.uuid4().hex[:16]}")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self.owner.other_paths.append(self.path)
+        self._send_json(200, {})
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        path = self.path.split("?", 1)[0]
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            body = {}
+        if path == "/v1/messages/count_tokens":
+            self._send_json(200, {"input_tokens": count_tokens(body)})
+            return
+        if path != "/v1/messages":
+            self.owner.other_paths.append(path)
+            self._send_json(200, {})
+            return
+        body["_path"] = path
+        with self.owner._lock:
+            self.owner.requests.append(body)
+        reply = self.owner._next_reply(body)
+        if reply.delay:
+            time.sleep(reply.delay)
+        try:
+            if body.get("stream"):
+                self._stream(body, reply)
+            else:
+                self._send_json(200, self._message(body, reply))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client hung up (an interrupt): nothing to do
+
+    def _blocks(self, reply: Reply) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = []
+        if reply.text:
+            blocks.append({"type": "text", "text": reply.text})
+        for name, inp in reply.tool_uses:
+            blocks.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}",
+                           "name": name, "input": inp})
+        if not blocks:
+            blocks.append({"type": "text", "text": ""})
+        return blocks
+
+    def _usage(self, body: dict[str, Any], reply: Reply) -> dict[str, int]:
+        usage = {"input_tokens": count_tokens(body), "output_tokens": max(1, len(reply.text) // 4),
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        if reply.usage:
+            usage.update(reply.usage)
+        return usage
+
+    def _message(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        return {
+            "id": f"msg_{uuid.uuid4().hex[:24]}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "claude-stub"),
+            "content": self._blocks(reply),
+            "stop_reason": reply.stop_reason or ("tool_use" if reply.tool_uses else "end_turn"),
+            "stop_sequence": None,
+            "usage": self._usage(body, reply),
+        }
+
+    def _stream(self, body: dict[str, Any], reply: Reply) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.send_header("request-id", f"req_{uuid.uuid4().hex[:16]}")
+        self.end_headers()
+        self.close_connection = True
+        msg = self._message(body, reply)
+        usage = msg["usage"]
+        start = dict(msg, content=[], stop_reason=None,
+                     usage=dict(usage, output_tokens=1))
+        out = self.wfile
+        out.write(_sse("message_start", {"type": "message_start", "message": start}))
+        out.flush()
+        for index, block in enumerate(msg["content"]):
+            if block["type"] == "text":
+                out.write(_sse("content_block_start", {"type": "content_block_start",
+                               "index": index, "content_block": {"type": "text", "text": ""}}))
+                for piece in _chunks(block["text"]) if block["text"] else []:
+                    if reply.chunk_delay:
+                        out.flush()
+                        time.sleep(reply.chunk_delay)
+                        if self.owner._closing.is_set():
+                            return
+                    out.write(_sse("content_block_delta", {"type": "content_block_delta",
+                              "index": index, "delta": {"type": "text_delta", "text": piece}}))
+            else:
+                out.write(_sse("content_block_start", {"type": "content_block_start",
+                               "index": index, "content_block": dict(block, input={})}))
+                out.write(_sse("content_block_delta", {"type": "content_block_delta",
+                          "index": index, "delta": {"type": "input_json_delta",
+                                                    "partial_json": json.dumps(block["input"])}}))
+            out.write(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+        out.write(_sse("message_delta", {"type": "message_delta",
+                       "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None},
+                       "usage": {"output_tokens": usage["output_tokens"]}}))
+        out.write(_sse("message_stop", {"type": "message_stop"}))
+        out.flush()

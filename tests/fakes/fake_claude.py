@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""A scripted stand-in for `claude -p --input-format stream-json --output-format stream-json`.
+
+It speaks the same wire format as the real CLI (checked against 2.1.x: a `system/init` line per
+turn, `assistant` / `user` lines, one `result` per turn, `control_request` interrupts answered
+with a `control_response` then an `error_during_execution` result) and is driven by a JSON
+script so tests decide every reply. Standard library only: the suite starts it hundreds of times.
+
+Environment:
+  FAKE_CLAUDE_SCRIPT  JSON file {"developer": [turn…], "acceptor": [turn…],
+                      "developer_default": turn, "acceptor_default": turn, "lose_sessions": bool}
+  FAKE_CLAUDE_STATE   directory for turn counters and known sessions (survives restarts)
+  FAKE_CLAUDE_LOG     JSONL file, one entry per received prompt
+See tests/conftest.py (FakeClaude) and the turn keys in `run_turn`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+VERSION = "9.9.9 (Fake Claude)"
+TOOLS = ["Task", "Bash", "Edit", "Glob", "Grep", "Read", "Write"]
+FEATURE_RE = re.compile(r"^\s*-?\s*\[( |/|!)\]\s+(F\d+)\b", re.MULTILINE)
+ROUND_RE = re.compile(r"\bround:?\s*(\d+)", re.IGNORECASE)
+BASE_RE = re.compile(r"Base commit:\s*`?([0-9a-fA-F]{7,40})")
+
+_out_lock = threading.Lock()
+
+
+def emit(obj: dict[str, Any]) -> None:
+    line = json.dumps(obj, separators=(",", ":")) + "\n"
+    with _out_lock:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+
+def emit_raw(text: str) -> None:
+    with _out_lock:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+
+class Args:
+    """The subset of the real CLI's flags Anima passes."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self.session_id = ""
+        self.resume = False
+        self.system_prompt = ""
+        self.permission_mode = "default"
+        self.model = "claude-fake-1"
+        self.version = False
+        with_value = {"--session-id", "--resume", "--append-system-prompt", "--permission-mode",
+                      "--model", "--input-format", "--output-format", "--allowedTools",
+                      "--disallowedTools", "--system-prompt", "--max-turns"}
+        i = 0
+        while i < len(argv):
+            arg = argv[i]
+            value = argv[i + 1] if arg in with_value and i + 1 < len(argv) else None
+            if arg in ("--version", "-v"):
+                self.version = True
+            elif arg == "--session-id":
+                self.session_id = value or ""
+            elif arg == "--resume":
+                self.session_id, self.resume = value or "", True
+            elif arg == "--append-system-prompt":
+                self.system_prompt = value or ""
+            elif arg == "--permission-mode":
+                self.permission_mode = value or "default"
+            elif arg == "--model":
+                self.model = value or self.model
+            i += 2 if value is not None else 1
+        if not self.session_id:
+            self.session_id = str(uuid.uuid4())
+
+    @property
+    def role(self) -> str:
+        """"You are the X agent" decides; else whichever role is named first (prompts may
+        mention the other role too)."""
+        prompt = self.system_prompt
+        for name in ("Developer", "Acceptor"):
+            if f"You are the {name} agent" in prompt:
+                return name.lower()
+        found = [(prompt.find(f"{n} agent"), n.lower()) for n in ("Developer", "Acceptor")]
+        found = [f for f in found if f[0] >= 0]
+        return min(found)[1] if found else "unknown"
+
+
+class State:
+    """Turn counters per role and the sessions that finished a turn, kept on disk."""
+
+    def __init__(self, directory: str | None) -> None:
+        self.dir = Path(directory) if directory else None
+        self.mem: dict[str, int] = {}
+        if self.dir:
+            self.dir.mkdir(parents=True, exist_ok=True)
+
+    def next_turn(self, role: str) -> int:
+        if self.dir is None:
+            n = self.mem.get(role, 0)
+            self.mem[role] = n + 1
+            return n
+        path = self.dir / f"{role}.count"
+        n = int(path.read_text()) if path.exists() else 0
+        path.write_text(str(n + 1))
+        return n
+
+    def knows(self, session_id: str) -> bool:
+        return self.dir is None or (self.dir / f"session-{session_id}").exists()
+
+    def remember(self, session_id: str) -> None:
+        if self.dir is not None:
+            (self.dir / f"session-{session_id}").write_text("1")
+
+
+class Interrupted(Exception):
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+
+
+class Input:
+    """Reads stdin on a thread: control requests are seen while a turn is busy."""
+
+    def __init__(self) -> None:
+        self.turns: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.interrupts: queue.Queue[str] = queue.Queue()
+        self.pending = 0  # turns received and not finished: an interrupt then aborts one
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for raw in sys.stdin.buffer:
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                continue
+            if msg.get("type") == "control_request":
+                request_id = str(msg.get("request_id", ""))
+                with self.lock:
+                    busy = self.pending > 0
+                if (msg.get("request") or {}).get("subtype") == "interrupt" and busy:
+                    self.interrupts.put(request_id)
+                else:
+                    emit({"type": "control_response",
+                          "response": {"subtype": "success", "request_id": request_id}})
+            elif msg.get("type") == "user":
+                with self.lock:
+                    self.pending += 1
+                self.turns.put(msg)
+        self.turns.put(None)
+
+    def finish_turn(self) -> None:
+        """Answer interrupts that came too late to abort anything, like the real CLI."""
+        with self.lock:
+            self.pending -= 1
+            idle = self.pending == 0
+        while idle:
+            try:
+                request_id = self.interrupts.get_nowait()
+            except queue.Empty:
+                return
+            emit({"type": "control_response",
+                  "response": {"subtype": "success", "request_id": request_id}})
+
+    def wait(self, seconds: float | None, interruptible: bool = True) -> None:
+        """Sleep (forever if None), unless an interrupt arrives first."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            try:
+                request_id = self.interrupts.get(timeout=left if left is not None else 3600)
+            except queue.Empty:
+                continue
+            if interruptible:
+                raise Interrupted(request_id)
+
+
+def prompt_text(msg: dict[str, Any]) -> str:
+    content = (msg.get("message") or {}).get("content", "")
+    if isinstance(content, str):
+        return content
+    return "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
+
+
+def git(cwd: str, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+class Turn:
+    """Emits one turn's stream-json and gathers what the reply text needs."""
+
+    def __init__(self, args: Args, index: int, prompt: str) -> None:
+        self.args = args
+        self.index = index
+        self.prompt = prompt
+        self.cwd = os.getcwd()
+        self.session = args.session_id
+        self.num_turns = 1
+        match = FEATURE_RE.search(prompt)
+        self.feature = match.group(2) if match else ""
+
+    def assistant(self, blocks: list[dict[str, Any]]) -> None:
+        emit({"type": "assistant", "message": {
+            "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
+            "model": self.args.model, "content": blocks, "stop_reason": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5}},
+            "parent_tool_use_id": None, "session_id": self.session, "uuid": str(uuid.uuid4())})
+
+    def tool(self, name: str, tool_input: dict[str, Any], output: str, is_error: bool) -> None:
+        tool_id = f"toolu_{uuid.uuid4().hex[:20]}"
+        self.assistant([{"type": "tool_use", "id": tool_id, "name": name, "input": tool_input}])
+        emit({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": tool_id, "content": output,
+             "is_error": is_error}]},
+            "parent_tool_use_id": None, "session_id": self.session, "uuid": str(uuid.uuid4())})
+        self.num_turns += 1
+
+    def bash(self, command: str) -> str:
+        proc = subprocess.run(command, shell=True, cwd=self.cwd, capture_output=True, text=True)
+        output = (proc.stdout + proc.stderr).strip()
+        self.tool("Bash", {"command": command, "description": "run a command"},
+                  output if proc.returncode == 0 else f"Exit code {proc.returncode}\n{output}",
+                  proc.returncode != 0)
+        return proc.stdout.strip()
+
+    def write_file(self, path: str, content: str) -> None:
+        target = Path(self.cwd, path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+        self.tool("Write", {"file_path": str(target), "content": content},
+                  f"File created successfully at: {target}", False)
+
+    def auto_developer(self) -> str:
+        match = ROUND_RE.search(self.prompt)
+        round_no = int(match.group(1)) if match else 1
+        if not self.feature:
+            base = BASE_RE.search(self.prompt)
+            log_range = f"{base.group(1)}..HEAD" if base else "-n 20"
+            commits = self.bash(f'git log --format="%H %s" {log_range}')
+            listing = "\n".join(f"- {line}" for line in commits.splitlines()) or "- (none)"
+            return ("## ALL_FEATURES_COMPLETE\n\n### Commits\n" + listing
+                    + "\n\n### Summary\nEvery feature of the milestone is implemented.")
+        fid = self.feature
+        self.write_file(f"features/{fid}.txt", f"{fid}\nround {round_no}\nturn {self.index}\n")
+        self.bash(f'git add -A && git commit -q -m "feat: {fid}"')
+        head = git(self.cwd, "rev-parse", "HEAD")
+        return (f"## Implementation Report — Round {round_no}\n\n"
+                f"**Feature**: {fid}\n**Commit**: {head}\n**Tests**: 1 passed, 0 failed\n"
+                f"**Lint**: clean\n\n### Changes\n- features/{fid}.txt: added")
+
+    def fill(self, text: str) -> str:
+        if "{head" in text:
+            head = git(self.cwd, "rev-parse", "HEAD")
+            text = text.replace("{head_short}", head[:7]).replace("{head}", head)
+        return text.replace("{feature}", self.feature)
+
+    def result(self, text: str | None, spec: dict[str, Any], started: float) -> None:
+        is_error = bool(spec.get("is_error", False))
+        out: dict[str, Any] = {
+            "type": "result", "subtype": spec.get("subtype", "success"), "is_error": is_error,
+            "duration_ms": int((time.monotonic() - started) * 1000), "duration_api_ms": 1,
+            "num_turns": self.num_turns, "session_id": self.session,
+            "total_cost_usd": float(spec.get("cost_usd", 0.01)),
+            "usage": spec.get("usage", {"input_tokens": 100, "output_tokens": 50}),
+            "uuid": str(uuid.uuid4()),
+        }
+        if text is not None:
+            out["result"] = text
+        emit(out)
+
+
+def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Input) -> None:
+    """Turn keys: noise, crash, delay, hang, ignore_interrupt, shell, edit_file, auto,
+    huge_line_bytes, text, is_error, subtype, cost_usd, usage, stderr."""
+    started = time.monotonic()
+    turn = Turn(args, index, prompt)
+    emit({"type": "system", "subtype": "init", "cwd": turn.cwd, "session_id": args.session_id,
+          "tools": TOOLS, "mcp_servers": [], "model": args.model,
+          "permissionMode": args.permission_mode, "apiKeySource": "none",
+          "claude_code_version": VERSION.split()[0], "uuid": str(uuid.uuid4())})
+    for line in spec.get("noise", []):
+        emit_raw(str(line))
+    for line in spec.get("stderr", []):
+        sys.stderr.write(str(line) + "\n")
+        sys.stderr.flush()
+    if "crash" in spec:
+        sys.stderr.write("Traceback (most recent call last):\n  File \"fake_claude.py\", "
+                         "line 1, in run_turn\nRuntimeError: fake claude crashed on purpose\n")
+        sys.stderr.flush()
+        os._exit(int(spec["crash"]))
+    interruptible = not spec.get("ignore_interrupt", False)
+    try:
+        if spec.get("delay"):
+            inp.wait(float(spec["delay"]), interruptible)
+        if spec.get("hang"):
+            inp.wait(None, interruptible)
+    except Interrupted as e:
+        emit({"type": "control_response",
+              "response": {"subtype": "success", "request_id": e.request_id}})
+        emit({"type": "user", "message": {"role": "user", "content": [
+            {"type": "text", "text": "[Request interrupted by user]"}]},
+            "parent_tool_use_id": None, "session_id": args.session_id})
+        turn.num_turns += 1
+        out = {"type": "result", "subtype": "error_during_execution", "is_error": True,
+               "duration_ms": int((time.monotonic() - started) * 1000), "duration_api_ms": 0,
+               "num_turns": turn.num_turns, "session_id": args.session_id,
+               "total_cost_usd": 0, "usage": {"input_tokens": 0, "output_tokens": 0},
+               "terminal_reason": "aborted_streaming", "errors": ["interrupted"]}
+        emit(out)
+        return
+    for command in spec.get("shell", []):
+        turn.bash(command)
+    if spec.get("edit_file"):
+        edit = spec["edit_file"]
+        turn.write_file(edit["path"], edit.get("content", ""))
+    reply = ""
+    if spec.get("auto"):
+        reply = turn.auto_developer() if args.role == "developer" else "ACCEPTED"
+    if "text" in spec:
+        reply = turn.fill(str(spec["text"]))
+    if spec.get("huge_line_bytes"):
+        size = int(spec["huge_line_bytes"])
+        turn.assistant([{"type": "text", "text": "x" * size}])
+    if reply:
+        turn.assistant([{"type": "text", "text": reply}])
+    turn.result(reply, spec, started)
+
+
+def main() -> int:
+    args = Args(sys.argv[1:])
+    if args.version:
+        print(VERSION)
+        return 0
+    script_path = os.environ.get("FAKE_CLAUDE_SCRIPT")
+    script: dict[str, Any] = {}
+    if script_path and Path(script_path).exists():
+        script = json.loads(Path(script_path).read_text(encoding="utf-8"))
+    state = State(os.environ.get("FAKE_CLAUDE_STATE"))
+    log_path = os.environ.get("FAKE_CLAUDE_LOG")
+    lost = args.resume and bool(script.get("lose_sessions")) and not state.knows(args.session_id)
+    inp = Input()
+    while True:
+        msg = inp.turns.get()
+        if msg is None:
+            return 0
+        prompt = prompt_text(msg)
+        role = args.role
+        index = -1 if lost else state.next_turn(role)
+        if log_path:
+            entry = {"role": role, "session_id": args.session_id, "resume": args.resume,
+                     "prompt": prompt, "argv": sys.argv[1:], "pid": os.getpid(), "turn": index,
+                     "cwd": os.getcwd(), "time": time.time()}
+            with open(log_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+        if lost:
+            # What the real CLI does for a session file it never wrote: no model call, an
+            # error result, exit 1.
+            sys.stderr.write(f"No conversation found with session ID: {args.session_id}\n")
+            sys.stderr.flush()
+            Turn(args, index, prompt).result(None, {"is_error": True, "cost_usd": 0,
+                                                    "subtype": "error_during_execution"},
+                                             time.monotonic())
+            return 1
+        turns = script.get(role, [])
+        spec = turns[index] if index < len(turns) else script.get(f"{role}_default", {"auto": True})
+        try:
+            run_turn(args, spec, index, prompt, inp)
+        finally:
+            inp.finish_turn()
+        state.remember(args.session_id)
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Not sys.exit: the daemon stdin reader holds stdin's lock and would stall shutdown.
+    os._exit(code)
