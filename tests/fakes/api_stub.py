@@ -265,8 +265,8 @@ class _Handler(BaseHTTPRequestHandler):
         with self.owner._lock:
             self.owner.requests.append(body)
         reply = self.owner._next_reply(body)
-        if reply.delay:
-            time.sleep(reply.delay)
+        if reply.delay and self.owner._closing.wait(reply.delay):
+            return  # the stub is shutting down
         try:
             if body.get("stream"):
                 self._stream(body, reply)
@@ -327,8 +327,7 @@ class _Handler(BaseHTTPRequestHandler):
                 for piece in _chunks(block["text"]) if block["text"] else []:
                     if reply.chunk_delay:
                         out.flush()
-                        time.sleep(reply.chunk_delay)
-                        if self.owner._closing.is_set():
+                        if self.owner._closing.wait(reply.chunk_delay):
                             return
                     out.write(_sse("content_block_delta", {"type": "content_block_delta",
                               "index": index, "delta": {"type": "text_delta", "text": piece}}))

@@ -1,0 +1,157 @@
+"""AgentProcess driving the real `claude` CLI offline, against the local Messages API stub.
+
+These pin the facts the fake imitates (design.md, "Testing against the real CLI, offline").
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from anima.agents.discovery import find_claude
+from anima.agents.process import AgentProcess
+from anima.agents.profiles import ACCEPTOR, DEVELOPER, profile_for
+from anima.config import Config
+from anima.errors import SessionLost
+from anima.events import Event, EventBus, SessionStarted, ToolResult, ToolUse, TurnResult
+from tests.conftest import run_git
+from tests.fakes.api_stub import ApiStub, all_text
+
+pytestmark = [pytest.mark.real_claude, pytest.mark.timeout(90)]
+
+Factory = Callable[..., AgentProcess]
+
+
+@pytest.fixture
+def events() -> list[Event]:
+    return []
+
+
+@pytest.fixture
+def make_real(real_claude_bin: str, real_env: dict[str, str], git_repo: Path,
+              events: list[Event]) -> Iterator[Factory]:
+    binary = find_claude(real_claude_bin)
+    bus = EventBus()
+    bus.subscribe(events.append)
+    made: list[AgentProcess] = []
+
+    def make(role: str = DEVELOPER, *, session_id: str | None = None, resume: bool = False,
+             turn_timeout: float = 60.0) -> AgentProcess:
+        agent = AgentProcess(role, binary, profile_for(role, Config()), git_repo, bus,
+                             session_id=session_id or str(uuid.uuid4()), resume=resume,
+                             turn_timeout=turn_timeout, idle_timeout=30.0, env=real_env)
+        made.append(agent)
+        agent.start()
+        return agent
+
+    yield make
+    for agent in made:
+        agent.stop(grace=3.0)
+
+
+def test_text_turn(make_real: Factory, api_stub: ApiStub, events: list[Event]) -> None:
+    api_stub.push("Hello from the stub")
+    agent = make_real()
+    result = agent.send("Say hello")
+    assert result.text == "Hello from the stub"
+    assert not result.is_error and result.subtype == "success"
+    assert result.session_id == agent.session_id
+    started = [e for e in events if isinstance(e, SessionStarted)]
+    assert started and started[0].session_id == agent.session_id
+    (request,) = api_stub.agent_requests()
+    assert "You are the Developer agent" in all_text(request)
+    assert "Say hello" in all_text(request)
+
+
+def test_scripted_tool_use_makes_the_cli_commit(make_real: Factory, api_stub: ApiStub,
+                                                git_repo: Path, events: list[Event]) -> None:
+    command = ('printf "x\\n" > feature.txt && git add feature.txt && '
+               'git commit -q -m "feat: committed by the real CLI"')
+    api_stub.push({"tool_use": {"name": "Bash", "input": {"command": command,
+                                                          "description": "commit"}}},
+                  "Committed.")
+    agent = make_real()
+    result = agent.send("Commit a feature")
+    assert result.text == "Committed." and not result.is_error
+    assert run_git(git_repo, "log", "-1", "--format=%s") == "feat: committed by the real CLI"
+    assert (git_repo / "feature.txt").read_text() == "x\n"
+    assert [e.tool for e in events if isinstance(e, ToolUse)] == ["Bash"]
+    (tool_result,) = [e for e in events if isinstance(e, ToolResult)]
+    assert not tool_result.is_error
+
+
+def test_acceptor_may_inspect_but_not_write(make_real: Factory, api_stub: ApiStub,
+                                            git_repo: Path, events: list[Event]) -> None:
+    """The space-joined --allowedTools with `Bash(git log:*)` patterns is understood."""
+    api_stub.push(
+        {"tool_use": {"name": "Bash", "input": {"command": "git log -1 --format=%s"}}},
+        {"tool_use": {"name": "Write", "input": {"file_path": str(git_repo / "evil.txt"),
+                                                 "content": "x"}}},
+        "ACCEPTED",
+    )
+    agent = make_real(ACCEPTOR)
+    assert agent.send("Review HEAD").text == "ACCEPTED"
+    log_result, write_result = [e for e in events if isinstance(e, ToolResult)]
+    assert not log_result.is_error and "chore: initial commit" in log_result.content
+    assert write_result.is_error
+    assert not (git_repo / "evil.txt").exists()
+
+
+def test_two_turns_keep_one_session(make_real: Factory, api_stub: ApiStub) -> None:
+    api_stub.push("first answer", "second answer")
+    agent = make_real()
+    one = agent.send("first question")
+    two = agent.send("second question")
+    assert (one.text, two.text) == ("first answer", "second answer")
+    assert one.session_id == two.session_id == agent.session_id
+    second_request = api_stub.agent_requests()[-1]
+    assert "first question" in all_text(second_request)
+    assert "first answer" in all_text(second_request)
+
+
+def test_kill_then_resume_restores_the_conversation(make_real: Factory,
+                                                    api_stub: ApiStub) -> None:
+    api_stub.push("I will remember BANANA.", "The word was BANANA.")
+    agent = make_real()
+    agent.send("Remember the word BANANA")
+    time.sleep(1.0)  # the CLI writes its session file shortly after the result
+    assert agent.pid is not None
+    os.killpg(agent.pid, signal.SIGKILL)  # a crash, not a graceful stop
+    agent.restart()
+    assert agent.resumed
+    result = agent.send("Which word?")
+    assert result.text == "The word was BANANA." and result.session_id == agent.session_id
+    last = api_stub.agent_requests()[-1]
+    assert "Remember the word BANANA" in all_text(last)
+    assert "I will remember BANANA." in all_text(last)
+
+
+def test_resuming_an_unknown_session_is_session_lost(make_real: Factory,
+                                                     api_stub: ApiStub) -> None:
+    agent = make_real(session_id=str(uuid.uuid4()), resume=True)
+    with pytest.raises(SessionLost):
+        agent.send("continue")
+    assert api_stub.agent_requests() == []
+
+
+def test_interrupt_a_long_turn(make_real: Factory, api_stub: ApiStub) -> None:
+    api_stub.push({"text": "too late", "delay": 30}, "after the interrupt")
+    agent = make_real()
+    results: list[TurnResult] = []
+    worker = threading.Thread(target=lambda: results.append(agent.send("take your time")))
+    worker.start()
+    api_stub.wait_for_requests(1)
+    started = time.monotonic()
+    agent.interrupt()
+    worker.join(10)
+    assert not worker.is_alive() and time.monotonic() - started < 5
+    assert results[0].subtype == "error_during_execution" and results[0].is_error
+    assert agent.alive
+    assert agent.send("go on").text == "after the interrupt"
