@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Per-turn cost of a persistent `claude` process versus a fresh `claude -p` per turn.
+
+Why: Anima keeps one process per role alive for a whole milestone because start-up dominates a
+turn (design.md measured ~0.03 s vs ~0.6 s). This re-measures it on this machine with the real
+CLI against the local Messages API stub, so the model's own latency is ~0 and only the
+process overhead remains. Run: `python bench/turn_overhead.py` (well under 2 minutes).
+Prints the medians and `BENCH turn_overhead_ratio=<x>` (target >= 10).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from anima.agents.discovery import ClaudeBinary, find_claude  # noqa: E402
+from anima.agents.process import AgentProcess  # noqa: E402
+from anima.agents.profiles import DEVELOPER, profile_for  # noqa: E402
+from anima.agents.protocol import build_argv  # noqa: E402
+from anima.config import Config  # noqa: E402
+from anima.errors import AgentNotFound  # noqa: E402
+from anima.events import EventBus  # noqa: E402
+from tests.fakes.api_stub import ApiStub  # noqa: E402
+
+PERSISTENT_TURNS = 20
+FRESH_TURNS = 8
+TARGET_RATIO = 10.0
+REPLY = "ok"
+
+
+def find_real_claude() -> ClaudeBinary:
+    """$ANIMA_CLAUDE_COMMAND, $ANIMA_REAL_CLAUDE, .claude-cli/, then PATH; never the fake."""
+    candidates = [os.environ.get("ANIMA_CLAUDE_COMMAND"), os.environ.get("ANIMA_REAL_CLAUDE"),
+                  str(REPO / ".claude-cli" / "node_modules" / ".bin" / "claude"),
+                  shutil.which("claude")]
+    tried = []
+    for candidate in candidates:
+        if not candidate:
+            continue
+        try:
+            binary = find_claude(candidate)
+        except AgentNotFound:
+            tried.append(candidate)
+            continue
+        if "Fake Claude" not in binary.version:
+            return binary
+        tried.append(f"{candidate} (the fake)")
+    raise SystemExit(f"no real claude CLI found (tried {tried}); install it with: "
+                     "npm install --prefix .claude-cli @anthropic-ai/claude-code")
+
+
+def stub_env(stub: ApiStub, home: Path) -> dict[str, str]:
+    return {"HOME": str(home), "ANTHROPIC_BASE_URL": stub.url,
+            "ANTHROPIC_API_KEY": "sk-ant-bench-dummy", "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1"}
+
+
+def persistent_turns(binary: ClaudeBinary, cwd: Path, env: dict[str, str]) -> list[float]:
+    """Wall time of each turn on one long-lived process (start-up paid once, before)."""
+    agent = AgentProcess(DEVELOPER, binary, profile_for(DEVELOPER, Config()), cwd, EventBus(),
+                         session_id=str(uuid.uuid4()), turn_timeout=60, idle_timeout=60,
+                         env=env)
+    agent.start()
+    try:
+        agent.send("warm up")  # the CLI initialises lazily on its first input
+        times = []
+        for i in range(PERSISTENT_TURNS):
+            started = time.perf_counter()
+            result = agent.send(f"turn {i}: reply ok")
+            times.append(time.perf_counter() - started)
+            assert result.text == REPLY, result
+        return times
+    finally:
+        agent.stop()
+
+
+def fresh_turns(binary: ClaudeBinary, cwd: Path, env: dict[str, str]) -> list[float]:
+    """Wall time of `claude -p PROMPT` run to completion, one process per turn."""
+    profile = profile_for(DEVELOPER, Config())
+    child_env = {k: v for k, v in {**os.environ, **env}.items() if k != "CLAUDECODE"}
+    times = []
+    for i in range(FRESH_TURNS):
+        argv = build_argv(binary.argv, profile.config, session_id=str(uuid.uuid4()),
+                          resume=False, system_prompt=profile.system_prompt)
+        argv.remove("--input-format")
+        argv.remove("stream-json")  # the first one: input; the prompt goes on the command line
+        # Right after -p: --allowedTools is variadic and would swallow a trailing prompt.
+        argv.insert(argv.index("-p") + 1, f"turn {i}: reply ok")
+        started = time.perf_counter()
+        proc = subprocess.run(argv, cwd=cwd, env=child_env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=60)
+        times.append(time.perf_counter() - started)
+        if proc.returncode != 0 or '"result":"ok"' not in proc.stdout:
+            raise SystemExit(f"fresh turn failed ({proc.returncode}): {proc.stderr[-500:]}\n"
+                             f"{shlex.join(argv)}")
+    return times
+
+
+def main() -> int:
+    binary = find_real_claude()
+    print(f"claude: {shlex.join(binary.argv)} ({binary.version})")
+    with ApiStub(default=REPLY) as stub, tempfile.TemporaryDirectory() as tmp:
+        home, cwd = Path(tmp, "home"), Path(tmp, "project")
+        home.mkdir()
+        cwd.mkdir()
+        env = stub_env(stub, home)
+        persistent = persistent_turns(binary, cwd, env)
+        fresh = fresh_turns(binary, cwd, env)
+    p_ms = statistics.median(persistent) * 1000
+    f_ms = statistics.median(fresh) * 1000
+    ratio = f_ms / p_ms
+    print(f"persistent process: median {p_ms:.1f} ms/turn over {len(persistent)} turns "
+          f"(min {min(persistent) * 1000:.1f}, max {max(persistent) * 1000:.1f})")
+    print(f"fresh claude -p:    median {f_ms:.1f} ms/turn over {len(fresh)} turns "
+          f"(min {min(fresh) * 1000:.1f}, max {max(fresh) * 1000:.1f})")
+    print(f"reference: design.md measured ~30 ms vs ~600 ms; target ratio >= {TARGET_RATIO:g} "
+          f"({'met' if ratio >= TARGET_RATIO else 'NOT met'})")
+    print(f"BENCH persistent_turn_ms={p_ms:.1f}")
+    print(f"BENCH fresh_turn_ms={f_ms:.1f}")
+    print(f"BENCH turn_overhead_ratio={ratio:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
