@@ -1,0 +1,721 @@
+"""One agent's live output as a readable transcript.
+
+Rendering costs about 50 µs a line when appended one by one (design.md), and an agent can emit
+thousands of lines a second, so `AgentPane` never touches the document per event: events become
+formatted runs in a pending list, and a ~16 ms timer flushes them in one edit block. A flood
+that would be trimmed by the scrollback cap anyway is dropped before it is laid out.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QKeySequence,
+    QShortcut,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+)
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextDocumentLayout,
+    QPlainTextEdit,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from anima import events as ev
+
+FLUSH_INTERVAL_MS = 16
+DEFAULT_MAX_LINES = 20_000
+# A flush lays out what fits this budget (measured per line as it goes), so a burst never
+# stalls the event loop; a backlog is flushed again on the next loop turn, not a frame later.
+MAX_FLUSH_SECONDS = 0.008
+MIN_LINES_PER_FLUSH = 200
+MAX_LINE_CHARS = 2_000
+RESULT_PREVIEW_LINES = 3
+ERROR_PREVIEW_LINES = 8
+THINKING_PREVIEW_LINES = 4
+
+ROLE_TITLES = {"developer": "Developer", "acceptor": "Acceptor"}
+
+# Colours of the transcript (the style sheet cannot reach character formats).
+COLORS = {
+    "text": "#1f2328",
+    "muted": "#6e7781",
+    "tool": "#0b5cad",
+    "code_bg": "#f3f4f6",
+    "accepted": "#1a7f37",
+    "accepted_bg": "#e6f4ea",
+    "rejected": "#c5221f",
+    "rejected_bg": "#fce8e6",
+    "raw": "#9a6700",
+    "raw_bg": "#fff8e1",
+    "error": "#c5221f",
+    "milestone": "#8250df",
+}
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_LIST_ITEM = re.compile(r"^(\s*)[-*+]\s+(.*)$")
+_INLINE = re.compile(r"(\*\*[^*\n]+\*\*|__[^_\n]+__|`[^`\n]+`)")
+_VERDICT = re.compile(r"^[\s#>*_`-]*(?:verdict\s*[:\-]?\s*)?(ACCEPTED|REJECTED)\b[*_`]*\s*(.*)$",
+                      re.IGNORECASE)
+_SIGNAL_WORD = re.compile(r"^[\s#>*_`-]*(ALL_FEATURES_COMPLETE)\b")
+
+# Which input key best says what a tool call does, per tool.
+_KEY_ARGUMENT = {
+    "Bash": "command",
+    "Read": "file_path",
+    "Write": "file_path",
+    "Edit": "file_path",
+    "MultiEdit": "file_path",
+    "NotebookEdit": "notebook_path",
+    "Glob": "pattern",
+    "Grep": "pattern",
+    "WebFetch": "url",
+    "WebSearch": "query",
+    "Task": "description",
+    "Agent": "description",
+}
+
+Run = tuple[str, str]  # (format key, text without a newline)
+Line = tuple[Run, ...]  # tuples, not lists: the GC stops tracking them
+
+
+def _clip(line: str, limit: int = MAX_LINE_CHARS) -> str:
+    if len(line) <= limit:
+        return line
+    return f"{line[:limit]} … (+{len(line) - limit} chars)"
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe_tool(tool: str, tool_input: dict[str, Any], root: Path | None = None) -> str:
+    """`Bash: git commit -m …` — the tool and the one argument that says what it does."""
+    key = _KEY_ARGUMENT.get(tool)
+    value: Any = tool_input.get(key) if key else None
+    if value is None and tool == "TodoWrite":
+        value = f"{len(tool_input.get('todos') or [])} todos"
+    if value is None:
+        value = next((v for v in tool_input.values() if isinstance(v, str) and v), "")
+    text = str(value).strip()
+    if root is not None and key in ("file_path", "notebook_path"):
+        prefix = str(root).rstrip("/") + "/"
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    if tool == "Grep" and tool_input.get("path"):
+        text = f"{text}  in {tool_input['path']}"
+    first, _, rest = text.partition("\n")
+    if rest:
+        first += " …"
+    first = _shorten(first, 160)
+    return f"{tool}: {first}" if first else tool
+
+
+def summarize_result(content: str, max_lines: int) -> list[str]:
+    """The first lines of a tool result and how many were left out."""
+    lines = content.rstrip("\n").split("\n") if content.strip() else []
+    if not lines:
+        return ["(no output)"]
+    shown = [_clip(line, 240) for line in lines[:max_lines]]
+    if len(lines) > max_lines:
+        shown.append(f"… ({len(lines) - max_lines} more lines)")
+    return shown
+
+
+def _inline_runs(line: str, base: str) -> Line:
+    """Split `**bold**` and `code` spans out of one line."""
+    if "`" not in line and "**" not in line and "__" not in line:
+        return ((base, line),)
+    runs: list[Run] = []
+    for part in _INLINE.split(line):
+        if not part:
+            continue
+        if part.startswith("`") and part.endswith("`") and len(part) > 1:
+            runs.append(("code", part[1:-1]))
+        elif part[:2] in ("**", "__") and len(part) > 4:
+            runs.append(("bold", part[2:-2]))
+        else:
+            runs.append((base, part))
+    return tuple(runs)
+
+
+def render_markdown(text: str) -> list[Line]:
+    """Light Markdown: headings, bold, inline and fenced code, bullets, verdict lines.
+
+    Returns one list of runs per displayed line. Fast enough to run on every event; anything
+    fancier (tables, links) is shown as written, which stays readable.
+    """
+    lines: list[Line] = []
+    append = lines.append
+    in_fence = False
+    for raw in text.split("\n"):
+        line = raw.rstrip()
+        if not line and not in_fence:
+            append((("text", ""),))
+            continue
+        if len(line) > MAX_LINE_CHARS:
+            line = _clip(line)
+        first = line.lstrip()[:1]
+        if first and first in "`~" and line.lstrip()[:3] in ("```", "~~~"):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            append((("code", "  " + line),))
+            continue
+        # Cheap tests first: most lines are plain prose and skip every regex.
+        if ("CCEPTED" in line or "EJECTED" in line) and (verdict := _VERDICT.match(line)):
+            word, rest = verdict.group(1).upper(), verdict.group(2).strip(" *_`")
+            key = "accepted" if word == "ACCEPTED" else "rejected"
+            append(((key, f"{word}{(' ' + rest) if rest else ''}"),))
+            continue
+        if first == "#" and (heading := _HEADING.match(line)):
+            append((("h", heading.group(2).replace("**", "")),))
+            continue
+        if first in "-*+" and (item := _LIST_ITEM.match(line)):
+            append((("text", item.group(1) + "  • "), *_inline_runs(item.group(2), "text")))
+            continue
+        if "ALL_FEATURES_COMPLETE" in line and _SIGNAL_WORD.match(line):
+            append((("milestone", line.strip().strip("*_`# ")),))
+            continue
+        append(_inline_runs(line, "text"))
+    return lines
+
+
+def _formats(base: QFont, mono: QFont) -> dict[str, QTextCharFormat]:
+    def fmt(color: str = COLORS["text"], *, font: QFont | None = None, bold: bool = False,
+            italic: bool = False, bg: str | None = None, scale: float = 1.0) -> QTextCharFormat:
+        f = QTextCharFormat()
+        chosen = QFont(font or base)
+        if scale != 1.0 and chosen.pointSizeF() > 0:
+            chosen.setPointSizeF(chosen.pointSizeF() * scale)
+        chosen.setBold(bold)
+        chosen.setItalic(italic)
+        f.setFont(chosen)
+        f.setForeground(QColor(color))
+        if bg:
+            f.setBackground(QColor(bg))
+        return f
+
+    return {
+        "text": fmt(),
+        "bold": fmt(bold=True),
+        "h": fmt(bold=True, scale=1.12),
+        "code": fmt(font=mono, bg=COLORS["code_bg"]),
+        "tool": fmt(COLORS["tool"], font=mono),
+        "result": fmt(COLORS["muted"], font=mono),
+        "result_error": fmt(COLORS["error"], font=mono),
+        "thinking": fmt(COLORS["muted"], italic=True),
+        "meta": fmt(COLORS["muted"], scale=0.9),
+        "separator": fmt(COLORS["muted"], bold=True, scale=0.9),
+        "accepted": fmt(COLORS["accepted"], bold=True, bg=COLORS["accepted_bg"]),
+        "rejected": fmt(COLORS["rejected"], bold=True, bg=COLORS["rejected_bg"]),
+        "milestone": fmt(COLORS["milestone"], bold=True),
+        "raw": fmt(COLORS["raw"], font=mono, bg=COLORS["raw_bg"]),
+        "error": fmt(COLORS["error"], bold=True),
+    }
+
+
+class TranscriptView(QPlainTextEdit):
+    """A read-only, selectable, capped text view that takes formatted lines in bulk.
+
+    The cap is kept by swapping documents, not by trimming: removing a line from the top of a
+    QTextDocument costs ~8 µs (more than appending it), while clearing a whole document costs
+    ~1 ms. So once the shown document is half full, new lines also go to a shadow document;
+    when the shown one reaches the cap, the shadow (holding the newest half) takes its place
+    and the old one is cleared to become the next shadow. The view never holds more than
+    `max_lines` lines and always at least half of them.
+    """
+
+    #: The user scrolled away from the bottom (False) or back to it (True). GUI thread.
+    following_changed = Signal(bool)
+
+    def __init__(self, max_lines: int = DEFAULT_MAX_LINES, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setUndoRedoEnabled(False)
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                     | Qt.TextInteractionFlag.TextSelectableByKeyboard)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        mono.setPointSizeF(max(8.0, self.font().pointSizeF() * 0.92))
+        self.formats = _formats(self.font(), mono)
+        self.max_lines = max(2, max_lines)
+        self._keep = self.max_lines // 2
+        # Documents are owned by this holder, not the editor: setDocument() deletes an old
+        # document that is a direct child of the editor, and we reuse it as the next shadow.
+        self._holder = QObject(self)
+        self._lines = 0
+        self._shadow = self._new_document()
+        self._shadow_lines = 0
+        self._swapping = False
+        self.setDocument(self._new_document())
+        self._following = True
+        self.verticalScrollBar().valueChanged.connect(self._on_scrolled)
+
+    def _new_document(self) -> QTextDocument:
+        document = QTextDocument(self._holder)
+        document.setDocumentLayout(QPlainTextDocumentLayout(document))
+        document.setUndoRedoEnabled(False)
+        document.setDefaultFont(self.font())
+        # A safety net only: the swap keeps every document below this.
+        document.setMaximumBlockCount(self.max_lines + 1)
+        return document
+
+    @property
+    def line_count(self) -> int:
+        """Lines in the shown document (at most `max_lines`)."""
+        return self._lines
+
+    @property
+    def following(self) -> bool:
+        """Whether new output scrolls into view (the user is at the bottom)."""
+        return self._following
+
+    def _at_bottom(self) -> bool:
+        bar = self.verticalScrollBar()
+        return bar.value() >= bar.maximum()
+
+    @Slot(int)
+    def _on_scrolled(self, _value: int) -> None:
+        if self._swapping:
+            return
+        following = self._at_bottom()
+        if following != self._following:
+            self._following = following
+            self.following_changed.emit(following)
+
+    def scroll_to_end(self) -> None:
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    def append_lines(self, lines: list[Line]) -> None:
+        """Append whole lines, swapping in the shadow document whenever the cap is reached."""
+        if not lines:
+            return
+        follow = self._at_bottom()
+        start = 0
+        while start < len(lines):
+            if self._lines >= self.max_lines:
+                self._swap(follow)
+            room = self.max_lines - self._lines
+            chunk = lines[start:start + room]
+            # Lines from index `self._keep` of a document's life on also go to the shadow.
+            shadow_from = max(0, (self.max_lines - self._keep) - self._lines)
+            _insert(self.document(), chunk, self._lines == 0, self.formats)
+            if shadow_from < len(chunk):
+                _insert(self._shadow, chunk[shadow_from:], self._shadow_lines == 0, self.formats)
+                self._shadow_lines += len(chunk) - shadow_from
+            self._lines += len(chunk)
+            start += len(chunk)
+        if follow:
+            self.scroll_to_end()
+
+    def _swap(self, follow: bool) -> None:
+        """Show the shadow (the newest lines), keeping the reader's place if they scrolled up."""
+        bar = self.verticalScrollBar()
+        top = bar.value()
+        dropped = self._lines - self._shadow_lines
+        old = self.document()
+        self._swapping = True
+        try:
+            self.setDocument(self._shadow)
+            old.clear()
+            self._shadow, self._lines, self._shadow_lines = old, self._shadow_lines, 0
+            if follow:
+                self.scroll_to_end()
+            else:
+                bar.setValue(max(0, top - dropped))
+        finally:
+            self._swapping = False
+
+    def clear_all(self) -> None:
+        self.document().clear()
+        self._shadow.clear()
+        self._lines = self._shadow_lines = 0
+
+
+def _insert(document: QTextDocument, lines: list[Line], empty: bool,
+            formats: dict[str, QTextCharFormat]) -> None:
+    """Append lines in one edit block, merging neighbouring runs of one format."""
+    cursor = QTextCursor(document)
+    cursor.movePosition(QTextCursor.MoveOperation.End)
+    cursor.beginEditBlock()
+    key: str | None = None
+    parts: list[str] = []
+    first = empty
+    for runs in lines:
+        for index, (run_key, text) in enumerate(runs):
+            if index == 0 and not first:
+                text = "\n" + text
+            first = False
+            if run_key != key:
+                if parts and key is not None:
+                    cursor.insertText("".join(parts), formats[key])
+                parts = []
+                key = run_key
+            parts.append(text)
+    if parts and key is not None:
+        cursor.insertText("".join(parts), formats[key])
+    cursor.endEditBlock()
+
+
+class SearchBar(QFrame):
+    """Ctrl+F: find in the transcript, Enter for next, Shift+Enter for previous, Esc to close."""
+
+    def __init__(self, view: QPlainTextEdit, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("searchBar")
+        self._view = view
+        self.edit = QLineEdit(self)
+        self.edit.setPlaceholderText("Find in transcript")
+        self.edit.setClearButtonEnabled(True)
+        self.status = QLabel(self)
+        self.status.setObjectName("searchStatus")
+        previous = QToolButton(self, text="↑", toolTip="Previous match (Shift+Enter)")
+        following = QToolButton(self, text="↓", toolTip="Next match (Enter)")
+        close = QToolButton(self, text="✕", toolTip="Close (Esc)")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(6, 3, 6, 3)
+        layout.addWidget(self.edit, 1)
+        layout.addWidget(self.status)
+        layout.addWidget(previous)
+        layout.addWidget(following)
+        layout.addWidget(close)
+        previous.clicked.connect(lambda: self.find(backward=True))
+        following.clicked.connect(lambda: self.find())
+        close.clicked.connect(self.close_bar)
+        self.edit.returnPressed.connect(self._on_return_pressed)
+        self.edit.textChanged.connect(self._on_text_changed)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self.edit, self.close_bar,
+                  context=Qt.ShortcutContext.WidgetShortcut)
+        self.hide()
+
+    def open_bar(self) -> None:
+        self.show()
+        selected = self._view.textCursor().selectedText()
+        if selected and "\u2029" not in selected:
+            self.edit.setText(selected)
+        self.edit.setFocus()
+        self.edit.selectAll()
+
+    def close_bar(self) -> None:
+        self.hide()
+        self._view.setFocus()
+
+    @Slot()
+    def _on_return_pressed(self) -> None:
+        from PySide6.QtWidgets import QApplication
+
+        backward = bool(QApplication.keyboardModifiers() & Qt.KeyboardModifier.ShiftModifier)
+        self.find(backward=backward)
+
+    @Slot(str)
+    def _on_text_changed(self, text: str) -> None:
+        # Search again from where the current match starts, so typing refines it in place.
+        cursor = self._view.textCursor()
+        cursor.setPosition(cursor.selectionStart())
+        self._view.setTextCursor(cursor)
+        if text:
+            self.find()
+        else:
+            self.status.setText("")
+
+    def find(self, *, backward: bool = False) -> bool:
+        """Select the next (or previous) match, wrapping around; say when there is none."""
+        text = self.edit.text()
+        if not text:
+            return False
+        flags = QTextDocument.FindFlag(0)
+        if backward:
+            flags |= QTextDocument.FindFlag.FindBackward
+        found = self._view.find(text, flags)
+        if not found:
+            cursor = self._view.textCursor()
+            cursor.movePosition(QTextCursor.MoveOperation.End if backward
+                                else QTextCursor.MoveOperation.Start)
+            self._view.setTextCursor(cursor)
+            found = self._view.find(text, flags)
+        self.status.setText("" if found else "No match")
+        self.setProperty("failed", not found)
+        self.style().unpolish(self.edit)
+        self.style().polish(self.edit)
+        return found
+
+
+class AgentPane(QFrame):
+    """The Developer's or the Acceptor's stream: header, transcript, search bar.
+
+    Feed it `anima.events.AgentEvent`s (and verdicts, separators) on the GUI thread; it batches
+    them per frame. `active` highlights the pane whose agent the scheduler is waiting for.
+    """
+
+    def __init__(self, role: str, *, max_lines: int = DEFAULT_MAX_LINES,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.role = role
+        self.setObjectName("agentPane")
+        self.setProperty("active", False)
+        self.root: Path | None = None
+        self._pending: deque[Line] = deque()
+        self._tool_names: dict[str, str] = {}
+        self._turn_started: float | None = None
+        self._tools_this_turn = 0
+        self.lines_rendered = 0
+        self.lines_dropped = 0
+        self._seconds_per_line = 20e-6
+
+        self.title = QLabel(ROLE_TITLES.get(role, role.title()), self)
+        self.title.setObjectName("paneTitle")
+        self.state_label = QLabel("idle", self)
+        self.state_label.setObjectName("paneState")
+        self.follow_button = QToolButton(self, text="↓ Follow")
+        self.follow_button.setObjectName("followButton")
+        self.follow_button.setToolTip("Output keeps coming; click to jump to the latest")
+        self.follow_button.hide()
+        header = QFrame(self)
+        header.setObjectName("paneHeader")
+        header_layout = QHBoxLayout(header)
+        header_layout.setContentsMargins(10, 6, 8, 6)
+        header_layout.addWidget(self.title)
+        header_layout.addWidget(self.state_label, 1)
+        header_layout.addWidget(self.follow_button)
+
+        self.view = TranscriptView(max_lines, self)
+        self.view.setObjectName("transcript")
+        self.search = SearchBar(self.view, self)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(header)
+        layout.addWidget(self.search)
+        layout.addWidget(self.view, 1)
+
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(FLUSH_INTERVAL_MS)
+        self._timer.timeout.connect(self._on_flush_due)
+        self._clock = QTimer(self)
+        self._clock.setInterval(1000)
+        self._clock.timeout.connect(self._update_state)
+        self.view.following_changed.connect(self._on_following_changed)
+        self.follow_button.clicked.connect(self.view.scroll_to_end)
+        QShortcut(QKeySequence.StandardKey.Find, self, self.search.open_bar,
+                  context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
+
+    # --- public API (GUI thread) ----------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        return bool(self.property("active"))
+
+    def set_active(self, active: bool) -> None:
+        """Highlight the pane whose agent has the turn (a style sheet property)."""
+        if self.active == active:
+            return
+        self.setProperty("active", active)
+        for widget in (self, *self.findChildren(QFrame, "paneHeader"), self.title):
+            widget.style().unpolish(widget)
+            widget.style().polish(widget)
+
+    @property
+    def pending_lines(self) -> int:
+        return len(self._pending)
+
+    def feed(self, event: ev.Event) -> None:
+        """Queue an event's lines for the next frame."""
+        lines = self._lines_for(event)
+        if lines:
+            self._queue(lines)
+
+    def feed_many(self, events: list[ev.Event]) -> None:
+        """Queue many events (a transcript replay) without a frame per event."""
+        for event in events:
+            lines = self._lines_for(event)
+            if lines:
+                self._pending.extend(lines)
+        self._schedule()
+
+    def append_separator(self, text: str) -> None:
+        """A quiet rule between rounds, so a long transcript keeps its structure."""
+        self._queue([(("text", ""),), (("separator", f"──── {text} ────"),)])
+
+    def append_verdict(self, accepted: bool, text: str) -> None:
+        key = "accepted" if accepted else "rejected"
+        self._queue([((key, ("✔ " if accepted else "✘ ") + text),)])
+
+    def append_note(self, text: str, *, error: bool = False) -> None:
+        self._queue([(("error" if error else "meta", line),) for line in text.split("\n")])
+
+    def clear(self) -> None:
+        self._pending.clear()
+        self.view.clear_all()
+        self._tool_names.clear()
+
+    def flush(self) -> None:
+        """Render everything pending now (tests, screenshots)."""
+        while self._pending:
+            self._flush_some(limit_time=False)
+
+    def plain_text(self) -> str:
+        return self.view.toPlainText()
+
+    # --- event → lines ---------------------------------------------------------------------
+    def _lines_for(self, event: ev.Event) -> list[Line]:
+        if isinstance(event, ev.AssistantText):
+            self._mark_working()
+            return render_markdown(event.text)
+        if isinstance(event, ev.ToolUse):
+            self._mark_working()
+            self._tools_this_turn += 1
+            if len(self._tool_names) > 512:
+                self._tool_names.clear()
+            self._tool_names[event.tool_use_id] = event.tool
+            return [(("tool", "▸ " + describe_tool(event.tool, event.input, self.root)),)]
+        if isinstance(event, ev.ToolResult):
+            self._tool_names.pop(event.tool_use_id, None)
+            limit = ERROR_PREVIEW_LINES if event.is_error else RESULT_PREVIEW_LINES
+            key = "result_error" if event.is_error else "result"
+            shown = summarize_result(event.content, limit)
+            return [((key, ("  ⎿ " if i == 0 else "    ") + line),) for i, line in enumerate(shown)]
+        if isinstance(event, ev.Thinking):
+            self._mark_working()
+            shown = summarize_result(event.text, THINKING_PREVIEW_LINES)
+            return [(("thinking", ("✻ " if i == 0 else "  ") + line),)
+                    for i, line in enumerate(shown)]
+        if isinstance(event, ev.TurnResult):
+            return self._turn_finished(event)
+        if isinstance(event, ev.RawOutput):
+            return [(("raw", _clip(line)),) for line in event.text.rstrip("\n").split("\n")]
+        if isinstance(event, ev.SessionStarted):
+            model = f" · {event.model}" if event.model else ""
+            self._set_state("started")
+            return [(("meta", f"● session {event.session_id[:8]}{model}"),)]
+        if isinstance(event, ev.AgentExited):
+            return self._exited(event)
+        if isinstance(event, ev.VerdictReached):
+            word = "ACCEPTED" if event.accepted else "REJECTED"
+            reason = f": {event.reason}" if event.reason and not event.accepted else ""
+            label = "Final acceptance" if event.kind == "final" else f"Round {event.round}"
+            return [(("accepted" if event.accepted else "rejected",
+                      f"{'✔' if event.accepted else '✘'} {label} {word}{reason}"),)]
+        return []
+
+    def _turn_finished(self, event: ev.TurnResult) -> list[Line]:
+        self._turn_started = None
+        self._clock.stop()
+        parts = [f"{event.duration_ms / 1000:.1f} s"]
+        if event.num_turns:
+            parts.append(f"{event.num_turns} steps")
+        tokens = sum(int(v) for k, v in (event.usage or {}).items()
+                     if k.endswith("tokens") and isinstance(v, int | float))
+        if tokens:
+            parts.append(f"{format_tokens(tokens)} tokens")
+        parts.append(f"${event.cost_usd:.4f}")
+        summary = " · ".join(parts)
+        self._set_state(f"idle · last turn {summary}")
+        if event.is_error:
+            detail = f" — {_shorten(event.text, 300)}" if event.text else ""
+            return [(("error", f"✗ turn failed ({event.subtype}){detail}"),),
+                    (("meta", summary),)]
+        return [(("meta", f"✓ turn done · {summary}"),)]
+
+    def _exited(self, event: ev.AgentExited) -> list[Line]:
+        self._turn_started = None
+        self._clock.stop()
+        if event.expected:
+            self._set_state("stopped")
+            return [(("meta", f"■ process exited ({event.exit_code})"),)]
+        self._set_state("crashed")
+        lines: list[Line] = [(("error", f"✗ process exited unexpectedly "
+                                        f"(exit code {event.exit_code})"),)]
+        for line in event.stderr_tail.rstrip().split("\n")[-12:]:
+            if line.strip():
+                lines.append((("raw", _clip(line)),))
+        return lines
+
+    def _mark_working(self) -> None:
+        if self._turn_started is None:
+            self._turn_started = time.monotonic()
+            self._tools_this_turn = 0
+            self._clock.start()
+            self._update_state()
+
+    @Slot()
+    def _update_state(self) -> None:
+        if self._turn_started is None:
+            return
+        seconds = int(time.monotonic() - self._turn_started)
+        tools = f" · {self._tools_this_turn} tool calls" if self._tools_this_turn else ""
+        self._set_state(f"working · {seconds // 60}:{seconds % 60:02d}{tools}")
+
+    def _set_state(self, text: str) -> None:
+        self.state_label.setText(text)
+
+    # --- batching ------------------------------------------------------------------------------
+    def _queue(self, lines: list[Line]) -> None:
+        self._pending.extend(lines)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._pending and not self._timer.isActive():
+            self._timer.start(FLUSH_INTERVAL_MS)
+
+    @Slot()
+    def _on_flush_due(self) -> None:
+        self._flush_some(limit_time=True)
+        if self._pending:
+            # Behind: flush again as soon as the event loop has had its turn.
+            self._timer.start(0)
+
+    def _flush_some(self, *, limit_time: bool) -> None:
+        """Lay out as many pending lines as fit the time budget of one flush."""
+        cap = self.view.max_lines
+        # Lines beyond the cap would be laid out only to be trimmed at once: skip them.
+        excess = len(self._pending) - cap
+        if excess > 0:
+            for _ in range(excess):
+                self._pending.popleft()
+            self.lines_dropped += excess
+        count = len(self._pending)
+        if limit_time:
+            count = min(count, max(MIN_LINES_PER_FLUSH,
+                                   int(MAX_FLUSH_SECONDS / self._seconds_per_line)))
+        pop = self._pending.popleft
+        batch = [pop() for _ in range(count)]
+        started = time.perf_counter()
+        self.view.append_lines(batch)
+        if count >= MIN_LINES_PER_FLUSH:
+            spent = (time.perf_counter() - started) / count
+            # Rise fast, fall slowly: an underestimate is what causes a stall.
+            self._seconds_per_line = max(spent, 0.8 * self._seconds_per_line + 0.2 * spent)
+        self.lines_rendered += count
+
+    @Slot(bool)
+    def _on_following_changed(self, following: bool) -> None:
+        self.follow_button.setVisible(not following)
+
+
+def format_tokens(n: int) -> str:
+    """12345 → '12.3k'; the panes and bars show orders of magnitude, not digits."""
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.1f}M"
+    if n >= 1_000:
+        return f"{n / 1_000:.1f}k"
+    return str(n)
