@@ -1,0 +1,307 @@
+"""Secret redaction for everything Anima shows, logs, stores or sends to a model.
+
+Agents stream hundreds of thousands of lines per milestone and any of them may echo an
+environment, a config file or an HTTP header. `redact` therefore has to be thorough and cheap:
+one lower-casing plus a few substring tests decide which families of secrets a line can hold at
+all (usually none), and only those families are searched.
+
+What is replaced by `<REDACTED>`:
+- provider tokens: Anthropic `sk-ant-…`, OpenAI `sk-…`/`sk-proj-…`, AWS key ids `AKIA…`/`ASIA…`,
+  GitHub `ghp_/gho_/ghs_/ghu_/ghr_…` and `github_pat_…`, Slack `xox[abprs]-…`, Google `AIza…`;
+- JWTs (`eyJ….eyJ….…`), `Bearer <token>`, the value of `Authorization:` headers (the scheme
+  word is kept), the password in `scheme://user:password@host`;
+- PEM private key blocks, whole (a block cut off by the end of the text is redacted to the end;
+  `LineRedactor` carries a block across separately streamed lines);
+- values assigned to a key that names a secret (`password`, `passwd`, `secret`, `token`,
+  `api_key`/`apiKey`, `access_key`, `private_key`, `client_secret`, `ANTHROPIC_API_KEY`,
+  `--password x` …) in `k=v`, `k: v`, `"k": "v"`, `export K=v` forms, also inside JSON-escaped
+  strings. Key and quotes stay, so JSON stays JSON.
+
+Deliberately left alone: commit hashes, UUIDs, paths, counters (`token_count: 12`,
+`"input_tokens": 5`), placeholders (`${VAR}`, `<your-key>`, `***`), code that reads a secret
+(`password = getpass.getpass()`, `api_key = settings.api_key`), and the words in prose
+("the password: it must be long").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+__all__ = ["REDACTED", "LineRedactor", "is_secret_key", "redact", "redact_data"]
+
+REDACTED: Final = "<REDACTED>"
+
+# Why not one big alternation: measured 3x slower here. sre skips ahead fast only when a pattern
+# starts with a literal or a small character set; the families below each do, and the
+# key/value family is found with str.find on its key words instead of a regex scan at all.
+
+# --- provider tokens and JWTs -------------------------------------------------------------
+_TOKEN_TRIGGERS: Final = ("sk-", "akia", "asia", "ghp_", "gho_", "ghs_", "ghu_", "ghr_",
+                          "github_pat_", "xox", "aiza", "eyj")
+# Word boundaries are checked in `_replace_token`: a leading `\b` would cost the fast scan.
+_TOKENS: Final = re.compile(
+    r"sk-ant-[A-Za-z0-9_-]{16,}"
+    r"|sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{16,}"
+    r"|sk-(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9_-]{20,}"
+    r"|AKIA[A-Z0-9]{16}(?![A-Za-z0-9])"
+    r"|ASIA[A-Z0-9]{16}(?![A-Za-z0-9])"
+    r"|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|github_pat_[A-Za-z0-9_]{20,}"
+    r"|xox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|AIza[0-9A-Za-z_-]{30,}"
+    # header.payload.signature; header and payload are base64 JSON objects ("{"" -> "eyJ").
+    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"
+)
+
+# --- PEM private keys ---------------------------------------------------------------------
+_PEM: Final = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+                         r"(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|[\s\S]*)")
+_PEM_BEGIN: Final = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+_PEM_END: Final = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+
+# --- key/value assignments ----------------------------------------------------------------
+# The last word of every secret key; a hit is then checked against the whole key.
+_KEY_ROOTS: Final = ("password", "passwd", "passphrase", "secret", "token", "key",
+                     "authorization")
+_SECRET_WORD = (
+    r"(?:passwd|password|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
+    r"|secret[_-]?key|signing[_-]?key|encryption[_-]?key|authorization)"
+)
+_SECRET_KEY_END: Final = re.compile(_SECRET_WORD + r"\Z", re.IGNORECASE)
+_SECRET_KEY_FULL: Final = re.compile(r"[\w.-]*?" + _SECRET_WORD, re.IGNORECASE)
+_SCHEME = r"(?:Bearer|Basic|Token|Digest|Bot)"
+_SCHEME_RE: Final = re.compile(_SCHEME + r"[ \t]+", re.IGNORECASE)
+# What may follow a secret key: an optional closing quote (possibly JSON-escaped, as in the
+# raw stream), a separator, then a double-, escaped-double-, single-quoted or bare value.
+_KV_TAIL: Final = re.compile(
+    r"(?P<keyq>\\?[\"'])?[ \t]*(?P<sep>:=|=>|=(?!=)|:)[ \t]*"
+    r"(?:(?P<dq>\"(?:[^\"\\\n]|\\.)*\")"
+    r"|(?P<edq>\\\"(?:[^\"\\\n]|\\[^\"\n])*\\\")"
+    r"|(?P<sq>'[^'\n]*')"
+    r"|(?P<scheme>" + _SCHEME + r"[ \t]+)?(?P<bare>[^\s\"'`,;()\[\]{}<>\\&]+))",
+    re.IGNORECASE,
+)
+# `--password hunter2` (a command-line flag followed by its value).
+_FLAG: Final = re.compile(r"(?<![\w-])--[\w-]*?" + _SECRET_WORD + r"[ \t]+(?P<val>[^\s\"'-]\S*)",
+                          re.IGNORECASE)
+# `Bearer <token>` outside a header: a token has a digit or is long; English words are not.
+_BEARER_TAIL: Final = re.compile(
+    r"[ \t]+(?P<val>(?=[A-Za-z0-9._~+/-]*\d)[A-Za-z0-9._~+/-]{8,}=*|[A-Za-z0-9._~+/-]{20,}=*)")
+# `scheme://user:password@host`
+_URL: Final = re.compile(r"(?<=://)(?P<user>[^/\s:@\"']+:)(?P<pw>[^/\s@\"']+)(?=@)")
+
+# Values under a secret-looking key that are not secrets: types, keywords, masks.
+_NOT_SECRET_VALUES: Final = frozenset({
+    "", "none", "null", "nil", "true", "false", "undefined", "string", "str", "int", "bool",
+    "boolean", "number", "bytes", "any", "optional", "required", "yes", "no", "redacted",
+    "env", "secret", "password", "token", "self", "the", "a", "an", "is", "be",
+})
+_CODE_REF: Final = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+_PLACEHOLDER: Final = re.compile(r"[$%<{]|\*+\Z|x+\Z|\.\.\.|…")
+_KEY_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+_WORD_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+_ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _is_placeholder(value: str) -> bool:
+    """`${VAR}`, `%(x)s`, `<your-key>`, `***`, `xxx`, numbers, type names and keywords."""
+    v = value.strip()
+    return (
+        v.lower() in _NOT_SECRET_VALUES
+        or _PLACEHOLDER.match(v) is not None
+        or v.replace(".", "", 1).replace("_", "").isdigit()
+        or v == REDACTED
+    )
+
+
+def _with_scheme(value: str) -> tuple[str, str]:
+    """Split `Bearer abc` into ("Bearer ", "abc"): the scheme word is not a secret."""
+    scheme = _SCHEME_RE.match(value)
+    prefix = scheme.group(0) if scheme else ""
+    return prefix, value[len(prefix):]
+
+
+def _bare_is_secret(text: str, key_start: int, m: re.Match[str]) -> bool:
+    """Decide for an unquoted value whether it is data (redact) or code/prose (keep)."""
+    value = m.group("bare")
+    if _is_placeholder(value):
+        return False
+    sep = m.group("sep")
+    end = m.end("bare")
+    if _CODE_REF.fullmatch(value):
+        # A call, an index or an attribute chain reads a secret rather than holding one.
+        if (end < len(text) and text[end] in "([") or "." in value:
+            return False
+        # `token = next_token` (spaced `=`, identifier without digits) is code, not config.
+        spaced = text[m.start("sep") - 1] == " "
+        if sep != ":" and spaced and not any(c.isdigit() for c in value):
+            return False
+    key = text[key_start: m.start()]
+    if sep == ":" and m.group("keyq") is None and key.isalpha() and key.islower():
+        # A bare English word before a colon is prose unless it starts the line
+        # ("password: hunter2" in YAML) or the value looks random (a digit or a symbol).
+        line_start = text.rfind("\n", 0, key_start) + 1
+        if text[line_start:key_start].strip(" \t-#*") != "":
+            return any(not c.isalpha() for c in value) or len(value) >= 20
+    return True
+
+
+def _kv_replacement(text: str, key_start: int, m: re.Match[str]) -> str | None:
+    """The redacted form of the tail match `m`, or None to keep it as it is."""
+    for group, quote_len in (("dq", 1), ("edq", 2), ("sq", 1)):
+        quoted = m.group(group)
+        if quoted is not None:
+            prefix, secret = _with_scheme(quoted[quote_len:-quote_len])
+            if _is_placeholder(secret):
+                return None
+            q = quoted[:quote_len]
+            return f"{text[m.start(): m.start(group)]}{q}{prefix}{REDACTED}{q}"
+    scheme = m.group("scheme")
+    if scheme:
+        if _is_placeholder(m.group("bare")):
+            return None
+        return f"{text[m.start(): m.start('scheme')]}{scheme}{REDACTED}"
+    if not _bare_is_secret(text, key_start, m):
+        return None
+    return text[m.start(): m.start("bare")] + REDACTED
+
+
+def _kv_spans(text: str, low: str) -> list[tuple[int, int, str]]:
+    """(start, end, replacement) for every secret key/value and `Bearer` token in `text`."""
+    spans: list[tuple[int, int, str]] = []
+    for root in _KEY_ROOTS:
+        find = low.find
+        i = find(root)
+        while i != -1:
+            pos = i + len(root)
+            m = _KV_TAIL.match(text, pos)
+            if m is not None:
+                key_start = i
+                while key_start > 0 and text[key_start - 1] in _KEY_CHARS:
+                    key_start -= 1
+                key = text[key_start:pos]
+                if (_SECRET_KEY_END.search(key) is not None
+                        and not (key_start > 0 and text[key_start - 1] == "$")):
+                    repl = _kv_replacement(text, key_start, m)
+                    if repl is not None:
+                        spans.append((pos, m.end(), repl))
+            i = find(root, pos)
+    i = low.find("bearer")
+    while i != -1:
+        pos = i + 6
+        if i == 0 or text[i - 1] not in _WORD_CHARS:
+            m = _BEARER_TAIL.match(text, pos)
+            if m is not None:
+                spans.append((m.start("val"), m.end(), REDACTED))
+        i = low.find("bearer", pos)
+    return spans
+
+
+def _apply(text: str, spans: list[tuple[int, int, str]]) -> str:
+    """Splice non-overlapping replacements into `text` (earliest wins on overlap)."""
+    spans.sort()
+    out: list[str] = []
+    last = 0
+    for start, end, repl in spans:
+        if start < last:
+            continue
+        out.append(text[last:start])
+        out.append(repl)
+        last = end
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _replace_token(m: re.Match[str]) -> str:
+    start = m.start()
+    if start > 0 and m.string[start - 1] in _WORD_CHARS:
+        return m.group(0)  # inside a longer word: "task-…" contains "sk-"
+    return REDACTED
+
+
+def _replace_flag(m: re.Match[str]) -> str:
+    if _is_placeholder(m.group("val")):
+        return m.group(0)
+    return m.group(0)[: m.start("val") - m.start()] + REDACTED
+
+
+def _lower(text: str) -> str:
+    """Lower-case with positions preserved (str.lower lengthens a few non-ASCII letters)."""
+    low = text.lower()
+    return low if len(low) == len(text) else text.translate(_ASCII_LOWER)
+
+
+def redact(text: str) -> str:
+    """Return `text` with every recognised secret replaced by `<REDACTED>`.
+
+    Cheap in the common case: only families whose trigger substrings occur are searched.
+    """
+    if not text:
+        return text
+    low = _lower(text)
+    if "private key" in low:
+        text = _PEM.sub(REDACTED, text)
+        low = _lower(text)
+    if any(t in low for t in _TOKEN_TRIGGERS):
+        new = _TOKENS.sub(_replace_token, text)
+        if new != text:
+            text, low = new, _lower(new)
+    spans = _kv_spans(text, low)
+    if spans:
+        text = _apply(text, spans)
+    if "--" in text and any(root in low for root in _KEY_ROOTS):
+        text = _FLAG.sub(_replace_flag, text)
+    if "://" in text and "@" in text:
+        text = _URL.sub(lambda m: m.group("user") + REDACTED, text)
+    return text
+
+
+def is_secret_key(key: str) -> bool:
+    """True for keys such as `password`, `apiKey`, `ANTHROPIC_API_KEY`, `client_secret`."""
+    return _SECRET_KEY_FULL.fullmatch(key) is not None
+
+
+def redact_data(obj: Any) -> Any:
+    """Redact strings anywhere in a JSON-like structure; returns a new structure.
+
+    A string stored under a secret-looking key is redacted as a whole, since after JSON
+    decoding nothing in the value itself says it is a secret (`{"password": "hunter2"}`).
+    """
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, dict):
+        out: dict[Any, Any] = {}
+        for k, v in obj.items():
+            if isinstance(v, str) and v and isinstance(k, str) and is_secret_key(k):
+                prefix, secret = _with_scheme(v)
+                out[k] = v if _is_placeholder(secret) else prefix + REDACTED
+            else:
+                out[k] = redact_data(v)
+        return out
+    if isinstance(obj, list | tuple):
+        return [redact_data(v) for v in obj]
+    return obj
+
+
+class LineRedactor:
+    """`redact` for a stream split into lines, where a PEM key spans many of them.
+
+    A stateless `redact` sees `-----BEGIN … PRIVATE KEY-----` on one line and the base64 body on
+    the next ones; this hides every line up to the END line. One instance per stream.
+    """
+
+    def __init__(self) -> None:
+        self._in_pem = False
+
+    def __call__(self, line: str) -> str:
+        if self._in_pem:
+            end = _PEM_END.search(line)
+            if end is None:
+                return REDACTED
+            self._in_pem = False
+            return REDACTED + redact(line[end.end():])
+        begin = _PEM_BEGIN.search(line)
+        if begin is not None and _PEM_END.search(line, begin.end()) is None:
+            self._in_pem = True
+        return redact(line)

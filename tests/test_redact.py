@@ -1,0 +1,186 @@
+"""Redaction: every secret family, the look-alikes that must survive, and the stream speed."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from anima.redact import REDACTED, LineRedactor, is_secret_key, redact, redact_data
+
+ANT = "sk-ant-api03-" + "a1B2c3D4e5" * 8
+OPENAI = "sk-" + "Ab3dEf6hIj" * 5
+PROJ = "sk-proj-" + "Zz9_yY8-xX" * 5
+GHP = "ghp_" + "A1b2C3d4E5" * 4
+JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ."
+       "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")
+PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx8nR\nq0ZmFh2Z3k==\n"
+       "-----END RSA PRIVATE KEY-----")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (f"key {ANT} here", f"key {REDACTED} here"),
+    (f"export ANTHROPIC_API_KEY={ANT}", f"export ANTHROPIC_API_KEY={REDACTED}"),
+    ("ANTHROPIC_API_KEY=dummy-value-1", f"ANTHROPIC_API_KEY={REDACTED}"),
+    (f"openai {OPENAI} and {PROJ}.", f"openai {REDACTED} and {REDACTED}."),
+    ("id AKIAIOSFODNN7EXAMPLE,", f"id {REDACTED},"),
+    ("id ASIAY34FZKBOKMUTVV7A", f"id {REDACTED}"),
+    ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+     f"aws_secret_access_key = {REDACTED}"),
+    (f"token {GHP}", f"token {REDACTED}"),
+    ("gho_" + "x" * 36 + " ghs_" + "Y1" * 18, f"{REDACTED} {REDACTED}"),
+    ("github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", REDACTED),
+    ("slack xoxb-1234567890-0987654321-AbCdEfGhIj", f"slack {REDACTED}"),
+    ("google AIzaSyA-1234567890abcdefghijklmnopqrstu", f"google {REDACTED}"),
+    ("curl -H 'Authorization: Bearer abc.def-123456' https://x",
+     f"curl -H 'Authorization: Bearer {REDACTED}' https://x"),
+    ('{"Authorization": "Bearer abcdef123456"}', f'{{"Authorization": "Bearer {REDACTED}"}}'),
+    ("Authorization: Basic dXNlcjpwYXNzd29yZA==", f"Authorization: Basic {REDACTED}"),
+    ("proxy-authorization: token9f8e7d6c", f"proxy-authorization: {REDACTED}"),
+    ("sent Bearer 9f8e7d6c5b4a39281706", f"sent Bearer {REDACTED}"),
+    (f"jwt {JWT} end", f"jwt {REDACTED} end"),
+    (f"before\n{PEM}\nafter", f"before\n{REDACTED}\nafter"),
+    ("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkq", REDACTED),
+    ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbg==\n-----END OPENSSH PRIVATE KEY-----", REDACTED),
+    ('password="hunter2"', f'password="{REDACTED}"'),
+    ("password: hunter2", f"password: {REDACTED}"),
+    ("  db_password: correcthorse", f"  db_password: {REDACTED}"),
+    ("passwd=abc", f"passwd={REDACTED}"),
+    ("secret: 's3cr3t value'", f"secret: '{REDACTED}'"),
+    ('{"client_secret": "abc123xyz", "n": 1}', f'{{"client_secret": "{REDACTED}", "n": 1}}'),
+    ("apiKey: 'abc123'", f"apiKey: '{REDACTED}'"),
+    ("x-api-key: abc123def", f"x-api-key: {REDACTED}"),
+    ("apikey=zzz999", f"apikey={REDACTED}"),
+    ("ACCESS_KEY=AbCdEf123", f"ACCESS_KEY={REDACTED}"),
+    ("private_key = 'MIIBOgIBAAJBAK'", f"private_key = '{REDACTED}'"),
+    ("GITHUB_TOKEN=foo123", f"GITHUB_TOKEN={REDACTED}"),
+    ("refresh_token: r-9f8e7d", f"refresh_token: {REDACTED}"),
+    ("--password hunter2 --api-key=abc123", f"--password {REDACTED} --api-key={REDACTED}"),
+    ("postgres://admin:hunter2@db:5432/app", f"postgres://admin:{REDACTED}@db:5432/app"),
+    ("PASSWORD = 'x y z'", f"PASSWORD = '{REDACTED}'"),
+    ("token password=hunter2", f"token password={REDACTED}"),
+    ("password=hunter2&user=bob", f"password={REDACTED}&user=bob"),
+    ("İstanbul password=abc123 İ", f"İstanbul password={REDACTED} İ"),
+])
+def test_secret_is_redacted(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "commit 3f2a9c1e0b7d4a6f8e9c0b1a2d3e4f5a6b7c8d9e on milestone/m1",
+    "session 123e4567-e89b-12d3-a456-426614174000 resumed",
+    "edited /home/user/project/anima/token_counter.py and src/secret_santa/main.rs",
+    "token_count: 12",
+    '{"input_tokens": 5, "output_tokens": 55, "cache_read_input_tokens": 14000}',
+    "max_tokens=300 tokens_used: 1234",
+    "the password is stored in the keychain",
+    "Remember the password: it must be long",
+    "Enter password: ",
+    "password = getpass.getpass()",
+    "api_key = settings.api_key",
+    'api_key = os.environ["ANTHROPIC_API_KEY"]',
+    "token = next_token",
+    "secret = None",
+    "token: string;",
+    "if password == 'x':",
+    "password != other",
+    "Password: ${DB_PASSWORD}",
+    "token: <your-token>",
+    "secret=***",
+    'password=""',
+    "echo $API_KEY",
+    "PWD=/home/user/project OLDPWD=/tmp",
+    "scikit-learn and task-abcdefghijklmnopqrstuvwxyz0123 and desk-lamp",
+    "the bearer of bad news",
+    "Authorization: required",
+    "monkey: banana1",
+    "AKIA is the prefix of AWS key ids",
+    "git@github.com:owner/repo.git https://example.com/a@b",
+    "",
+])
+def test_ordinary_text_is_kept(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_raw_stream_json_line_stays_valid_json() -> None:
+    event = {"type": "user", "message": {"content": [{
+        "type": "tool_result",
+        "content": f'cat .env\nANTHROPIC_API_KEY={ANT}\npassword="hunter2"\n{{"token": "t0k3n"}}',
+    }]}, "usage": {"input_tokens": 3}}
+    line = json.dumps(event)
+    cleaned = redact(line)
+    parsed = json.loads(cleaned)
+    content = parsed["message"]["content"][0]["content"]
+    assert ANT not in cleaned and "hunter2" not in cleaned and "t0k3n" not in cleaned
+    assert f"ANTHROPIC_API_KEY={REDACTED}" in content
+    assert parsed["usage"] == {"input_tokens": 3}
+
+
+def test_redact_data_walks_structures_and_secret_keys() -> None:
+    data = {
+        "password": "hunter2",
+        "Authorization": "Bearer abc",
+        "token_count": 12,
+        "apiKey": "${KEY}",
+        "nested": [{"text": f"key {ANT}"}, ("a", f"GITHUB_TOKEN={GHP}")],
+        "ok": "plain text",
+        "n": None,
+    }
+    out = redact_data(data)
+    assert out == {
+        "password": REDACTED,
+        "Authorization": f"Bearer {REDACTED}",
+        "token_count": 12,
+        "apiKey": "${KEY}",
+        "nested": [{"text": f"key {REDACTED}"}, ["a", f"GITHUB_TOKEN={REDACTED}"]],
+        "ok": "plain text",
+        "n": None,
+    }
+    assert data["password"] == "hunter2"  # the input is not mutated
+
+
+@pytest.mark.parametrize(("key", "secret"), [
+    ("password", True), ("DB_PASSWORD", True), ("apiKey", True), ("ANTHROPIC_API_KEY", True),
+    ("client_secret", True), ("aws_secret_access_key", True), ("access_token", True),
+    ("token_count", False), ("input_tokens", False), ("keyboard", False), ("monkey", False),
+])
+def test_is_secret_key(key: str, secret: bool) -> None:
+    assert is_secret_key(key) is secret
+
+
+def test_redaction_is_idempotent() -> None:
+    text = f"ANTHROPIC_API_KEY={ANT} password: hunter2 Bearer 9f8e7d6c5b4a {JWT}"
+    once = redact(text)
+    assert redact(once) == once
+
+
+def test_line_redactor_hides_a_pem_block_split_over_lines() -> None:
+    lines = ["config:", "-----BEGIN EC PRIVATE KEY-----", "MHcCAQEEIBkg", "oUQDQgAE",
+             "-----END EC PRIVATE KEY----- trailing", f"next {ANT}"]
+    r = LineRedactor()
+    out = [r(line) for line in lines]
+    assert out == ["config:", REDACTED, REDACTED, REDACTED, f"{REDACTED} trailing",
+                   f"next {REDACTED}"]
+
+
+def test_hundred_thousand_stream_lines_are_quick() -> None:
+    """A sanity check, not a benchmark: realistic stream lines, one in ten with a secret."""
+    usage = {"input_tokens": 3, "cache_read_input_tokens": 14000, "output_tokens": 55}
+    samples = [
+        json.dumps({"type": "assistant", "message": {"content": [
+            {"type": "text", "text": "Running the tests for the scheduler module now."}],
+            "usage": usage}, "session_id": "123e4567-e89b-12d3-a456-426614174000"}),
+        json.dumps({"type": "user", "message": {"content": [{
+            "type": "tool_result",
+            "content": "def fit(sections, budget):\n    return sum(map(len, sections))\n"}]}}),
+        "[12:00:01] developer: edited anima/scheduler.py (+12 -3), commit 3f2a9c1e0b7d",
+        f"password: hunter2 and export ANTHROPIC_API_KEY={ANT}",
+    ]
+    lines = [samples[i % 3] if i % 10 else samples[3] for i in range(100_000)]
+    start = time.perf_counter()
+    out = [redact(line) for line in lines]
+    elapsed = time.perf_counter() - start
+    assert out[0] == f"password: {REDACTED} and export ANTHROPIC_API_KEY={REDACTED}"
+    assert out[1] == lines[1]
+    print(f"redact: {len(lines) / elapsed:,.0f} lines/s")
