@@ -266,13 +266,19 @@ def test_crash_mid_turn_raises_agent_crashed_with_stderr_tail(
     assert any("Traceback" in e.text for e in recorder.of(RawOutput))
 
 
-def test_send_to_a_dead_process_raises_agent_crashed(make_agent: Factory) -> None:
+def test_death_between_turns_is_published_and_send_raises(make_agent: Factory,
+                                                          recorder: Recorder) -> None:
     agent = make_agent()
     assert agent.pid is not None
     os.killpg(agent.pid, 9)
-    time.sleep(0.2)
+    deadline = time.monotonic() + 5
+    while not recorder.of(AgentExited) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (exited,) = recorder.of(AgentExited)
+    assert exited.exit_code == -9 and not exited.expected
     with pytest.raises(AgentCrashed):
         agent.send("anyone?")
+    assert len(recorder.of(AgentExited)) == 1
 
 
 def test_interrupt_ends_a_hanging_turn(make_agent: Factory, fake_claude: FakeClaude) -> None:

@@ -22,7 +22,7 @@ from anima.config import Config
 from anima.errors import SessionLost
 from anima.events import Event, EventBus, SessionStarted, ToolResult, ToolUse, TurnResult
 from tests.conftest import run_git
-from tests.fakes.api_stub import ApiStub, all_text
+from tests.fakes.api_stub import ApiStub, all_text, system_text
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.timeout(90)]
 
@@ -155,3 +155,18 @@ def test_interrupt_a_long_turn(make_real: Factory, api_stub: ApiStub) -> None:
     assert results[0].subtype == "error_during_execution" and results[0].is_error
     assert agent.alive
     assert agent.send("go on").text == "after the interrupt"
+
+
+def test_side_requests_do_not_consume_the_script(make_real: Factory, api_stub: ApiStub,
+                                                 real_env: dict[str, str]) -> None:
+    """With non-essential traffic allowed, a turn that takes a moment also makes the CLI ask
+    for a session title (a request without tools); the stub answers it aside, so scripted
+    replies still line up with the agent's real model calls."""
+    del real_env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"]
+    answer = "scripted answer " * 12
+    api_stub.push({"text": answer, "chunk_delay": 0.3})
+    agent = make_real()
+    assert agent.send("Say hi slowly").text == answer
+    assert len(api_stub.agent_requests()) == 1
+    side = [r for r in api_stub.requests if not r.get("tools")]
+    assert side and "title" in system_text(side[0]).lower()

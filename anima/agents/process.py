@@ -343,6 +343,20 @@ class AgentProcess:
             with self._cond:
                 self._eof = True
                 self._cond.notify_all()
+        self._note_unexpected_exit()
+
+    def _note_unexpected_exit(self) -> None:
+        """Output closed without stop(): if the process is gone, say so on the bus at once
+        (a death between turns would otherwise surface only at the next send)."""
+        proc = self._proc
+        if proc is None or self._stopping:
+            return
+        try:
+            proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            return
+        if not self._stopping:
+            self._publish_exit(expected=False)
 
     def _on_line(self, is_stdout: bool, line: bytes) -> None:
         if is_stdout:

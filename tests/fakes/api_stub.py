@@ -99,6 +99,13 @@ def is_agent_request(request: dict[str, Any]) -> bool:
     return bool(request.get("tools"))
 
 
+def side_answer(request: dict[str, Any]) -> str:
+    """A sensible answer to the CLI's side requests (session title, quota probe, …)."""
+    if "title" in system_text(request).lower():
+        return '{"title": "Anima test session"}'
+    return "OK"
+
+
 def count_tokens(request: dict[str, Any]) -> int:
     """A character-based estimate (4 chars a token), deterministic for tests."""
     size = len(json.dumps(request.get("messages", []))) + len(system_text(request))
@@ -117,7 +124,7 @@ class ApiStub:
     def __init__(
         self,
         default: Any = "OK",
-        side_reply: Any = "Side reply",
+        side_reply: Any = side_answer,
         is_main: Callable[[dict[str, Any]], bool] = is_agent_request,
     ) -> None:
         self.default = default
