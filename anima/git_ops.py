@@ -19,7 +19,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -398,14 +398,64 @@ class GitRepo:
         )
 
     def switch(self, branch: str) -> None:
-        """Check out an existing branch (local changes are carried over when git allows)."""
-        code, _, err = self._run(
-            ["switch", "-q", "--no-guess", self._rev_arg(branch, "branch name")], check=False
-        )
+        """Check out an existing branch (local changes are carried over when git allows).
+
+        The human's files under `.anima/` survive the switch (see `_keeping_human_files`).
+        """
+        with self._keeping_human_files(f"refs/heads/{branch}"):
+            code, _, err = self._run(
+                ["switch", "-q", "--no-guess", self._rev_arg(branch, "branch name")],
+                check=False,
+            )
         if code != 0:
             if not self.branch_exists(branch):
                 raise GitError(f"Cannot switch {self.root} to branch {branch!r}: it does not exist")
             raise GitError(f"Cannot switch {self.root} to branch {branch!r}: {err.strip()}")
+
+    @contextlib.contextmanager
+    def _keeping_human_files(self, target: str) -> Iterator[None]:
+        """Keep the human's `.anima/` definitions and memory on disk, as they are, across a
+        checkout or merge of `target`.
+
+        A milestone branch may track them (the Developer's `git add -A`) while main does not:
+        git would delete them on the way back to main — `.anima/.gitignore` among them, whose
+        loss lets Anima's runtime files into the next commit — and refuses to check out or
+        merge over them while they are untracked. So the untracked ones that `target` tracks
+        step aside, and afterwards every one of them is back with the human's bytes.
+        """
+        kept = self._human_anima_files()
+        _, listed, _ = self._run(["ls-tree", "-r", "-z", "--name-only", target, "--",
+                                  ANIMA_DIR], check=False)
+        in_target = {os.fsdecode(p) for p in listed.split(b"\0") if p}
+        entries = self._status().entries
+        untracked = {e.path for e in entries if e.kind == "?"}
+        for path in kept:
+            rel = path.relative_to(self.root).as_posix()
+            if rel in in_target and rel in untracked:
+                path.unlink()
+        # An edited tracked definition would block the checkout: put HEAD's version back for
+        # the moment (the human's bytes return below).
+        edited = [e.path for e in entries if e.kind != "?" and self.root / e.path in kept]
+        if edited:
+            self._run(["restore", "--source=HEAD", "--staged", "--worktree", "--", *edited],
+                      check=False)
+        try:
+            yield
+        finally:
+            for path, content in kept.items():
+                if not path.exists() or path.read_bytes() != content:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(content)
+
+    def _human_anima_files(self) -> dict[Path, bytes]:
+        """Definitions and memory under `.anima/` (small files), by absolute path."""
+        base = self.root / ANIMA_DIR
+        kept: dict[Path, bytes] = {}
+        for path in base.rglob("*"):
+            rel = path.relative_to(self.root).as_posix()
+            if path.is_file() and (is_definition_path(rel) or is_memory_path(rel)):
+                kept[path] = path.read_bytes()
+        return kept
 
     def start_milestone_branch(self, branch: str, main: str) -> str:
         """Create `branch` from `main` and check it out; return the base commit.
@@ -900,7 +950,16 @@ class GitRepo:
                 raise GitError(f"Cannot merge {branch} into {main}: there is no branch {name!r}")
         self.ensure_clean()
         self.switch(main)
-        code, out, err = self._run(
+        with self._keeping_human_files(f"refs/heads/{branch}"):
+            code, out, err = self._merge(branch, message)
+        if code == 0:
+            if b"Already up to date" in out:
+                return MergeOutcome(True, f"{main} already contains {branch}; nothing to merge")
+            return MergeOutcome(True, f"merged {branch} into {main} as {_short(self.head())}")
+        return self._merge_failed(branch, main, out, err)
+
+    def _merge(self, branch: str, message: str) -> tuple[int, bytes, str]:
+        return self._run(
             [
                 *self._identity_args(),
                 "merge",
@@ -913,10 +972,8 @@ class GitRepo:
             ],
             check=False,
         )
-        if code == 0:
-            if b"Already up to date" in out:
-                return MergeOutcome(True, f"{main} already contains {branch}; nothing to merge")
-            return MergeOutcome(True, f"merged {branch} into {main} as {_short(self.head())}")
+
+    def _merge_failed(self, branch: str, main: str, out: bytes, err: str) -> MergeOutcome:
         _, names, _ = self._run(["diff", "--name-only", "-z", "--diff-filter=U"], check=False)
         conflicts = [os.fsdecode(p) for p in names.split(b"\0") if p]
         if os.path.lexists(Path(self._repo.git_dir) / "MERGE_HEAD"):

@@ -334,18 +334,17 @@ class MilestoneRun:
             rnd.notes.append(f"Anima committed the Developer's uncommitted changes as "
                              f"{leftover[:7]}")
             self._log(rnd.notes[-1])
-        commit = self.repo.resolve(report.commit) if report.commit else None
-        if report.commit is None:
-            problems = ["the report names no commit hash"]
+        reported = self.repo.resolve(report.commit) if report.commit else None
+        # Anima's own commit of the leftovers sits on top of whatever the Developer named.
+        commit = leftover or reported
+        if report.commit and reported is None:
+            problems = [f"the reported commit {report.commit} does not exist in the repository"]
         elif commit is None:
-            problems = [f"commit {report.commit} does not exist in the repository"]
+            problems = ["the report names no commit hash and nothing was committed"]
         else:
             problems = self.repo.check_developer_commit(
                 commit, branch=rec.branch_name or "", base_commit=rec.base_commit or "",
                 main=rec.main_branch or "", main_head=rec.main_head or "")
-        if leftover and not problems:
-            commit = leftover
-        rnd.commit = commit if commit and not problems else rnd.commit
         if problems:
             return self._reject("git check failed: " + "; ".join(problems))
         assert commit is not None

@@ -624,3 +624,27 @@ def test_stash_all_names_the_stash_and_leaves_anima_alone(root: Path, repo: GitR
     assert (root / ".anima/state.json").exists()
     git(root, "stash", "apply", "-q", stash)
     assert (root / "src/app.py").read_text() == "wip\n" and (root / "untracked.txt").exists()
+
+
+def test_the_humans_anima_files_survive_switching_back_to_main(root: Path,
+                                                               repo: GitRepo) -> None:
+    """A milestone branch that tracks .anima/ definitions must not delete them on main."""
+    git(root, "rm", "-r", "-q", "--cached", ".anima")
+    git(root, "commit", "-q", "-m", "chore: .anima/ untracked on main")
+    definition = write(root, ".anima/milestones/m1.md", "# M1\n")
+    ignore = root / ".anima" / ".gitignore"
+    runtime = write(root, ".anima/state.json", "{}")
+    base = repo.start_milestone_branch("milestone/m1", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "feat: with the definitions")
+    assert git(root, "ls-files", ".anima/.gitignore") == ".anima/.gitignore"
+    repo.switch("main")
+    assert definition.read_text() == "# M1\n" and ignore.exists() and runtime.exists()
+    assert git(root, "status", "--porcelain", "--", ".anima/state.json") == ""
+    # Merging brings them in as tracked files without complaining about untracked ones.
+    repo.switch("milestone/m1")
+    definition.write_text("# M1, edited by the human after the commit\n")
+    outcome = repo.merge_branch("milestone/m1", "main", "Merge milestone/m1")
+    assert outcome.merged, outcome.detail
+    assert definition.read_text() == "# M1, edited by the human after the commit\n"
+    assert repo.resolve("main") != base

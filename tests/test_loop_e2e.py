@@ -49,3 +49,87 @@ def test_whole_milestone_completes_on_its_branch_and_merges(project: Path,
     assert f"git show {rec.iterations[0].commit}" in review
     log = (project / ".anima" / "logs" / "m1.log").read_text()
     assert "ACCEPTED" in log and "phase" in log
+
+
+def test_rejection_reason_reaches_the_developer(project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"acceptor": [{"text": "Looked at it.\n\nREJECTED: no test covers "
+                                                    "the greeting"}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    first, second = rec.iterations[0], rec.iterations[1]
+    assert first.verdict is Verdict.REJECTED and first.reason == "no test covers the greeting"
+    assert second.kind is RoundKind.FIX
+    fix_prompt = fake_claude.prompts("developer")[1]
+    assert "REJECTED" in fix_prompt and "no test covers the greeting" in fix_prompt
+    assert "Fix the problems" in fix_prompt
+
+
+def test_three_rejections_in_a_row_pause_and_an_accept_resets(project: Path,
+                                                              fake_claude: FakeClaude) -> None:
+    no = {"text": "REJECTED: still wrong"}
+    fake_claude.write_script({"acceptor": [no, {"text": "ACCEPTED"}, no, no, no]})
+    _, outcome = run_engine(project)
+    rec = record(project, "m1")
+    assert outcome.paused == ("m1",)
+    assert rec.status is MilestoneStatus.PAUSED
+    assert [i.verdict.value for i in rec.iterations] == [
+        "rejected", "accepted", "rejected", "rejected", "rejected"]
+    assert rec.consecutive_rejections == 3 and rec.iteration_count == 1
+    assert "3 consecutive rejections" in (rec.pause_reason or "")
+    assert state(project)["status"] == "paused"
+    assert state(project)["current_milestone"] == "m1"
+
+
+def test_final_acceptance_rejection_goes_back_and_is_not_counted(
+        project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"acceptor": [{"text": "ACCEPTED"}, {"text": "ACCEPTED"},
+                                           {"text": "REJECTED: criterion 2 (--version) unmet"}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    kinds = [(i.kind.value, i.verdict.value) for i in rec.iterations]
+    assert kinds == [("feature", "accepted"), ("feature", "accepted"), ("final", "rejected"),
+                     ("final", "accepted")]
+    assert rec.consecutive_rejections == 0
+    final_prompt = fake_claude.prompts("acceptor")[2]
+    assert "greet prints hello" in final_prompt and "--version prints it" in final_prompt
+    assert rec.iterations[0].commit[:7] in final_prompt
+    after_final = fake_claude.prompts("developer")[3]
+    assert "final acceptance" in after_final and "criterion 2 (--version) unmet" in after_final
+
+
+def test_developer_timeout_counts_as_a_rejection_and_the_loop_goes_on(
+        project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{"hang": True}]})
+    run_engine(project, agent_timeout_seconds=1.5)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED and "timed out" in first.reason
+    assert rec.iterations[1].kind is RoundKind.FIX
+    # The Acceptor never saw the timed-out round.
+    assert len(fake_claude.prompts("acceptor")) == 3
+
+
+def test_round_limit_pauses(project: Path, fake_claude: FakeClaude) -> None:
+    _, outcome = run_engine(project, max_iterations_per_milestone=1)
+    rec = record(project, "m1")
+    assert outcome.paused == ("m1",) and rec.rounds == 1
+    assert rec.status is MilestoneStatus.PAUSED and "round limit" in (rec.pause_reason or "")
+
+
+def test_human_review_then_the_next_milestone_starts_from_main(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_claude.use_env(monkeypatch)
+    one = milestone_md("One", ["Alpha"])
+    make_project(git_repo, {"a-first": "---\nrequires_human_review: true\n---\n" + one,
+                            "b-second": milestone_md("Two", ["Beta"])})
+    _, outcome = run_engine(git_repo)
+    first, second = record(git_repo, "a-first"), record(git_repo, "b-second")
+    assert first.status is MilestoneStatus.AWAITING_REVIEW
+    assert outcome.awaiting_review == ("a-first",), outcome
+    assert second.status is MilestoneStatus.COMPLETED
+    assert state(git_repo)["status"] == "sleeping" and state(git_repo)["current_milestone"] is None
+    # Not merged before approval: the second milestone started from main without it.
+    assert second.base_commit == first.base_commit

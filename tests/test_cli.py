@@ -1,0 +1,153 @@
+"""`anima` through its real entry point, in a subprocess, as users' scripts call it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FakeClaude, run_git
+from tests.helpers import make_project, milestone_md, record
+
+ANIMA = shutil.which("anima") or ""
+
+
+def anima(*args: str, env: dict[str, str] | None = None,
+          timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    command = [ANIMA] if ANIMA else [sys.executable, "-m", "anima"]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def fake_env(fake_claude: FakeClaude) -> dict[str, str]:
+    return {"ANIMA_CLAUDE_COMMAND": fake_claude.command, **fake_claude.env}
+
+
+def test_init_creates_the_example_and_never_overwrites(tmp_path: Path) -> None:
+    result = anima("init", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    anima_dir = tmp_path / ".anima"
+    for name in ("config.json", "soul.md", "state.json", ".gitignore", "memory/project.md"):
+        assert (anima_dir / name).is_file(), name
+    assert list((anima_dir / "milestones").glob("*.md"))
+    soul = (anima_dir / "soul.md").read_bytes()
+    (anima_dir / "soul.md").write_text("mine", encoding="utf-8")
+    again = anima("init", str(tmp_path))
+    assert again.returncode == 2 and "already exists" in again.stderr
+    assert (anima_dir / "soul.md").read_text() == "mine" and soul != b"mine"
+
+
+def test_add_registers_and_status_json_has_the_contract_shape(tmp_path: Path) -> None:
+    assert anima("init", str(tmp_path)).returncode == 0
+    md = tmp_path / "greeter.md"
+    md.write_text(milestone_md("Greeter", ["Greet", "Version"]), encoding="utf-8")
+    added = anima("add", str(tmp_path), str(md))
+    assert added.returncode == 0, added.stderr
+    status = anima("status", str(tmp_path), "--json")
+    assert status.returncode == 0, status.stderr
+    data = json.loads(status.stdout)
+    assert set(data) == {"state", "milestones"}
+    assert data["state"]["status"] == "sleeping"
+    greeter = next(m for m in data["milestones"] if m["id"] == "greeter")
+    assert greeter["status"] == "pending"
+    assert [f["id"] for f in greeter["features"]] == ["F1", "F2"]
+    for key in ("schema_version", "created_at", "branch_name", "base_commit", "iteration_count",
+                "consecutive_rejections", "max_iterations", "tokens_used", "cost_usd",
+                "requires_human_review", "iterations", "acceptance_criteria", "sessions",
+                "pause_reason", "human_notes"):
+        assert key in greeter
+    text = anima("status", str(tmp_path))
+    assert "greeter" in text.stdout and "pending" in text.stdout
+
+
+def test_add_refuses_a_bad_name_and_a_malformed_file(tmp_path: Path) -> None:
+    assert anima("init", str(tmp_path)).returncode == 0
+    bad = tmp_path / "Bad Name.md"
+    bad.write_text(milestone_md("X", ["A"]), encoding="utf-8")
+    result = anima("add", str(tmp_path), str(bad))
+    assert result.returncode == 2 and "Bad Name.md" in result.stderr
+    empty = tmp_path / "empty.md"
+    empty.write_text("just words, no title\n", encoding="utf-8")
+    result = anima("add", str(tmp_path), str(empty))
+    assert result.returncode == 2 and "empty.md" in result.stderr
+    assert not (tmp_path / ".anima" / "milestones" / "empty.md").exists()
+
+
+def test_invalid_config_names_the_file_and_key(tmp_path: Path) -> None:
+    assert anima("init", str(tmp_path)).returncode == 0
+    config = tmp_path / ".anima" / "config.json"
+    data = json.loads(config.read_text())
+    data["max_iterations_per_milstone"] = 5
+    config.write_text(json.dumps(data))
+    result = anima("status", str(tmp_path))
+    assert result.returncode == 2
+    assert str(config) in result.stderr and "max_iterations_per_milstone" in result.stderr
+
+
+def test_run_refuses_a_folder_that_is_not_a_git_repo(tmp_path: Path,
+                                                    fake_env: dict[str, str]) -> None:
+    assert anima("init", str(tmp_path)).returncode == 0
+    result = anima("run", str(tmp_path), "--headless", env=fake_env)
+    assert result.returncode == 2
+    assert "not a git repository" in result.stderr
+
+
+def test_run_refuses_a_dirty_tree_and_changes_nothing(git_repo: Path,
+                                                     fake_env: dict[str, str]) -> None:
+    make_project(git_repo, {"m1": milestone_md("M", ["A"])})
+    (git_repo / "README.md").write_text("edited, not committed\n", encoding="utf-8")
+    result = anima("run", str(git_repo), "--headless", env=fake_env)
+    assert result.returncode == 2
+    assert "README.md" in result.stderr and "uncommitted" in result.stderr.lower()
+    assert record(git_repo, "m1").status.value == "pending"
+    assert run_git(git_repo, "branch", "--list", "milestone/*") == ""
+    assert (git_repo / "README.md").read_text() == "edited, not committed\n"
+
+
+def test_run_missing_claude_says_how_to_install(git_repo: Path) -> None:
+    make_project(git_repo, {"m1": milestone_md("M", ["A"])})
+    result = anima("run", str(git_repo), "--headless",
+                   env={"ANIMA_CLAUDE_COMMAND": str(git_repo / "no-such-claude"),
+                        "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 2
+    assert "npm install -g @anthropic-ai/claude-code" in result.stderr
+    assert record(git_repo, "m1").status.value == "pending"
+
+
+def test_headless_run_pause_resume_with_note_and_approve(
+        git_repo: Path, fake_claude: FakeClaude, fake_env: dict[str, str]) -> None:
+    no = {"text": "REJECTED: the greeting is rude"}
+    fake_claude.write_script({"acceptor": [no, no, no]})
+    text = "---\nrequires_human_review: true\n---\n" + milestone_md("M", ["Greet"])
+    make_project(git_repo, {"m1": text})
+    first = anima("run", str(git_repo), "--headless", env=fake_env)
+    assert first.returncode == 3, first.stderr
+    out = first.stdout
+    assert "[developer]" in out and "[acceptor]" in out and "[anima]" in out
+    assert "REJECTED: the greeting is rude" in out
+    resumed = anima("resume", str(git_repo), "m1", "--note", "say hello politely")
+    assert resumed.returncode == 0, resumed.stderr
+    rec = record(git_repo, "m1")
+    assert rec.status.value == "in_progress" and rec.consecutive_rejections == 0
+    second = anima("run", str(git_repo), "--headless", env=fake_env)
+    assert second.returncode == 0, second.stderr + second.stdout
+    assert "say hello politely" in fake_claude.prompts("developer")[3]
+    assert record(git_repo, "m1").status.value == "awaiting_review"
+    approved = anima("approve", str(git_repo), "m1")
+    assert approved.returncode == 0, approved.stderr
+    rec = record(git_repo, "m1")
+    assert rec.status.value == "completed" and rec.merge is not None and rec.merge.merged
+    assert "feat: F1" in run_git(git_repo, "log", "--format=%s", "main")
+    wrong = anima("approve", str(git_repo), "m1")
+    assert wrong.returncode == 2 and "completed" in wrong.stderr
+
+
+def test_usage_errors_exit_2() -> None:
+    assert anima("run").returncode == 2
+    assert anima("resume", "/nonexistent", "x").returncode == 2
