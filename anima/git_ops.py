@@ -497,19 +497,16 @@ class GitRepo:
     def commit_leftovers(self, message: str) -> str | None:
         """Commit what the Developer left uncommitted, on its behalf; return the new hash.
 
-        Runs when something outside `.anima/` (or in `.anima/memory/`) is uncommitted. The
-        commit takes those paths plus definition files under `.anima/` as they are; runtime
-        files are never added, even when `.anima/.gitignore` is missing. Hooks are skipped:
-        this is Anima's bookkeeping, and a failing hook must not stall the round.
+        Runs only when something outside `.anima/` is uncommitted: files under `.anima/`
+        (an untracked memory/project.md from `anima init`, the human's definitions) are not
+        the Developer's leftovers. The commit takes those paths plus `.anima/memory/`;
+        runtime files and definitions are never added by Anima. Hooks are skipped: this is
+        Anima's bookkeeping, and a failing hook must not stall the round.
         """
         entries = self._status().entries
-        if not any(not is_under_anima(e.path) or is_memory_path(e.path) for e in entries):
+        if all(is_under_anima(e.path) for e in entries):
             return None
-        paths = [
-            e.path
-            for e in entries
-            if not is_under_anima(e.path) or is_memory_path(e.path) or is_definition_path(e.path)
-        ]
+        paths = [e.path for e in entries if not is_under_anima(e.path) or is_memory_path(e.path)]
         spec = b"\0".join(os.fsencode(p) for p in paths) + b"\0"
         what = f"Cannot commit the leftover changes in {self.root} ({_listing(paths)})"
         self._run(

@@ -16,6 +16,9 @@ from typing import Any
 
 import pytest
 
+# Qt runs headless in the suite (CI has no display); set before any Qt import.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
 from anima.agents.discovery import ClaudeBinary, find_claude
 from tests.fakes.api_stub import ApiStub
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from anima.cli import init_project
 from anima.engine import Engine
-from anima.store import MilestoneRecord, Store
 from anima.paths import ProjectPaths
+from anima.store import MilestoneRecord, Store
 
 
 def milestone_md(title: str, features: list[str], criteria: list[str] | None = None) -> str:

@@ -358,7 +358,7 @@ def test_commit_leftovers_with_nothing_to_do(root: Path, repo: GitRepo) -> None:
     assert not git(root, "status", "--porcelain", "--", "src", "README.md")
 
 
-def test_commit_leftovers_commits_outside_anima_and_definitions(
+def test_commit_leftovers_commits_outside_anima_and_memory_never_definitions(
     root: Path, repo: GitRepo, milestone: dict[str, str]
 ) -> None:
     write(root, "src/app.py", "print('changed')\n")
@@ -373,9 +373,7 @@ def test_commit_leftovers_commits_outside_anima_and_definitions(
         "chore(anima): commit the Developer's leftovers\nTester"
     )
     assert sorted(repo.changed_files(commit)) == [
-        ".anima/.gitignore",
         ".anima/memory/project.md",
-        ".anima/milestones/m2.md",
         "README.md",
         "src/app.py",
         "src/new.py",
@@ -384,10 +382,10 @@ def test_commit_leftovers_commits_outside_anima_and_definitions(
     assert check(repo, milestone, commit=commit) == []
 
 
-def test_commit_leftovers_commits_forgotten_memory(root: Path, repo: GitRepo) -> None:
+def test_memory_alone_is_not_a_leftover(root: Path, repo: GitRepo) -> None:
+    """An untracked memory/project.md (from `anima init`) is not the Developer's work."""
     write(root, ".anima/memory/project.md", "notes\n")
-    commit = repo.commit_leftovers("chore: leftovers")
-    assert commit is not None and repo.changed_files(commit) == [".anima/memory/project.md"]
+    assert repo.commit_leftovers("chore: leftovers") is None
 
 
 def test_commit_leftovers_without_an_identity_uses_anima(tmp_path: Path) -> None:

@@ -133,3 +133,88 @@ def test_human_review_then_the_next_milestone_starts_from_main(
     assert state(git_repo)["status"] == "sleeping" and state(git_repo)["current_milestone"] is None
     # Not merged before approval: the second milestone started from main without it.
     assert second.base_commit == first.base_commit
+
+
+def report(commit: str = "{head}", feature: str = "F1") -> str:
+    return (f"## Implementation Report — Round 1\n\n**Feature**: {feature} — done\n"
+            f"**Commit**: {commit}\n**Tests**: 1 passed, 0 failed\n**Lint**: clean\n")
+
+
+def test_an_unreadable_report_is_restated_once(project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{"text": "I implemented the greeting, all good."}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert rec.iterations[0].verdict is Verdict.ACCEPTED
+    assert "could not read your last reply" in fake_claude.prompts("developer")[1]
+
+
+def test_a_report_unreadable_twice_is_a_rejection_without_review(
+        project: Path, fake_claude: FakeClaude) -> None:
+    chatter = {"text": "Working on it, will report later."}
+    fake_claude.write_script({"developer": [chatter, chatter]})
+    run_engine(project)
+    rec = record(project, "m1")
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED and first.reason.startswith("unreadable report")
+    reviewed = [p for p in fake_claude.prompts("acceptor") if "Review round 1 " in p]
+    assert reviewed == []
+
+
+def test_an_unreadable_verdict_twice_is_a_rejection(project: Path,
+                                                    fake_claude: FakeClaude) -> None:
+    vague = {"text": "Looks mostly fine to me."}
+    fake_claude.write_script({"acceptor": [vague, vague]})
+    run_engine(project)
+    first = record(project, "m1").iterations[0]
+    assert first.verdict is Verdict.REJECTED and first.reason.startswith("unreadable verdict")
+    assert "only the verdict line" in fake_claude.prompts("acceptor")[1]
+
+
+@pytest.mark.parametrize(("turn", "expected"), [
+    ({"text": report("1234567deadbeef")}, "does not exist"),
+    ({"text": report("").replace("**Commit**: \n", "")}, "names no commit"),
+    ({"shell": ["git add -f .anima/state.json", "git commit -qm 'chore: state'"],
+      "text": report()}, ".anima/state.json"),
+    ({"shell": ["git switch -q main", "echo x > onmain.txt", "git add onmain.txt",
+                "git commit -qm 'feat: on main'"], "text": report()}, "main"),
+], ids=["forged-hash", "missing-hash", "touches-anima", "commit-on-main"])
+def test_git_checks_reject_before_any_acceptor_token(project: Path, fake_claude: FakeClaude,
+                                                     turn: dict, expected: str) -> None:
+    fake_claude.write_script({"developer": [turn]})
+    run_engine(project, max_iterations_per_milestone=1)
+    first = record(project, "m1").iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert first.reason.startswith("git check failed") and expected in first.reason
+    assert fake_claude.prompts("acceptor") == []
+
+
+def test_uncommitted_leftovers_are_committed_by_anima(project: Path,
+                                                      fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{"shell": ["echo left > left.txt"],
+                                             "text": report()}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.ACCEPTED and first.auto_committed
+    assert "left.txt" in first.changed_files
+    subject = run_git(project, "log", "-1", "--format=%s", first.commit)
+    assert subject.startswith("chore(anima): commit uncommitted work of round 1")
+    assert any("Anima committed" in n for n in first.notes)
+
+
+def test_an_acceptor_that_edits_a_file_is_undone_and_reported(project: Path,
+                                                              fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"acceptor": [{"edit_file": {"path": "README.md",
+                                                          "content": "reviewer was here\n"},
+                                            "shell": ["echo new > reviewer.txt"],
+                                            "text": "ACCEPTED"}]})
+    run_engine(project, merge_on_complete=False)
+    rec = record(project, "m1")
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.ACCEPTED
+    assert any("Acceptor changed the repository" in n and "README.md" in n for n in first.notes)
+    assert run_git(project, "show", "milestone/m1:README.md") == "# test project"
+    assert (project / "README.md").read_text() == "# test project\n"
+    assert "reviewer.txt" not in run_git(project, "ls-tree", "-r", "--name-only", "milestone/m1")
+    assert not (project / "reviewer.txt").exists()
