@@ -23,7 +23,11 @@ from anima.events import (
 )
 
 # CSI sequences, OSC sequences (terminated by BEL or ST) and lone two-byte escapes.
-_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# CSI, OSC, charset selection (ESC ( B), and the two-byte escapes (ESC 7, ESC =, ESC M…).
+_ANSI_RE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()*+][0-9A-Za-z]"
+    r"|\x1b[0-9@-Z\\-_=>]"
+)
 
 # Result subtype the CLI reports for an interrupted turn and for a resume that found no session.
 ERROR_DURING_EXECUTION = "error_during_execution"

@@ -1,0 +1,101 @@
+"""The whole loop with the real `claude` CLI: `anima run --headless` on a 2-feature milestone,
+the model scripted by the local Messages API stub (it makes the CLI really run git)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anima.store import MilestoneStatus, Verdict
+from tests.conftest import run_git
+from tests.fakes.api_stub import ApiStub, Reply, message_text, system_text
+from tests.helpers import make_project, milestone_md, record
+
+pytestmark = [pytest.mark.real_claude, pytest.mark.timeout(240)]
+
+UNCHECKED = re.compile(r"^\s*-\s*\[( |/|!)\]\s+(F\d+)\b", re.MULTILINE)
+HASH = re.compile(r"\b[0-9a-f]{40}\b")
+
+
+def _is_tool_result(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+
+
+def _prompts(request: dict[str, Any]) -> list[str]:
+    """The user prompts Anima sent in this session (not tool results)."""
+    return [message_text(m) for m in request.get("messages", [])
+            if m.get("role") == "user" and not _is_tool_result(m)]
+
+
+class ScriptedModel:
+    """Plays both roles like a diligent but imperfect pair: the first review is a rejection."""
+
+    def __call__(self, request: dict[str, Any]) -> Reply:
+        if "You are the Acceptor agent" in system_text(request):
+            return self.acceptor(request)
+        return self.developer(request)
+
+    def developer(self, request: dict[str, Any]) -> Reply:
+        messages = request["messages"]
+        prompt = _prompts(request)[-1]
+        found = UNCHECKED.search(prompt)
+        if _is_tool_result(messages[-1]):
+            commit = HASH.findall(message_text(messages[-1]))[-1]
+            feature = found.group(2) if found else "F1"
+            return Reply(text=(f"## Implementation Report — Round 1\n\n**Feature**: {feature}\n"
+                               f"**Commit**: {commit}\n**Tests**: 1 passed, 0 failed\n"
+                               "**Lint**: clean\n\n### Changes\n- features: the feature\n"))
+        if found is None or "ALL_FEATURES_COMPLETE" in prompt and "REJECTED" not in prompt \
+                and not found:
+            return Reply(text="## ALL_FEATURES_COMPLETE\n\n### Commits\n\n### Summary\nDone.")
+        feature = found.group(2)
+        fix = "REJECTED" in prompt
+        name = f"features/{feature}{'-test' if fix else ''}.txt"
+        command = (f"mkdir -p features && echo {feature} > {name} && git add -A && "
+                   f"git commit -q -m 'feat: {feature}{' tests' if fix else ''}' && "
+                   "git rev-parse HEAD")
+        return Reply(tool_uses=[("Bash", {"command": command, "description": "commit"})])
+
+    def acceptor(self, request: dict[str, Any]) -> Reply:
+        messages = request["messages"]
+        prompts = _prompts(request)
+        if not _is_tool_result(messages[-1]):
+            return Reply(tool_uses=[("Bash", {"command": "git show --stat HEAD",
+                                              "description": "inspect"})])
+        reviews = [p for p in prompts if "Review round" in p]
+        if "final acceptance" not in prompts[-1] and len(reviews) == 1:
+            return Reply(text="REJECTED: F1 has no test file")
+        return Reply(text="ACCEPTED")
+
+
+def test_anima_run_headless_with_the_real_cli(real_claude_bin: str, real_env: dict[str, str],
+                                              git_repo: Path, tmp_path: Path) -> None:
+    make_project(git_repo, {"greeter": milestone_md("Greeter", ["Greet", "Version"])},
+                 config={"agent_timeout_seconds": 90})
+    with ApiStub(default=ScriptedModel()) as stub:
+        env = {**os.environ, **real_env, "ANTHROPIC_BASE_URL": stub.url,
+               "ANIMA_CLAUDE_COMMAND": real_claude_bin}
+        env.pop("CLAUDECODE", None)
+        result = subprocess.run([sys.executable, "-m", "anima", "run", str(git_repo),
+                                 "--headless"], env=env, capture_output=True, text=True,
+                                timeout=220, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rec = record(git_repo, "greeter")
+    assert rec.status is MilestoneStatus.COMPLETED
+    verdicts = [(i.kind.value, i.feature, i.verdict) for i in rec.iterations]
+    assert verdicts[0] == ("feature", "F1", Verdict.REJECTED)
+    assert rec.iterations[0].reason == "F1 has no test file"
+    assert ("fix", "F1", Verdict.ACCEPTED) in verdicts
+    assert verdicts[-1] == ("final", None, Verdict.ACCEPTED)
+    assert rec.sessions.developer and rec.sessions.acceptor
+    log = run_git(git_repo, "log", "--format=%s", "main")
+    assert "feat: F1 tests" in log and "feat: F2" in log
+    assert "[developer]" in result.stdout and "[acceptor] ▸ Bash: git show" in result.stdout
