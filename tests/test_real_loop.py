@@ -53,8 +53,7 @@ class ScriptedModel:
             return Reply(text=(f"## Implementation Report — Round 1\n\n**Feature**: {feature}\n"
                                f"**Commit**: {commit}\n**Tests**: 1 passed, 0 failed\n"
                                "**Lint**: clean\n\n### Changes\n- features: the feature\n"))
-        if found is None or "ALL_FEATURES_COMPLETE" in prompt and "REJECTED" not in prompt \
-                and not found:
+        if found is None:
             return Reply(text="## ALL_FEATURES_COMPLETE\n\n### Commits\n\n### Summary\nDone.")
         feature = found.group(2)
         fix = "REJECTED" in prompt
