@@ -180,9 +180,9 @@ def render_markdown(text: str) -> list[Line]:
             continue
         # Cheap tests first: most lines are plain prose and skip every regex.
         if ("CCEPTED" in line or "EJECTED" in line) and (verdict := _VERDICT.match(line)):
-            word, rest = verdict.group(1).upper(), verdict.group(2).strip(" *_`")
+            word, rest = verdict.group(1).upper(), verdict.group(2).strip(" *_`").lstrip(":-— ")
             key = "accepted" if word == "ACCEPTED" else "rejected"
-            append(((key, f"{word}{(' ' + rest) if rest else ''}"),))
+            append(((key, f"{word}: {rest}" if rest else word),))
             continue
         if first == "#" and (heading := _HEADING.match(line)):
             append((("h", heading.group(2).replace("**", "")),))
@@ -480,6 +480,8 @@ class AgentPane(QFrame):
         self.lines_rendered = 0
         self.lines_dropped = 0
         self._seconds_per_line = 20e-6
+        self._last_kind = ""
+        self._session_id = ""
 
         self.title = QLabel(ROLE_TITLES.get(role, role.title()), self)
         self.title.setObjectName("paneTitle")
@@ -578,22 +580,29 @@ class AgentPane(QFrame):
 
     # --- event → lines ---------------------------------------------------------------------
     def _lines_for(self, event: ev.Event) -> list[Line]:
+        if isinstance(event, ev.AgentEvent) and event.role != self.role:
+            return []
         if isinstance(event, ev.AssistantText):
             self._mark_working()
-            return render_markdown(event.text)
+            lines = render_markdown(event.text)
+            if self._last_kind == "tool" and lines and lines[0] != (("text", ""),):
+                lines.insert(0, (("text", ""),))  # air between tool calls and prose
+            self._last_kind = "text"
+            return lines
         if isinstance(event, ev.ToolUse):
             self._mark_working()
             self._tools_this_turn += 1
             if len(self._tool_names) > 512:
                 self._tool_names.clear()
             self._tool_names[event.tool_use_id] = event.tool
+            self._last_kind = "tool"
             return [(("tool", "▸ " + describe_tool(event.tool, event.input, self.root)),)]
         if isinstance(event, ev.ToolResult):
             self._tool_names.pop(event.tool_use_id, None)
             limit = ERROR_PREVIEW_LINES if event.is_error else RESULT_PREVIEW_LINES
             key = "result_error" if event.is_error else "result"
             shown = summarize_result(event.content, limit)
-            return [((key, ("  ⎿ " if i == 0 else "    ") + line),) for i, line in enumerate(shown)]
+            return [((key, ("  └ " if i == 0 else "    ") + line),) for i, line in enumerate(shown)]
         if isinstance(event, ev.Thinking):
             self._mark_working()
             shown = summarize_result(event.text, THINKING_PREVIEW_LINES)
@@ -604,8 +613,13 @@ class AgentPane(QFrame):
         if isinstance(event, ev.RawOutput):
             return [(("raw", _clip(line)),) for line in event.text.rstrip("\n").split("\n")]
         if isinstance(event, ev.SessionStarted):
+            # stream-json repeats system/init every turn: a turn starts; say so only once
+            # per session.
+            self._mark_working()
+            if event.session_id == self._session_id:
+                return []
+            self._session_id = event.session_id
             model = f" · {event.model}" if event.model else ""
-            self._set_state("started")
             return [(("meta", f"● session {event.session_id[:8]}{model}"),)]
         if isinstance(event, ev.AgentExited):
             return self._exited(event)

@@ -146,7 +146,12 @@ class EngineBridge(QObject):
                     self._wake_pending = False
                     return
                 batch = [self._queue.popleft() for _ in range(min(512, len(self._queue)))]
-            self._dispatch_all(batch)
+            try:
+                self._dispatch_all(batch)
+            except Exception:
+                # A failing consumer must not stall the queue (the wake-up would stay pending
+                # forever): report it and go on with the next batch.
+                log.exception("a consumer of engine events failed")
             if time.perf_counter() > deadline:
                 # Leave the wake-up pending and come back after the event loop ran.
                 QTimer.singleShot(0, self._on_woken)

@@ -1,0 +1,268 @@
+"""The real MainWindow driving the real engine with the fake `claude` in a temp git repo."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QElapsedTimer, QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
+from PySide6.QtGui import QDropEvent
+
+from anima.engine import Engine
+from tests.conftest import FakeClaude
+from tests.helpers import make_project, milestone_md, record
+from ui.main_window import MainWindow
+from ui.monitor import CommitDialog
+
+pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
+              pytest.mark.qt_log_ignore("propagateSizeHints")]
+
+TWO = milestone_md("Greeter", ["Greet command", "Version flag"], ["greet prints hello"])
+OVERRIDES = {"summarizer": {"enabled": False}}
+
+
+class Window:
+    """A MainWindow with a temp ini, closed (agents stopped) at teardown."""
+
+    def __init__(self, qtbot, tmp_path: Path, **overrides: object) -> None:
+        self.settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+        config = {**OVERRIDES, **overrides}
+        self.window = MainWindow(self.settings,
+                                 engine_factory=lambda root: Engine(root,
+                                                                    config_overrides=config))
+        # Not qtbot.addWidget: pytest-qt would delete the window before the fixture's teardown
+        # has stopped the engine through it.
+        self.window.resize(1280, 800)
+        self.window.show()
+        self.qtbot = qtbot
+
+    def close(self) -> None:
+        """Close like a user does and wait for the engine to stop (the agents with it)."""
+        self.window.close()
+        self.qtbot.waitUntil(lambda: self.window.engine is None, timeout=15000)
+        assert not self.window.isVisible()
+        self.window.deleteLater()
+
+    def status_of(self, milestone_id: str) -> str | None:
+        rec = self.window._records.get(milestone_id)
+        return None if rec is None else str(rec.status.value)
+
+    def wait_status(self, milestone_id: str, status: str, timeout: int = 20000) -> None:
+        self.qtbot.waitUntil(lambda: self.status_of(milestone_id) == status, timeout=timeout)
+
+    def pane_text(self, role: str) -> str:
+        pane = self.window.monitor.panes[role]
+        pane.flush()
+        return pane.plain_text()
+
+
+@pytest.fixture
+def fake(fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> FakeClaude:
+    fake_claude.use_env(monkeypatch)
+    return fake_claude
+
+
+@pytest.fixture
+def app_window(qtbot, tmp_path: Path):
+    w = Window(qtbot, tmp_path)
+    yield w
+    w.close()
+
+
+def test_a_whole_milestone_runs_and_the_window_shows_it_without_blocking(
+        qtbot, git_repo: Path, fake: FakeClaude, app_window: Window) -> None:
+    make_project(git_repo, {"m1": TWO})
+    window = app_window.window
+    # A 1 ms timer measures the event loop's longest gap while the engine works.
+    clock, gaps, last = QElapsedTimer(), [0.0], [0]
+    clock.start()
+
+    def tick() -> None:
+        now = clock.elapsed()
+        gaps[0] = max(gaps[0], now - last[0])
+        last[0] = now
+
+    ticker = QTimer()
+    ticker.timeout.connect(tick)
+    ticker.start(1)
+    window.open_project(git_repo)
+    assert window.pages.currentWidget() is window.monitor_page
+    app_window.wait_status("m1", "completed")
+    ticker.stop()
+    monitor = window.monitor
+    qtbot.waitUntil(lambda: monitor.phase_bar.text == "Completed", timeout=5000)
+    assert gaps[0] < 200, f"the GUI thread stalled {gaps[0]} ms"
+    assert "Implementation Report" in app_window.pane_text("developer")
+    assert "▸ Bash: git add -A && git commit" in app_window.pane_text("developer")
+    acceptor = app_window.pane_text("acceptor")
+    assert "ACCEPTED" in acceptor and "✔ Final acceptance ACCEPTED" in acceptor
+    assert monitor.header.title.text() == "Greeter"
+    assert monitor.header.features.value.text() == "2 / 2"
+    assert monitor.header.round.value.text().startswith("2 / ")
+    assert monitor.header.rejections.value.text() == "0 / 3"
+    assert monitor.header.cost.value.text().startswith("$")
+    assert monitor.checklist.lines()[0].startswith("[x]  F1  Greet command")
+    rows = monitor.history.history.rows
+    assert [(r.kind.value, r.feature) for r in rows] == [("feature", "F1"), ("feature", "F2"),
+                                                         ("final", None)]
+    index = monitor.history.history.index(0, 3)
+    assert index.data() == rows[0].commit[:7]
+    assert window.milestone_list.summaries() == ["Greeter — completed · 2/2 · $" +
+                                                 f"{record(git_repo, 'm1').cost_usd:.2f}"]
+    # Double-clicking a commit shows `git show` in a dialog.
+    shown: list[str] = []
+    window.monitor.commit_requested.connect(shown.append)
+    monitor.history.doubleClicked.emit(index)
+    assert shown == [rows[0].commit]
+    qtbot.waitUntil(lambda: any("feat: F1" in d.view.toPlainText()
+                                for d in window.findChildren(CommitDialog)), timeout=5000)
+
+
+def test_three_rejections_pause_then_a_note_resumes_and_a_restart_replays(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    make_project(git_repo, {"m1": TWO})
+    no = {"text": "REJECTED: still wrong"}
+    fake.write_script({"acceptor": [no, no, no]})
+    w = Window(qtbot, tmp_path)
+    try:
+        w.window.open_project(git_repo)
+        w.wait_status("m1", "paused")
+        review = w.window.review
+        qtbot.waitUntil(review.isVisible, timeout=5000)
+        assert "3 consecutive rejections" in review.reason.text()
+        assert review.rejections.text().count("still wrong") == 3
+        assert w.window.monitor.header.rejections.value.text() == "3 / 3"
+        assert w.window.monitor.header.rejections.value.property("level") == "bad"
+        assert w.window.monitor.phase_bar.text.startswith("Paused — ")
+    finally:
+        w.close()
+    # A restart: the new window replays the paused milestone's transcript.
+    w2 = Window(qtbot, tmp_path)
+    try:
+        w2.window.open_project(git_repo)
+        qtbot.waitUntil(lambda: "still wrong" in w2.pane_text("acceptor"), timeout=10000)
+        assert "replayed from the transcript" in w2.pane_text("acceptor")
+        review = w2.window.review
+        qtbot.waitUntil(review.isVisible, timeout=10000)
+        qtbot.keyClicks(review.note, "Add a test for the empty name")
+        review.resume_button.click()
+        w2.wait_status("m1", "completed", timeout=30000)
+        assert any("Add a test for the empty name" in p for p in fake.prompts("developer"))
+        assert not w2.window.review.isVisible()
+    finally:
+        w2.close()
+
+
+def test_approve_a_milestone_that_requires_human_review(qtbot, git_repo: Path,
+                                                        fake: FakeClaude, app_window) -> None:
+    make_project(git_repo, {"m1": "---\nrequires_human_review: true\n---\n" + TWO})
+    app_window.window.open_project(git_repo)
+    app_window.wait_status("m1", "awaiting_review")
+    review = app_window.window.review
+    qtbot.waitUntil(review.isVisible, timeout=5000)
+    assert review.approve_button.isVisible() and not review.resume_button.isVisible()
+    assert not review.changes_button.isEnabled()  # a change request needs a note
+    review.approve_button.click()
+    app_window.wait_status("m1", "completed")
+
+
+def drop(window: MainWindow, *files: Path) -> None:
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(f)) for f in files])
+    event = QDropEvent(QPointF(50, 50), Qt.DropAction.CopyAction, mime,
+                       Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    window.dropEvent(event)
+
+
+def test_dropping_milestone_files_adds_them_and_a_malformed_one_is_reported(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    make_project(git_repo, {})
+    w = Window(qtbot, tmp_path, auto_start=False)
+    try:
+        w.window.open_project(git_repo)
+        good = tmp_path / "m2.md"
+        good.write_text(milestone_md("Dropped", ["One thing"]), encoding="utf-8")
+        bad = tmp_path / "broken.md"
+        bad.write_text("just some words, no title\n", encoding="utf-8")
+        drop(w.window, good, bad)
+        w.wait_status("m2", "pending")
+        assert w.window.milestone_list.summaries() == ["Dropped — pending · 0/1 · $0.00"]
+        qtbot.waitUntil(lambda: any("broken.md" in m for m in w.window.errors.messages),
+                        timeout=5000)
+        assert w.window.errors.isVisible()
+        assert (git_repo / ".anima" / "milestones" / "m2.md").exists()
+    finally:
+        w.close()
+
+
+def test_missing_claude_is_shown_in_the_window(qtbot, git_repo: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               app_window) -> None:
+    monkeypatch.setenv("ANIMA_CLAUDE_COMMAND", str(tmp_path / "no-such-claude"))
+    make_project(git_repo, {"m1": TWO})
+    app_window.window.open_project(git_repo)
+    errors = app_window.window.errors
+    qtbot.waitUntil(lambda: any("claude" in m for m in errors.messages), timeout=10000)
+    assert errors.isVisible()
+    assert any("npm install" in m for m in errors.messages)
+
+
+def test_not_a_git_repo_is_reported(qtbot, tmp_path: Path, app_window) -> None:
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    from anima.cli import init_project
+
+    init_project(folder)
+    app_window.window.open_project(folder)
+    errors = app_window.window.errors
+    qtbot.waitUntil(lambda: bool(errors.messages), timeout=10000)
+    assert any("git" in m.lower() for m in errors.messages)
+
+
+def test_a_folder_without_anima_offers_to_initialise_it(qtbot, git_repo: Path, tmp_path,
+                                                        fake: FakeClaude) -> None:
+    w = Window(qtbot, tmp_path, auto_start=False)
+    try:
+        w.window.open_project(git_repo)
+        assert w.window.pages.currentWidget() is w.window.no_anima
+        assert w.window.engine is None
+        w.window.init_button.click()
+        assert (git_repo / ".anima").is_dir()
+        assert w.window.pages.currentWidget() is w.window.monitor_page
+        w.wait_status("hello-cli", "pending")
+    finally:
+        w.close()
+
+
+def test_projects_and_geometry_are_remembered(qtbot, git_repo: Path, tmp_path: Path) -> None:
+    make_project(git_repo, {})
+    w = Window(qtbot, tmp_path, auto_start=False)
+    w.window.open_project(git_repo)
+    w.window.resize(1111, 777)
+    w.close()
+    w2 = Window(qtbot, tmp_path, auto_start=False)
+    try:
+        assert w2.window.last_project() == git_repo.resolve()
+        assert w2.window.recent_projects()[0] == str(git_repo.resolve())
+        assert w2.window.settings.value("window/geometry") is not None
+    finally:
+        w2.close()
+
+
+def test_closing_the_window_stops_the_agents_within_seconds(qtbot, git_repo: Path,
+                                                            fake: FakeClaude, tmp_path) -> None:
+    make_project(git_repo, {"m1": TWO})
+    fake.write_script({"developer": [{"hang": True}]})
+    w = Window(qtbot, tmp_path)
+    w.window.open_project(git_repo)
+    qtbot.waitUntil(lambda: w.window.monitor.phase_bar.phase == "developer", timeout=10000)
+    qtbot.waitUntil(lambda: "working" in w.window.monitor.panes["developer"].state_label.text(),
+                    timeout=10000)
+    started = time.monotonic()
+    w.close()
+    assert time.monotonic() - started < 10

@@ -1,0 +1,98 @@
+"""IterationMonitor's bars and ReviewPanel, fed real records and events."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from anima import events as ev
+from anima.store import Feature, Iteration, MilestoneRecord
+from ui.monitor import IterationMonitor
+from ui.review import ReviewPanel
+
+pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
+              pytest.mark.qt_log_ignore("propagateSizeHints")]
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def make_record(status: str = "in_progress", rejections: int = 2) -> MilestoneRecord:
+    its = [Iteration(round=1, kind="feature", feature="F1", commit="a" * 40, verdict="accepted",
+                     tokens=1200, cost_usd=0.05, started_at=T0,
+                     ended_at=T0 + timedelta(seconds=75))]
+    its += [Iteration(round=i, kind="fix", feature="F2", commit="b" * 40, verdict="rejected",
+                      reason=f"reason {i}", started_at=T0, ended_at=T0) for i in (2, 3)]
+    return MilestoneRecord(
+        id="m1", title="Greeter", status=status, created_at=T0, started_at=T0,
+        iteration_count=1, consecutive_rejections=rejections, tokens_used=4321, cost_usd=0.123,
+        features=[Feature(id="F1", title="Greet", status="done", rounds=1, commits=["a" * 40]),
+                  Feature(id="F2", title="Version", status="in_progress", rounds=2),
+                  Feature(id="F3", title="Help")],
+        iterations=its, pause_reason="3 consecutive rejections" if status == "paused" else None)
+
+
+def test_header_checklist_and_history_show_the_record(qtbot) -> None:
+    monitor = IterationMonitor()
+    qtbot.addWidget(monitor)
+    monitor.show_record(make_record())
+    header = monitor.header
+    assert header.title.text() == "Greeter"
+    assert header.round.value.text() == "1 / 20"
+    assert header.rejections.value.text() == "2 / 3"
+    assert header.rejections.value.property("level") == "warn"
+    assert header.features.value.text() == "1 / 3"
+    assert header.tokens.value.text() == "4.3k" and header.cost.value.text() == "$0.12"
+    assert monitor.checklist.lines() == ["[x]  F1  Greet   — 1 round · 1 commit",
+                                         "[/]  F2  Version   — 2 rounds", "[ ]  F3  Help"]
+    model = monitor.history.history
+    assert model.rowCount() == 3
+    row = [model.index(0, c).data() for c in range(model.columnCount())]
+    assert row == ["1", "feature", "F1", "aaaaaaa", "ACCEPTED", "1.2k", "$0.05", "1:15"]
+    assert model.index(1, 4).data() == "REJECTED: reason 2"
+
+
+def test_phase_bar_follows_the_scheduler_and_counts_down(qtbot) -> None:
+    monitor = IterationMonitor()
+    qtbot.addWidget(monitor)
+    expected = {"developer": "Waiting for Developer", "acceptor": "Waiting for Acceptor",
+                "final_acceptance": "Final acceptance", "recovering": "Recovering after a restart",
+                "completed": "Completed", "awaiting_review": "Awaiting your review"}
+    for phase, text in expected.items():
+        monitor.on_phase_changed(ev.PhaseChanged("m1", phase, "idle"))
+        assert monitor.phase_bar.text == text
+    monitor.on_phase_changed(ev.PhaseChanged("m1", "paused", "acceptor", "round limit"))
+    assert monitor.phase_bar.text == "Paused — round limit"
+    monitor.on_phase_changed(ev.PhaseChanged("m1", "developer", "paused",
+                                             deadline=time.time() + 125))
+    assert monitor.panes["developer"].active and not monitor.panes["acceptor"].active
+    assert monitor.phase_bar.countdown.text() in ("turn times out in 2:05",
+                                                  "turn times out in 2:04")
+    monitor.on_phase_changed(ev.PhaseChanged("m1", "acceptor", "developer"))
+    assert monitor.panes["acceptor"].active and not monitor.panes["developer"].active
+
+
+def test_review_panel_for_a_paused_milestone(qtbot) -> None:
+    panel = ReviewPanel()
+    qtbot.addWidget(panel)
+    panel.show_record(make_record("paused", 3))
+    assert panel.isVisibleTo(panel.parentWidget() or panel)
+    assert panel.reason.text() == "3 consecutive rejections"
+    assert panel.rejections.text() == "✘ Round 2: reason 2\n✘ Round 3: reason 3"
+    panel.note.setPlainText("look at F2")
+    with qtbot.waitSignal(panel.resume_requested) as blocker:
+        panel.resume_button.click()
+    assert blocker.args == ["m1", "look at F2"]
+    panel.show_record(make_record("paused", 3))
+    aborted: list[str] = []
+    panel.abort_requested.connect(aborted.append)
+    panel.abort_button.click()
+    assert aborted == [] and panel.abort_button.text() == "Click again to abort"
+    panel.abort_button.click()
+    assert aborted == ["m1"]
+    panel.show_record(make_record("completed", 0))
+    assert panel.mode == "hidden"

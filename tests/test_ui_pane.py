@@ -1,0 +1,280 @@
+"""EngineBridge and AgentPane: real events published from a worker thread, real widgets."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import Qt, QThread
+from PySide6.QtGui import QTextCursor
+from PySide6.QtWidgets import QApplication
+
+from anima import events as ev
+from ui.agent_pane import AgentPane, describe_tool, render_markdown
+from ui.bridge import EngineBridge
+
+pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
+              pytest.mark.qt_log_ignore("propagateSizeHints")]
+
+
+@pytest.fixture
+def bus() -> ev.EventBus:
+    return ev.EventBus()
+
+
+@pytest.fixture
+def bridge(qtbot, bus: ev.EventBus):
+    b = EngineBridge(bus)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def pane(qtbot, bridge: EngineBridge) -> AgentPane:
+    p = AgentPane("developer")
+    p.root = Path("/work/project")
+    p.resize(700, 500)
+    qtbot.addWidget(p)
+    p.show()
+    bridge.agent_events_received.connect(p.feed_many)
+    return p
+
+
+_DELIVERED = "delivered"
+
+
+@pytest.fixture
+def deliver(qtbot, bus: ev.EventBus, bridge: EngineBridge):
+    """Publish like the engine does (from a worker thread), wait until the GUI has it all."""
+    def publish(events: list[ev.Event]) -> None:
+        marker = ev.LogLine(None, f"{_DELIVERED} {id(events)}")
+        thread = threading.Thread(target=lambda: [bus.publish(e) for e in [*events, marker]])
+        with qtbot.waitSignal(bridge.log_line_received, timeout=5000,
+                              check_params_cb=lambda e: e is marker):
+            thread.start()
+        thread.join()
+    return publish
+
+
+def shown(qtbot, pane: AgentPane) -> str:
+    qtbot.waitUntil(lambda: pane.pending_lines == 0 and not pane._timer.isActive(),
+                    timeout=3000)
+    return pane.plain_text()
+
+
+def line_color(pane: AgentPane, needle: str) -> str:
+    """Foreground colour of the first line containing `needle`."""
+    block = pane.view.document().begin()
+    while block.isValid():
+        if needle in block.text():
+            it = block.begin()
+            return it.fragment().charFormat().foreground().color().name()
+        block = block.next()
+    raise AssertionError(f"{needle!r} not shown")
+
+
+# --- the bridge ------------------------------------------------------------------------------
+
+
+def test_bridge_delivers_every_event_in_order_on_the_gui_thread(qtbot, bus, bridge) -> None:
+    received: list[tuple[ev.Event, bool]] = []
+    gui = QApplication.instance().thread()
+    bridge.event_received.connect(lambda e: received.append((e, QThread.currentThread() is gui
+                                                             or QThread.currentThread() == gui)))
+    phases: list[ev.PhaseChanged] = []
+    bridge.phase_changed.connect(phases.append)
+    events: list[ev.Event] = [ev.AssistantText("developer", f"line {i}") for i in range(2000)]
+    events.insert(1000, ev.PhaseChanged("m1", "acceptor", "developer"))
+    thread = threading.Thread(target=lambda: [bus.publish(e) for e in events])
+    thread.start()
+    thread.join()
+    qtbot.waitUntil(lambda: len(received) == len(events), timeout=5000)
+    assert [e for e, _ in received] == events
+    assert all(on_gui for _, on_gui in received)
+    assert phases == [events[1000]]
+
+
+def test_bridge_call_runs_off_the_gui_thread_and_reports_back_on_it(qtbot, bridge) -> None:
+    ran_on: list[str] = []
+    done: list[object] = []
+    errors: list[ev.EngineError] = []
+    bridge.error_raised.connect(errors.append)
+
+    def work() -> str:
+        ran_on.append(threading.current_thread().name)
+        return "ok"
+
+    bridge.call("work", work, on_done=done.append)
+    qtbot.waitUntil(lambda: done == ["ok"], timeout=3000)
+    assert ran_on and ran_on[0] != threading.main_thread().name
+
+    def fail() -> None:
+        raise RuntimeError("not a git repository")
+
+    bridge.call("Opening", fail)
+    qtbot.waitUntil(lambda: bool(errors), timeout=3000)
+    assert "Opening failed: not a git repository" in errors[0].message
+    assert not bridge.busy
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+
+def test_markdown_headings_bold_code_and_bullets_render_cleanly() -> None:
+    lines = render_markdown("# Report\n**Feature**: F1 and `x()`\n- item\n```py\n## not a head\n"
+                            "```\nREJECTED: no tests\n**ACCEPTED**")
+    flat = ["".join(text for _, text in line) for line in lines]
+    assert flat == ["Report", "Feature: F1 and x()", "  • item", "  ## not a head",
+                    "REJECTED: no tests", "ACCEPTED"]
+    assert lines[0][0][0] == "h"
+    assert ("bold", "Feature") in lines[1] and ("code", "x()") in lines[1]
+    assert lines[3][0][0] == "code"
+    assert lines[4][0][0] == "rejected" and lines[5][0][0] == "accepted"
+
+
+def test_tool_calls_are_one_compact_line_with_their_key_argument() -> None:
+    root = Path("/work/project")
+    assert describe_tool("Bash", {"command": "git commit -m 'feat: F1'\n\nbody"}) == \
+        "Bash: git commit -m 'feat: F1' …"
+    assert describe_tool("Read", {"file_path": "/work/project/src/x.py"}, root) == \
+        "Read: src/x.py"
+    assert describe_tool("Grep", {"pattern": "TODO", "path": "src"}) == "Grep: TODO  in src"
+    assert describe_tool("TodoWrite", {"todos": [1, 2]}) == "TodoWrite: 2 todos"
+    assert describe_tool("Mystery", {}) == "Mystery"
+
+
+def test_pane_shows_the_stream_readably(qtbot, deliver, pane: AgentPane) -> None:
+    result = "\n".join(f"row {i}" for i in range(40))
+    deliver([
+        ev.SessionStarted("developer", "5e55-10n-1d", "claude-x"),
+        ev.AssistantText("developer", "## Plan\nI will **commit** with `git`."),
+        ev.ToolUse("developer", "Bash", "t1", {"command": "git commit -m 'feat: F1'"}),
+        ev.ToolResult("developer", "t1", result),
+        ev.ToolUse("developer", "Read", "t2", {"file_path": "/work/project/src/x.py"}),
+        ev.ToolResult("developer", "t2", "boom", is_error=True),
+        ev.RawOutput("developer", "Warning: something not JSON"),
+        ev.TurnResult("developer", "done", False, "s", cost_usd=0.0123,
+                      usage={"input_tokens": 1000, "output_tokens": 234}, duration_ms=4200,
+                      num_turns=3),
+        ev.AgentExited("developer", 137, "Killed\n", expected=False),
+        ev.AssistantText("acceptor", "not mine"),
+    ])
+    text = shown(qtbot, pane)
+    assert "● session 5e55-10n" in text
+    assert "Plan\nI will commit with git." in text
+    assert "▸ Bash: git commit -m 'feat: F1'" in text
+    assert "row 0\n    row 1\n    row 2\n    … (37 more lines)" in text
+    assert "▸ Read: src/x.py" in text
+    assert "Warning: something not JSON" in text
+    assert "✓ turn done · 4.2 s · 3 steps · 1.2k tokens · $0.0123" in text
+    assert "process exited unexpectedly (exit code 137)" in text
+    assert "not mine" not in text
+    assert line_color(pane, "boom") == "#c5221f"
+    assert line_color(pane, "Warning: something") == "#9a6700"
+    assert line_color(pane, "process exited") == "#c5221f"
+    assert "crashed" in pane.state_label.text()
+
+
+def test_verdicts_are_green_and_red(qtbot, deliver, bridge) -> None:
+    acceptor = AgentPane("acceptor")
+    qtbot.addWidget(acceptor)
+    acceptor.show()
+    bridge.agent_events_received.connect(acceptor.feed_many)
+    bridge.verdict_reached.connect(acceptor.feed)
+    deliver([
+        ev.AssistantText("acceptor", "Looked at it.\n\nREJECTED: no test covers the greeting"),
+        ev.VerdictReached("m1", 2, "feature", False, "no test covers the greeting"),
+        ev.AssistantText("acceptor", "**ACCEPTED**"),
+        ev.VerdictReached("m1", 3, "fix", True),
+    ])
+    text = shown(qtbot, acceptor)
+    assert "REJECTED: no test covers the greeting" in text
+    assert "✘ Round 2 REJECTED: no test covers the greeting" in text
+    assert "✔ Round 3 ACCEPTED" in text
+    assert line_color(acceptor, "REJECTED: no test") == "#c5221f"
+    assert line_color(acceptor, "✔ Round 3") == "#1a7f37"
+
+
+# --- batching, cap, scrolling, search --------------------------------------------------------
+
+
+def test_text_is_batched_per_frame_not_per_event(qtbot, deliver, pane: AgentPane) -> None:
+    inserts: list[int] = []
+    original = pane.view.append_lines
+    pane.view.append_lines = lambda lines: (inserts.append(len(lines)), original(lines))
+    deliver([ev.AssistantText("developer", f"line {i}") for i in range(500)])
+    text = shown(qtbot, pane)
+    assert text.count("line ") == 500 and text.endswith("line 499")
+    assert sum(inserts) == 500
+    assert len(inserts) <= 5  # one flush per frame, not one per event
+
+
+def test_scrollback_is_capped(qtbot, bus) -> None:
+    pane = AgentPane("developer", max_lines=100)
+    qtbot.addWidget(pane)
+    pane.show()
+    for i in range(1000):
+        pane.feed(ev.AssistantText("developer", f"line {i}"))
+        if i % 150 == 0:
+            pane.flush()  # several flushes: the cap holds across document swaps
+    text = shown(qtbot, pane)
+    assert pane.view.line_count <= 100 and pane.view.document().blockCount() <= 100
+    assert text.endswith("line 999") and "line 0\n" not in text
+
+
+def test_auto_scroll_pauses_while_the_user_reads_and_resumes_at_the_bottom(qtbot,
+                                                                            pane) -> None:
+    bar = pane.view.verticalScrollBar()
+    pane.feed_many([ev.AssistantText("developer", f"line {i}") for i in range(300)])
+    shown(qtbot, pane)
+    assert bar.maximum() > 0 and bar.value() == bar.maximum()
+    bar.setValue(10)  # the user scrolls up
+    assert not pane.view.following
+    assert pane.follow_button.isVisibleTo(pane)
+    pane.feed_many([ev.AssistantText("developer", f"more {i}") for i in range(50)])
+    shown(qtbot, pane)
+    assert bar.value() == 10
+    pane.follow_button.click()  # back to the bottom: following again
+    assert pane.view.following and not pane.follow_button.isVisibleTo(pane)
+    pane.feed_many([ev.AssistantText("developer", f"again {i}") for i in range(50)])
+    shown(qtbot, pane)
+    assert bar.value() == bar.maximum()
+
+
+def test_ctrl_f_finds_text_and_says_when_there_is_none(qtbot, pane: AgentPane) -> None:
+    pane.feed_many([ev.AssistantText("developer", f"line {i}") for i in range(50)]
+                   + [ev.AssistantText("developer", "the needle is here")])
+    shown(qtbot, pane)
+    pane.view.setFocus()
+    qtbot.keyClick(pane.view, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    assert pane.search.isVisible()
+    qtbot.keyClicks(pane.search.edit, "needle")
+    assert pane.view.textCursor().selectedText() == "needle"
+    pane.search.edit.clear()
+    qtbot.keyClicks(pane.search.edit, "haystack")
+    assert pane.search.status.text() == "No match"
+    qtbot.keyClick(pane.search.edit, Qt.Key.Key_Escape)
+    assert not pane.search.isVisible()
+
+
+def test_text_is_selectable_and_copyable(qtbot, pane: AgentPane) -> None:
+    pane.feed(ev.AssistantText("developer", "copy me please"))
+    shown(qtbot, pane)
+    cursor = pane.view.textCursor()
+    cursor.movePosition(QTextCursor.MoveOperation.Start)
+    cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+    pane.view.setTextCursor(cursor)
+    pane.view.copy()
+    assert "copy me please" in QApplication.clipboard().text()
+    assert pane.view.isReadOnly()
+
+
+def test_active_pane_is_highlighted(qtbot, pane: AgentPane) -> None:
+    assert pane.property("active") is False
+    pane.set_active(True)
+    assert pane.property("active") is True and pane.active

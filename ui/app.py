@@ -1,0 +1,76 @@
+"""`anima [PROJECT]`: the desktop app.
+
+Creates the QApplication, applies `resources/style.qss`, opens PROJECT (or the last project),
+and on exit shuts the engine down so no agent outlives the window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtWidgets import QApplication
+
+from ui.main_window import MainWindow, app_icon
+
+ORGANIZATION = "Anima"
+APPLICATION = "Anima"
+STYLE_PATH = Path(__file__).resolve().parent.parent / "resources" / "style.qss"
+
+
+def load_style_sheet() -> str:
+    """The app's style sheet; an empty one (Qt's defaults) if it is missing."""
+    try:
+        return STYLE_PATH.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+def make_settings(organization: str = ORGANIZATION, application: str = APPLICATION,
+                  path: Path | None = None) -> QSettings:
+    """Native settings for users; an ini file at `path` for tests and portable runs."""
+    if path is not None:
+        return QSettings(str(path), QSettings.Format.IniFormat)
+    return QSettings(organization, application)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the app until its window closes; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="anima", description="Open the Anima desktop app.")
+    parser.add_argument("project", nargs="?", type=Path,
+                        help="the project folder (default: the last one opened)")
+    parser.add_argument("--settings", type=Path, default=None,
+                        help="keep settings in this ini file instead of the user's settings")
+    args = parser.parse_args(argv)
+
+    app = QApplication.instance() or QApplication([sys.argv[0], *argv])
+    assert isinstance(app, QApplication)
+    app.setOrganizationName(ORGANIZATION)
+    app.setApplicationName(APPLICATION)
+    app.setWindowIcon(app_icon())
+    app.setStyleSheet(load_style_sheet())
+
+    window = MainWindow(make_settings(path=args.settings))
+    project = args.project or window.last_project()
+    if project is not None:
+        window.open_project(project)
+    window.show()
+
+    # Ctrl+C in the terminal closes the window (and so stops the agents) instead of being
+    # swallowed while Qt's event loop holds the interpreter.
+    signal.signal(signal.SIGINT, lambda *_: window.close())
+    heartbeat = QTimer()
+    heartbeat.start(250)
+    heartbeat.timeout.connect(lambda: None)
+    code = app.exec()
+    if window.engine is not None:  # the loop ended some other way: still stop the agents
+        window.engine.shutdown(10.0)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,842 @@
+"""The main window: one project, its milestones in a sidebar, the Iteration Monitor beside.
+
+A project is opened through File → Open…, the recent-projects menu, the command line, or
+automatically (the last one) on start; all remembered in `QSettings`, whose organisation and
+application names the caller chooses (tests pass a temporary ini file). A folder without
+`.anima/` gets an empty state offering to initialise it. Errors the engine reports — not a
+git repository, `claude` missing, a malformed milestone — are listed in a banner at the top of
+the window until dismissed. The engine is only ever called through `EngineBridge`, off the GUI
+thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QByteArray,
+    QModelIndex,
+    QPersistentModelIndex,
+    QRect,
+    QSettings,
+    QSize,
+    Qt,
+    Signal,
+    Slot,
+)
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QColor,
+    QDragEnterEvent,
+    QDropEvent,
+    QFont,
+    QIcon,
+    QKeySequence,
+    QPainter,
+)
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QListView,
+    QMainWindow,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QSystemTrayIcon,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from anima import events as ev
+from ui.bridge import EngineBridge, EngineLike
+from ui.monitor import STATUS_COLORS, IterationMonitor, enum_text
+from ui.review import ReviewPanel, RunControls
+
+log = logging.getLogger(__name__)
+
+MAX_RECENT = 8
+ICON_PATH = Path(__file__).resolve().parent.parent / "resources" / "icons" / "anima.svg"
+NOTICE_TITLES = {"paused": "Anima paused", "completed": "Milestone completed",
+                 "awaiting_review": "Ready for your review", "failed": "Milestone failed"}
+
+EngineFactory = Callable[[Path], EngineLike]
+
+
+def default_engine_factory(root: Path) -> EngineLike:
+    from anima.engine import Engine
+
+    return Engine(root)
+
+
+def app_icon() -> QIcon:
+    return QIcon(str(ICON_PATH)) if ICON_PATH.exists() else QIcon()
+
+
+# --- the sidebar -------------------------------------------------------------------------------
+
+
+class MilestoneListModel(QAbstractListModel):
+    """Milestone records in scheduling order; one row each."""
+
+    RecordRole = Qt.ItemDataRole.UserRole + 1
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.records: list[Any] = []
+
+    def set_records(self, records: list[Any]) -> None:
+        if [r.id for r in records] == [r.id for r in self.records]:
+            self.records = list(records)
+            if records:
+                self.dataChanged.emit(self.index(0), self.index(len(records) - 1))
+            return
+        self.beginResetModel()
+        self.records = list(records)
+        self.endResetModel()
+
+    def update_record(self, record: Any) -> None:
+        for row, old in enumerate(self.records):
+            if old.id == record.id:
+                self.records[row] = record
+                self.dataChanged.emit(self.index(row), self.index(row))
+                return
+        self.beginInsertRows(QModelIndex(), len(self.records), len(self.records))
+        self.records.append(record)
+        self.endInsertRows()
+
+    def row_of(self, milestone_id: str) -> int:
+        return next((i for i, r in enumerate(self.records) if r.id == milestone_id), -1)
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.records)
+
+    def data(self, index: QModelIndex | QPersistentModelIndex,
+             role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        record = self.records[index.row()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return record.title
+        if role == self.RecordRole:
+            return record
+        if role == Qt.ItemDataRole.ToolTipRole:
+            reason = f"\n{record.pause_reason}" if record.pause_reason else ""
+            return f"{record.id} — {enum_text(record.status).replace('_', ' ')}{reason}"
+        return None
+
+
+def milestone_summary(record: Any) -> str:
+    """'in progress · 3/9 · $1.24' — the sidebar's second line."""
+    status = enum_text(record.status).replace("_", " ")
+    return f"{status} · {record.features_done}/{len(record.features)} · ${record.cost_usd:.2f}"
+
+
+class MilestoneDelegate(QStyledItemDelegate):
+    """Two lines per milestone: its title, then status (coloured), progress and cost."""
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
+                 ) -> QSize:
+        height = option.fontMetrics.height()
+        return QSize(200, height * 2 + 18)
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem,
+              index: QModelIndex | QPersistentModelIndex) -> None:
+        record = index.data(MilestoneListModel.RecordRole)
+        if record is None:
+            return
+        painter.save()
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        rect: QRect = option.rect
+        if selected:
+            painter.fillRect(rect, QColor("#e7eefc"))
+            painter.fillRect(QRect(rect.left(), rect.top(), 3, rect.height()), QColor("#2f6feb"))
+        elif option.state & QStyle.StateFlag.State_MouseOver:
+            painter.fillRect(rect, QColor("#f3f4f6"))
+        status = enum_text(record.status)
+        color = QColor(STATUS_COLORS.get(status, "#6e7781"))
+        metrics = option.fontMetrics
+        line = metrics.height()
+        x = rect.left() + 14
+        width = rect.width() - 24
+        title_font = QFont(option.font)
+        title_font.setBold(True)
+        painter.setFont(title_font)
+        painter.setPen(QColor("#1f2328"))
+        title = painter.fontMetrics().elidedText(record.title, Qt.TextElideMode.ElideRight,
+                                                 width)
+        painter.drawText(QRect(x, rect.top() + 6, width, line), Qt.AlignmentFlag.AlignLeft
+                         | Qt.AlignmentFlag.AlignVCenter, title)
+        painter.setFont(option.font)
+        # A status dot, then the summary in the status colour.
+        dot_y = rect.top() + 8 + line + line // 2
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setBrush(color)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.drawEllipse(x, dot_y - 4, 8, 8)
+        painter.setPen(color)
+        summary = metrics.elidedText(milestone_summary(record), Qt.TextElideMode.ElideRight,
+                                     width - 14)
+        painter.drawText(QRect(x + 14, rect.top() + 8 + line, width - 14, line),
+                         Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, summary)
+        painter.restore()
+
+
+class MilestoneList(QListView):
+    """The project's milestones; selecting one shows it in the monitor."""
+
+    #: A milestone was selected (by the user or programmatically). GUI thread.
+    milestone_selected = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("milestoneList")
+        self.milestones = MilestoneListModel(self)
+        self.setModel(self.milestones)
+        self.setItemDelegate(MilestoneDelegate(self))
+        self.setMouseTracking(True)
+        self.setUniformItemSizes(True)
+        self.selectionModel().currentChanged.connect(self._on_current_changed)
+
+    def select(self, milestone_id: str) -> None:
+        row = self.milestones.row_of(milestone_id)
+        if row >= 0:
+            self.setCurrentIndex(self.milestones.index(row))
+
+    @property
+    def selected_id(self) -> str | None:
+        index = self.currentIndex()
+        if not index.isValid():
+            return None
+        return self.milestones.records[index.row()].id
+
+    @Slot(QModelIndex, QModelIndex)
+    def _on_current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        if current.isValid():
+            self.milestone_selected.emit(self.milestones.records[current.row()].id)
+
+    def summaries(self) -> list[str]:
+        """Each row as text (title — summary), for tests and accessibility."""
+        return [f"{r.title} — {milestone_summary(r)}" for r in self.milestones.records]
+
+
+# --- banners and empty states ------------------------------------------------------------------
+
+
+class ErrorBanner(QFrame):
+    """Errors the user must see, newest last, each dismissible; identical ones are counted."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("errorBanner")
+        self._rows: dict[str, tuple[QWidget, QLabel, list[int]]] = {}
+        self._layout = QVBoxLayout(self)
+        self._layout.setContentsMargins(12, 8, 12, 8)
+        self._layout.setSpacing(4)
+        self.hide()
+
+    @property
+    def messages(self) -> list[str]:
+        return list(self._rows)
+
+    def add(self, message: str) -> None:
+        message = message.strip()
+        if not message:
+            return
+        if message in self._rows:
+            _, label, count = self._rows[message]
+            count[0] += 1
+            label.setText(f"{message}  (×{count[0]})")
+            return
+        row = QWidget(self)
+        label = QLabel(message, row)
+        label.setObjectName("errorText")
+        label.setWordWrap(True)
+        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        close = QToolButton(row, text="✕", toolTip="Dismiss")
+        close.setObjectName("dismissButton")
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        icon = QLabel("⚠", row)
+        icon.setObjectName("errorIcon")
+        layout.addWidget(icon, 0, Qt.AlignmentFlag.AlignTop)
+        layout.addWidget(label, 1)
+        layout.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
+        close.clicked.connect(lambda: self.dismiss(message))
+        self._rows[message] = (row, label, [1])
+        self._layout.addWidget(row)
+        # Keep the banner bounded: the oldest go first.
+        while len(self._rows) > 6:
+            self.dismiss(next(iter(self._rows)))
+        self.show()
+
+    def dismiss(self, message: str) -> None:
+        entry = self._rows.pop(message, None)
+        if entry is not None:
+            entry[0].deleteLater()
+        if not self._rows:
+            self.hide()
+
+    def clear(self) -> None:
+        for message in list(self._rows):
+            self.dismiss(message)
+
+
+class EmptyState(QWidget):
+    """A centred heading, an explanation and one or two actions."""
+
+    def __init__(self, heading: str, text: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("emptyState")
+        self.heading = QLabel(heading, self)
+        self.heading.setObjectName("emptyHeading")
+        self.heading.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.text = QLabel(text, self)
+        self.text.setObjectName("emptyText")
+        self.text.setWordWrap(True)
+        self.text.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.buttons = QHBoxLayout()
+        self.buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.addStretch(2)
+        layout.addWidget(self.heading)
+        layout.addWidget(self.text)
+        layout.addSpacing(12)
+        layout.addLayout(self.buttons)
+        layout.addStretch(3)
+
+    def add_button(self, text: str, slot: Callable[[], None], primary: bool = False
+                   ) -> QPushButton:
+        button = QPushButton(text, self)
+        if primary:
+            button.setObjectName("primaryButton")
+        button.clicked.connect(slot)
+        self.buttons.insertWidget(self.buttons.count(), button)
+        return button
+
+    def finish(self) -> None:
+        self.buttons.addStretch(1)
+
+
+# --- the window --------------------------------------------------------------------------------
+
+
+class MainWindow(QMainWindow):
+    """One project at a time: sidebar of milestones, monitor, review panel, error banner."""
+
+    #: The engine of the open project was shut down (window closing or project switch).
+    engine_stopped = Signal()
+
+    def __init__(self, settings: QSettings, *, engine_factory: EngineFactory | None = None,
+                 init_project: Callable[[Path], Any] | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.settings = settings
+        self.engine_factory = engine_factory or default_engine_factory
+        self._init_project = init_project
+        self.project: Path | None = None
+        self.engine: EngineLike | None = None
+        self.bridge: EngineBridge | None = None
+        self._records: dict[str, Any] = {}
+        self._closing = False
+        self._stopping = False
+        self._pinned_selection = False
+        self.setWindowTitle("Anima")
+        self.setWindowIcon(app_icon())
+        self.setAcceptDrops(True)
+
+        self.errors = ErrorBanner(self)
+        self.milestone_list = MilestoneList(self)
+        self.add_button = QPushButton("Add milestone…", self)
+        self.add_button.setObjectName("addButton")
+        sidebar = QFrame(self)
+        sidebar.setObjectName("sidebar")
+        sidebar_title = QLabel("Milestones", sidebar)
+        sidebar_title.setObjectName("sectionTitle")
+        sidebar_layout = QVBoxLayout(sidebar)
+        sidebar_layout.setContentsMargins(8, 10, 8, 8)
+        sidebar_layout.addWidget(sidebar_title)
+        sidebar_layout.addWidget(self.milestone_list, 1)
+        sidebar_layout.addWidget(self.add_button)
+
+        self.monitor = IterationMonitor(self)
+        self.review = ReviewPanel(self)
+        monitor_page = QWidget(self)
+        monitor_layout = QVBoxLayout(monitor_page)
+        monitor_layout.setContentsMargins(0, 0, 0, 0)
+        monitor_layout.setSpacing(0)
+        monitor_layout.addWidget(self.review)
+        monitor_layout.addWidget(self.monitor, 1)
+
+        self.no_project = EmptyState(
+            "No project open",
+            "Open a folder that holds your software project (a git repository). "
+            "Anima keeps its milestones in the project's .anima/ folder.", self)
+        self.no_project.add_button("Open project…", self.choose_project, primary=True)
+        self.no_project.finish()
+        self.no_anima = EmptyState(
+            "This folder is not managed by Anima yet",
+            "", self)
+        self.init_button = self.no_anima.add_button("Initialise Anima here",
+                                                    self._on_init_clicked, primary=True)
+        self.no_anima.add_button("Open another folder…", self.choose_project)
+        self.no_anima.finish()
+
+        self.pages = QStackedWidget(self)
+        for page in (self.no_project, self.no_anima, monitor_page):
+            self.pages.addWidget(page)
+        self.monitor_page = monitor_page
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
+        self.splitter.addWidget(sidebar)
+        self.splitter.addWidget(self.pages)
+        self.splitter.setStretchFactor(0, 0)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([260, 1100])
+        central = QWidget(self)
+        central_layout = QVBoxLayout(central)
+        central_layout.setContentsMargins(0, 0, 0, 0)
+        central_layout.setSpacing(0)
+        central_layout.addWidget(self.errors)
+        central_layout.addWidget(self.splitter, 1)
+        self.setCentralWidget(central)
+
+        self.run_controls = RunControls(self)
+        self._build_menus()
+        self.tray = self._make_tray()
+        self.milestone_list.milestone_selected.connect(self._on_milestone_selected)
+        self.add_button.clicked.connect(self.choose_milestone_file)
+        self.monitor.commit_requested.connect(self.show_commit)
+        self.review.resume_requested.connect(self._on_resume_requested)
+        self.review.abort_requested.connect(self._on_abort_requested)
+        self.review.approve_requested.connect(self._on_approve_requested)
+        self.review.changes_requested.connect(self._on_changes_requested)
+        self.run_controls.pause_requested.connect(self._on_pause_requested)
+        self.run_controls.stop_requested.connect(self._on_stop_requested)
+        self.statusBar().showMessage("Ready")
+        self._restore_geometry()
+        self._show_page()
+
+    # --- menus, tray, settings -------------------------------------------------------------
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.open_action = QAction("&Open project…", self)
+        self.open_action.setShortcut(QKeySequence.StandardKey.Open)
+        self.open_action.triggered.connect(self.choose_project)
+        file_menu.addAction(self.open_action)
+        self.recent_menu = file_menu.addMenu("Open &recent")
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        self._fill_recent_menu()
+        file_menu.addSeparator()
+        self.add_action = QAction("&Add milestone…", self)
+        self.add_action.setShortcut(QKeySequence("Ctrl+M"))
+        self.add_action.triggered.connect(self.choose_milestone_file)
+        file_menu.addAction(self.add_action)
+        file_menu.addSeparator()
+        quit_action = QAction("&Quit", self)
+        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        quit_action.triggered.connect(self.close)
+        file_menu.addAction(quit_action)
+        run_menu = self.menuBar().addMenu("&Run")
+        run_menu.addAction(self.run_controls.pause_action)
+        run_menu.addAction(self.run_controls.stop_action)
+        toolbar = self.addToolBar("Run")
+        toolbar.setObjectName("runToolbar")
+        toolbar.setMovable(False)
+        toolbar.addAction(self.add_action)
+        toolbar.addSeparator()
+        toolbar.addAction(self.run_controls.pause_action)
+        toolbar.addAction(self.run_controls.stop_action)
+
+    def _make_tray(self) -> QSystemTrayIcon | None:
+        if not QSystemTrayIcon.isSystemTrayAvailable():
+            return None
+        tray = QSystemTrayIcon(app_icon(), self)
+        tray.setToolTip("Anima")
+        tray.activated.connect(lambda _reason: (self.showNormal(), self.activateWindow()))
+        tray.show()
+        return tray
+
+    def recent_projects(self) -> list[str]:
+        value = self.settings.value("projects/recent", [])
+        if isinstance(value, str):  # QSettings returns a lone entry as a string
+            value = [value]
+        return [str(v) for v in (value or [])]
+
+    def _remember_project(self, path: Path) -> None:
+        recent = [str(path), *(p for p in self.recent_projects() if p != str(path))]
+        self.settings.setValue("projects/recent", recent[:MAX_RECENT])
+        self.settings.setValue("projects/last", str(path))
+        self.settings.sync()
+
+    def last_project(self) -> Path | None:
+        value = self.settings.value("projects/last", "")
+        return Path(str(value)) if value else None
+
+    @Slot()
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        recent = self.recent_projects()
+        for path in recent:
+            action = self.recent_menu.addAction(path)
+            action.triggered.connect(lambda _checked=False, p=path: self.open_project(Path(p)))
+        if not recent:
+            self.recent_menu.addAction("(none)").setEnabled(False)
+            return
+        self.recent_menu.addSeparator()
+        self.recent_menu.addAction("Clear recent projects", self._clear_recent)
+
+    def _clear_recent(self) -> None:
+        self.settings.remove("projects/recent")
+
+    def _restore_geometry(self) -> None:
+        geometry = self.settings.value("window/geometry")
+        if isinstance(geometry, QByteArray | bytes) and self.restoreGeometry(geometry):
+            pass
+        else:
+            self.resize(1360, 860)
+        for key, splitter in (("window/sidebar", self.splitter),
+                              ("window/panes", self.monitor.pane_splitter),
+                              ("window/body", self.monitor.body)):
+            state = self.settings.value(key)
+            if isinstance(state, QByteArray | bytes):
+                splitter.restoreState(state)
+
+    def _save_geometry(self) -> None:
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/sidebar", self.splitter.saveState())
+        self.settings.setValue("window/panes", self.monitor.pane_splitter.saveState())
+        self.settings.setValue("window/body", self.monitor.body.saveState())
+        self.settings.sync()
+
+    # --- opening a project -----------------------------------------------------------------
+    @Slot()
+    def choose_project(self) -> None:
+        start = str(self.project or self.last_project() or Path.home())
+        folder = QFileDialog.getExistingDirectory(self, "Open project", start)
+        if folder:
+            self.open_project(Path(folder))
+
+    def open_project(self, path: Path) -> None:
+        """Show `path`: its monitor, or the offer to initialise it. Stops the previous one."""
+        path = Path(path).expanduser().resolve()
+        if self.engine is not None:
+            self._stop_engine(then=lambda: self.open_project(path))
+            return
+        self.project = path
+        self._remember_project(path)
+        self.setWindowTitle(f"Anima — {path.name}")
+        self.errors.clear()
+        self._records.clear()
+        self.milestone_list.milestones.set_records([])
+        self.monitor.show_record(None)
+        self.review.show_record(None)
+        for pane in self.monitor.panes.values():
+            pane.clear()
+        self.monitor.set_project_root(path)
+        if not path.is_dir():
+            self.errors.add(f"{path} does not exist or is not a folder")
+            self.project = None
+        elif (path / ".anima").is_dir():
+            self._start_engine(path)
+        self._show_page()
+
+    def _show_page(self) -> None:
+        if self.project is None:
+            self.pages.setCurrentWidget(self.no_project)
+        elif self.engine is None:
+            self.no_anima.text.setText(
+                f"{self.project} has no .anima/ folder. Initialising creates it with a "
+                "commented example configuration, a soul.md for your quality standards and an "
+                "example milestone; nothing else in the folder is touched.")
+            self.pages.setCurrentWidget(self.no_anima)
+        else:
+            self.pages.setCurrentWidget(self.monitor_page)
+        has_engine = self.engine is not None
+        self.add_action.setEnabled(has_engine)
+        self.add_button.setEnabled(has_engine)
+
+    @Slot()
+    def _on_init_clicked(self) -> None:
+        if self.project is None:
+            return
+        init = self._init_project
+        if init is None:
+            from anima.cli import init_project as init
+        try:
+            init(self.project)
+        except Exception as e:  # shown, never swallowed: the folder may be read-only
+            self.errors.add(f"Could not initialise {self.project}: {e}")
+            return
+        self.statusBar().showMessage(f"Initialised {self.project / '.anima'}", 8000)
+        self.open_project(self.project)
+
+    def _start_engine(self, path: Path) -> None:
+        try:
+            engine = self.engine_factory(path)
+        except Exception as e:
+            self.errors.add(f"Cannot open {path}: {e}")
+            return
+        self.engine = engine
+        bridge = EngineBridge(engine.bus, engine, self)
+        self.bridge = bridge
+        bridge.agent_events_received.connect(self.monitor.feed_agent_events)
+        bridge.phase_changed.connect(self._on_phase_changed)
+        bridge.milestone_changed.connect(self._on_milestone_changed)
+        bridge.milestones_scanned.connect(self._on_milestones_scanned)
+        bridge.verdict_reached.connect(self.monitor.on_verdict)
+        bridge.log_line_received.connect(self._on_log_line)
+        bridge.error_raised.connect(self._on_error)
+        bridge.notice_posted.connect(self._on_notice)
+        config = getattr(engine, "config", None)
+        if config is not None:
+            self.monitor.set_limits(config.max_consecutive_rejections)
+        # Replay what the agents said before a restart, then start: in this order, the
+        # replayed transcript always comes before the live output.
+        bridge.call("Reading the last transcript", lambda: _previous_transcript(engine, path),
+                    on_done=self._on_transcript_read,
+                    on_error=lambda e: self._start_running(None, e))
+
+    def _on_transcript_read(self, result: tuple[str | None, list[Any]] | None) -> None:
+        self._start_running(result, None)
+
+    def _start_running(self, result: tuple[str | None, list[Any]] | None,
+                       error: BaseException | None) -> None:
+        if self.engine is None or self._stopping:
+            return
+        if error is not None:
+            log.warning("could not replay the transcript: %s", error)
+        if result is not None and result[1]:
+            milestone_id, events = result
+            self.monitor.replay(events)
+            self.statusBar().showMessage(f"Replayed {len(events)} events of {milestone_id}",
+                                         6000)
+        # The engine's config is loaded in its worker; start() itself does not block.
+        self.engine.start(watch=True)
+        self.statusBar().showMessage(f"Watching {self.project}", 4000)
+
+    def _stop_engine(self, then: Callable[[], None] | None = None) -> None:
+        """Shut the engine down off the GUI thread (agents stop within seconds), then `then`."""
+        engine, bridge = self.engine, self.bridge
+        if engine is None or bridge is None:
+            if then is not None:
+                then()
+            return
+        if self._stopping:
+            return
+        self._stopping = True
+        self.statusBar().showMessage("Stopping the agents…")
+        self.centralWidget().setEnabled(False)
+
+        def finished(_result: object = None) -> None:
+            bridge.close()
+            bridge.deleteLater()
+            self.engine = self.bridge = None
+            self._stopping = False
+            self.centralWidget().setEnabled(True)
+            self.run_controls.show_phase("idle")
+            self.statusBar().showMessage("Stopped", 3000)
+            self.engine_stopped.emit()
+            if then is not None:
+                then()
+
+        bridge.call("Stopping the engine", lambda: engine.shutdown(10.0), on_done=finished,
+                    on_error=lambda e: (self.errors.add(f"Shutdown: {e}"), finished()))
+
+    # --- engine events (GUI thread, via the bridge) -----------------------------------------
+    @Slot(object)
+    def _on_milestones_scanned(self, event: ev.MilestonesScanned) -> None:
+        for problem in event.problems:
+            self.errors.add(problem)
+        self._records = {r.id: r for r in event.records}
+        self.milestone_list.milestones.set_records(list(event.records))
+        selected = self.milestone_list.selected_id
+        if selected is None or selected not in self._records:
+            preferred = next((r for r in event.records if enum_text(r.status) == "in_progress"),
+                             None) or next(
+                (r for r in event.records
+                 if enum_text(r.status) in ("paused", "awaiting_review")), None)
+            if preferred is None and event.records:
+                preferred = event.records[-1]
+            if preferred is not None:
+                self.milestone_list.select(preferred.id)
+        elif selected in self._records:
+            self._show_selected(self._records[selected])
+
+    @Slot(object)
+    def _on_milestone_changed(self, event: ev.MilestoneChanged) -> None:
+        record = event.record
+        self._records[record.id] = record
+        self.milestone_list.milestones.update_record(record)
+        if self.milestone_list.selected_id is None:
+            self.milestone_list.select(record.id)
+        elif record.id == self.milestone_list.selected_id:
+            self._show_selected(record)
+
+    @Slot(object)
+    def _on_phase_changed(self, event: ev.PhaseChanged) -> None:
+        new_live = event.milestone_id != self.monitor.live_milestone
+        self.monitor.on_phase_changed(event)
+        self.run_controls.show_phase(event.phase)
+        if new_live and event.milestone_id in self._records:
+            # A milestone started: follow it in the sidebar and the monitor.
+            self.milestone_list.select(event.milestone_id)
+
+    @Slot(str)
+    def _on_milestone_selected(self, milestone_id: str) -> None:
+        record = self._records.get(milestone_id)
+        if record is not None:
+            self._show_selected(record)
+
+    def _show_selected(self, record: Any) -> None:
+        self.monitor.show_record(record)
+        self.review.show_record(record)
+
+    @Slot(object)
+    def _on_log_line(self, event: ev.LogLine) -> None:
+        self.statusBar().showMessage(event.text.splitlines()[0] if event.text else "")
+
+    @Slot(object)
+    def _on_error(self, event: ev.EngineError) -> None:
+        prefix = f"{event.milestone_id}: " if event.milestone_id and \
+            event.milestone_id not in event.message else ""
+        self.errors.add(prefix + event.message)
+        # A refused request re-enables the decision it came from.
+        self.review.setEnabled(True)
+
+    @Slot(object)
+    def _on_notice(self, event: ev.Notice) -> None:
+        title = NOTICE_TITLES.get(event.kind, "Anima")
+        self.statusBar().showMessage(f"{title}: {event.message}", 15000)
+        if self.tray is not None:
+            self.tray.showMessage(title, event.message, app_icon(), 10000)
+
+    # --- user requests ---------------------------------------------------------------------
+    @Slot()
+    def choose_milestone_file(self) -> None:
+        if self.bridge is None:
+            self.errors.add("Open a project first, then add milestones to it.")
+            return
+        files, _ = QFileDialog.getOpenFileNames(self, "Add milestone", str(self.project or ""),
+                                                "Milestones (*.md)")
+        for name in files:
+            self.add_milestone_file(Path(name))
+
+    def add_milestone_file(self, path: Path) -> None:
+        """Validate and copy a milestone in (engine.add_milestone), off the GUI thread."""
+        if self.bridge is None:
+            self.errors.add(f"Cannot add {path.name}: open a project first.")
+            return
+        self.bridge.add_milestone(
+            path, on_done=lambda mid: self.statusBar().showMessage(f"Added milestone {mid}", 6000))
+
+    @Slot(str, str)
+    def _on_resume_requested(self, milestone_id: str, note: str) -> None:
+        if self.bridge is not None:
+            self.bridge.resume(milestone_id, note)
+
+    @Slot(str)
+    def _on_abort_requested(self, milestone_id: str) -> None:
+        if self.bridge is not None:
+            self.bridge.abort(milestone_id)
+
+    @Slot(str)
+    def _on_approve_requested(self, milestone_id: str) -> None:
+        if self.bridge is not None:
+            self.bridge.approve(milestone_id)
+
+    @Slot(str, str)
+    def _on_changes_requested(self, milestone_id: str, note: str) -> None:
+        if self.bridge is not None:
+            self.bridge.request_changes(milestone_id, note)
+
+    @Slot()
+    def _on_pause_requested(self) -> None:
+        if self.bridge is not None:
+            self.bridge.pause_after_round()
+            self.statusBar().showMessage("Will pause after this round", 8000)
+
+    @Slot()
+    def _on_stop_requested(self) -> None:
+        if self.bridge is not None:
+            self.bridge.stop_now()
+            self.statusBar().showMessage("Stopping the agents…", 8000)
+
+    @Slot(str)
+    def show_commit(self, commit: str) -> None:
+        from ui.monitor import CommitDialog
+
+        dialog = CommitDialog(commit, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        if self.bridge is not None:
+            self.bridge.show_commit(commit, on_done=dialog.show_text, on_error=dialog.show_error)
+        else:
+            dialog.show_text("No project open.")
+        dialog.show()
+
+    # --- drag and drop ----------------------------------------------------------------------
+    @staticmethod
+    def _dropped_milestones(event: QDragEnterEvent | QDropEvent) -> list[Path]:
+        mime = event.mimeData()
+        if not mime.hasUrls():
+            return []
+        return [Path(url.toLocalFile()) for url in mime.urls()
+                if url.isLocalFile() and url.toLocalFile().lower().endswith(".md")]
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if self._dropped_milestones(event):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event: Any) -> None:
+        event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        files = self._dropped_milestones(event)
+        if not files:
+            event.ignore()
+            return
+        event.acceptProposedAction()
+        for path in files:
+            self.add_milestone_file(path)
+
+    # --- closing ----------------------------------------------------------------------------
+    def closeEvent(self, event: QCloseEvent) -> None:
+        """Save the layout, then stop the engine off the GUI thread and close when done."""
+        if not self._closing:
+            self._closing = True
+            self._save_geometry()
+        if self.engine is None:
+            if self.tray is not None:
+                self.tray.hide()
+            event.accept()
+            return
+        event.ignore()
+        self._stop_engine(then=self.close)
+
+
+def _previous_transcript(engine: EngineLike, root: Path) -> tuple[str | None, list[Any]]:
+    """The current milestone (state.json) and its recorded agent events; worker thread."""
+    from anima.paths import ProjectPaths
+    from anima.store import Store
+
+    try:
+        state = Store(ProjectPaths(root)).load_state()
+    except Exception as e:  # a corrupt state.json is reported by the engine itself
+        log.info("no transcript replay: %s", e)
+        return None, []
+    milestone_id = state.current_milestone
+    if not milestone_id:
+        return None, []
+    return milestone_id, list(engine.transcript(milestone_id))

@@ -1,0 +1,588 @@
+"""The Iteration Monitor: what the milestone is at, both agents live, and how it got here.
+
+Top: `MilestoneHeader` (title, round, consecutive rejections k/max, features k/n, tokens, cost,
+elapsed). Middle: the Developer and Acceptor `AgentPane`s side by side, the active one
+highlighted. Below: `FeatureChecklist` and `RoundHistory`. Bottom: `PhaseBar` (the scheduler's
+phase in words and the time left before the turn times out). Everything here runs on the GUI
+thread and is fed by `ui.bridge.EngineBridge` signals.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    Qt,
+    QTimer,
+    Signal,
+    Slot,
+)
+from PySide6.QtGui import QBrush, QColor, QFont, QFontDatabase
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QDialogButtonBox,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from anima import events as ev
+from ui.agent_pane import AgentPane, format_tokens
+
+# What the bottom bar says in each scheduler phase (seed: 等待 Developer / 等待 Acceptor / …).
+PHASE_TEXT = {
+    "idle": "Idle",
+    "starting": "Starting the agents…",
+    "recovering": "Recovering after a restart",
+    "developer": "Waiting for Developer",
+    "acceptor": "Waiting for Acceptor",
+    "final_acceptance": "Final acceptance",
+    "paused": "Paused",
+    "awaiting_review": "Awaiting your review",
+    "completed": "Completed",
+    "failed": "Failed",
+    "cancelled": "Cancelled",
+}
+# Which pane is highlighted in which phase.
+ACTIVE_ROLE = {"developer": "developer", "recovering": "developer", "acceptor": "acceptor",
+               "final_acceptance": "acceptor"}
+RUNNING_PHASES = frozenset({"starting", "recovering", "developer", "acceptor",
+                            "final_acceptance"})
+
+STATUS_COLORS = {
+    "pending": "#6e7781",
+    "in_progress": "#0b5cad",
+    "paused": "#9a6700",
+    "awaiting_review": "#8250df",
+    "completed": "#1a7f37",
+    "failed": "#c5221f",
+    "cancelled": "#6e7781",
+}
+FEATURE_COLORS = {"pending": "#6e7781", "in_progress": "#0b5cad", "done": "#1a7f37",
+                  "blocked": "#c5221f"}
+
+
+def enum_text(x: Any) -> str:
+    """The string of a StrEnum or a plain string (records are engine pydantic models)."""
+    return str(getattr(x, "value", x))
+
+
+def format_duration(seconds: float) -> str:
+    """'42 s', '3:07', '1:02:03' — short and monotone so a ticking clock does not jitter."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def _seconds_between(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None:
+        return None
+    end = end or datetime.now(UTC)
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=UTC)
+    if end.tzinfo is None:
+        end = end.replace(tzinfo=UTC)
+    return (end - start).total_seconds()
+
+
+def set_style_state(widget: QWidget, name: str, value: str) -> None:
+    """Set a dynamic property the style sheet keys on, and re-polish."""
+    if widget.property(name) == value:
+        return
+    widget.setProperty(name, value)
+    widget.style().unpolish(widget)
+    widget.style().polish(widget)
+
+
+class _Stat(QWidget):
+    """A caption over a value, the unit of the header."""
+
+    def __init__(self, caption: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.caption = QLabel(caption, self)
+        self.caption.setObjectName("statCaption")
+        self.value = QLabel("—", self)
+        self.value.setObjectName("statValue")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(self.caption)
+        layout.addWidget(self.value)
+
+    def set(self, text: str, level: str = "normal", tooltip: str = "") -> None:
+        self.value.setText(text)
+        self.setToolTip(tooltip)
+        set_style_state(self.value, "level", level)
+
+
+class MilestoneHeader(QFrame):
+    """Title, round, consecutive rejections (coloured as they near the limit), progress, cost."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("milestoneHeader")
+        self.max_rejections = 3
+        self._record: Any = None
+        self.title = QLabel("No milestone", self)
+        self.title.setObjectName("milestoneTitle")
+        self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.status = QLabel("", self)
+        self.status.setObjectName("statusPill")
+        self.round = _Stat("Round", self)
+        self.rejections = _Stat("Rejections in a row", self)
+        self.features = _Stat("Features", self)
+        self.tokens = _Stat("Tokens", self)
+        self.cost = _Stat("Cost", self)
+        self.elapsed = _Stat("Elapsed", self)
+        top = QHBoxLayout()
+        top.addWidget(self.title)
+        top.addWidget(self.status)
+        top.addStretch(1)
+        stats = QHBoxLayout()
+        stats.setSpacing(28)
+        for stat in (self.round, self.rejections, self.features, self.tokens, self.cost,
+                     self.elapsed):
+            stats.addWidget(stat)
+        stats.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(14, 10, 14, 10)
+        layout.setSpacing(6)
+        layout.addLayout(top)
+        layout.addLayout(stats)
+
+    def show_record(self, record: Any) -> None:
+        self._record = record
+        if record is None:
+            self.title.setText("No milestone")
+            self.status.setText("")
+            for stat in (self.round, self.rejections, self.features, self.tokens, self.cost,
+                         self.elapsed):
+                stat.set("—")
+            return
+        self.title.setText(record.title)
+        self.title.setToolTip(f"{record.id} · branch {record.branch_name or '(not yet)'}")
+        status = enum_text(record.status)
+        self.status.setText(status.replace("_", " "))
+        set_style_state(self.status, "status", status)
+        self.round.set(f"{record.iteration_count} / {record.max_iterations}",
+                       tooltip=f"{record.iteration_count} accepted rounds; at most "
+                               f"{record.max_iterations} ({len(record.iterations)} rounds run)")
+        k, limit = record.consecutive_rejections, self.max_rejections
+        level = "bad" if k >= limit else "warn" if k and k >= limit - 1 else \
+            "note" if k else "normal"
+        self.rejections.set(f"{k} / {limit}", level,
+                            f"The loop pauses after {limit} rejections in a row")
+        done, total = record.features_done, len(record.features)
+        self.features.set(f"{done} / {total}", "good" if total and done == total else "normal")
+        self.tokens.set(format_tokens(record.tokens_used))
+        self.cost.set(f"${record.cost_usd:.2f}")
+        self.tick()
+
+    def tick(self) -> None:
+        """Refresh the elapsed time (called every second by the monitor)."""
+        record = self._record
+        if record is None:
+            return
+        seconds = _seconds_between(record.started_at, record.completed_at)
+        self.elapsed.set("—" if seconds is None else format_duration(seconds))
+
+
+class PhaseBar(QFrame):
+    """The scheduler's phase in words, and the time left before the current turn times out."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("phaseBar")
+        self.phase = "idle"
+        self.reason = ""
+        self.deadline: float | None = None
+        self.dot = QLabel("●", self)
+        self.dot.setObjectName("phaseDot")
+        self.label = QLabel(PHASE_TEXT["idle"], self)
+        self.label.setObjectName("phaseLabel")
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.countdown = QLabel("", self)
+        self.countdown.setObjectName("countdown")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(12, 6, 12, 6)
+        layout.addWidget(self.dot)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(self.countdown)
+        set_style_state(self, "phase", "idle")
+
+    @property
+    def text(self) -> str:
+        return self.label.text()
+
+    def show_phase(self, phase: str, reason: str = "", deadline: float | None = None) -> None:
+        self.phase, self.reason, self.deadline = phase, reason, deadline
+        words = PHASE_TEXT.get(phase, phase.replace("_", " ").capitalize())
+        if reason and phase in ("paused", "failed", "recovering", "cancelled"):
+            words = f"{words} — {reason}"
+        self.label.setText(words)
+        self.label.setToolTip(reason)
+        set_style_state(self, "phase", phase)
+        self.tick()
+
+    def tick(self) -> None:
+        if self.deadline is None or self.phase not in RUNNING_PHASES:
+            self.countdown.setText("")
+            return
+        left = self.deadline - time.time()
+        if left <= 0:
+            self.countdown.setText("turn timing out…")
+            set_style_state(self.countdown, "level", "bad")
+            return
+        self.countdown.setText(f"turn times out in {format_duration(left)}")
+        set_style_state(self.countdown, "level", "warn" if left < 60 else "normal")
+
+
+class FeatureChecklist(QListWidget):
+    """`[x] F1 Title — 2 rounds · 1 commit`, one line per feature, coloured by status."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("featureChecklist")
+        self.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.setWordWrap(True)
+        self._shown: list[tuple[Any, ...]] = []
+
+    def show_features(self, features: list[Any]) -> None:
+        key = [(f.id, f.title, enum_text(f.status), f.rounds, len(f.commits)) for f in features]
+        if key == self._shown:
+            return  # nothing changed: keep the scroll position and avoid flicker
+        self._shown = key
+        self.clear()
+        if not features:
+            self.addItem(QListWidgetItem("No features parsed from this milestone"))
+            return
+        for feature in features:
+            status = enum_text(feature.status)
+            box = feature.status.box if hasattr(feature.status, "box") else "[ ]"
+            details = []
+            if feature.rounds:
+                details.append(f"{feature.rounds} round{'s' * (feature.rounds != 1)}")
+            if feature.commits:
+                n = len(feature.commits)
+                details.append(f"{n} commit{'s' * (n != 1)}")
+            suffix = f"   — {' · '.join(details)}" if details else ""
+            item = QListWidgetItem(f"{box}  {feature.id}  {feature.title}{suffix}")
+            item.setForeground(QBrush(QColor(FEATURE_COLORS.get(status, "#1f2328"))))
+            if status == "in_progress":
+                font = QFont(self.font())
+                font.setBold(True)
+                item.setFont(font)
+            criteria = "\n".join(f"• {c}" for c in feature.criteria)
+            item.setToolTip(f"{feature.id} {feature.title} ({status.replace('_', ' ')})"
+                            + (f"\n\nAcceptance:\n{criteria}" if criteria else ""))
+            item.setData(Qt.ItemDataRole.UserRole, feature.id)
+            self.addItem(item)
+
+    def lines(self) -> list[str]:
+        return [self.item(i).text() for i in range(self.count())]
+
+
+class RoundHistoryModel(QAbstractTableModel):
+    """The record's iterations as rows; rows are only appended while a milestone runs."""
+
+    COLUMNS = ("Round", "Kind", "Feature", "Commit", "Verdict", "Tokens", "Cost", "Duration")
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.rows: list[Any] = []
+
+    def set_iterations(self, iterations: list[Any]) -> None:
+        old = self.rows
+        if len(iterations) >= len(old) and all(
+                a.round == b.round and a.started_at == b.started_at
+                for a, b in zip(old, iterations, strict=False)):
+            for i in range(len(old)):
+                self.rows[i] = iterations[i]
+            if old:
+                self.dataChanged.emit(self.index(0, 0),
+                                      self.index(len(old) - 1, len(self.COLUMNS) - 1))
+            if len(iterations) > len(old):
+                self.beginInsertRows(QModelIndex(), len(old), len(iterations) - 1)
+                self.rows = list(iterations)
+                self.endInsertRows()
+            return
+        self.beginResetModel()
+        self.rows = list(iterations)
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation,
+                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return self.COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex | QPersistentModelIndex,
+             role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        it = self.rows[index.row()]
+        column = self.COLUMNS[index.column()]
+        verdict = enum_text(it.verdict)
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._text(it, column, verdict)
+        if role == Qt.ItemDataRole.ForegroundRole and column == "Verdict":
+            return QBrush(QColor("#1a7f37" if verdict == "accepted" else "#c5221f"))
+        if role == Qt.ItemDataRole.FontRole and column == "Commit":
+            return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            lines = [f"Round {it.round} ({enum_text(it.kind)}) — {verdict.upper()}"]
+            if it.reason:
+                lines.append(f"Reason: {it.reason}")
+            if it.summary:
+                lines.append(f"Summary: {it.summary}")
+            if it.commit:
+                lines.append(f"Commit {it.commit} — double-click to show it")
+            if it.changed_files:
+                lines.append("Changed: " + ", ".join(it.changed_files[:12]))
+            return "\n".join(lines)
+        if role == Qt.ItemDataRole.TextAlignmentRole and column in ("Round", "Tokens", "Cost",
+                                                                     "Duration"):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.UserRole:
+            return it.commit
+        return None
+
+    @staticmethod
+    def _text(it: Any, column: str, verdict: str) -> str:
+        if column == "Round":
+            return str(it.round)
+        if column == "Kind":
+            return enum_text(it.kind)
+        if column == "Feature":
+            return it.feature or "—"
+        if column == "Commit":
+            return (it.commit or "")[:7] or "—"
+        if column == "Verdict":
+            return "ACCEPTED" if verdict == "accepted" else \
+                f"REJECTED: {it.reason}" if it.reason else "REJECTED"
+        if column == "Tokens":
+            return format_tokens(it.tokens)
+        if column == "Cost":
+            return f"${it.cost_usd:.2f}"
+        seconds = _seconds_between(it.started_at, it.ended_at)
+        return "—" if seconds is None else format_duration(seconds)
+
+
+class RoundHistory(QTableView):
+    """The rounds of a milestone; double-click a row with a commit to see it."""
+
+    #: The user asked to see a commit (full hash). GUI thread.
+    commit_requested = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("roundHistory")
+        self.history = RoundHistoryModel(self)
+        self.setModel(self.history)
+        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.setAlternatingRowColors(True)
+        self.setShowGrid(False)
+        self.setWordWrap(False)
+        self.verticalHeader().hide()
+        self.verticalHeader().setDefaultSectionSize(24)
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
+        self.doubleClicked.connect(self._on_double_clicked)
+
+    def show_iterations(self, iterations: list[Any]) -> None:
+        at_end = self.verticalScrollBar().value() >= self.verticalScrollBar().maximum()
+        self.history.set_iterations(iterations)
+        if at_end:
+            self.scrollToBottom()
+
+    @Slot(QModelIndex)
+    def _on_double_clicked(self, index: QModelIndex) -> None:
+        commit = self.history.data(index, Qt.ItemDataRole.UserRole)
+        if commit:
+            self.commit_requested.emit(commit)
+
+
+class CommitDialog(QDialog):
+    """`git show` of one commit in a monospace, read-only view."""
+
+    def __init__(self, commit: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("commitDialog")
+        self.setWindowTitle(f"Commit {commit[:10]}")
+        self.resize(900, 640)
+        self.view = QPlainTextEdit(self)
+        self.view.setReadOnly(True)
+        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.view.setPlainText(f"Loading {commit}…")
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.view)
+        layout.addWidget(buttons)
+
+    def show_text(self, text: str) -> None:
+        self.view.setPlainText(text)
+
+    def show_error(self, error: BaseException) -> None:
+        self.view.setPlainText(f"Could not show the commit:\n{error}")
+
+
+class IterationMonitor(QWidget):
+    """The monitor page: header, the two agent panes, checklist, history, phase bar.
+
+    It shows one milestone's record (`show_record`) and the live agents (`feed_agent_events`);
+    the scheduler's phase decides which pane is highlighted.
+    """
+
+    #: Forwarded from the round history. GUI thread.
+    commit_requested = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("iterationMonitor")
+        self.milestone_id: str | None = None
+        self.live_milestone: str | None = None
+        self.header = MilestoneHeader(self)
+        self.panes = {role: AgentPane(role, parent=self) for role in ("developer", "acceptor")}
+        self.checklist = FeatureChecklist(self)
+        self.history = RoundHistory(self)
+        self.phase_bar = PhaseBar(self)
+        self.history.commit_requested.connect(self.commit_requested)
+
+        self.pane_splitter = QSplitter(Qt.Orientation.Horizontal, self)
+        self.pane_splitter.setChildrenCollapsible(False)
+        for pane in self.panes.values():
+            self.pane_splitter.addWidget(pane)
+
+        checklist_box = self._titled("Features", self.checklist)
+        history_box = self._titled("Rounds", self.history)
+        self.detail_splitter = QSplitter(Qt.Orientation.Horizontal, self)
+        self.detail_splitter.addWidget(checklist_box)
+        self.detail_splitter.addWidget(history_box)
+        self.detail_splitter.setStretchFactor(0, 2)
+        self.detail_splitter.setStretchFactor(1, 3)
+
+        self.body = QSplitter(Qt.Orientation.Vertical, self)
+        self.body.setChildrenCollapsible(False)
+        self.body.addWidget(self.pane_splitter)
+        self.body.addWidget(self.detail_splitter)
+        self.body.setStretchFactor(0, 3)
+        self.body.setStretchFactor(1, 1)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(self.header)
+        layout.addWidget(self.body, 1)
+        layout.addWidget(self.phase_bar)
+
+        self._clock = QTimer(self)
+        self._clock.setInterval(1000)
+        self._clock.timeout.connect(self._on_clock)
+        self._clock.start()
+
+    @staticmethod
+    def _titled(title: str, widget: QWidget) -> QWidget:
+        box = QFrame()
+        box.setObjectName("section")
+        label = QLabel(title, box)
+        label.setObjectName("sectionTitle")
+        layout = QVBoxLayout(box)
+        layout.setContentsMargins(8, 6, 8, 6)
+        layout.setSpacing(4)
+        layout.addWidget(label)
+        layout.addWidget(widget, 1)
+        return box
+
+    def set_limits(self, max_consecutive_rejections: int) -> None:
+        self.header.max_rejections = max_consecutive_rejections
+
+    def set_project_root(self, root: Any) -> None:
+        for pane in self.panes.values():
+            pane.root = root
+
+    # --- engine events (GUI thread) ------------------------------------------------------
+    def show_record(self, record: Any) -> None:
+        """Show one milestone's header, checklist and rounds."""
+        self.milestone_id = None if record is None else record.id
+        self.header.show_record(record)
+        self.checklist.show_features([] if record is None else record.features)
+        self.history.show_iterations([] if record is None else record.iterations)
+        if record is not None and self.live_milestone is None:
+            # Before the scheduler says anything (just opened), the record tells the phase.
+            status = enum_text(record.status)
+            phase = record.phase if status == "in_progress" else status
+            self.phase_bar.show_phase(phase, record.pause_reason or "")
+
+    @Slot(object)
+    def on_milestone_changed(self, event: ev.MilestoneChanged) -> None:
+        if event.record.id == self.milestone_id:
+            self.show_record(event.record)
+
+    @Slot(object)
+    def on_phase_changed(self, event: ev.PhaseChanged) -> None:
+        # The bar and the highlight follow the scheduler, whichever milestone is shown above.
+        self.live_milestone = event.milestone_id
+        self.phase_bar.show_phase(event.phase, event.reason, event.deadline)
+        active = ACTIVE_ROLE.get(event.phase)
+        for role, pane in self.panes.items():
+            pane.set_active(role == active)
+        if event.phase in ("developer", "acceptor", "final_acceptance", "recovering"):
+            title = PHASE_TEXT[event.phase].replace("Waiting for ", "")
+            pane = self.panes[ACTIVE_ROLE[event.phase]]
+            pane.append_separator(f"{title} · {datetime.now().strftime('%H:%M:%S')}")
+
+    @Slot(object)
+    def feed_agent_events(self, events: list[ev.AgentEvent]) -> None:
+        """Route a run of agent events to their panes (batched per pane)."""
+        for role, pane in self.panes.items():
+            mine = [e for e in events if e.role == role]
+            if mine:
+                pane.feed_many(mine)
+
+    @Slot(object)
+    def on_verdict(self, event: ev.VerdictReached) -> None:
+        self.panes["acceptor"].feed(event)
+        if not event.accepted:
+            self.panes["developer"].feed(event)
+
+    def replay(self, events: list[ev.AgentEvent]) -> None:
+        """Show a transcript recorded before a restart, marked as such."""
+        for pane in self.panes.values():
+            pane.append_separator("replayed from the transcript")
+        self.feed_agent_events(events)
+        for pane in self.panes.values():
+            pane.append_separator("live")
+
+    @Slot()
+    def _on_clock(self) -> None:
+        self.header.tick()
+        self.phase_bar.tick()

@@ -1,0 +1,211 @@
+"""Where the human steps in: a paused or awaiting-review milestone, and the run controls.
+
+`ReviewPanel` says why a milestone stopped (its pause reason and the last rejection reasons)
+and offers the one or two decisions that make sense: Resume (with a note to the Developer) or
+Abort for a paused milestone; Approve or Request changes for one awaiting review. It only emits
+requests; `MainWindow` sends them to the engine through the bridge. `RunControls` holds the
+toolbar's "Pause after this round" and "Stop now".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ui.monitor import RUNNING_PHASES, enum_text, set_style_state
+
+ABORT_CONFIRM_MS = 4000
+
+
+class ReviewPanel(QFrame):
+    """The decision a paused or finished-but-unreviewed milestone waits for."""
+
+    #: (milestone id, note) — resume a paused milestone. GUI thread.
+    resume_requested = Signal(str, str)
+    #: milestone id — cancel it for good (confirmed by a second click). GUI thread.
+    abort_requested = Signal(str)
+    #: milestone id — accept an awaiting_review milestone. GUI thread.
+    approve_requested = Signal(str)
+    #: (milestone id, note) — send an awaiting_review milestone back to the Developer.
+    changes_requested = Signal(str, str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("reviewPanel")
+        self.milestone_id: str | None = None
+        self.mode = "hidden"
+        self.heading = QLabel(self)
+        self.heading.setObjectName("reviewHeading")
+        self.reason = QLabel(self)
+        self.reason.setObjectName("reviewReason")
+        self.reason.setWordWrap(True)
+        self.reason.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.rejections = QLabel(self)
+        self.rejections.setObjectName("reviewRejections")
+        self.rejections.setWordWrap(True)
+        self.note = QPlainTextEdit(self)
+        self.note.setObjectName("reviewNote")
+        self.note.setFixedHeight(64)
+        self.resume_button = QPushButton("Resume", self)
+        self.resume_button.setObjectName("primaryButton")
+        self.abort_button = QPushButton("Abort milestone", self)
+        self.abort_button.setObjectName("dangerButton")
+        self.approve_button = QPushButton("Approve", self)
+        self.approve_button.setObjectName("primaryButton")
+        self.changes_button = QPushButton("Request changes", self)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        for button in (self.abort_button, self.changes_button, self.approve_button,
+                       self.resume_button):
+            buttons.addWidget(button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(14, 10, 14, 10)
+        layout.setSpacing(6)
+        layout.addWidget(self.heading)
+        layout.addWidget(self.reason)
+        layout.addWidget(self.rejections)
+        layout.addWidget(self.note)
+        layout.addLayout(buttons)
+
+        self._abort_armed = QTimer(self)
+        self._abort_armed.setSingleShot(True)
+        self._abort_armed.setInterval(ABORT_CONFIRM_MS)
+        self._abort_armed.timeout.connect(self._disarm_abort)
+        self.resume_button.clicked.connect(self._on_resume_clicked)
+        self.abort_button.clicked.connect(self._on_abort_clicked)
+        self.approve_button.clicked.connect(self._on_approve_clicked)
+        self.changes_button.clicked.connect(self._on_changes_clicked)
+        self.note.textChanged.connect(self._on_note_changed)
+        self.hide()
+
+    def show_record(self, record: Any) -> None:
+        """Show the panel for a paused / awaiting_review milestone, hide it otherwise."""
+        status = "" if record is None else enum_text(record.status)
+        if status not in ("paused", "awaiting_review"):
+            self.milestone_id, self.mode = None, "hidden"
+            self.hide()
+            return
+        if record.id != self.milestone_id or status != self.mode:
+            self.note.clear()  # a new decision: don't carry an old note over
+        self.milestone_id, self.mode = record.id, status
+        set_style_state(self, "mode", status)
+        paused = status == "paused"
+        if paused:
+            self.heading.setText(f"Paused — {record.title} needs you")
+            self.reason.setText(record.pause_reason or "Paused.")
+            self.note.setPlaceholderText("A note for the Developer (optional): what to change, "
+                                         "where to look…")
+        else:
+            self.heading.setText(f"{record.title} is done — awaiting your review")
+            self.reason.setText(f"{record.features_done}/{len(record.features)} features, "
+                                f"{len(record.iterations)} rounds, ${record.cost_usd:.2f}. "
+                                "Approve to complete it (and merge), or request changes.")
+            self.note.setPlaceholderText("What should change? (required to request changes)")
+        reasons = last_rejections(record, limit=3)
+        self.rejections.setText("\n".join(f"✘ Round {r}: {why}" for r, why in reasons)
+                                if reasons else "")
+        self.rejections.setVisible(bool(reasons))
+        self.resume_button.setVisible(paused)
+        self.abort_button.setVisible(paused)
+        self.approve_button.setVisible(not paused)
+        self.changes_button.setVisible(not paused)
+        self._disarm_abort()
+        self._on_note_changed()
+        self.setEnabled(True)
+        self.show()
+
+    @property
+    def note_text(self) -> str:
+        return self.note.toPlainText().strip()
+
+    @Slot()
+    def _on_note_changed(self) -> None:
+        self.changes_button.setEnabled(bool(self.note_text))
+
+    @Slot()
+    def _on_resume_clicked(self) -> None:
+        if self.milestone_id:
+            self.setEnabled(False)  # until the record changes
+            self.resume_requested.emit(self.milestone_id, self.note_text)
+
+    @Slot()
+    def _on_abort_clicked(self) -> None:
+        if not self.milestone_id:
+            return
+        if not self._abort_armed.isActive():
+            # A second click within a few seconds confirms; no modal dialog in the way.
+            self.abort_button.setText("Click again to abort")
+            self._abort_armed.start()
+            return
+        self._disarm_abort()
+        self.setEnabled(False)
+        self.abort_requested.emit(self.milestone_id)
+
+    @Slot()
+    def _disarm_abort(self) -> None:
+        self._abort_armed.stop()
+        self.abort_button.setText("Abort milestone")
+
+    @Slot()
+    def _on_approve_clicked(self) -> None:
+        if self.milestone_id:
+            self.setEnabled(False)
+            self.approve_requested.emit(self.milestone_id)
+
+    @Slot()
+    def _on_changes_clicked(self) -> None:
+        if self.milestone_id and self.note_text:
+            self.setEnabled(False)
+            self.changes_requested.emit(self.milestone_id, self.note_text)
+
+
+def last_rejections(record: Any, limit: int = 3) -> list[tuple[int, str]]:
+    """The most recent rejected rounds (newest last) with their reasons."""
+    rejected = [(it.round, it.reason or "(no reason given)") for it in record.iterations
+                if enum_text(it.verdict) == "rejected"]
+    return rejected[-limit:]
+
+
+class RunControls(QObject):
+    """"Pause after this round" and "Stop now", enabled only while a milestone runs."""
+
+    #: Finish the current round, then pause. GUI thread.
+    pause_requested = Signal()
+    #: Interrupt both agents now; the milestone pauses ("stopped by you"). GUI thread.
+    stop_requested = Signal()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.pause_action = QAction("Pause after this round", self)
+        self.pause_action.setToolTip("Let the current round finish, then pause the milestone")
+        self.pause_action.setShortcut(QKeySequence("Ctrl+Shift+P"))
+        self.stop_action = QAction("Stop now", self)
+        self.stop_action.setToolTip("Interrupt both agents now; the round is redone on resume")
+        self.stop_action.setShortcut(QKeySequence("Ctrl+Shift+S"))
+        self.pause_action.triggered.connect(self._on_pause_triggered)
+        self.stop_action.triggered.connect(self.stop_requested)
+        self.show_phase("idle")
+
+    def show_phase(self, phase: str) -> None:
+        running = phase in RUNNING_PHASES
+        self.pause_action.setEnabled(running)
+        self.stop_action.setEnabled(running)
+        if not running:
+            self.pause_action.setText("Pause after this round")
+
+    @Slot()
+    def _on_pause_triggered(self) -> None:
+        self.pause_action.setText("Pausing after this round…")
+        self.pause_action.setEnabled(False)
+        self.pause_requested.emit()
