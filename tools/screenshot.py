@@ -1,4 +1,3 @@
-# ruff: noqa: TID251 — a tool drives the UI; pyproject's per-file-ignores do not list tools/ yet.
 """Screenshot the app mid-run: a demo milestone driven by the fake `claude`, offscreen.
 
     python tools/screenshot.py [--out docs/screenshot.png] [--rounds 3] [--size 1440x900]
