@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from anima.errors import ConfigError
 
@@ -64,6 +65,17 @@ class Config(_Strict):
     context_budget_tokens: int = Field(16000, ge=1000)
     recent_rounds_in_full: int = Field(4, ge=1)
     max_budget_usd: float | None = Field(None, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _role_defaults(cls, data: Any) -> Any:
+        """`"developer": {"model": "x"}` changes the model and keeps the role's tool lists."""
+        if isinstance(data, dict):
+            for role, default in (("developer", _developer_default),
+                                  ("acceptor", _acceptor_default)):
+                if isinstance(data.get(role), dict):
+                    data = {**data, role: {**default().model_dump(), **data[role]}}
+        return data
 
 
 def describe_validation_error(path: Path, err: ValidationError) -> str:

@@ -1,0 +1,137 @@
+"""Records and state.json: round-trip, atomic writes, corrupt files left untouched,
+registration of dropped milestone files in a stable order."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from anima.atomic import write_text_atomic
+from anima.errors import RecordError
+from anima.paths import ProjectPaths
+from anima.store import (
+    Iteration,
+    MilestoneStatus,
+    RoundKind,
+    Scan,
+    State,
+    StateStatus,
+    Store,
+    Usage,
+    Verdict,
+)
+from tests.helpers import milestone_md
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    paths = ProjectPaths(tmp_path)
+    paths.milestones.mkdir(parents=True)
+    return Store(paths)
+
+
+def scan(store: Store) -> Scan:
+    return store.scan(max_iterations=20, requires_human_review=False)
+
+
+def test_a_registered_record_round_trips(store: Store) -> None:
+    store.paths.milestone_md("m1").write_text(milestone_md("M1", ["A", "B"], ["c1", "c2"]))
+    (record,) = scan(store).records
+    assert record.status is MilestoneStatus.PENDING
+    assert [f.id for f in record.features] == ["F1", "F2"]
+    assert record.acceptance_criteria == ["c1", "c2"]
+    record.iterations.append(Iteration(
+        round=1, kind=RoundKind.FEATURE, feature="F1", commit="a" * 40, verdict=Verdict.ACCEPTED,
+        usage=Usage(input_tokens=5, output_tokens=7), tokens=12, cost_usd=0.5,
+        started_at=datetime.now(UTC), ended_at=datetime.now(UTC)))
+    record.iteration_count = 1
+    store.save_record(record)
+    again = store.load_record("m1")
+    assert again == record
+    data = json.loads(store.paths.milestone_record("m1").read_text())
+    assert data["schema_version"] == 1 and data["iterations"][0]["kind"] == "feature"
+
+
+def test_state_defaults_to_sleeping_and_round_trips(store: Store) -> None:
+    assert store.load_state().status is StateStatus.SLEEPING
+    store.save_state(State(status=StateStatus.AWAKE, current_milestone="m1"))
+    state = json.loads(store.paths.state.read_text())
+    assert state["status"] == "awake" and state["current_milestone"] == "m1"
+
+
+WRITER = """
+import json, sys, time
+from pathlib import Path
+from anima.atomic import write_text_atomic
+path, stop_at = Path(sys.argv[1]), time.time() + float(sys.argv[2])
+i = 0
+while time.time() < stop_at:
+    i += 1
+    write_text_atomic(path, json.dumps({"payload": "x" * 200_000, "i": i}))
+"""
+
+
+def test_a_reader_during_writes_never_sees_a_partial_file(tmp_path: Path) -> None:
+    path = tmp_path / "record.json"
+    write_text_atomic(path, json.dumps({"i": 0}))
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path), "1.5"])
+    reads = 0
+    try:
+        while writer.poll() is None:
+            json.loads(path.read_text())  # raises on a torn file
+            reads += 1
+    finally:
+        writer.wait()
+    assert writer.returncode == 0 and reads > 50
+    assert json.loads(path.read_text())["i"] > 1
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("content", ["{ torn", "[1, 2]", '{"id": "m1", "status": "bogus"}',
+                                     '{"schema_version": 99, "id": "m1"}'])
+def test_a_corrupt_record_is_reported_and_left_byte_identical(store: Store,
+                                                              content: str) -> None:
+    store.paths.milestone_md("m1").write_text(milestone_md("M1", ["A"]))
+    store.paths.milestone_md("m2").write_text(milestone_md("M2", ["B"]))
+    corrupt = store.paths.milestone_record("m1")
+    corrupt.write_text(content)
+    before = corrupt.read_bytes()
+    result = scan(store)
+    assert [r.id for r in result.records] == ["m2"]  # the other milestone stays usable
+    (problem,) = result.problems
+    assert isinstance(problem, RecordError) and str(corrupt) in str(problem)
+    assert "left untouched" in str(problem)
+    assert corrupt.read_bytes() == before
+    scan(store)
+    assert corrupt.read_bytes() == before
+
+
+def test_bad_names_and_malformed_files_are_reported_not_registered(store: Store) -> None:
+    store.paths.milestones.joinpath("Bad Name.md").write_text(milestone_md("X", ["A"]))
+    store.paths.milestone_md("broken").write_text("no title, no features\n")
+    store.paths.milestone_md("good").write_text(milestone_md("Good", ["A"]))
+    result = scan(store)
+    assert [r.id for r in result.records] == ["good"]
+    messages = " ".join(str(p) for p in result.problems)
+    assert "Bad Name.md" in messages and "broken.md" in messages
+    assert not store.paths.milestone_record("broken").exists()
+    assert store.paths.milestone_md("broken").read_text() == "no title, no features\n"
+
+
+def test_registration_orders_by_created_at_then_name(store: Store) -> None:
+    for name in ("zeta", "alpha"):
+        store.paths.milestone_md(name).write_text(milestone_md(name, ["A"]))
+    first = scan(store)
+    assert [r.id for r in first.records] == ["alpha", "zeta"]  # same scan: by name
+    created = {r.id: r.created_at for r in first.records}
+    store.paths.milestone_md("beta").write_text(milestone_md("beta", ["A"]))
+    second = scan(store)
+    assert [r.id for r in second.records] == ["alpha", "zeta", "beta"]
+    assert {r.id: r.created_at for r in second.records if r.id != "beta"} == created
+    assert second.registered == ["beta"]
