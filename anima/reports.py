@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-_DECORATION = re.compile(r"[*_`>#]+")
+_DECORATION = re.compile(r"\*+|(?<!\w)__|__(?!\w)|[`>#]+")
 _FEATURE_ID = re.compile(r"\bF(\d+)\b")
 _HEX = re.compile(r"\b([0-9a-f]{7,40})\b")
 _ALL_COMPLETE = re.compile(r"ALL[_ ]FEATURES[_ ]COMPLETE", re.IGNORECASE)

@@ -1,0 +1,90 @@
+"""Reading agents' replies the way real models write them: wrapped, bold, fenced, chatty."""
+
+from __future__ import annotations
+
+import pytest
+
+from anima.reports import ReportKind, parse_developer_report, parse_verdict
+
+SEED_FORMAT = """## Implementation Report — Round 4
+
+**Feature**: F3 — Acceptor prompt strategy
+**Commit**: 9fceb02d0ae598e95dc970b74767f19372d61af8
+**Tests**: 42 passed, 0 failed
+**Lint**: clean
+
+### Changes
+- anima/prompts.py: acceptor review prompt
+- tests/test_prompts.py: tests
+
+### Notes
+Kept the template in resources/prompts.
+"""
+
+
+def test_the_seed_format() -> None:
+    report = parse_developer_report(SEED_FORMAT)
+    assert report is not None and report.kind is ReportKind.IMPLEMENTATION
+    assert report.round == 4 and report.feature == "F3"
+    assert report.commit == "9fceb02d0ae598e95dc970b74767f19372d61af8"
+    assert report.tests == "42 passed, 0 failed" and report.lint == "clean"
+    assert report.changes == ["anima/prompts.py: acceptor review prompt",
+                              "tests/test_prompts.py: tests"]
+    assert report.notes == "Kept the template in resources/prompts."
+
+
+@pytest.mark.parametrize("wrap", [
+    "Done! Here is my report:\n\n```markdown\n{}```\nLet me know.",
+    "```\n{}\n```",
+    "I ran the tests first.\n\n{}",
+])
+def test_wrapped_in_chatter_and_fences(wrap: str) -> None:
+    report = parse_developer_report(wrap.format(SEED_FORMAT))
+    assert report is not None and report.feature == "F3"
+    assert report.commit == "9fceb02d0ae598e95dc970b74767f19372d61af8"
+
+
+def test_loose_fields_abbreviated_hash_and_backticks() -> None:
+    text = ("Implementation report (round 2)\n- Feature: f2? no — **F2** greeting\n"
+            "- Commit: `abc1234`\n- Tests: all green\n")
+    report = parse_developer_report(text)
+    assert report is not None
+    assert report.feature == "F2" and report.commit == "abc1234"
+
+
+def test_all_features_complete() -> None:
+    text = ("**ALL_FEATURES_COMPLETE**\n\nEverything is in.\n\n### Commits\n"
+            "- `abc1234`: feat: one\n- def5678 feat: two\n\n### Summary\nAll three features.")
+    report = parse_developer_report(text)
+    assert report is not None and report.kind is ReportKind.ALL_COMPLETE
+    assert report.commits == ["abc1234", "def5678"] and report.summary == "All three features."
+
+
+@pytest.mark.parametrize("text", ["I'm still working on it.", "", "Commit soon, promise."])
+def test_unreadable_reports(text: str) -> None:
+    assert parse_developer_report(text) is None
+
+
+@pytest.mark.parametrize(("text", "accepted", "reason"), [
+    ("ACCEPTED", True, ""),
+    ("I checked `git show`. All good.\n\n**ACCEPTED**", True, ""),
+    ("Verdict: ACCEPTED", True, ""),
+    ("REJECTED: the tests for `make_greeting` are missing", False,
+     "the tests for `make_greeting` are missing"),
+    ("**REJECTED**: criterion 2 unmet", False, "criterion 2 unmet"),
+    ("REJECTED:\n- AC 3: no --version\n- AC 5: lint fails", False,
+     "- AC 3: no --version\n- AC 5: lint fails"),
+    ("REJECTED", False, "(no reason given)"),
+    ("First I thought ACCEPTED was right, but:\nREJECTED: it breaks main", False,
+     "it breaks main"),
+    ("```\nACCEPTED\n```", True, ""),
+])
+def test_verdicts(text: str, accepted: bool, reason: str) -> None:
+    verdict = parse_verdict(text)
+    assert verdict is not None
+    assert verdict.accepted is accepted and verdict.reason == reason
+
+
+@pytest.mark.parametrize("text", ["Looks good to me", "I accepted the challenge", ""])
+def test_unreadable_verdicts(text: str) -> None:
+    assert parse_verdict(text) is None

@@ -1,0 +1,44 @@
+"""The scheduler's transition table on its own: legal moves pass, everything else raises."""
+
+from __future__ import annotations
+
+import pytest
+
+from anima.scheduler import TRANSITIONS, IllegalTransition, Phase, check_transition
+
+LEGAL = [
+    (Phase.IDLE, Phase.STARTING), (Phase.IDLE, Phase.RECOVERING),
+    (Phase.STARTING, Phase.DEVELOPER), (Phase.RECOVERING, Phase.DEVELOPER),
+    (Phase.DEVELOPER, Phase.ACCEPTOR), (Phase.DEVELOPER, Phase.FINAL_ACCEPTANCE),
+    (Phase.DEVELOPER, Phase.DEVELOPER),  # a rejected round (git check, timeout) goes round
+    (Phase.ACCEPTOR, Phase.DEVELOPER), (Phase.ACCEPTOR, Phase.PAUSED),
+    (Phase.FINAL_ACCEPTANCE, Phase.COMPLETED), (Phase.FINAL_ACCEPTANCE, Phase.AWAITING_REVIEW),
+    (Phase.FINAL_ACCEPTANCE, Phase.DEVELOPER), (Phase.PAUSED, Phase.RECOVERING),
+    (Phase.AWAITING_REVIEW, Phase.RECOVERING), (Phase.PAUSED, Phase.CANCELLED),
+]
+
+ILLEGAL = [
+    (Phase.IDLE, Phase.DEVELOPER), (Phase.STARTING, Phase.ACCEPTOR),
+    (Phase.DEVELOPER, Phase.COMPLETED),  # completion only through final acceptance
+    (Phase.ACCEPTOR, Phase.COMPLETED), (Phase.ACCEPTOR, Phase.FINAL_ACCEPTANCE),
+    (Phase.PAUSED, Phase.DEVELOPER),  # a resume goes through recovery
+    (Phase.COMPLETED, Phase.DEVELOPER), (Phase.CANCELLED, Phase.RECOVERING),
+]
+
+
+@pytest.mark.parametrize(("current", "target"), LEGAL)
+def test_legal_transitions(current: Phase, target: Phase) -> None:
+    check_transition(current, target)
+
+
+@pytest.mark.parametrize(("current", "target"), ILLEGAL)
+def test_illegal_transitions_raise(current: Phase, target: Phase) -> None:
+    with pytest.raises(IllegalTransition, match=f"{current} → {target}"):
+        check_transition(current, target)
+
+
+def test_every_phase_has_a_row_and_every_active_phase_can_pause() -> None:
+    assert set(TRANSITIONS) == set(Phase)
+    for phase in (Phase.DEVELOPER, Phase.ACCEPTOR, Phase.FINAL_ACCEPTANCE):
+        assert Phase.PAUSED in TRANSITIONS[phase]
+    assert TRANSITIONS[Phase.COMPLETED] == frozenset()
