@@ -17,9 +17,17 @@ from pathlib import Path
 from typing import IO, Any
 
 from anima import events as ev
-from anima.events import AgentEvent, Event, EventBus, LogLine, PhaseChanged, VerdictReached
+from anima.events import (
+    AgentEvent,
+    Event,
+    EventBus,
+    LogLine,
+    PhaseChanged,
+    RawOutput,
+    VerdictReached,
+)
 from anima.paths import ProjectPaths
-from anima.redact import redact, redact_data
+from anima.redact import LineRedactor, redact, redact_data
 
 _AGENT_EVENT_TYPES: dict[str, type[AgentEvent]] = {
     cls.__name__: cls for cls in vars(ev).values()
@@ -42,12 +50,20 @@ def redact_event(event: Event) -> Event:
 
 
 class RedactingBus:
-    """The bus handed to agent processes: what they publish is shown and stored redacted."""
+    """The bus handed to agent processes: what they publish is shown and stored redacted.
+
+    Raw (non-JSON) output arrives line by line, so a PEM private key spans many events: a
+    `LineRedactor` per role keeps hiding lines until the key's END line.
+    """
 
     def __init__(self, bus: EventBus) -> None:
         self._bus = bus
+        self._raw: dict[str, LineRedactor] = {}
 
     def publish(self, event: Event) -> None:
+        if isinstance(event, RawOutput):
+            line = self._raw.setdefault(event.role, LineRedactor())
+            event = dataclasses.replace(event, text=line(event.text))
         self._bus.publish(redact_event(event))
 
     def subscribe(self, fn: Any) -> Any:

@@ -1,0 +1,46 @@
+"""The journal: log lines and transcripts, redacted, replayable after a restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from anima.events import AssistantText, EventBus, LogLine, RawOutput, ToolResult, ToolUse
+from anima.journal import Journal, RedactingBus, read_transcript
+from anima.paths import ProjectPaths
+
+KEY = "sk-ant-api03-" + "Kq3Lm4Np5R" * 6
+
+
+def test_transcripts_replay_and_secrets_never_reach_them(tmp_path: Path) -> None:
+    paths = ProjectPaths(tmp_path)
+    bus = EventBus()
+    journal = Journal(paths, bus)
+    journal.open("m1")
+    agents = RedactingBus(bus)
+    agents.publish(AssistantText(role="developer", text=f"using {KEY}"))
+    agents.publish(ToolUse(role="developer", tool="Bash", tool_use_id="t1",
+                           input={"command": f"curl -H 'x-api-key: {KEY}' x"}))
+    agents.publish(ToolResult(role="developer", tool_use_id="t1", content=f"token={KEY}"))
+    for line in ("-----BEGIN RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEA7secretbody",
+                 "-----END RSA PRIVATE KEY-----", "after the key"):
+        agents.publish(RawOutput(role="developer", text=line))
+    bus.publish(LogLine("m1", f"saw {KEY}"))
+    journal.close()
+    files = list(tmp_path.rglob("*"))
+    text = "".join(p.read_text() for p in files if p.is_file())
+    assert KEY not in text and "7secretbody" not in text
+    events = read_transcript(paths.transcripts("m1") / "events.jsonl")
+    assert [type(e).__name__ for e in events] == ["AssistantText", "ToolUse", "ToolResult",
+                                                  "RawOutput", "RawOutput", "RawOutput",
+                                                  "RawOutput"]
+    assert events[0] == AssistantText(role="developer", text="using <REDACTED>")
+    assert events[-1].text == "after the key"
+    log = paths.log("m1").read_text()
+    assert log.startswith("[") and "] saw <REDACTED>" in log
+
+
+def test_a_torn_last_line_is_skipped_on_replay(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"t": 1, "type": "AssistantText", "role": "acceptor", "text": "ok"}\n'
+                    '{"t": 2, "type": "AssistantText", "ro')
+    assert read_transcript(path) == [AssistantText(role="acceptor", text="ok")]
