@@ -1,0 +1,72 @@
+"""The human's controls on a running engine: pause after this round, stop now, resume."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from anima.engine import Engine
+from anima.events import Event, PhaseChanged
+from anima.store import MilestoneStatus
+from tests.conftest import FakeClaude
+from tests.helpers import make_project, milestone_md, record
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def phases() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def engine(git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+           phases: list[str]) -> Iterator[Engine]:
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": milestone_md("M", ["Alpha", "Beta"])})
+    engine = Engine(git_repo)
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, PhaseChanged):
+            phases.append(event.phase)
+
+    engine.bus.subscribe(on_event)
+    yield engine
+    engine.shutdown()
+
+
+def test_pause_after_this_round(engine: Engine, fake_claude: FakeClaude,
+                                phases: list[str]) -> None:
+    fake_claude.write_script({"developer": [{"auto": True, "delay": 1.0}]})
+    engine.start()
+    wait_for(lambda: "developer" in phases)
+    engine.pause_after_round()
+    wait_for(lambda: record(engine.root, "m1").status is MilestoneStatus.PAUSED)
+    rec = record(engine.root, "m1")
+    assert rec.rounds == 1 and rec.iterations[0].verdict.value == "accepted"
+    assert rec.pause_reason == "paused by you after the round"
+
+
+def test_stop_now_interrupts_then_resume_finishes(engine: Engine,
+                                                  fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{"hang": True}]})
+    engine.start()
+    wait_for(lambda: len(fake_claude.prompts("developer")) == 1)
+    started = time.monotonic()
+    engine.stop_now()
+    wait_for(lambda: record(engine.root, "m1").status is MilestoneStatus.PAUSED, timeout=15)
+    assert time.monotonic() - started < 10
+    rec = record(engine.root, "m1")
+    assert rec.pause_reason == "stopped by you" and rec.rounds == 0  # the round is redone
+    engine.resume("m1", "carry on")
+    wait_for(lambda: record(engine.root, "m1").status is MilestoneStatus.COMPLETED, timeout=30)
+    assert "carry on" in fake_claude.prompts("developer")[1]
