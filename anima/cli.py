@@ -165,14 +165,24 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Drive the project headless. SIGTERM / Ctrl+C stop politely: the turn is interrupted,
+    both agents stop within seconds, the milestone stays in_progress and the next start
+    resumes it; the exit code is then 128 + the signal (130, 143) so scripts can tell."""
     paths = _project(args.project)
     engine = Engine(paths.root)
     printer = HeadlessPrinter(sys.stdout, sys.stderr)
     engine.bus.subscribe(printer)
+    received: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
-        printer(LogLine(None, f"received {signal.Signals(signum).name}: stopping the agents"))
-        threading.Thread(target=engine.request_stop, daemon=True).start()
+        name = signal.Signals(signum).name
+        if received:
+            printer(LogLine(None, f"received {name} again: already stopping"))
+            return
+        received.append(signum)
+        printer(LogLine(None, f"received {name}: stopping the agents"))
+        # request_stop waits for the agents; a signal handler must not block the loop.
+        threading.Thread(target=engine.request_stop, name="anima-stop", daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -182,6 +192,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         engine.shutdown()
     for problem in outcome.problems:
         print(f"[anima] problem: {problem}", file=sys.stderr)
+    if received and outcome.in_progress:
+        print(f"[anima] stopped by {signal.Signals(received[0]).name}: "
+              f"{', '.join(outcome.in_progress)} continues on the next "
+              f"`anima run {args.project} --headless` (or in the app)")
+        return 128 + received[0]
     if outcome.paused:
         print(f"[anima] paused for a human: {', '.join(outcome.paused)} — review, then "
               f"`anima resume {args.project} ID [--note TEXT]`")

@@ -3,13 +3,19 @@
 The headless runner calls `run()` on its own thread; the app calls `start()`, which runs the
 same loop on a worker thread, and sends requests (resume, approve, stop…) that the worker
 carries out between milestones. Everything the engine does is published on its bus.
+
+One engine per project: `prepare()` takes `.anima/anima.lock` before anything else, then
+repairs what a dead predecessor left behind (`anima.recovery`), so an in_progress milestone
+resumes exactly where it stopped.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import shlex
 import shutil
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +27,7 @@ from anima.agents.discovery import ClaudeBinary, find_claude
 from anima.agents.process import AgentProcess
 from anima.agents.profiles import profile_for
 from anima.config import Config, describe_validation_error, load_config
-from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError
+from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError, RecordError
 from anima.events import AgentEvent, EngineError, EventBus, LogLine, MilestonesScanned
 from anima.git_ops import GitRepo
 from anima.journal import Journal, RedactingBus, read_transcript
@@ -29,16 +35,25 @@ from anima.lock import ProjectLock
 from anima.milestone_md import load_milestone, validate_milestone_id
 from anima.paths import ProjectPaths
 from anima.prompts import PromptBuilder
-from anima.scheduler import Agent, MilestoneRun, Phase, RunControl
-from anima.store import MilestoneRecord, MilestoneStatus, Scan, Store
+from anima.recovery import (
+    AGENTS_FILE,
+    AgentRegistry,
+    TrackedAgent,
+    reconcile_state,
+    recover_project,
+    session_ids,
+    unfinished_completions,
+)
+from anima.scheduler import Agent, MilestoneRun, Phase, RunControl, finish_completed
+from anima.store import MilestoneRecord, MilestoneStatus, Scan, Store, now
 from anima.summarizer import Summarizer
-from anima.watcher import MilestoneWatcher
+from anima.watcher import MilestoneWatcher, is_milestone_name
 
 log = logging.getLogger(__name__)
 
 #: What `.anima/.gitignore` must hold so Anima's runtime files never dirty the tree.
 RUNTIME_IGNORES = ("milestones/*.json", "state.json", "logs/", "transcripts/", "anima.lock",
-                   "*.tmp", ".*.tmp")
+                   AGENTS_FILE, "*.tmp", ".*.tmp")
 
 
 @dataclass(frozen=True)
@@ -48,6 +63,9 @@ class RunOutcome:
     paused: tuple[str, ...]
     awaiting_review: tuple[str, ...]
     problems: tuple[str, ...]
+    #: Still in_progress: a stop (signal, window closed) interrupted them; the next start
+    #: resumes them.
+    in_progress: tuple[str, ...] = ()
 
 
 def ensure_gitignore(paths: ProjectPaths) -> None:
@@ -85,8 +103,10 @@ class Engine:
         self._overrides = config_overrides
         self._repo: GitRepo | None = None
         self._binary: ClaudeBinary | None = None
-        self._lock = ProjectLock(self.paths.lock)
+        self._lock = ProjectLock(self.paths.lock, command=shlex.join(sys.argv))
         self._locked = False
+        self._recovered = False
+        self._registry = AgentRegistry(self.paths)
         self._commands: queue.Queue[Callable[[], object]] = queue.Queue()
         self._wake = threading.Event()
         self._shutdown = threading.Event()
@@ -96,22 +116,49 @@ class Engine:
         self._control = RunControl()
         self._requested: set[str] = set()
         self._start_all = False
+        # Watch mode registers only files the watcher saw settle (or present at its start):
+        # a periodic scan must never parse a milestone that is still being written.
+        self._watching = False
+        self._settled: set[str] = set()
+        self._reported_problems: set[str] = set()
+        self._broken: set[str] = set()
         self.journal = Journal(self.paths, self.bus)
         self.summarizer: Summarizer | None = None
 
     # ------------------------------------------------------------------ set-up
     def prepare(self) -> None:
-        """Everything that can be wrong before driving: folder, config, git, the lock."""
+        """Everything that can be wrong before driving: the lock, config, git; then repair
+        what a previous Anima that died left behind.
+
+        The lock comes first: nothing may be written while another Anima drives the project.
+        """
         if not self.paths.anima.is_dir():
             raise ProjectError(f"{self.root} has no .anima/ folder: run `anima init {self.root}`")
+        if not self._locked:
+            self._lock.acquire()
+            self._locked = True
+            if (old := self._lock.taken_over_from) is not None:
+                self._log(None, f"took over the lock of an Anima that is gone ({old.describe()})")
         self.config = open_config(self.paths, self._overrides)
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
         ensure_gitignore(self.paths)
         self._repo = GitRepo.open(self.root)
-        if not self._locked:
-            self._lock.acquire()
-            self._locked = True
+        if not self._recovered:
+            self._recover()
+            self._recovered = True
         self.summarizer = Summarizer(self.config.summarizer)
+
+    def _recover(self) -> None:
+        """After a crash: stop leftover agents, clean up files, finish a cut-short merge,
+        make state.json agree with the records. Cheap and silent when nothing is wrong."""
+        records = self._read_milestones(register=False).records
+        for line in recover_project(self.paths, self._registry, session_ids(records)):
+            self._log(None, line)
+        for record in unfinished_completions(records):
+            self._log(record.id, "finishing the completion that a restart cut short")
+            finish_completed(record, self.store, self.repo, self.config, self.bus)
+        if reconcile_state(self.store, records):
+            self._log(None, "state.json brought in line with the milestone records")
 
     @property
     def repo(self) -> GitRepo:
@@ -126,13 +173,16 @@ class Engine:
         return self._binary
 
     def _make_agent(self, role: str, session_id: str, resume: bool) -> Agent:
+        """A started agent, on record in `.anima/agents.json` until it is stopped (so the
+        next run stops it if this one is killed)."""
         agent = AgentProcess(role, self.claude(), profile_for(role, self.config), self.root,
                              RedactingBus(self.bus),  # type: ignore[arg-type]
                              session_id=session_id, resume=resume,
                              turn_timeout=self.config.agent_timeout_seconds,
                              idle_timeout=self.config.agent_idle_timeout_seconds)
         agent.start()
-        return agent
+        run = self._run
+        return TrackedAgent(agent, self._registry, run.record.id if run else None)
 
     # ------------------------------------------------------------------ the loop
     def run(self, *, watch: bool = False, start_all: bool = False) -> RunOutcome:
@@ -147,6 +197,9 @@ class Engine:
         if watch:
             self._watcher = MilestoneWatcher(self.paths.milestones, self._on_milestone_file)
             self._watcher.start()
+            # The watcher reports only what arrives after its start; these the scan takes.
+            self._settled = {p.name for p in self.paths.milestones.glob("*.md")}
+            self._watching = True
         try:
             while not self._shutdown.is_set():
                 self._drain_commands()
@@ -162,11 +215,15 @@ class Engine:
                 except AnimaError as e:
                     if not watch:
                         raise
-                    self.bus.publish(EngineError(str(e), record.id))
+                    # Not retried in this run (it would fail the same way every second).
+                    self.bus.publish(EngineError(f"{e}; {record.id} is left as it is until "
+                                                 "the next start", record.id))
+                    self._broken.add(record.id)
                     self._requested.discard(record.id)
                     self._wait()
             return self._outcome(self._scan())
         finally:
+            self._watching = False
             if self._watcher is not None:
                 self._watcher.stop()
                 self._watcher = None
@@ -185,8 +242,9 @@ class Engine:
         self._thread.start()
 
     def request_stop(self) -> None:
-        """Safe from a signal handler's helper thread: end the turn, leave the loop."""
-        self._shutdown.set()
+        """From any thread but the worker (a signal handler's helper, the GUI): interrupt the
+        turn and leave the loop; returns once the agents let go (a few seconds at most)."""
+        self._shutdown.set()  # before reading _run; _drive sets _run before reading this
         self._wake.set()
         run = self._run
         if run is not None:
@@ -197,6 +255,9 @@ class Engine:
         self.request_stop()
         if self._thread is not None:
             self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("engine worker still busy after %ss; releasing the lock anyway",
+                            timeout)
         if self.summarizer is not None:
             self.summarizer.close()
         self.journal.detach()
@@ -209,20 +270,56 @@ class Engine:
         self._wake.clear()
 
     def _scan(self) -> Scan:
-        scan = self.store.scan(max_iterations=self.config.max_iterations_per_milestone,
-                               requires_human_review=self.config.requires_human_review)
-        for problem in scan.problems:
+        scan = self._read_milestones(register=True)
+        # Each problem is reported once (watch mode rescans every second), again if it
+        # comes back after being fixed.
+        current = {str(p) for p in scan.problems}
+        for problem in sorted(current - self._reported_problems):
             self._log(None, f"skipped: {problem}")
+        self._reported_problems = current
         for milestone_id in scan.registered:
             self._log(milestone_id, f"registered milestone {milestone_id} (pending)")
         self.bus.publish(MilestonesScanned(tuple(r.model_copy(deep=True) for r in scan.records),
                                            tuple(str(p) for p in scan.problems)))
         return scan
 
+    def _read_milestones(self, *, register: bool) -> Scan:
+        """Every usable record; with `register`, new settled `.md` files become pending.
+
+        Like `Store.scan`, with two differences that matter while watching a folder people
+        drop files into: hidden names (editors' lock and swap files) are ignored, and a file
+        the watcher has not seen settle is left for later instead of parsed half-written.
+        """
+        result = Scan()
+        if not self.paths.milestones.is_dir():
+            return result
+        stamp = now()
+        for md in sorted(self.paths.milestones.glob("*.md")):
+            if not is_milestone_name(md.name):
+                continue
+            try:
+                milestone_id = validate_milestone_id(md.stem, md)
+                if self.paths.milestone_record(milestone_id).exists():
+                    result.records.append(self.store.load_record(milestone_id))
+                    continue
+                if not register or (self._watching and md.name not in self._settled):
+                    continue
+                record = self.store.new_record(
+                    load_milestone(md), milestone_id, stamp,
+                    max_iterations=self.config.max_iterations_per_milestone,
+                    requires_human_review=self.config.requires_human_review)
+                self.store.save_record(record)
+                result.records.append(record)
+                result.registered.append(milestone_id)
+            except (MilestoneError, RecordError) as e:
+                result.problems.append(e)
+        result.records.sort(key=lambda r: (r.created_at, r.id))
+        return result
+
     def _next(self, scan: Scan) -> MilestoneRecord | None:
         """An interrupted milestone first; nothing while one waits for a human after a pause
         (milestones build on each other); else the earliest pending one."""
-        records = scan.records
+        records = [r for r in scan.records if r.id not in self._broken]
         if active := [r for r in records if r.status is MilestoneStatus.IN_PROGRESS]:
             return active[0]
         if any(r.status is MilestoneStatus.PAUSED for r in records):
@@ -243,6 +340,8 @@ class Engine:
                            prompts=prompts, agents=self._make_agent, bus=self.bus,
                            summarizer=self.summarizer, control=self._control)
         self._run = run
+        if self._shutdown.is_set():  # a stop that came before the run existed
+            run.stop("shutdown")
         try:
             phase = run.run()
             if self._control.stop.is_set() and self._control.stop_reason == "user" and \
@@ -259,7 +358,9 @@ class Engine:
             paused=tuple(r.id for r in scan.records if r.status is MilestoneStatus.PAUSED),
             awaiting_review=tuple(r.id for r in scan.records
                                   if r.status is MilestoneStatus.AWAITING_REVIEW),
-            problems=tuple(str(p) for p in scan.problems))
+            problems=tuple(str(p) for p in scan.problems),
+            in_progress=tuple(r.id for r in scan.records
+                              if r.status is MilestoneStatus.IN_PROGRESS))
 
     # ------------------------------------------------------------------ requests
     def _submit(self, fn: Callable[[], object]) -> None:
@@ -330,8 +431,9 @@ class Engine:
 
     # ------------------------------------------------------------------ views
     def records(self) -> list[MilestoneRecord]:
-        return self.store.scan(max_iterations=self.config.max_iterations_per_milestone,
-                               requires_human_review=self.config.requires_human_review).records
+        """The milestone records as they are now. Read-only (safe from the GUI thread):
+        registering new files is the worker's job."""
+        return self._read_milestones(register=False).records
 
     def show_commit(self, commit: str) -> str:
         return self.repo.show(commit)
@@ -341,6 +443,9 @@ class Engine:
 
     # ------------------------------------------------------------------ helpers
     def _on_milestone_file(self, path: Path) -> None:
+        """Watcher thread: `path` has settled; the worker registers it on its next scan."""
+        self._settled.add(path.name)
+        self._broken.discard(path.stem)
         self._wake.set()
 
     def _log(self, milestone_id: str | None, text: str) -> None:

@@ -5,6 +5,7 @@ checks → Acceptor review → ACCEPTED / REJECTED → … → ALL_FEATURES_COMP
 acceptance. Every phase change and every finished round is written to the milestone record
 (atomically) before the next action, so a kill at any instant resumes correctly: a round is
 appended to `iterations` only when its verdict is known, and a round in flight is redone.
+What a restart finds (wrong branch, dirty tree) is handled by `anima.recovery`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from anima.events import (
 )
 from anima.git_ops import GitRepo
 from anima.prompts import DeveloperContext, PromptBuilder, render
+from anima.recovery import recover_milestone
 from anima.reports import (
     DeveloperReport,
     ReportKind,
@@ -121,11 +123,14 @@ def check_transition(current: Phase, target: Phase) -> None:
 class Agent(Protocol):
     """What the loop needs of an agent process (anima.agents.process.AgentProcess)."""
 
-    session_id: str
+    @property
+    def session_id(self) -> str: ...
 
     def send(self, prompt: str) -> TurnResult: ...
 
-    def stop(self) -> None: ...
+    def interrupt(self, timeout: float = 10.0) -> None: ...
+
+    def stop(self, grace: float = 5.0) -> None: ...
 
 
 #: (role, session_id, resume) -> a started agent.
@@ -183,20 +188,33 @@ class MilestoneRun:
         self._agents: dict[str, Agent] = {}
         self._round: _Round | None = None
         self._recovery_log: str | None = None
+        # Usage of turns outside a round (the clean-up turn after a restart): it goes into the
+        # next round, so the record's totals always equal the sum of its iterations.
+        self._carry = Usage()
+        self._carry_cost = 0.0
+        self._idle = threading.Event()  # set while no agent turn is in flight
+        self._idle.set()
         self._pending_summaries: list[tuple[int, object]] = []
         self._unsubscribe = bus.subscribe(self._on_event)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Phase:
-        """The seed's scheduler loop. Returns the phase it ended in."""
+        """The seed's scheduler loop. Returns the phase it ended in.
+
+        The pause checks (rejections, limits, a pause you asked for) come before each round
+        rather than after the verdict: the same thing in a running loop, and a restart right
+        after a third rejection then pauses instead of running a fourth round.
+        """
         try:
+            if self.control.stop.is_set():
+                return self.phase
             self._begin()
             while True:
                 self._apply_summaries()
                 if self.control.stop.is_set():
                     return self.phase
-                if (limit := self._limit_reached()) is not None:
-                    return self._pause(limit)
+                if (reason := self._pause_reason()) is not None:
+                    return self._pause(reason)
                 outcome = self._developer_round()
                 if isinstance(outcome, DeveloperReport) and \
                         outcome.kind is ReportKind.ALL_COMPLETE:
@@ -206,11 +224,6 @@ class MilestoneRun:
                     continue
                 if isinstance(outcome, DeveloperReport):
                     self._review(outcome)
-                if self.record.consecutive_rejections >= self.config.max_consecutive_rejections:
-                    return self._pause(self._rejection_pause_reason())
-                if self.control.pause_after_round.is_set():
-                    self.control.pause_after_round.clear()
-                    return self._pause("paused by you after the round")
         except _Stopped:
             self._log(f"stopped during {self.phase}: {self.control.stop_reason or 'shutdown'}")
             return self.phase
@@ -233,51 +246,45 @@ class MilestoneRun:
                                       deadline))
 
     def _begin(self) -> None:
+        """The seed's "自动触发" for a new milestone, or its "重启恢复" for one in progress."""
         rec = self.record
-        recovering = rec.status is not MilestoneStatus.PENDING
-        if recovering:
-            self.phase = Phase(rec.phase) if rec.phase in Phase.__members__.values() \
-                else Phase.IDLE
-            self.phase = Phase.IDLE if self.phase in _ACTIVE else self.phase
-            self.enter(Phase.RECOVERING, "continuing where it stopped")
-            self.repo.switch(rec.branch_name or f"milestone/{rec.id}")
-            if rec.interrupted:
-                self._clean_up_after_restart()
-                self._recovery_log = self.repo.oneline_log(rec.base_commit or "", rec.branch_name
-                                                           or "HEAD")
+        if rec.status is MilestoneStatus.PENDING or rec.base_commit is None:
+            self._start_branch()
         else:
-            self.repo.ensure_clean()
-            main = self.repo.main_branch(self.config.main_branch)
-            self.enter(Phase.STARTING, f"creating milestone/{rec.id} from {main}")
-            rec.branch_name = f"milestone/{rec.id}"
-            rec.main_branch = main
-            rec.main_head = self.repo.branch_head(main)
-            rec.base_commit = self.repo.start_milestone_branch(rec.branch_name, main)
-            rec.started_at = now()
-            self._log(f"branch {rec.branch_name} created at {rec.base_commit[:7]}")
-        rec.interrupted = True  # cleared only by a clean stop: a kill leaves it set
+            self._recover()
+        # Set while the loop runs; cleared when it leaves for a human (pause, review,
+        # completion). Any other ending — a kill, a shutdown — resumes with recovery context.
+        rec.interrupted = True
         self._set_state(StateStatus.AWAKE, rec.id)
         self._save()
 
-    def _clean_up_after_restart(self) -> None:
-        """The seed's recovery step 3: a dirty tree is first handed to the Developer."""
-        dirty = self.repo.dirty_paths()
-        if not dirty:
-            return
-        self._log(f"tree dirty after restart ({len(dirty)} paths): asking the Developer to "
-                  "commit or revert")
-        prompt = render("developer_cleanup", milestone_id=self.record.id,
-                        branch=self.record.branch_name, dirty="\n".join(dirty[:50]))
-        try:
-            self._turn(DEVELOPER, prompt)
-        except (TurnTimeout, AgentCrashed) as e:
-            self._log(f"clean-up turn failed: {e}")
-        if self.repo.dirty_paths():
-            name = f"anima-recovery-{self.record.id}-{now():%Y%m%dT%H%M%S}"
-            stash = self.repo.stash_all(name)
-            note = f"tree still dirty after the clean-up turn: changes saved in stash {stash!r}"
-            self.record.notes.append(note)
-            self._log(note)
+    def _start_branch(self) -> None:
+        """Create `milestone/<id>` from main. Also finishes a start cut short by a kill
+        (status in_progress, no base commit yet): the branch is reused if it exists."""
+        rec = self.record
+        self.repo.ensure_clean()
+        main = self.repo.main_branch(self.config.main_branch)
+        self.enter(Phase.STARTING, f"creating milestone/{rec.id} from {main}")
+        rec.branch_name = f"milestone/{rec.id}"
+        rec.main_branch = main
+        rec.main_head = self.repo.branch_head(main)
+        rec.base_commit = self.repo.start_milestone_branch(rec.branch_name, main)
+        rec.started_at = rec.started_at or now()
+        self._log(f"branch {rec.branch_name} at {rec.base_commit[:7]}")
+
+    def _recover(self) -> None:
+        """Continue an in_progress milestone: right branch, clean tree, recovery context for
+        the first Developer prompt (anima.recovery does the work)."""
+        rec = self.record
+        on_disk = Phase(rec.phase) if rec.phase in Phase.__members__.values() else Phase.IDLE
+        # A phase that was active when Anima stopped is over; a human's phase is the origin.
+        self.phase = Phase.IDLE if on_disk in _ACTIVE else on_disk
+        why = "interrupted while running; continuing where it stopped" if rec.interrupted \
+            else f"resumed after {on_disk}"
+        self.enter(Phase.RECOVERING, why)
+        self._recovery_log = recover_milestone(
+            rec, self.repo, ask_developer=lambda prompt: self._turn(DEVELOPER, prompt),
+            log=self._log)
 
     # ------------------------------------------------------------------ Developer
     def _developer_round(self) -> DeveloperReport | None:
@@ -288,7 +295,9 @@ class MilestoneRun:
         kind = RoundKind.RECOVERY if self._recovery_log is not None else \
             RoundKind.FIX if fix else RoundKind.FEATURE
         self._round = rnd = _Round(round=rec.rounds + 1, kind=kind, started_at=now(),
-                                   previous_head=self.repo.head())
+                                   previous_head=self.repo.head(), usage=self._carry,
+                                   cost_usd=self._carry_cost)
+        self._carry, self._carry_cost = Usage(), 0.0
         note = next((n for n in rec.human_notes if not n.delivered), None)
         ctx = DeveloperContext(fix_reason=last.reason if fix and last else None,
                                final_rejection=bool(fix and last and last.kind is RoundKind.FINAL),
@@ -479,6 +488,8 @@ class MilestoneRun:
                 continue
             it = self.record.iterations[index]
             it.summary = result.text
+            it.usage = it.usage + result.usage  # a round's cost includes its summary
+            it.tokens += result.usage.total
             self.record.usage = self.record.usage + result.usage
             self.record.tokens_used += result.usage.total
             self.record.cost_usd += result.cost_usd
@@ -489,6 +500,17 @@ class MilestoneRun:
             self._save()
 
     # ------------------------------------------------------------------ endings
+    def _pause_reason(self) -> str | None:
+        """Why the loop must pause before another round (the seed's three stops), or None."""
+        if self.record.consecutive_rejections >= self.config.max_consecutive_rejections:
+            return self._rejection_pause_reason()
+        if (limit := self._limit_reached()) is not None:
+            return limit
+        if self.control.pause_after_round.is_set():
+            self.control.pause_after_round.clear()
+            return "paused by you after the round"
+        return None
+
     def _limit_reached(self) -> str | None:
         rec = self.record
         if rec.rounds >= rec.max_iterations:
@@ -562,11 +584,14 @@ class MilestoneRun:
         """
         crashed = False
         while True:
-            if self.control.stop.is_set():
-                raise _Stopped
-            agent = self._agent(role)
+            self._idle.clear()  # before the stop check: `stop()` waits on it (no lost wake-up)
             try:
+                if self.control.stop.is_set():
+                    raise _Stopped
+                agent = self._agent(role)
                 result = agent.send(prompt)
+                if self.control.stop.is_set():  # an interrupted turn's result: not an answer
+                    raise _Stopped
             except SessionLost as e:
                 self._fresh_session(role, str(e))
                 continue
@@ -585,13 +610,19 @@ class MilestoneRun:
                     raise
                 crashed = True
                 continue
+            finally:
+                self._idle.set()
             self._account(result)
             return result.text
 
     def _account(self, result: TurnResult) -> None:
+        usage = Usage.from_api(result.usage)
         if self._round is not None:
-            self._round.usage = self._round.usage + Usage.from_api(result.usage)
+            self._round.usage = self._round.usage + usage
             self._round.cost_usd += result.cost_usd
+        else:
+            self._carry = self._carry + usage
+            self._carry_cost += result.cost_usd
 
     @staticmethod
     def _failure(e: AnimaError) -> str:
@@ -611,12 +642,23 @@ class MilestoneRun:
         self._round = None
         return self._pause(reason)
 
-    def stop(self, reason: str = "") -> None:
-        """From any thread: end the running turn and leave the loop without recording it."""
+    def stop(self, reason: str = "", grace: float = 3.0) -> None:
+        """From any thread: end the running turn and leave the loop without recording it.
+
+        The turn is interrupted first, so the CLI ends it properly and its session can be
+        resumed; an agent that has not let go of the turn after `grace` seconds is stopped.
+        The worker then stops both agents on its way out. Returns within ~2 × grace.
+        """
         self.control.stop_reason = reason
         self.control.stop.set()
-        for agent in list(self._agents.values()):
-            agent.stop()
+        agents = list(self._agents.values())
+        for agent in agents:
+            agent.interrupt(timeout=grace)  # returns at once when no turn runs
+        if self._idle.wait(grace):
+            return
+        self._log(f"an agent did not answer the interrupt within {grace:g}s; stopping it")
+        for agent in agents:
+            agent.stop(grace=1.0)
 
     def _on_event(self, event: object) -> None:
         if isinstance(event, ToolUse) and event.role == DEVELOPER and self._round is not None:

@@ -1,0 +1,440 @@
+"""Bring a project, and an interrupted milestone, back to a state the loop can continue from.
+
+Anima may die at any instant (a crash, SIGKILL, a power cut). Everything it persists is
+written atomically, so what is left is always a valid snapshot; this module deals with what a
+dead Anima leaves *outside* its records:
+
+- its `claude` agents, which run in their own sessions and so outlive it: every agent is on
+  record in `.anima/agents.json` while it lives (pid, start time, session), and a new Anima
+  stops the leftovers before touching anything (`reap_leftover_agents`);
+- a stale `.git/index.lock`, temp files of interrupted atomic writes, a torn last line in a
+  log or transcript (`recover_project`);
+- an interrupted milestone: the wrong branch checked out, a dirty tree the Developer left
+  mid-round (`recover_milestone`, the M4 seed's "重启恢复" steps 2–4).
+
+Nothing here discards work: a tree that stays dirty after the Developer's clean-up turn is
+stashed under a recorded name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from anima.atomic import write_text_atomic
+from anima.errors import AgentCrashed, TurnTimeout
+from anima.git_ops import GitRepo
+from anima.paths import ProjectPaths
+from anima.prompts import render
+from anima.store import MilestoneRecord, MilestoneStatus, State, StateStatus, Store, now
+
+#: Where the live agents are on record (a runtime file: `.anima/.gitignore` hides it).
+AGENTS_FILE = "agents.json"
+
+# A temp file of an atomic write older than this belongs to a dead writer.
+_STALE_TEMP_SECONDS = 5.0
+# A git command of the dead Anima may still be finishing: give it this long.
+_INDEX_LOCK_WAIT = 3.0
+# Grace between SIGTERM and SIGKILL for a leftover agent's process group.
+_REAP_GRACE = 2.0
+
+
+# --------------------------------------------------------------------------- /proc helpers
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (index 0 is the state)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return raw[raw.rfind(b")") + 2:].decode(errors="replace").split()
+
+
+def process_start_time(pid: int) -> int | None:
+    """Start time of `pid` in clock ticks since boot: (pid, start time) names one process for
+    good, where a pid alone may have been reused since it was recorded."""
+    fields = _proc_stat(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def _alive(pid: int) -> bool:
+    fields = _proc_stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def _pgid(pid: int) -> int | None:
+    fields = _proc_stat(pid)
+    return int(fields[2]) if fields and len(fields) > 2 else None
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def _cwd(pid: int) -> str | None:
+    try:
+        return os.path.realpath(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return None
+
+
+def _pids() -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+
+
+def _group_members(pgid: int) -> list[int]:
+    return [p for p in _pids() if _pgid(p) == pgid and _alive(p)]
+
+
+def is_our_agent(pid: int, root: Path, session_id: str) -> bool:
+    """Is `pid` a `claude -p` stream-json agent of this project on `session_id`?
+
+    All three must hold, so a human's own `claude --resume <id>` in a terminal (no `-p`, no
+    stream-json) or an unrelated process that reused the pid is never touched.
+    """
+    argv = _cmdline(pid)
+    if pid == os.getpid() or session_id not in argv or "-p" not in argv:
+        return False
+    if "stream-json" not in argv:
+        return False
+    return _cwd(pid) == os.path.realpath(root)
+
+
+def stop_process_group(pid: int, grace: float = _REAP_GRACE) -> None:
+    """SIGTERM the agent's whole group (its tools too), then SIGKILL what is left."""
+    pgid = _pgid(pid)
+    group = pgid if pgid == pid else None  # agents lead their own group (start_new_session)
+
+    def signal_all(sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if group is not None:
+                os.killpg(group, sig)
+            else:
+                os.kill(pid, sig)
+
+    def remaining() -> bool:
+        return bool(_group_members(group)) if group is not None else _alive(pid)
+
+    signal_all(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while remaining() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if remaining():
+        signal_all(signal.SIGKILL)
+        deadline = time.monotonic() + grace
+        while remaining() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class AgentEntry:
+    """One live agent as recorded in `.anima/agents.json`."""
+
+    role: str
+    pid: int
+    start_time: int
+    session_id: str
+    milestone: str | None = None
+
+
+class AgentRegistry:
+    """`.anima/agents.json`: the agents this Anima runs, rewritten atomically on each change.
+
+    Thread-safe: agents start on the engine worker and may be stopped from a signal helper.
+    """
+
+    def __init__(self, paths: ProjectPaths) -> None:
+        self.path = paths.anima / AGENTS_FILE
+        self._lock = threading.Lock()
+
+    def entries(self) -> list[AgentEntry]:
+        """What is on record; an unreadable file (from a kill mid-rename cannot happen, but a
+        human edit can) counts as empty: the session scan still finds leftovers."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return [AgentEntry(**e) for e in data.get("agents", [])]
+        except (OSError, ValueError, TypeError, AttributeError):
+            return []
+
+    def add(self, role: str, pid: int, session_id: str, milestone: str | None) -> None:
+        start = process_start_time(pid)
+        if start is None:
+            return  # already gone
+        with self._lock:
+            kept = [e for e in self.entries() if e.pid != pid]
+            self._write([*kept, AgentEntry(role, pid, start, session_id, milestone)])
+
+    def remove(self, pid: int | None) -> None:
+        if pid is None:
+            return
+        with self._lock:
+            entries = self.entries()
+            kept = [e for e in entries if e.pid != pid]
+            if len(kept) != len(entries):
+                self._write(kept)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._write([])
+
+    def _write(self, entries: list[AgentEntry]) -> None:
+        text = json.dumps({"agents": [asdict(e) for e in entries]}, indent=2) + "\n"
+        write_text_atomic(self.path, text)
+
+
+class TrackedAgent:
+    """An agent process whose pid is on record while it lives (see `AgentRegistry`).
+
+    Stops are serialized: the worker and a stop request from another thread may both stop it.
+    """
+
+    def __init__(self, agent: Any, registry: AgentRegistry, milestone: str | None) -> None:
+        self._agent = agent
+        self._registry = registry
+        self._stop_lock = threading.Lock()
+        registry.add(agent.role, agent.pid, agent.session_id, milestone)
+
+    @property
+    def session_id(self) -> str:
+        return str(self._agent.session_id)
+
+    @property
+    def pid(self) -> int | None:
+        return self._agent.pid  # type: ignore[no-any-return]
+
+    def send(self, prompt: str) -> Any:
+        return self._agent.send(prompt)
+
+    def interrupt(self, timeout: float = 10.0) -> None:
+        self._agent.interrupt(timeout)
+
+    def stop(self, grace: float = 5.0) -> None:
+        with self._stop_lock:
+            pid = self._agent.pid
+            self._agent.stop(grace)
+            self._registry.remove(pid)
+
+
+def reap_leftover_agents(paths: ProjectPaths, registry: AgentRegistry,
+                         session_ids: set[str]) -> list[str]:
+    """Stop every agent a dead Anima left running on this project; describe each one.
+
+    Candidates are the registry's entries (pid and start time must still match) and any
+    process carrying one of the project's session ids (covers an agent killed between its
+    spawn and its registration). Each must pass `is_our_agent` before it is signalled.
+    Call only while holding the project lock: then no live Anima owns these agents.
+    """
+    found: dict[int, tuple[str, str]] = {}
+    for e in registry.entries():
+        if process_start_time(e.pid) == e.start_time and is_our_agent(e.pid, paths.root,
+                                                                      e.session_id):
+            found[e.pid] = (e.role, e.session_id)
+    if session_ids:
+        for pid in _pids():
+            if pid in found:
+                continue
+            argv = _cmdline(pid)
+            hit = next((s for s in session_ids if s in argv), None)
+            if hit is not None and is_our_agent(pid, paths.root, hit):
+                found[pid] = ("agent", hit)
+    done = []
+    for pid, (role, session_id) in sorted(found.items()):
+        stop_process_group(pid)
+        done.append(f"stopped a leftover {role} agent of a previous run (pid {pid}, "
+                    f"session {session_id[:8]})")
+    registry.clear()
+    return done
+
+
+# --------------------------------------------------------------------------- the project
+
+
+def clear_stale_index_lock(root: Path, git_dir: Path) -> str | None:
+    """Remove `.git/index.lock` left by a git killed with the previous Anima.
+
+    A git of the dead Anima may still be finishing (SIGKILL does not reach children), so wait
+    a moment; then the lock is stale only if no git process works in this repository.
+    """
+    lock = git_dir / "index.lock"
+    deadline = time.monotonic() + _INDEX_LOCK_WAIT
+    while lock.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not lock.exists():
+        return None
+    here = os.path.realpath(root)
+    for pid in _pids():
+        argv = _cmdline(pid)
+        if argv and os.path.basename(argv[0]) == "git" and (_cwd(pid) or "").startswith(here):
+            return None  # a live git (the human's?) holds it: leave it alone
+    with contextlib.suppress(FileNotFoundError):
+        lock.unlink()
+    return f"removed a stale {lock} left by a git command killed with the previous run"
+
+
+def remove_stale_temps(paths: ProjectPaths) -> list[Path]:
+    """Temp files of atomic writes (records, state, the lock) whose writer died mid-write."""
+    removed = []
+    limit = time.time() - _STALE_TEMP_SECONDS
+    for folder in (paths.anima, paths.milestones):
+        if not folder.is_dir():
+            continue
+        for tmp in folder.glob(".*.tmp"):
+            with contextlib.suppress(OSError):
+                if tmp.is_file() and tmp.stat().st_mtime < limit:
+                    tmp.unlink()
+                    removed.append(tmp)
+    return removed
+
+
+def repair_torn_tail(path: Path) -> bool:
+    """Cut a last line that a kill left half-written, so the next append starts cleanly."""
+    try:
+        with path.open("rb+") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            if size == 0:
+                return False
+            fh.seek(size - 1)
+            if fh.read(1) == b"\n":
+                return False
+            keep = 0
+            step = 65536
+            pos = size
+            while pos > 0:  # find the last newline, reading backwards
+                start = max(0, pos - step)
+                fh.seek(start)
+                chunk = fh.read(pos - start)
+                nl = chunk.rfind(b"\n")
+                if nl >= 0:
+                    keep = start + nl + 1
+                    break
+                pos = start
+            fh.truncate(keep)
+            return True
+    except OSError:
+        return False
+
+
+def git_dir(root: Path) -> Path:
+    """The repository's git directory (`.git`, or elsewhere for a worktree)."""
+    out = subprocess.run(["git", "rev-parse", "--absolute-git-dir"], cwd=root,
+                         capture_output=True, text=True, check=False)
+    return Path(out.stdout.strip()) if out.returncode == 0 else root / ".git"
+
+
+def recover_project(paths: ProjectPaths, registry: AgentRegistry,
+                    session_ids: set[str]) -> list[str]:
+    """Everything a dead Anima may have left, fixed in a safe order; returns log lines.
+
+    Agents first: a leftover Developer could otherwise still be committing while we look.
+    """
+    lines = reap_leftover_agents(paths, registry, session_ids)
+    if (note := clear_stale_index_lock(paths.root, git_dir(paths.root))) is not None:
+        lines.append(note)
+    for tmp in remove_stale_temps(paths):
+        lines.append(f"removed {tmp.name}, left by an interrupted write")
+    torn = [*paths.logs.glob("*.log"), *(paths.anima / "transcripts").glob("*/events.jsonl")] \
+        if paths.anima.is_dir() else []
+    for path in torn:
+        if repair_torn_tail(path):
+            lines.append(f"cut a half-written last line from {path.relative_to(paths.root)}")
+    return lines
+
+
+def session_ids(records: list[MilestoneRecord]) -> set[str]:
+    return {s for r in records for s in (r.sessions.developer, r.sessions.acceptor) if s}
+
+
+def unfinished_completions(records: list[MilestoneRecord]) -> list[MilestoneRecord]:
+    """Completed milestones whose merge into main was cut short (completed_at is written
+    together with the merge outcome, after it)."""
+    return [r for r in records if r.status is MilestoneStatus.COMPLETED and r.completed_at is None]
+
+
+def reconcile_state(store: Store, records: list[MilestoneRecord]) -> bool:
+    """Make state.json agree with the records (a kill may fall between the two writes).
+
+    An in_progress milestone is left to the run that resumes it. Returns True if rewritten.
+    """
+    if any(r.status is MilestoneStatus.IN_PROGRESS for r in records):
+        return False
+    paused = next((r for r in records if r.status is MilestoneStatus.PAUSED), None)
+    want = (StateStatus.PAUSED, paused.id) if paused else (StateStatus.SLEEPING, None)
+    state = store.load_state()
+    if (state.status, state.current_milestone) == want:
+        return False
+    store.save_state(State(status=want[0], current_milestone=want[1]))
+    return True
+
+
+# --------------------------------------------------------------------------- the milestone
+
+
+def recovery_section(record: MilestoneRecord, log: str) -> str:
+    """The seed's recovery context (rounds done, branch log, "continue where it stopped")."""
+    return render("recovery", rounds=record.rounds, accepted=record.iteration_count,
+                  branch=record.branch_name, log=log.strip() or "(no commits yet)")
+
+
+def recover_milestone(record: MilestoneRecord, repo: GitRepo, *,
+                      ask_developer: Callable[[str], str],
+                      log: Callable[[str], None]) -> str | None:
+    """The seed's restart steps 2–3 for an in_progress milestone; step 4's branch log back.
+
+    2. Check out `milestone/<id>` if HEAD is elsewhere (changes found on another branch are
+       not the Developer's: they are stashed under a recorded name first).
+    3. A dirty tree goes to the Developer to commit or revert; still dirty → stashed, named
+       in the record's notes. Only when the loop was running (`record.interrupted`): a
+       milestone resumed from a pause starts its next round as usual.
+    Returns `git log --oneline base..branch` for the recovery prompt, or None when the
+    milestone was not interrupted. Agent failures in the clean-up turn are logged, not fatal.
+    """
+    branch = record.branch_name or f"milestone/{record.id}"
+    if repo.current_branch() != branch:
+        if repo.dirty_paths():
+            where = repo.current_branch() or "a detached HEAD"
+            _stash(record, repo, log, f"changes found on {where} before switching to {branch}")
+        log(f"switching to {branch}")
+        repo.switch(branch)
+    if not record.interrupted:
+        return None
+    history = repo.oneline_log(record.base_commit or "", branch)
+    dirty = repo.dirty_paths()
+    if dirty:
+        log(f"tree dirty after the restart ({len(dirty)} paths): asking the Developer to commit "
+            "or revert")
+        prompt = recovery_section(record, history) + "\n" + render(
+            "developer_cleanup", milestone_id=record.id, branch=branch,
+            dirty="\n".join(dirty[:50]) + ("\n…" if len(dirty) > 50 else ""))
+        try:
+            ask_developer(prompt)
+        except (TurnTimeout, AgentCrashed) as e:
+            log(f"the clean-up turn failed: {e}")
+        if repo.dirty_paths():
+            _stash(record, repo, log, "the tree was still dirty after the clean-up turn")
+        history = repo.oneline_log(record.base_commit or "", branch)
+    return history
+
+
+def _stash(record: MilestoneRecord, repo: GitRepo, log: Callable[[str], None], why: str) -> None:
+    name = f"anima-recovery-{record.id}-{now():%Y%m%dT%H%M%S}"
+    commit = repo.stash_all(name)
+    note = f"{why}: saved in stash {name!r} ({(commit or '')[:12]}); `git stash list` shows it"
+    record.notes.append(note)
+    log(note)
