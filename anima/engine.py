@@ -51,9 +51,11 @@ from anima.watcher import MilestoneWatcher, is_milestone_name
 
 log = logging.getLogger(__name__)
 
-#: What `.anima/.gitignore` must hold so Anima's runtime files never dirty the tree.
+#: What `.anima/.gitignore` must hold so Anima's runtime files never dirty the tree, and
+#: editors' swap and lock files (a human editing a milestone in vim while the Developer runs
+#: `git add -A`) never reach a commit, where the `.anima/` check would reject it.
 RUNTIME_IGNORES = ("milestones/*.json", "state.json", "logs/", "transcripts/", "anima.lock",
-                   AGENTS_FILE, "*.tmp", ".*.tmp")
+                   AGENTS_FILE, "*.tmp", ".*.tmp", ".*.swp", ".*.swo", ".#*", "*~")
 
 
 @dataclass(frozen=True)

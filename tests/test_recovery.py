@@ -144,8 +144,8 @@ def developer_prompts_after(fake: FakeClaude, pid: int) -> list[dict[str, Any]]:
     return [e for e in fake.entries("developer") if e["pid"] != pid]
 
 
-@pytest.fixture
-def our_processes(fake_claude: FakeClaude) -> Iterator[Callable[[], list[int]]]:
+@pytest.fixture(name="our_processes")
+def our_processes_fixture(fake_claude: FakeClaude) -> Iterator[Callable[[], list[int]]]:
     """Lists the live processes of this test's fake (agents and their tools); kills any left
     at the end, so a failing test does not leak them."""
     marker = f"FAKE_CLAUDE_STATE={fake_claude.state_dir}"

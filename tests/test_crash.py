@@ -1,0 +1,143 @@
+"""Stopping Anima: politely (SIGTERM, Ctrl+C, the window closed) and the single-instance lock.
+
+A polite stop interrupts the turn, stops both agents within seconds and leaves the milestone
+in_progress; the next run resumes it. A second Anima on a driven project refuses (exit 2,
+naming the holder); a lock left by a dead Anima is taken over and said so.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from anima.engine import Engine
+from anima.events import Event, PhaseChanged
+from anima.store import MilestoneStatus, RoundKind
+from tests.conftest import FakeClaude
+from tests.helpers import make_project, milestone_md, record
+from tests.test_recovery import (
+    RECOVERY_MARK,
+    Runner,
+    alive,
+    assert_consistent,
+    our_processes_fixture,  # noqa: F401 - the fixture `our_processes`
+    run_to_end,
+    wait_until,
+)
+
+TWO = milestone_md("Greeter", ["Greet command", "Version flag"])
+
+
+@pytest.fixture
+def project(git_repo: Path) -> Path:
+    return make_project(git_repo, {"m1": TWO})
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_both_agents_within_seconds_and_the_next_run_resumes(
+        project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]],
+        sig: int, code: int) -> None:
+    fake_claude.write_script({"developer": [{"auto": True}, {"hang": True}]})
+    runner = Runner(project, fake_claude)
+    wait_until(lambda: len(fake_claude.entries("developer")) >= 2, what="round 2 started")
+    agents = {e["pid"] for e in fake_claude.entries()}
+    assert len(agents) == 2 and all(alive(p) for p in agents)
+    started = time.monotonic()
+    runner.signal(sig)
+    assert runner.wait(15) == code, runner.stdout[-2000:] + runner.stderr
+    assert time.monotonic() - started < 5.0
+    assert not any(alive(p) for p in agents) and our_processes() == []
+    assert f"stopped by {signal.Signals(sig).name}" in runner.stdout
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.IN_PROGRESS and rec.rounds == 1
+    assert not (project / ".anima" / "anima.lock").exists()
+    assert json.loads((project / ".anima" / "agents.json").read_text()) == {"agents": []}
+
+    again = run_to_end(project, fake_claude)
+    assert again.proc.returncode == 0, again.stdout[-2000:]
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert_consistent(rec)
+    assert rec.iterations[1].kind is RoundKind.RECOVERY
+    resumed = next(e for e in fake_claude.entries("developer") if e["pid"] not in agents)
+    assert resumed["resume"] and RECOVERY_MARK in resumed["prompt"]
+
+
+def test_an_agent_that_ignores_the_interrupt_is_stopped_anyway(
+        project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    fake_claude.write_script({"developer": [{"hang": True, "ignore_interrupt": True}]})
+    runner = Runner(project, fake_claude)
+    wait_until(lambda: fake_claude.entries("developer"), what="the first turn")
+    started = time.monotonic()
+    runner.signal(signal.SIGTERM)
+    assert runner.wait(20) == 143, runner.stdout[-2000:] + runner.stderr
+    assert time.monotonic() - started < 12.0
+    assert our_processes() == []
+    assert record(project, "m1").status is MilestoneStatus.IN_PROGRESS
+
+
+def test_closing_the_app_engine_shutdown_stops_the_agents(
+        project: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        our_processes: Callable[[], list[int]]) -> None:
+    fake_claude.use_env(monkeypatch)
+    fake_claude.write_script({"acceptor": [{"hang": True}]})
+    engine = Engine(project)
+    reviewing = threading.Event()
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, PhaseChanged) and event.phase == "acceptor":
+            reviewing.set()
+
+    engine.bus.subscribe(on_event)
+    engine.start(watch=True)
+    assert reviewing.wait(20)
+    wait_until(lambda: fake_claude.entries("acceptor"), what="the review turn")
+    started = time.monotonic()
+    engine.shutdown(timeout=10)
+    assert time.monotonic() - started < 5.0
+    assert our_processes() == []
+    assert not (project / ".anima" / "anima.lock").exists()
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.IN_PROGRESS and rec.interrupted and rec.rounds == 0
+
+
+def test_a_second_anima_refuses_and_names_the_holder(
+        project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    fake_claude.write_script({"developer": [{"hang": True}]})
+    first = Runner(project, fake_claude)
+    wait_until(lambda: fake_claude.entries("developer"), what="the first run to drive")
+    second = run_to_end(project, fake_claude, timeout=20)
+    if second.proc.returncode != 2:
+        first.kill()
+    assert second.proc.returncode == 2, second.stdout + second.stderr
+    assert f"pid {first.pid}" in second.stderr and "--headless" in second.stderr
+    assert len(fake_claude.entries()) == 1  # the second one started no agent
+    first.signal(signal.SIGTERM)
+    assert first.wait(15) == 143
+    assert our_processes() == []
+
+
+def test_a_lock_left_by_a_dead_anima_is_taken_over(
+        project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock = project / ".anima" / "anima.lock"
+    lock.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(),
+                                "started_at": "2026-01-01T00:00:00+00:00",
+                                "command": "anima run old --headless"}) + "\n")
+    runner = run_to_end(project, fake_claude)
+    assert runner.proc.returncode == 0, runner.stdout[-2000:] + runner.stderr
+    assert f"[anima] took over the lock of an Anima that is gone (pid {dead.pid}" \
+        in runner.stdout
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+    assert not lock.exists()
+    assert our_processes() == []

@@ -1,0 +1,101 @@
+"""`anima run PROJECT --headless --watch`: milestones dropped into `.anima/milestones/` while
+it runs are started once their file is complete; editors' files are ignored; a malformed file
+is reported once and skipped while the others run; SIGTERM ends it cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from anima.store import MilestoneStatus
+from tests.conftest import FakeClaude
+from tests.helpers import make_project, milestone_md, record
+from tests.test_recovery import (
+    Runner,
+    assert_consistent,
+    our_processes_fixture,  # noqa: F401 - the fixture `our_processes`
+    wait_until,
+)
+
+
+def completed(repo: Path, milestone_id: str) -> bool:
+    path = repo / ".anima" / "milestones" / f"{milestone_id}.json"
+    return path.exists() and record(repo, milestone_id).status is MilestoneStatus.COMPLETED
+
+
+@pytest.fixture
+def watched(git_repo: Path, fake_claude: FakeClaude) -> Path:
+    # The first milestone's Developer turn is slow, so a file dropped meanwhile waits for it.
+    fake_claude.write_script({"developer": [{"auto": True, "delay": 1.5}]})
+    return make_project(git_repo, {"m0-first": milestone_md("First", ["Alpha"])})
+
+
+def test_dropped_milestones_are_started_as_they_arrive(
+        watched: Path, fake_claude: FakeClaude, tmp_path: Path,
+        our_processes: Callable[[], list[int]]) -> None:
+    folder = watched / ".anima" / "milestones"
+    runner = Runner(watched, fake_claude, "--watch")
+    wait_until(lambda: fake_claude.entries("developer"), what="the first milestone to start")
+
+    # Dropped while m0-first runs: picked up after it.
+    (folder / "m1-created.md").write_text(milestone_md("Created", ["Beta"]), encoding="utf-8")
+    # Written elsewhere, then moved into place (an atomic save).
+    staged = tmp_path / "staged.md"
+    staged.write_text(milestone_md("Moved", ["Gamma"]), encoding="utf-8")
+    os.replace(staged, folder / "m2-moved.md")
+    # Editors' files next to them: never parsed, never reported.
+    (folder / ".m3-slow.md.swp").write_bytes(b"\x00binary swap")
+    (folder / ".#m3-slow.md").write_text("lock", encoding="utf-8")
+    # A malformed file: reported, skipped, the others go on.
+    (folder / "bad.md").write_text("no title, no features\n", encoding="utf-8")
+    # A slow writer: the first half alone would parse as a one-feature milestone.
+    text = milestone_md("Slow", ["Delta", "Epsilon"])
+    cut = text.index("### Epsilon")
+    with (folder / "m3-slow.md").open("w", encoding="utf-8") as fh:
+        fh.write(text[:cut])
+        fh.flush()
+        time.sleep(1.2)
+        fh.write(text[cut:])
+
+    for milestone_id in ("m0-first", "m1-created", "m2-moved", "m3-slow"):
+        wait_until(lambda m=milestone_id: completed(watched, m), timeout=60,
+                   what=f"{milestone_id} completed\n{runner.stdout[-3000:]}")
+    assert len(record(watched, "m3-slow").features) == 2  # never registered half-written
+    for milestone_id in ("m0-first", "m1-created", "m2-moved", "m3-slow"):
+        assert_consistent(record(watched, milestone_id))
+    # Dropped while m0-first ran, started only after it completed.
+    first, created = record(watched, "m0-first"), record(watched, "m1-created")
+    assert first.completed_at is not None and created.started_at is not None
+    assert created.started_at >= first.completed_at
+
+    out = runner.stdout
+    skipped = [line for line in out.splitlines() if line.startswith("[anima] skipped:")]
+    assert len(skipped) == 1 and "bad.md" in skipped[0], skipped
+    assert "swp" not in out and ".#m3-slow" not in out
+    assert not (folder / "bad.json").exists() and (folder / "bad.md").exists()
+
+    runner.signal(signal.SIGTERM)
+    assert runner.wait(15) == 0, runner.stdout[-2000:] + runner.stderr
+    assert our_processes() == []
+    assert not (watched / ".anima" / "anima.lock").exists()
+
+
+def test_sigterm_while_a_dropped_milestone_runs_leaves_it_to_resume(
+        git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    make_project(git_repo)
+    fake_claude.write_script({"developer": [{"hang": True}]})
+    runner = Runner(git_repo, fake_claude, "--watch")
+    wait_until(lambda: "[anima]" in runner.stdout or (git_repo / ".anima" / "anima.lock")
+               .exists(), what="the runner to start")
+    (git_repo / ".anima" / "milestones" / "late.md").write_text(
+        milestone_md("Late", ["Alpha"]), encoding="utf-8")
+    wait_until(lambda: fake_claude.entries("developer"), what="the dropped milestone to start")
+    runner.signal(signal.SIGTERM)
+    assert runner.wait(15) == 143
+    assert record(git_repo, "late").status is MilestoneStatus.IN_PROGRESS
+    assert our_processes() == []
