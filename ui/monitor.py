@@ -145,6 +145,7 @@ class MilestoneHeader(QFrame):
         self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.status = QLabel("", self)
         self.status.setObjectName("statusPill")
+        self.status.hide()  # an empty pill is a grey blob: shown with a milestone only
         self.round = _Stat("Round", self)
         self.rejections = _Stat("Rejections in a row", self)
         self.features = _Stat("Features", self)
@@ -171,7 +172,7 @@ class MilestoneHeader(QFrame):
         self._record = record
         if record is None:
             self.title.setText("No milestone")
-            self.status.setText("")
+            self.status.hide()
             for stat in (self.round, self.rejections, self.features, self.tokens, self.cost,
                          self.elapsed):
                 stat.set("—")
@@ -180,6 +181,7 @@ class MilestoneHeader(QFrame):
         self.title.setToolTip(f"{record.id} · branch {record.branch_name or '(not yet)'}")
         status = enum_text(record.status)
         self.status.setText(status.replace("_", " "))
+        self.status.show()
         set_style_state(self.status, "status", status)
         self.round.set(f"{record.iteration_count} / {record.max_iterations}",
                        tooltip=f"{record.iteration_count} accepted rounds; at most "
