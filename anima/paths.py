@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.resources
 from dataclasses import dataclass
+from importlib.resources.abc import Traversable
 from pathlib import Path
+
+#: The `resources/` folder ships as the `anima_resources` package (a top-level `resources`
+#: package would clash with other distributions).
+RESOURCES_PACKAGE = "anima_resources"
+
+
+def resource(*parts: str) -> Traversable:
+    """A file under `resources/`, from a source checkout or an installed wheel alike."""
+    return importlib.resources.files(RESOURCES_PACKAGE).joinpath(*parts)
 
 
 @dataclass(frozen=True)

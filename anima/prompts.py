@@ -8,13 +8,12 @@ checklist, feedback and the task are never cut; the rest is trimmed with a visib
 
 from __future__ import annotations
 
-import importlib.resources
 from dataclasses import dataclass
 from functools import cache
 from string import Template
 
 from anima.context import FileCache, Section, fit_to_budget
-from anima.paths import ProjectPaths
+from anima.paths import ProjectPaths, resource
 from anima.store import FeatureStatus, Iteration, MilestoneRecord, Verdict
 
 SUMMARY_LINE_CHARS = 90
@@ -22,8 +21,7 @@ SUMMARY_LINE_CHARS = 90
 
 @cache
 def template(name: str) -> Template:
-    text = importlib.resources.files("resources").joinpath("prompts", f"{name}.md").read_text(
-        encoding="utf-8")
+    text = resource("prompts", f"{name}.md").read_text(encoding="utf-8")
     return Template(text)
 
 

@@ -11,7 +11,6 @@ Everything in the digest is redacted before it is sent, and the summary before i
 
 from __future__ import annotations
 
-import importlib.resources
 import logging
 import os
 import re
@@ -23,6 +22,7 @@ from string import Template
 from typing import Any
 
 from anima.config import SummarizerConfig
+from anima.paths import resource
 from anima.redact import redact
 from anima.store import Usage
 
@@ -175,8 +175,7 @@ def fallback_summary(digest: RoundDigest) -> str:
 # --- the model summary ------------------------------------------------------------------------
 
 def _load_template() -> Template:
-    text = importlib.resources.files("resources").joinpath("prompts", "round_summary.md") \
-        .read_text(encoding="utf-8")
+    text = resource("prompts", "round_summary.md").read_text(encoding="utf-8")
     return Template(text)
 
 

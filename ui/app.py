@@ -14,17 +14,17 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
+from anima.paths import resource
 from ui.main_window import MainWindow, app_icon
 
 ORGANIZATION = "Anima"
 APPLICATION = "Anima"
-STYLE_PATH = Path(__file__).resolve().parent.parent / "resources" / "style.qss"
 
 
 def load_style_sheet() -> str:
     """The app's style sheet; an empty one (Qt's defaults) if it is missing."""
     try:
-        return STYLE_PATH.read_text(encoding="utf-8")
+        return resource("style.qss").read_text(encoding="utf-8")
     except OSError:
         return ""
 

@@ -59,6 +59,7 @@ from PySide6.QtWidgets import (
 )
 
 from anima import events as ev
+from anima.paths import resource
 from ui.bridge import EngineBridge, EngineLike
 from ui.monitor import STATUS_COLORS, IterationMonitor, enum_text
 from ui.review import ReviewPanel, RunControls
@@ -66,7 +67,6 @@ from ui.review import ReviewPanel, RunControls
 log = logging.getLogger(__name__)
 
 MAX_RECENT = 8
-ICON_PATH = Path(__file__).resolve().parent.parent / "resources" / "icons" / "anima.svg"
 NOTICE_TITLES = {"paused": "Anima paused", "completed": "Milestone completed",
                  "awaiting_review": "Ready for your review", "failed": "Milestone failed"}
 
@@ -80,7 +80,8 @@ def default_engine_factory(root: Path) -> EngineLike:
 
 
 def app_icon() -> QIcon:
-    return QIcon(str(ICON_PATH)) if ICON_PATH.exists() else QIcon()
+    icon = resource("icons", "anima.svg")
+    return QIcon(str(icon)) if icon.is_file() else QIcon()
 
 
 # --- the sidebar -------------------------------------------------------------------------------

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib.resources import files
 
 from anima.config import Config, RoleConfig
+from anima.paths import resource
 
 DEVELOPER = "developer"
 ACCEPTOR = "acceptor"
@@ -25,8 +25,7 @@ def load_system_prompt(role: str) -> str:
     """The role's prompt from `resources/prompts/<role>_system.md` (works from a wheel too)."""
     if role not in ROLES:
         raise ValueError(f"unknown agent role {role!r}; expected one of {ROLES}")
-    resource = files("resources") / "prompts" / f"{role}_system.md"
-    return resource.read_text(encoding="utf-8").strip()
+    return resource("prompts", f"{role}_system.md").read_text(encoding="utf-8").strip()
 
 
 def profile_for(role: str, config: Config) -> RoleProfile:
