@@ -41,7 +41,6 @@ from anima.recovery import (
     TrackedAgent,
     reconcile_state,
     recover_project,
-    session_ids,
     unfinished_completions,
 )
 from anima.scheduler import Agent, MilestoneRun, Phase, RunControl, finish_completed
@@ -154,7 +153,7 @@ class Engine:
         """After a crash: stop leftover agents, clean up files, finish a cut-short merge,
         make state.json agree with the records. Cheap and silent when nothing is wrong."""
         records = self._read_milestones(register=False).records
-        for line in recover_project(self.paths, self._registry, session_ids(records)):
+        for line in recover_project(self.paths, self._registry, records):
             self._log(None, line)
         for record in unfinished_completions(records):
             self._log(record.id, "finishing the completion that a restart cut short")

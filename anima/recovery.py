@@ -43,7 +43,7 @@ AGENTS_FILE = "agents.json"
 # A temp file of an atomic write older than this belongs to a dead writer.
 _STALE_TEMP_SECONDS = 5.0
 # A git command of the dead Anima may still be finishing: give it this long.
-_INDEX_LOCK_WAIT = 3.0
+_GIT_WAIT = 10.0
 # Grace between SIGTERM and SIGKILL for a leftover agent's process group.
 _REAP_GRACE = 2.0
 
@@ -266,26 +266,65 @@ def reap_leftover_agents(paths: ProjectPaths, registry: AgentRegistry,
 # --------------------------------------------------------------------------- the project
 
 
-def clear_stale_index_lock(root: Path, git_dir: Path) -> str | None:
-    """Remove `.git/index.lock` left by a git killed with the previous Anima.
-
-    A git of the dead Anima may still be finishing (SIGKILL does not reach children), so wait
-    a moment; then the lock is stale only if no git process works in this repository.
-    """
-    lock = git_dir / "index.lock"
-    deadline = time.monotonic() + _INDEX_LOCK_WAIT
-    while lock.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if not lock.exists():
-        return None
+def _git_processes(root: Path) -> list[int]:
+    """Live `git` processes working in this repository (cwd inside it)."""
     here = os.path.realpath(root)
+    found = []
     for pid in _pids():
         argv = _cmdline(pid)
-        if argv and os.path.basename(argv[0]) == "git" and (_cwd(pid) or "").startswith(here):
-            return None  # a live git (the human's?) holds it: leave it alone
+        if argv and os.path.basename(argv[0]) == "git" and _alive(pid):
+            cwd = _cwd(pid) or ""
+            if cwd == here or cwd.startswith(here + os.sep):
+                found.append(pid)
+    return found
+
+
+def wait_for_git(root: Path, timeout: float = _GIT_WAIT) -> list[int]:
+    """Let the dead Anima's git commands finish (SIGKILL does not reach its children: a
+    `git merge` or `git commit` it started runs on). Returns those still running after
+    `timeout` (a human's long git command, most likely), which are left alone."""
+    deadline = time.monotonic() + timeout
+    while (running := _git_processes(root)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return running
+
+
+def clear_stale_index_lock(root: Path, git_dir: Path) -> str | None:
+    """Remove `.git/index.lock` left by a git killed with the previous Anima (a power cut).
+
+    Stale only if no git process works in this repository (`wait_for_git` ran first).
+    """
+    lock = git_dir / "index.lock"
+    if not lock.exists() or _git_processes(root):
+        return None
     with contextlib.suppress(FileNotFoundError):
         lock.unlink()
     return f"removed a stale {lock} left by a git command killed with the previous run"
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                          check=False, stdin=subprocess.DEVNULL)
+
+
+def settle_interrupted_merge(root: Path, git_dir: Path, main_branches: set[str]) -> str | None:
+    """A `git merge` that died with Anima (its stdout pipe closes: SIGPIPE) leaves MERGE_HEAD.
+
+    If the merge commit was made, only the bookkeeping is left: `merge --quit` forgets it.
+    A merge into a main branch that was not committed is Anima's own (`merge_on_complete`;
+    the Developer never works on main): `merge --abort`, and the completion redoes it. A
+    merge on a milestone branch is the Developer's unfinished work: left to its clean-up.
+    """
+    if not (git_dir / "MERGE_HEAD").exists():
+        return None
+    if _git(root, "merge-base", "--is-ancestor", "MERGE_HEAD", "HEAD").returncode == 0:
+        _git(root, "merge", "--quit")
+        return "a merge committed by the previous run had left its state behind: cleared it"
+    branch = _git(root, "symbolic-ref", "--quiet", "--short", "HEAD").stdout.strip()
+    if branch in main_branches:
+        _git(root, "merge", "--abort")
+        return f"an unfinished merge into {branch} was aborted (the completion redoes it)"
+    return None
 
 
 def remove_stale_temps(paths: ProjectPaths) -> list[Path]:
@@ -339,13 +378,21 @@ def git_dir(root: Path) -> Path:
 
 
 def recover_project(paths: ProjectPaths, registry: AgentRegistry,
-                    session_ids: set[str]) -> list[str]:
+                    records: list[MilestoneRecord]) -> list[str]:
     """Everything a dead Anima may have left, fixed in a safe order; returns log lines.
 
-    Agents first: a leftover Developer could otherwise still be committing while we look.
+    Agents first (a leftover Developer could still be committing while we look), then the
+    dead Anima's own git commands are allowed to finish, then files are tidied.
     """
-    lines = reap_leftover_agents(paths, registry, session_ids)
-    if (note := clear_stale_index_lock(paths.root, git_dir(paths.root))) is not None:
+    lines = reap_leftover_agents(paths, registry, session_ids(records))
+    if still := wait_for_git(paths.root):
+        lines.append(f"git still busy in the project after {_GIT_WAIT:g}s (pids "
+                     f"{', '.join(map(str, still))}); going on")
+    gdir = git_dir(paths.root)
+    if (note := clear_stale_index_lock(paths.root, gdir)) is not None:
+        lines.append(note)
+    mains = {r.main_branch for r in records if r.main_branch} or {"main", "master"}
+    if (note := settle_interrupted_merge(paths.root, gdir, mains)) is not None:
         lines.append(note)
     for tmp in remove_stale_temps(paths):
         lines.append(f"removed {tmp.name}, left by an interrupted write")

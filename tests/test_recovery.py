@@ -380,3 +380,31 @@ def test_a_kill_right_after_the_third_rejection_pauses_instead_of_a_fourth_round
     assert rec.status is MilestoneStatus.PAUSED and rec.rounds == 3
     assert len(fake_claude.entries("developer")) == 3
     assert_consistent(rec)
+
+
+def test_a_merge_cut_short_by_the_kill_is_settled(git_repo: Path) -> None:
+    """The runner's `git merge` dies with it (SIGPIPE on its output): committed → the
+    leftover state is cleared; not committed, on main → aborted (the completion redoes it)."""
+    from anima.recovery import git_dir, settle_interrupted_merge
+
+    run_git(git_repo, "switch", "-q", "-c", "milestone/m1")
+    (git_repo / "f.txt").write_text("f\n", encoding="utf-8")
+    run_git(git_repo, "add", "f.txt")
+    run_git(git_repo, "commit", "-q", "-m", "feat: f")
+    tip = run_git(git_repo, "rev-parse", "HEAD")
+    run_git(git_repo, "switch", "-q", "main")
+    gdir = git_dir(git_repo)
+
+    run_git(git_repo, "merge", "-q", "--no-ff", "--no-commit", "milestone/m1")
+    assert (gdir / "MERGE_HEAD").exists()
+    note = settle_interrupted_merge(git_repo, gdir, {"main"})
+    assert note and "aborted" in note and not (gdir / "MERGE_HEAD").exists()
+    assert run_git(git_repo, "status", "--porcelain") == ""
+
+    run_git(git_repo, "merge", "-q", "--no-ff", "-m", "Merge", "milestone/m1")
+    head = run_git(git_repo, "rev-parse", "HEAD")
+    (gdir / "MERGE_HEAD").write_text(tip + "\n", encoding="utf-8")  # git died after the commit
+    note = settle_interrupted_merge(git_repo, gdir, {"main"})
+    assert note and "cleared" in note and not (gdir / "MERGE_HEAD").exists()
+    assert run_git(git_repo, "rev-parse", "HEAD") == head
+    assert settle_interrupted_merge(git_repo, gdir, {"main"}) is None
