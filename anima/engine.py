@@ -399,6 +399,7 @@ class Engine:
         tmp = target.with_name(f".{target.name}.tmp")
         shutil.copyfile(md, tmp)
         tmp.replace(target)
+        self._settled.add(target.name)  # written whole, atomically: no need to wait for it
         self._wake.set()
         return milestone_id
 
