@@ -357,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
                 soak.trial(n)
         soak.finish()
     finally:
+        # How many agents a killed run left behind that the next run had to stop.
+        reaped = sum(out.read_text(errors="replace").count("stopped a leftover")
+                     for out in root.glob("run-*.out"))
         leftovers = our_fakes(soak.marker)
         for pid in leftovers:
             with contextlib.suppress(ProcessLookupError):
@@ -370,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  milestones completed: {len(soak.milestones)} x {len(FEATURES)} features, "
           f"{rounds} rounds recorded; runs that ended on their own: {soak.completed_early}; "
           f"pauses resumed: {soak.pauses}")
+    print(f"  leftover agents stopped by the next run: {reaped}")
     print("  phase at the kill: " + ", ".join(f"{p} {c}" for p, c in soak.phases.most_common()))
     for v in soak.violations[:20]:
         print(f"  VIOLATION {v}")
