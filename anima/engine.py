@@ -27,7 +27,7 @@ from anima.agents.discovery import ClaudeBinary, find_claude
 from anima.agents.process import AgentProcess
 from anima.agents.profiles import profile_for
 from anima.config import Config, describe_validation_error, load_config
-from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError, RecordError
+from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError
 from anima.events import AgentEvent, EngineError, EventBus, LogLine, MilestonesScanned
 from anima.git_ops import GitRepo
 from anima.journal import Journal, RedactingBus, read_transcript
@@ -44,9 +44,9 @@ from anima.recovery import (
     unfinished_completions,
 )
 from anima.scheduler import Agent, MilestoneRun, Phase, RunControl, finish_completed
-from anima.store import MilestoneRecord, MilestoneStatus, Scan, Store, now
+from anima.store import MilestoneRecord, MilestoneStatus, Scan, Store
 from anima.summarizer import Summarizer
-from anima.watcher import MilestoneWatcher, is_milestone_name
+from anima.watcher import MilestoneWatcher
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,8 @@ class Engine:
         self.config = open_config(self.paths, self._overrides)
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
         ensure_gitignore(self.paths)
+        # The window lists the milestones even when git (next) says the project can't run.
+        self._publish_scan(self._read_milestones(register=True))
         self._repo = GitRepo.open(self.root)
         if not self._recovered:
             self._recover()
@@ -280,42 +282,20 @@ class Engine:
         self._reported_problems = current
         for milestone_id in scan.registered:
             self._log(milestone_id, f"registered milestone {milestone_id} (pending)")
-        self.bus.publish(MilestonesScanned(tuple(r.model_copy(deep=True) for r in scan.records),
-                                           tuple(str(p) for p in scan.problems)))
+        self._publish_scan(scan)
         return scan
 
-    def _read_milestones(self, *, register: bool) -> Scan:
-        """Every usable record; with `register`, new settled `.md` files become pending.
+    def _publish_scan(self, scan: Scan) -> None:
+        self.bus.publish(MilestonesScanned(tuple(r.model_copy(deep=True) for r in scan.records),
+                                           tuple(str(p) for p in scan.problems)))
 
-        Like `Store.scan`, with two differences that matter while watching a folder people
-        drop files into: hidden names (editors' lock and swap files) are ignored, and a file
-        the watcher has not seen settle is left for later instead of parsed half-written.
-        """
-        result = Scan()
-        if not self.paths.milestones.is_dir():
-            return result
-        stamp = now()
-        for md in sorted(self.paths.milestones.glob("*.md")):
-            if not is_milestone_name(md.name):
-                continue
-            try:
-                milestone_id = validate_milestone_id(md.stem, md)
-                if self.paths.milestone_record(milestone_id).exists():
-                    result.records.append(self.store.load_record(milestone_id))
-                    continue
-                if not register or (self._watching and md.name not in self._settled):
-                    continue
-                record = self.store.new_record(
-                    load_milestone(md), milestone_id, stamp,
-                    max_iterations=self.config.max_iterations_per_milestone,
-                    requires_human_review=self.config.requires_human_review)
-                self.store.save_record(record)
-                result.records.append(record)
-                result.registered.append(milestone_id)
-            except (MilestoneError, RecordError) as e:
-                result.problems.append(e)
-        result.records.sort(key=lambda r: (r.created_at, r.id))
-        return result
+    def _read_milestones(self, *, register: bool) -> Scan:
+        """Every usable record; with `register`, new `.md` files become pending once the
+        watcher has seen them settle (or they were there before it started)."""
+        return self.store.scan(
+            max_iterations=self.config.max_iterations_per_milestone,
+            requires_human_review=self.config.requires_human_review, register=register,
+            ready=(lambda md: md.name in self._settled) if self._watching else None)
 
     def _next(self, scan: Scan) -> MilestoneRecord | None:
         """An interrupted milestone first; nothing while one waits for a human after a pause

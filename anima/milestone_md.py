@@ -29,6 +29,7 @@ __all__ = [
     "FeatureDef",
     "FrontMatterValue",
     "MilestoneDef",
+    "is_milestone_name",
     "load_milestone",
     "parse_milestone",
     "validate_milestone_id",
@@ -87,6 +88,11 @@ class MilestoneDef(BaseModel):
 def _suggest_id(stem: str) -> str:
     slug = re.sub(r"[^a-z0-9_-]+", "-", stem.strip().lower()).strip("-_")
     return slug if MILESTONE_ID_RE.fullmatch(slug) else ""
+
+
+def is_milestone_name(name: str) -> bool:
+    """A milestone definition's file name: `*.md`, not hidden (editor swap/lock files are)."""
+    return name.endswith(".md") and len(name) > 3 and not name.startswith(".")
 
 
 def validate_milestone_id(stem: str, path: Path) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -19,7 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from anima.atomic import write_model_atomic
 from anima.config import describe_validation_error
 from anima.errors import AnimaError, MilestoneError, RecordError
-from anima.milestone_md import MilestoneDef, load_milestone, validate_milestone_id
+from anima.milestone_md import (
+    MilestoneDef,
+    is_milestone_name,
+    load_milestone,
+    validate_milestone_id,
+)
 from anima.paths import ProjectPaths
 
 log = logging.getLogger(__name__)
@@ -291,8 +297,12 @@ class Store:
             acceptance_criteria=list(definition.acceptance_criteria),
         )
 
-    def scan(self, *, max_iterations: int, requires_human_review: bool) -> Scan:
-        """Load every record and register every `.md` that has none yet (as pending).
+    def scan(self, *, max_iterations: int, requires_human_review: bool, register: bool = True,
+             ready: Callable[[Path], bool] | None = None) -> Scan:
+        """Load every record and, with `register`, register every `.md` that has none yet
+        (as pending) — once `ready` says it has settled (a folder people drop files into must
+        not parse a half-written file). Hidden names (editors' swap and lock files) are not
+        milestones.
 
         One timestamp serves a whole scan, so files that arrive together start in name order.
         """
@@ -301,12 +311,16 @@ class Store:
             return result
         stamp = now()
         for md in sorted(self.paths.milestones.glob("*.md")):
+            if not is_milestone_name(md.name):
+                continue
             milestone_id = md.stem
             try:
                 validate_milestone_id(milestone_id, md)
                 record_path = self.paths.milestone_record(milestone_id)
                 if record_path.exists():
                     result.records.append(self.load_record(milestone_id))
+                    continue
+                if not register or (ready is not None and not ready(md)):
                     continue
                 definition = load_milestone(md)
                 record = self.new_record(definition, milestone_id, stamp,

@@ -45,17 +45,14 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
+from anima.milestone_md import is_milestone_name
+
 log = logging.getLogger(__name__)
 
 # A file still open for writing but silent this long is reported anyway (a stuck writer).
 _MAX_WRITER_WAIT = 30.0
 
 Signature = tuple[int, int, int]  # (st_ino, st_size, st_mtime_ns)
-
-
-def is_milestone_name(name: str) -> bool:
-    """A milestone definition's file name: `*.md`, not hidden (editor swap/lock files are)."""
-    return name.endswith(".md") and len(name) > 3 and not name.startswith(".")
 
 
 def _signature(path: str) -> Signature | None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from anima.watcher import MilestoneWatcher, is_milestone_name
+from anima.milestone_md import is_milestone_name
+from anima.watcher import MilestoneWatcher
 
 DEBOUNCE = 0.3
 TIMEOUT = 5.0
