@@ -294,6 +294,7 @@ class MilestoneRun:
         fix = last is not None and last.verdict is Verdict.REJECTED
         kind = RoundKind.RECOVERY if self._recovery_log is not None else \
             RoundKind.FIX if fix else RoundKind.FEATURE
+        self._back_on_branch()
         self._round = rnd = _Round(round=rec.rounds + 1, kind=kind, started_at=now(),
                                    previous_head=self.repo.head(), usage=self._carry,
                                    cost_usd=self._carry_cost)
@@ -327,6 +328,14 @@ class MilestoneRun:
         if report.kind is ReportKind.ALL_COMPLETE:
             return report
         return self._check_commit(report)
+
+    def _back_on_branch(self) -> None:
+        """The Developer has a shell: if it left the milestone branch, return before a round."""
+        branch = self.record.branch_name
+        current = self.repo.current_branch()
+        if branch and current != branch:
+            self.repo.switch(branch)
+            self._log(f"the tree was on {current or 'a detached HEAD'}; back on {branch}")
 
     def _check_commit(self, report: DeveloperReport) -> DeveloperReport | None:
         """Git is the truth: verify the reported commit before any Acceptor token is spent."""
