@@ -36,7 +36,6 @@ from anima.milestone_md import load_milestone, validate_milestone_id
 from anima.paths import ProjectPaths
 from anima.prompts import PromptBuilder
 from anima.recovery import (
-    AGENTS_FILE,
     AgentRegistry,
     TrackedAgent,
     reconcile_state,
@@ -54,7 +53,7 @@ log = logging.getLogger(__name__)
 #: editors' swap and lock files (a human editing a milestone in vim while the Developer runs
 #: `git add -A`) never reach a commit, where the `.anima/` check would reject it.
 RUNTIME_IGNORES = ("milestones/*.json", "state.json", "logs/", "transcripts/", "anima.lock",
-                   AGENTS_FILE, "*.tmp", ".*.tmp", ".*.swp", ".*.swo", ".#*", "*~")
+                   "agents.json", ".kept/", "*.tmp", ".*.tmp", ".*.swp", ".*.swo", ".#*", "*~")
 
 
 @dataclass(frozen=True)
@@ -157,6 +156,8 @@ class Engine:
         records = self._read_milestones(register=False).records
         for line in recover_project(self.paths, self._registry, records):
             self._log(None, line)
+        for rel in self.repo.restore_kept_files():
+            self._log(None, f"put back {rel}, kept aside by a branch switch a kill cut short")
         for record in unfinished_completions(records):
             self._log(record.id, "finishing the completion that a restart cut short")
             finish_completed(record, self.store, self.repo, self.config, self.bus)

@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -28,6 +29,8 @@ import git
 from anima.errors import GitError
 
 ANIMA_DIR = ".anima"
+#: Where `switch` keeps a copy of the human's files it must step aside for a moment.
+KEPT_DIR = ".anima/.kept"
 _ANIMA_PREFIX = ".anima/"
 _MEMORY_PREFIX = ".anima/memory/"
 _DEFINITION_FILES = frozenset({".anima/soul.md", ".anima/config.json", ".anima/.gitignore"})
@@ -429,13 +432,21 @@ class GitRepo:
         in_target = {os.fsdecode(p) for p in listed.split(b"\0") if p}
         entries = self._status().entries
         untracked = {e.path for e in entries if e.kind == "?"}
-        for path in kept:
-            rel = path.relative_to(self.root).as_posix()
-            if rel in in_target and rel in untracked:
-                path.unlink()
-        # An edited tracked definition would block the checkout: put HEAD's version back for
-        # the moment (the human's bytes return below).
+        aside = [p for p in kept if (r := p.relative_to(self.root).as_posix()) in in_target
+                 and r in untracked]
+        # An edited tracked definition would block the checkout: HEAD's version goes back
+        # for the moment.
         edited = [e.path for e in entries if e.kind != "?" and self.root / e.path in kept]
+        # A copy on disk first, so a kill in between loses nothing (`restore_kept_files`).
+        for path in [*aside, *(self.root / e for e in edited)]:
+            copy = self.root / KEPT_DIR / path.relative_to(self.root / ANIMA_DIR)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            with copy.open("wb") as fh:
+                fh.write(kept[path])
+                fh.flush()
+                os.fsync(fh.fileno())
+        for path in aside:
+            path.unlink()
         if edited:
             self._run(["restore", "--source=HEAD", "--staged", "--worktree", "--", *edited],
                       check=False)
@@ -446,6 +457,23 @@ class GitRepo:
                 if not path.exists() or path.read_bytes() != content:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_bytes(content)
+            shutil.rmtree(self.root / KEPT_DIR, ignore_errors=True)
+
+    def restore_kept_files(self) -> list[str]:
+        """After a kill in the middle of a switch: the human's files kept aside come back."""
+        backup = self.root / KEPT_DIR
+        if not backup.is_dir():
+            return []
+        restored = []
+        for copy in sorted(p for p in backup.rglob("*") if p.is_file()):
+            target = self.root / ANIMA_DIR / copy.relative_to(backup)
+            content = copy.read_bytes()
+            if not target.exists() or target.read_bytes() != content:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+                restored.append(target.relative_to(self.root).as_posix())
+        shutil.rmtree(backup)
+        return restored
 
     def _human_anima_files(self) -> dict[Path, bytes]:
         """Definitions and memory under `.anima/` (small files), by absolute path."""

@@ -58,6 +58,11 @@ class ProjectPaths:
         return self.anima / "anima.lock"
 
     @property
+    def agents(self) -> Path:
+        """The running Anima's agent processes, so a restart can stop leftovers."""
+        return self.anima / "agents.json"
+
+    @property
     def gitignore(self) -> Path:
         return self.anima / ".gitignore"
 

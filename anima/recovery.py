@@ -37,9 +37,6 @@ from anima.paths import ProjectPaths
 from anima.prompts import render
 from anima.store import MilestoneRecord, MilestoneStatus, State, StateStatus, Store, now
 
-#: Where the live agents are on record (a runtime file: `.anima/.gitignore` hides it).
-AGENTS_FILE = "agents.json"
-
 # A temp file of an atomic write older than this belongs to a dead writer.
 _STALE_TEMP_SECONDS = 5.0
 # A git command of the dead Anima may still be finishing: give it this long.
@@ -161,7 +158,7 @@ class AgentRegistry:
     """
 
     def __init__(self, paths: ProjectPaths) -> None:
-        self.path = paths.anima / AGENTS_FILE
+        self.path = paths.agents
         self._lock = threading.Lock()
 
     def entries(self) -> list[AgentEntry]:

@@ -151,3 +151,11 @@ def test_headless_run_pause_resume_with_note_and_approve(
 def test_usage_errors_exit_2() -> None:
     assert anima("run").returncode == 2
     assert anima("resume", "/nonexistent", "x").returncode == 2
+
+
+def test_the_example_gitignore_hides_every_runtime_file() -> None:
+    from anima.cli import example_dir
+    from anima.engine import RUNTIME_IGNORES
+
+    lines = (example_dir() / ".gitignore").read_text().splitlines()
+    assert [p for p in RUNTIME_IGNORES if p not in lines] == []

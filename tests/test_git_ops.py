@@ -646,3 +646,14 @@ def test_the_humans_anima_files_survive_switching_back_to_main(root: Path,
     assert outcome.merged, outcome.detail
     assert definition.read_text() == "# M1, edited by the human after the commit\n"
     assert repo.resolve("main") != base
+
+
+def test_files_kept_aside_by_a_switch_come_back_after_a_kill(root: Path, repo: GitRepo) -> None:
+    """The copy `switch` makes before stepping a human's file aside survives a kill."""
+    backup = root / ".anima" / ".kept" / "milestones" / "m9.md"
+    backup.parent.mkdir(parents=True)
+    backup.write_text("# M9, the human's\n")
+    assert repo.restore_kept_files() == [".anima/milestones/m9.md"]
+    assert (root / ".anima" / "milestones" / "m9.md").read_text() == "# M9, the human's\n"
+    assert not backup.parent.parent.exists()
+    assert repo.restore_kept_files() == []
