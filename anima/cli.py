@@ -209,20 +209,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _with_lock(paths: ProjectPaths, command: str) -> ProjectLock:
-    lock = ProjectLock(paths.lock, command=command)
-    lock.acquire()
-    return lock
-
-
 def cmd_resume(args: argparse.Namespace) -> int:
     paths = _project(args.project)
     config = open_config(paths)
-    lock = _with_lock(paths, f"anima resume {args.id}")
-    try:
+    with ProjectLock(paths.lock, command=f"anima resume {args.id}"):
         record = actions.resume(Store(paths), config, args.id, args.note or "")
-    finally:
-        lock.release()
     print(f"resumed {record.id}: in_progress, rejections reset"
           + (", your note goes to the Developer's next prompt" if args.note else "")
           + f"; run `anima run {args.project} --headless` or open the app to continue")
@@ -232,12 +223,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_approve(args: argparse.Namespace) -> int:
     paths = _project(args.project)
     config = open_config(paths)
-    lock = _with_lock(paths, f"anima approve {args.id}")
-    try:
+    with ProjectLock(paths.lock, command=f"anima approve {args.id}"):
         ensure_gitignore(paths)
         record = actions.approve(Store(paths), GitRepo.open(paths.root), config, args.id)
-    finally:
-        lock.release()
     merge = f"; {record.merge.detail}" if record.merge else ""
     print(f"approved {record.id}: completed{merge}")
     return EXIT_OK
