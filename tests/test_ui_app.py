@@ -171,6 +171,24 @@ def test_approve_a_milestone_that_requires_human_review(qtbot, git_repo: Path,
     app_window.wait_status("m1", "completed")
 
 
+def test_with_auto_start_off_a_pending_milestone_waits_for_start(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    make_project(git_repo, {"m1": TWO}, config={"auto_start": False})
+    w = Window(qtbot, tmp_path)
+    try:
+        w.window.open_project(git_repo)
+        w.wait_status("m1", "pending")
+        review = w.window.review
+        qtbot.waitUntil(review.isVisible, timeout=5000)
+        assert review.start_button.isVisible() and not review.resume_button.isVisible()
+        qtbot.wait(300)
+        assert w.status_of("m1") == "pending"  # nothing starts by itself
+        review.start_button.click()
+        w.wait_status("m1", "completed")
+    finally:
+        w.close()
+
+
 def drop(window: MainWindow, *files: Path) -> None:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(f)) for f in files])

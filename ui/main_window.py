@@ -422,6 +422,7 @@ class MainWindow(QMainWindow):
         self.review.abort_requested.connect(self._on_abort_requested)
         self.review.approve_requested.connect(self._on_approve_requested)
         self.review.changes_requested.connect(self._on_changes_requested)
+        self.review.start_requested.connect(self._on_start_requested)
         self.run_controls.pause_requested.connect(self._on_pause_requested)
         self.run_controls.stop_requested.connect(self._on_stop_requested)
         self.statusBar().showMessage("Ready")
@@ -755,6 +756,13 @@ class MainWindow(QMainWindow):
     def _on_approve_requested(self, milestone_id: str) -> None:
         if self.bridge is not None:
             self.bridge.approve(milestone_id)
+
+    @Slot(str)
+    def _on_start_requested(self, milestone_id: str) -> None:
+        if self.bridge is not None:
+            self.bridge.start_milestone(milestone_id)
+            self.statusBar().showMessage(f"{milestone_id} starts when no other milestone runs",
+                                         8000)
 
     @Slot(str, str)
     def _on_changes_requested(self, milestone_id: str, note: str) -> None:

@@ -39,6 +39,8 @@ class ReviewPanel(QFrame):
     approve_requested = Signal(str)
     #: (milestone id, note) — send an awaiting_review milestone back to the Developer.
     changes_requested = Signal(str, str)
+    #: milestone id — start a pending milestone (needed when `auto_start` is off). GUI thread.
+    start_requested = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -64,10 +66,13 @@ class ReviewPanel(QFrame):
         self.approve_button = QPushButton("Approve", self)
         self.approve_button.setObjectName("primaryButton")
         self.changes_button = QPushButton("Request changes", self)
+        self.start_button = QPushButton("Start", self)
+        self.start_button.setObjectName("primaryButton")
+        self.start_button.setToolTip("Start this milestone as soon as no other one is running")
         buttons = QHBoxLayout()
         buttons.addStretch(1)
         for button in (self.abort_button, self.changes_button, self.approve_button,
-                       self.resume_button):
+                       self.resume_button, self.start_button):
             buttons.addWidget(button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(14, 10, 14, 10)
@@ -86,12 +91,16 @@ class ReviewPanel(QFrame):
         self.abort_button.clicked.connect(self._on_abort_clicked)
         self.approve_button.clicked.connect(self._on_approve_clicked)
         self.changes_button.clicked.connect(self._on_changes_clicked)
+        self.start_button.clicked.connect(self._on_start_clicked)
         self.note.textChanged.connect(self._on_note_changed)
         self.hide()
 
     def show_record(self, record: Any) -> None:
-        """Show the panel for a paused / awaiting_review milestone, hide it otherwise."""
+        """Show the panel for a paused / awaiting_review / pending milestone, else hide it."""
         status = "" if record is None else enum_text(record.status)
+        if status == "pending":
+            self._show_pending(record)
+            return
         if status not in ("paused", "awaiting_review"):
             self.milestone_id, self.mode = None, "hidden"
             self.hide()
@@ -116,14 +125,34 @@ class ReviewPanel(QFrame):
         self.rejections.setText("\n".join(f"✘ Round {r}: {why}" for r, why in reasons)
                                 if reasons else "")
         self.rejections.setVisible(bool(reasons))
-        self.resume_button.setVisible(paused)
-        self.abort_button.setVisible(paused)
-        self.approve_button.setVisible(not paused)
-        self.changes_button.setVisible(not paused)
+        self.note.show()
+        if paused:
+            self._show_buttons(self.resume_button, self.abort_button)
+        else:
+            self._show_buttons(self.approve_button, self.changes_button)
         self._disarm_abort()
         self._on_note_changed()
         self.setEnabled(True)
         self.show()
+
+    def _show_pending(self, record: Any) -> None:
+        self.milestone_id, self.mode = record.id, "pending"
+        set_style_state(self, "mode", "pending")
+        self.heading.setText(f"{record.title} has not started yet")
+        self.reason.setText(f"{len(record.features)} features, "
+                            f"{len(record.acceptance_criteria)} acceptance criteria. It starts "
+                            "by itself when no other milestone runs (config `auto_start`), or "
+                            "when you click Start.")
+        self.rejections.hide()
+        self.note.hide()
+        self._show_buttons(self.start_button)
+        self.setEnabled(True)
+        self.show()
+
+    def _show_buttons(self, *visible: QPushButton) -> None:
+        for button in (self.resume_button, self.abort_button, self.approve_button,
+                       self.changes_button, self.start_button):
+            button.setVisible(button in visible)
 
     @property
     def note_text(self) -> str:
@@ -156,6 +185,12 @@ class ReviewPanel(QFrame):
     def _disarm_abort(self) -> None:
         self._abort_armed.stop()
         self.abort_button.setText("Abort milestone")
+
+    @Slot()
+    def _on_start_clicked(self) -> None:
+        if self.milestone_id:
+            self.setEnabled(False)
+            self.start_requested.emit(self.milestone_id)
 
     @Slot()
     def _on_approve_clicked(self) -> None:
