@@ -904,27 +904,6 @@ class GitRepo:
             what=f"Cannot read the log of {branch} since {_short(base)} in {self.root}",
         )
 
-    def changed_files(self, commit: str) -> list[str]:
-        """Files a commit changes against its first parent (all files for a root commit)."""
-        checked = self._checked_rev(commit) or "<invalid>"
-        _, out, _ = self._run(
-            [
-                "diff-tree",
-                "-r",
-                "--no-commit-id",
-                "--name-only",
-                "-z",
-                "--no-renames",
-                "--root",
-                "-m",
-                "--first-parent",
-                f"{checked}^{{commit}}",
-                "--",
-            ],
-            what=f"Cannot list the files changed by commit {commit} in {self.root}",
-        )
-        return [os.fsdecode(p) for p in out.split(b"\0") if p]
-
     def changed_files_between(self, old: str, new: str) -> list[str]:
         """Files that differ between two commits (a round's work: its start head to its commit)."""
         _, out, _ = self._run(

@@ -604,16 +604,13 @@ class MilestoneRun:
             except SessionLost as e:
                 self._fresh_session(role, str(e))
                 continue
-            except TurnTimeout as e:
+            except (TurnTimeout, AgentCrashed) as e:
                 self._drop_agent(role)
                 if self.control.stop.is_set():
                     raise _Stopped from e
-                self._log(f"{role} timed out: {e}")
-                raise
-            except AgentCrashed as e:
-                self._drop_agent(role)
-                if self.control.stop.is_set():
-                    raise _Stopped from e
+                if isinstance(e, TurnTimeout):
+                    self._log(f"{role} timed out: {e}")
+                    raise
                 self._log(f"{role} crashed: {e} {e.stderr_tail[-300:]}")
                 if crashed:
                     raise

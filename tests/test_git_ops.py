@@ -367,12 +367,13 @@ def test_commit_leftovers_commits_outside_anima_and_memory_never_definitions(
     write(root, ".anima/memory/project.md", "notes\n")
     write(root, ".anima/milestones/m2.md", "# M2\n")
     (root / ".anima/.gitignore").unlink()  # even then, runtime files stay out
+    before = repo.head()
     commit = repo.commit_leftovers("chore(anima): commit the Developer's leftovers")
     assert commit == repo.head()
     assert git(root, "log", "-1", "--format=%s%n%an") == (
         "chore(anima): commit the Developer's leftovers\nTester"
     )
-    assert sorted(repo.changed_files(commit)) == [
+    assert sorted(repo.changed_files_between(before, commit)) == [
         ".anima/memory/project.md",
         "README.md",
         "src/app.py",
@@ -550,12 +551,11 @@ def test_logs_changed_files_and_show(root: Path, repo: GitRepo, milestone: dict[
     assert log == [(milestone["commit"], "feat: F1"), (second, "feat: F2")]
     oneline = repo.oneline_log(milestone["base_commit"], BRANCH).splitlines()
     assert oneline[0].endswith("feat: F2") and oneline[1].startswith(milestone["commit"][:7])
-    assert repo.changed_files(second) == ["src/second.py"]
+    assert repo.changed_files_between(milestone["commit"], second) == ["src/second.py"]
     assert repo.changed_files_between(milestone["base_commit"], second[:9]) == [
         "src/feature.py",
         "src/second.py",
     ]
-    assert ".anima/soul.md" in repo.changed_files(milestone["base_commit"])  # root commit
     text = repo.show(second)
     assert "feat: F2" in text and "src/second.py | 1 +" in text and "+s = 2" in text
     with pytest.raises(GitError, match="Cannot show commit nope"):

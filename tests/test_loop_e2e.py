@@ -234,3 +234,26 @@ def test_a_developer_that_commits_on_main_is_caught_and_brought_back(
     assert "not on the milestone branch" not in second.reason  # round 2 was on its branch
     log = (project / ".anima" / "logs" / "m1.log").read_text()
     assert "the tree was on main; back on milestone/m1" in log
+
+
+def test_a_crashed_agent_is_restarted_on_its_session_and_the_turn_retried(
+        project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{"crash": 9}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert rec.iterations[0].verdict is Verdict.ACCEPTED  # the retry answered
+    first, second = fake_claude.entries("developer")[:2]
+    assert first["pid"] != second["pid"] and second["resume"]
+    assert first["session_id"] == second["session_id"] == rec.sessions.developer
+    log = (project / ".anima" / "logs" / "m1.log").read_text()
+    assert "developer crashed" in log
+
+
+def test_an_agent_that_crashes_twice_in_a_round_is_a_rejection(
+        project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{"crash": 9}, {"crash": 9}]})
+    run_engine(project)
+    first = record(project, "m1").iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert first.reason.startswith("Developer crashed twice in this round")
