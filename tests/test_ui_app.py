@@ -284,3 +284,23 @@ def test_closing_the_window_stops_the_agents_within_seconds(qtbot, git_repo: Pat
     started = time.monotonic()
     w.close()
     assert time.monotonic() - started < 10
+
+
+SECRET = "sk-ant-api03-" + "Pq7Rs8Tu9V" * 6
+
+
+def test_secrets_and_notices_in_the_window(qtbot, git_repo: Path, fake: FakeClaude,
+                                           app_window: Window) -> None:
+    """Secrets in agent text and tool results never reach the panes; a completion is
+    announced (status bar here; the tray too where the platform has one)."""
+    make_project(git_repo, {"m1": milestone_md("M", ["Alpha"])})
+    fake.write_script({"developer": [{"shell": [f"echo ANTHROPIC_API_KEY={SECRET}"],
+                                      "auto": True}],
+                       "acceptor": [{"text": f"The diff leaks {SECRET}.\nACCEPTED"}]})
+    app_window.window.open_project(git_repo)
+    app_window.wait_status("m1", "completed")
+    developer, acceptor = app_window.pane_text("developer"), app_window.pane_text("acceptor")
+    assert "<REDACTED>" in developer and "<REDACTED>" in acceptor
+    assert SECRET not in developer and SECRET not in acceptor
+    qtbot.waitUntil(lambda: app_window.window.statusBar().currentMessage()
+                    == "Milestone completed: M is completed", timeout=5000)
