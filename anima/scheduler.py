@@ -215,15 +215,14 @@ class MilestoneRun:
                     return self.phase
                 if (reason := self._pause_reason()) is not None:
                     return self._pause(reason)
-                outcome = self._developer_round()
-                if isinstance(outcome, DeveloperReport) and \
-                        outcome.kind is ReportKind.ALL_COMPLETE:
-                    verdict = self._final_acceptance(outcome)
-                    if verdict.accepted:
-                        return self._complete()
+                report = self._developer_round()
+                if report is None:  # rejected before review (git check, timeout, unreadable)
                     continue
-                if isinstance(outcome, DeveloperReport):
-                    self._review(outcome)
+                if report.kind is ReportKind.ALL_COMPLETE:
+                    if self._final_acceptance(report).accepted:
+                        return self._complete()
+                    continue  # final rejection: back to the Developer, not counted
+                self._review(report)  # ACCEPTED or REJECTED, recorded with its counters
         except _Stopped:
             self._log(f"stopped during {self.phase}: {self.control.stop_reason or 'shutdown'}")
             return self.phase
