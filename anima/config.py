@@ -63,6 +63,8 @@ class Config(_Strict):
     acceptor: RoleConfig = Field(default_factory=_acceptor_default)
     summarizer: SummarizerConfig = Field(default_factory=SummarizerConfig)
     context_budget_tokens: int = Field(16000, ge=1000)
+    exact_token_count: bool = Field(True, description="with ANTHROPIC_API_KEY set, count the "
+                                    "first prompt with the API once to calibrate the budget")
     recent_rounds_in_full: int = Field(4, ge=1)
     max_budget_usd: float | None = Field(None, gt=0)
 

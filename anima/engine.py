@@ -27,6 +27,7 @@ from anima.agents.discovery import ClaudeBinary, find_claude
 from anima.agents.process import AgentProcess
 from anima.agents.profiles import profile_for
 from anima.config import Config, describe_validation_error, load_config
+from anima.context import ApiTokenCounter
 from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError
 from anima.events import AgentEvent, EngineError, EventBus, LogLine, MilestonesScanned
 from anima.git_ops import GitRepo
@@ -315,8 +316,11 @@ class Engine:
         self.claude()  # a missing CLI is reported before anything changes
         self.journal.open(record.id)
         self._control = RunControl()
+        counter = ApiTokenCounter(self.config.summarizer.model) \
+            if self.config.exact_token_count else None
         prompts = PromptBuilder(self.paths, budget_tokens=self.config.context_budget_tokens,
-                                recent_in_full=self.config.recent_rounds_in_full)
+                                recent_in_full=self.config.recent_rounds_in_full,
+                                counter=counter)
         assert self.summarizer is not None
         run = MilestoneRun(record=record, store=self.store, repo=self.repo, config=self.config,
                            prompts=prompts, agents=self._make_agent, bus=self.bus,
@@ -334,6 +338,8 @@ class Engine:
             self._run = None
             self._requested.discard(record.id)
             self.journal.close()
+            if counter is not None:
+                counter.close()
 
     def _outcome(self, scan: Scan) -> RunOutcome:
         return RunOutcome(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 from string import Template
 
-from anima.context import FileCache, Section, fit_to_budget
+from anima.context import ApiTokenCounter, FileCache, Section, estimate_tokens, fit_to_budget
 from anima.paths import ProjectPaths, resource
 from anima.store import FeatureStatus, Iteration, MilestoneRecord, Verdict
 
@@ -97,13 +97,32 @@ class DeveloperContext:
 
 
 class PromptBuilder:
-    """Assembles prompts; keeps a file cache so context files are re-read only on change."""
+    """Assembles prompts; keeps a file cache so context files are re-read only on change.
 
-    def __init__(self, paths: ProjectPaths, *, budget_tokens: int, recent_in_full: int) -> None:
+    The budget is measured with the local estimate. With a `counter` (the SDK's token
+    counting, when an API key is available) the first Developer prompt is counted once for
+    real and the estimate is scaled down if it fell short: one request per milestone, not one
+    per round.
+    """
+
+    def __init__(self, paths: ProjectPaths, *, budget_tokens: int, recent_in_full: int,
+                 counter: ApiTokenCounter | None = None) -> None:
         self.paths = paths
         self.budget_tokens = budget_tokens
         self.recent_in_full = recent_in_full
         self.files = FileCache()
+        self.counter = counter
+        self.scale = 1.0  # estimated tokens per real token, once calibrated (≤ 1)
+
+    def _fit(self, sections: list[Section]) -> str:
+        kept = fit_to_budget(sections, int(self.budget_tokens * self.scale))
+        text = "\n".join(s.text.rstrip() + "\n" for s in kept)
+        counter, self.counter = self.counter, None  # calibrate once
+        if counter is not None and counter.available and (real := counter.count(text)):
+            self.scale = min(1.0, estimate_tokens(text) / real)
+            if self.scale < 1.0:
+                return self._fit(sections)
+        return text
 
     def soul(self) -> str:
         text = self.files.read(self.paths.soul)
@@ -144,8 +163,7 @@ class PromptBuilder:
             Section("task", render("developer_task", task=task.strip(), branch=record.branch_name,
                                    round=round_no), None),
         ]
-        kept = fit_to_budget([s for s in sections if s and s.text.strip()], self.budget_tokens)
-        return "\n".join(s.text.rstrip() + "\n" for s in kept)
+        return self._fit([s for s in sections if s and s.text.strip()])
 
     def acceptor_review(self, record: MilestoneRecord, *, report: str, feature: str | None,
                         commit: str, previous_head: str, commits: str) -> str:

@@ -88,6 +88,9 @@ def test_summaries_come_from_the_model_when_a_key_is_set(
         rec = record(git_repo, "m")
         assert rec.iterations[0].summary == "Added the greeting command and its test."
         assert len(stub.requests) >= 1
+        # The budget's estimate was calibrated with the API's count, once for the milestone.
+        assert len(stub.counted) == 1
+        assert "Feature checklist" in str(stub.counted[0]["messages"])
 
 
 def test_summaries_fall_back_to_the_report_without_a_key(git_repo: Path,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from anima.cli import init_project
+from anima.context import estimate_tokens
 from anima.paths import ProjectPaths
 from anima.prompts import DeveloperContext, PromptBuilder
 from anima.store import FeatureStatus, Iteration, MilestoneRecord, RoundKind, Store, Verdict
@@ -88,3 +89,31 @@ def test_the_final_acceptance_lists_every_criterion_and_commit(paths: ProjectPat
     assert "- [ ] greet works" in prompt and "- [ ] lint is clean" in prompt
     assert "aaaaaaa feat: F1" in prompt and "bbbbbbb feat: F2" in prompt
     assert "one by one" in prompt
+
+
+class CountingApi:
+    """Stands in for the Messages API's count_tokens: this tokenizer counts 2× the estimate."""
+
+    available = True
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def count(self, text: str) -> int:
+        self.calls += 1
+        return 2 * estimate_tokens(text)
+
+
+def test_the_budget_is_calibrated_once_with_the_api_count(paths: ProjectPaths) -> None:
+    paths.vision.write_text("# Vision\n" + "A long vision. " * 4000)
+    plain = PromptBuilder(paths, budget_tokens=8000, recent_in_full=4)
+    api = CountingApi()
+    calibrated = PromptBuilder(paths, budget_tokens=8000, recent_in_full=4,
+                               counter=api)  # type: ignore[arg-type]
+    rec = record_of(paths)
+    first = calibrated.developer(rec, DeveloperContext())
+    assert calibrated.scale == pytest.approx(0.5, abs=0.01)
+    assert 2 * estimate_tokens(first) <= 8000 + 200  # fits by the API's count
+    assert estimate_tokens(plain.developer(rec, DeveloperContext())) > estimate_tokens(first)
+    calibrated.developer(rec, DeveloperContext())
+    assert api.calls == 1  # once per milestone, not per round

@@ -132,6 +132,7 @@ class ApiStub:
         self.is_main = is_main
         self.requests: list[dict[str, Any]] = []
         self.other_paths: list[str] = []
+        self.counted: list[dict[str, Any]] = []  # count_tokens request bodies
         self._replies: deque[Any] = deque()
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -262,6 +263,7 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             body = {}
         if path == "/v1/messages/count_tokens":
+            self.owner.counted.append(body)
             self._send_json(200, {"input_tokens": count_tokens(body)})
             return
         if path != "/v1/messages":
