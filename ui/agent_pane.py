@@ -558,13 +558,6 @@ class AgentPane(QFrame):
         """A quiet rule between rounds, so a long transcript keeps its structure."""
         self._queue([(("text", ""),), (("separator", f"──── {text} ────"),)])
 
-    def append_verdict(self, accepted: bool, text: str) -> None:
-        key = "accepted" if accepted else "rejected"
-        self._queue([((key, ("✔ " if accepted else "✘ ") + text),)])
-
-    def append_note(self, text: str, *, error: bool = False) -> None:
-        self._queue([(("error" if error else "meta", line),) for line in text.split("\n")])
-
     def clear(self) -> None:
         self._pending.clear()
         self.view.clear_all()

@@ -33,10 +33,3 @@ def profile_for(role: str, config: Config) -> RoleProfile:
     role_config = config.developer if role == DEVELOPER else config.acceptor
     return RoleProfile(role=role, system_prompt=load_system_prompt(role), config=role_config)
 
-
-def developer_profile(config: Config) -> RoleProfile:
-    return profile_for(DEVELOPER, config)
-
-
-def acceptor_profile(config: Config) -> RoleProfile:
-    return profile_for(ACCEPTOR, config)
