@@ -20,6 +20,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
+from anima.agents.profiles import ACCEPTOR, DEVELOPER
 from anima.config import Config
 from anima.errors import AgentCrashed, AnimaError, SessionLost, TurnTimeout
 from anima.events import (
@@ -60,8 +61,6 @@ from anima.summarizer import RoundDigest, Summarizer, SummaryResult, fallback_su
 
 log = logging.getLogger(__name__)
 
-DEVELOPER = "developer"
-ACCEPTOR = "acceptor"
 
 
 class Phase(StrEnum):

@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
 )
 
 from anima import events as ev
+from anima.agents.profiles import ROLES
 from ui.agent_pane import AgentPane, format_tokens
 
 # What the bottom bar says in each scheduler phase (seed: 等待 Developer / 等待 Acceptor / …).
@@ -473,7 +474,7 @@ class IterationMonitor(QWidget):
         self.milestone_id: str | None = None
         self.live_milestone: str | None = None
         self.header = MilestoneHeader(self)
-        self.panes = {role: AgentPane(role, parent=self) for role in ("developer", "acceptor")}
+        self.panes = {role: AgentPane(role, parent=self) for role in ROLES}
         self.checklist = FeatureChecklist(self)
         self.history = RoundHistory(self)
         self.phase_bar = PhaseBar(self)
