@@ -256,8 +256,25 @@ def reap_leftover_agents(paths: ProjectPaths, registry: AgentRegistry,
         stop_process_group(pid)
         done.append(f"stopped a leftover {role} agent of a previous run (pid {pid}, "
                     f"session {session_id[:8]})")
+    for e in registry.entries():
+        if e.pid in found:
+            continue
+        # The agent died with Anima (PR_SET_PDEATHSIG), but its tools (a long test run, a
+        # build) live on in its process group: stop those working in this project.
+        tools = [p for p in _group_members(e.pid) if _in_project(p, paths.root)]
+        for pid in tools:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if tools:
+            done.append(f"stopped {len(tools)} leftover tool process(es) of the {e.role} "
+                        f"agent of a previous run (pids {', '.join(map(str, tools))})")
     registry.clear()
     return done
+
+
+def _in_project(pid: int, root: Path) -> bool:
+    here, cwd = os.path.realpath(root), _cwd(pid) or ""
+    return cwd == here or cwd.startswith(here + os.sep)
 
 
 # --------------------------------------------------------------------------- the project

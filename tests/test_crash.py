@@ -141,3 +141,17 @@ def test_a_lock_left_by_a_dead_anima_is_taken_over(
     assert record(project, "m1").status is MilestoneStatus.COMPLETED
     assert not lock.exists()
     assert our_processes() == []
+
+
+def test_agents_die_with_a_killed_anima(project: Path, fake_claude: FakeClaude,
+                                        our_processes: Callable[[], list[int]]) -> None:
+    """SIGKILL leaves Anima no chance to stop its agents: the kernel does it (Linux)."""
+    fake_claude.write_script({"developer": [{"auto": True}, {"hang": True}]})
+    runner = Runner(project, fake_claude)
+    wait_until(lambda: len(fake_claude.entries("developer")) >= 2, what="round 2 started")
+    agents = {e["pid"] for e in fake_claude.entries()}
+    assert agents and all(alive(p) for p in agents)
+    runner.signal(signal.SIGKILL)
+    runner.wait(10)
+    wait_until(lambda: not any(alive(p) for p in agents), what="the agents gone", timeout=5)
+    assert our_processes() == []

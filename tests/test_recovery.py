@@ -169,12 +169,14 @@ def project(git_repo: Path) -> Path:
 
 def test_killed_during_a_developer_turn_resumes_with_the_recovery_context(
         project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
-    fake_claude.write_script({"developer": [AUTO, {"hang": True}]})
+    # A wedged agent ignores the SIGTERM it gets when Anima dies: the next run stops it.
+    fake_claude.write_script({"developer": [AUTO, {"hang": True, "ignore_sigterm": True}]})
     first = Runner(project, fake_claude)
     wait_until(lambda: len(fake_claude.entries("developer")) >= 2, what="round 2 started")
     first.kill()
     hung = fake_claude.entries("developer")[-1]["pid"]
-    assert alive(hung), "a SIGKILLed Anima leaves its agents running: the next run must stop them"
+    time.sleep(0.3)
+    assert alive(hung), "an agent that ignores SIGTERM outlives a SIGKILLed Anima"
     rec = record(project, "m1")
     assert rec.status is MilestoneStatus.IN_PROGRESS and rec.phase == "developer"
     assert rec.rounds == 1  # the round in flight is not in the record
@@ -224,6 +226,8 @@ def test_killed_with_a_dirty_tree_the_developer_commits_it_first(
     assert "wip.txt" in cleanup["prompt"] and "commit" in cleanup["prompt"]
     assert RECOVERY_MARK in cleanup["prompt"]
     assert "tree dirty after the restart" in second.stdout
+    # The agent died with Anima; its `sleep 60` tool was stopped by the next start.
+    assert "leftover tool process" in second.stdout
     assert our_processes() == []
 
 

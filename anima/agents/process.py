@@ -10,6 +10,8 @@ prompt to stdin without blocking forever, then waits for the turn's `result`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import fcntl
 import logging
@@ -45,6 +47,27 @@ log = logging.getLogger(__name__)
 _READ_SIZE = 1 << 16
 _STDERR_TAIL_LINES = 40
 _POLL_SECONDS = 0.05
+
+
+def _load_prctl() -> ctypes._CFuncPtr | None:
+    """libc's prctl, loaded in the parent: the child between fork and exec may only call it."""
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name, use_errno=True).prctl if name else None
+    except (OSError, AttributeError):  # not Linux
+        return None
+
+
+_PRCTL = _load_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_anima() -> None:
+    """In the child before exec: SIGTERM when Anima dies, even by SIGKILL, so an agent never
+    goes on working (committing!) with nobody reading it. Linux only; elsewhere the next
+    start stops leftovers (anima.recovery)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
 def _open_raw_pty() -> tuple[int, int]:
@@ -185,6 +208,9 @@ class AgentProcess:
                 env=self.child_env(),
                 start_new_session=True,
                 close_fds=True,
+                # The signal follows the thread that forks: the engine's worker (or the
+                # headless main thread), which lives as long as the agents it drives.
+                preexec_fn=_die_with_anima,
             )
         except OSError as e:
             for fd in (out_master, out_slave, err_master, err_slave):

@@ -20,6 +20,7 @@ import json
 import os
 import queue
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -284,9 +285,11 @@ class Turn:
 
 
 def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Input) -> None:
-    """Turn keys: noise, crash, delay, hang, ignore_interrupt, shell, edit_file, auto,
-    huge_line_bytes, text, is_error, subtype, cost_usd, usage, stderr."""
+    """Turn keys: noise, crash, delay, hang, ignore_interrupt, ignore_sigterm, shell, edit_file,
+    auto, huge_line_bytes, text, is_error, subtype, cost_usd, usage, stderr."""
     started = time.monotonic()
+    if spec.get("ignore_sigterm"):  # a wedged agent: only SIGKILL ends it
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     turn = Turn(args, index, prompt)
     emit({"type": "system", "subtype": "init", "cwd": turn.cwd, "session_id": args.session_id,
           "tools": TOOLS, "mcp_servers": [], "model": args.model,
