@@ -313,7 +313,8 @@ class Engine:
         return next((r for r in pending if r.id in self._requested), None)
 
     def _drive(self, record: MilestoneRecord) -> Phase:
-        self.claude()  # a missing CLI is reported before anything changes
+        # A missing CLI is reported before anything changes; its version goes on record.
+        record.claude_version = self.claude().version
         self.journal.open(record.id)
         self._control = RunControl()
         counter = ApiTokenCounter(self.config.summarizer.model) \

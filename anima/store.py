@@ -172,6 +172,7 @@ class MilestoneRecord(_Model):
     iterations: list[Iteration] = Field(default_factory=list)
     acceptance_criteria: list[str] = Field(default_factory=list)
     sessions: Sessions = Field(default_factory=Sessions)
+    claude_version: str | None = None  # `claude --version` of the run that drove it last
     phase: str = "idle"
     pause_reason: str | None = None
     human_notes: list[HumanNote] = Field(default_factory=list)

@@ -38,6 +38,7 @@ def test_whole_milestone_completes_on_its_branch_and_merges(project: Path,
     branch_log = run_git(project, "log", "--format=%s", "milestone/m1")
     assert "feat: F1" in branch_log and "feat: F2" in branch_log
     assert rec.merge is not None and rec.merge.merged
+    assert rec.claude_version == "9.9.9 (Fake Claude)"
     assert run_git(project, "rev-parse", "--abbrev-ref", "HEAD") == "main"
     assert (project / "features" / "F2.txt").exists()
     assert state(project) == {**state(project), "status": "sleeping", "current_milestone": None}
