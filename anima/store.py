@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
-RECORD_SCHEMA_VERSION = 1
+RECORD_SCHEMA_VERSION = 2
 STATE_SCHEMA_VERSION = 1
 
 
@@ -205,7 +205,18 @@ class State(_Model):
     updated_at: datetime | None = None
 
 
-def _migrate(data: dict[str, Any], current: int, path: Path) -> dict[str, Any]:
+def _record_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v2 added `claude_version` (unknown for rounds driven before it)."""
+    return {**data, "claude_version": None}
+
+
+#: (kind of file, version) -> the step to version + 1. Each step is pure and small.
+_MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    ("record", 1): _record_v1_to_v2,
+}
+
+
+def _migrate(data: dict[str, Any], current: int, path: Path, kind: str) -> dict[str, Any]:
     """Bring an older file up to the current schema; refuse one from a newer Anima."""
     version = data.get("schema_version", 1)
     if not isinstance(version, int):
@@ -213,7 +224,9 @@ def _migrate(data: dict[str, Any], current: int, path: Path) -> dict[str, Any]:
     if version > current:
         raise RecordError(path, f"schema_version {version} was written by a newer Anima "
                                 f"(this one reads up to {current}); left untouched")
-    # Version 1 is the first schema: nothing to migrate yet.
+    while version < current:
+        data = _MIGRATIONS[(kind, version)](data)
+        version += 1
     data["schema_version"] = current
     return data
 
@@ -261,7 +274,8 @@ class Store:
     def load_state(self) -> State:
         if not self.paths.state.exists():
             return State()
-        data = _migrate(_read_json(self.paths.state), STATE_SCHEMA_VERSION, self.paths.state)
+        data = _migrate(_read_json(self.paths.state), STATE_SCHEMA_VERSION, self.paths.state,
+                        "state")
         return _validate(State, data, self.paths.state)
 
     def save_state(self, state: State) -> None:
@@ -271,7 +285,7 @@ class Store:
     # --- milestone records ----------------------------------------------------------------
     def load_record(self, milestone_id: str) -> MilestoneRecord:
         path = self.paths.milestone_record(milestone_id)
-        data = _migrate(_read_json(path), RECORD_SCHEMA_VERSION, path)
+        data = _migrate(_read_json(path), RECORD_SCHEMA_VERSION, path, "record")
         record = _validate(MilestoneRecord, data, path)
         if record.id != milestone_id:
             raise RecordError(path, f"id {record.id!r} does not match the file name; "

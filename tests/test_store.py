@@ -55,7 +55,7 @@ def test_a_registered_record_round_trips(store: Store) -> None:
     again = store.load_record("m1")
     assert again == record
     data = json.loads(store.paths.milestone_record("m1").read_text())
-    assert data["schema_version"] == 1 and data["iterations"][0]["kind"] == "feature"
+    assert data["schema_version"] == 2 and data["iterations"][0]["kind"] == "feature"
 
 
 def test_state_defaults_to_sleeping_and_round_trips(store: Store) -> None:
@@ -135,3 +135,20 @@ def test_registration_orders_by_created_at_then_name(store: Store) -> None:
     assert [r.id for r in second.records] == ["alpha", "zeta", "beta"]
     assert {r.id: r.created_at for r in second.records if r.id != "beta"} == created
     assert second.registered == ["beta"]
+
+
+def test_a_version_1_record_is_migrated_and_a_newer_one_refused(store: Store) -> None:
+    store.paths.milestone_md("m1").write_text(milestone_md("M1", ["A"]))
+    (record,) = scan(store).records
+    data = json.loads(store.paths.milestone_record("m1").read_text())
+    assert data["schema_version"] == 2
+    del data["claude_version"]
+    data["schema_version"] = 1  # as the first Anima wrote it
+    store.paths.milestone_record("m1").write_text(json.dumps(data))
+    migrated = store.load_record("m1")
+    assert migrated.schema_version == 2 and migrated.claude_version is None
+    assert migrated.features == record.features
+    data["schema_version"] = 3
+    store.paths.milestone_record("m1").write_text(json.dumps(data))
+    with pytest.raises(RecordError, match="written by a newer Anima"):
+        store.load_record("m1")
