@@ -22,10 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from anima import actions
 from anima.agents.discovery import ClaudeBinary, find_claude
 from anima.agents.process import AgentProcess
 from anima.agents.profiles import profile_for
+from anima.atomic import write_text_atomic
 from anima.config import Config, describe_validation_error, load_config
 from anima.context import ApiTokenCounter
 from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError
@@ -76,15 +79,13 @@ def ensure_gitignore(paths: ProjectPaths) -> None:
     missing = [p for p in RUNTIME_IGNORES if p not in existing]
     if missing:
         text = "\n".join([*existing, "# Anima's runtime files", *missing]) + "\n"
-        paths.gitignore.write_text(text, encoding="utf-8")
+        write_text_atomic(paths.gitignore, text)
 
 
 def open_config(paths: ProjectPaths, overrides: dict[str, Any] | None = None) -> Config:
     config = load_config(paths.config)
     if not overrides:
         return config
-    from pydantic import ValidationError
-
     try:
         return Config.model_validate({**config.model_dump(), **overrides})
     except ValidationError as e:
@@ -392,10 +393,13 @@ class Engine:
         return milestone_id
 
     def start_milestone(self, milestone_id: str) -> None:
+        """Start a pending milestone (auto_start off), or retry one whose start failed."""
+        self._broken.discard(milestone_id)
         self._requested.add(milestone_id)
         self._wake.set()
 
     def resume(self, milestone_id: str, note: str = "") -> None:
+        self._broken.discard(milestone_id)
         self._submit(lambda: actions.resume(self.store, self.config, milestone_id, note,
                                             self.bus))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from anima.engine import Engine
-from anima.events import Event, PhaseChanged
+from anima.events import EngineError, Event, PhaseChanged
 from anima.store import MilestoneStatus
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md, record
@@ -70,3 +70,26 @@ def test_stop_now_interrupts_then_resume_finishes(engine: Engine,
     engine.resume("m1", "carry on")
     wait_for(lambda: record(engine.root, "m1").status is MilestoneStatus.COMPLETED, timeout=30)
     assert "carry on" in fake_claude.prompts("developer")[1]
+
+
+def test_a_start_that_failed_is_retried_on_request(git_repo: Path, fake_claude: FakeClaude,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the app (watching), a dirty tree stops a start; once cleaned, Start retries it."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": milestone_md("M", ["Alpha"])})
+    readme = git_repo / "README.md"
+    original = readme.read_text()
+    readme.write_text("uncommitted\n")
+    errors: list[str] = []
+    engine = Engine(git_repo)
+    engine.bus.subscribe(lambda e: errors.append(e.message) if isinstance(e, EngineError)
+                         else None)
+    engine.start(watch=True)
+    try:
+        wait_for(lambda: any("uncommitted changes" in m for m in errors))
+        assert record(git_repo, "m1").status is MilestoneStatus.PENDING
+        readme.write_text(original)
+        engine.start_milestone("m1")
+        wait_for(lambda: record(git_repo, "m1").status is MilestoneStatus.COMPLETED, timeout=30)
+    finally:
+        engine.shutdown()
