@@ -246,6 +246,20 @@ def test_auto_scroll_pauses_while_the_user_reads_and_resumes_at_the_bottom(qtbot
     assert bar.value() == bar.maximum()
 
 
+def test_following_survives_long_wrapped_output_laid_out_later(qtbot, pane) -> None:
+    """Qt lays wrapped text out after the append returns (the scroll range grows later):
+    a pane that follows must still end at the bottom, and keep following."""
+    bar = pane.view.verticalScrollBar()
+    long_line = "a rather long line of agent prose that wraps in the pane " * 6
+    for batch in range(5):
+        pane.feed_many([ev.AssistantText("developer", f"{batch}.{i} {long_line}")
+                        for i in range(40)])
+        shown(qtbot, pane)
+        qtbot.wait(20)
+    assert pane.view.following
+    assert bar.value() == bar.maximum() > 0
+
+
 def test_ctrl_f_finds_text_and_says_when_there_is_none(qtbot, pane: AgentPane) -> None:
     pane.feed_many([ev.AssistantText("developer", f"line {i}") for i in range(50)]
                    + [ev.AssistantText("developer", "the needle is here")])

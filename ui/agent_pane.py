@@ -268,6 +268,9 @@ class TranscriptView(QPlainTextEdit):
         self.setDocument(self._new_document())
         self._following = True
         self.verticalScrollBar().valueChanged.connect(self._on_scrolled)
+        # QPlainTextEdit lays new text out lazily: the range grows after an append returns.
+        # Following means staying at the bottom whenever it moves, not only at append time.
+        self.verticalScrollBar().rangeChanged.connect(self._on_range_changed)
 
     def _new_document(self) -> QTextDocument:
         document = QTextDocument(self._holder)
@@ -301,6 +304,11 @@ class TranscriptView(QPlainTextEdit):
             self._following = following
             self.following_changed.emit(following)
 
+    @Slot(int, int)
+    def _on_range_changed(self, _minimum: int, maximum: int) -> None:
+        if self._following and not self._swapping:
+            self.verticalScrollBar().setValue(maximum)
+
     def scroll_to_end(self) -> None:
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
@@ -309,7 +317,7 @@ class TranscriptView(QPlainTextEdit):
         """Append whole lines, swapping in the shadow document whenever the cap is reached."""
         if not lines:
             return
-        follow = self._at_bottom()
+        follow = self._following
         start = 0
         while start < len(lines):
             if self._lines >= self.max_lines:
