@@ -258,3 +258,14 @@ def test_an_agent_that_crashes_twice_in_a_round_is_a_rejection(
     first = record(project, "m1").iterations[0]
     assert first.verdict is Verdict.REJECTED
     assert first.reason.startswith("Developer crashed twice in this round")
+
+
+def test_a_timeout_storm_pauses_the_loop(project: Path, fake_claude: FakeClaude) -> None:
+    hang = {"hang": True}
+    fake_claude.write_script({"developer": [hang, hang, hang]})
+    _, outcome = run_engine(project, agent_timeout_seconds=1.0)
+    rec = record(project, "m1")
+    assert outcome.paused == ("m1",) and rec.rounds == 3
+    assert all("timed out" in it.reason for it in rec.iterations)
+    assert "3 consecutive rejections; last: Developer timed out" in (rec.pause_reason or "")
+    assert fake_claude.prompts("acceptor") == []
