@@ -42,6 +42,8 @@ def test_whole_milestone_completes_on_its_branch_and_merges(project: Path,
     assert run_git(project, "rev-parse", "--abbrev-ref", "HEAD") == "main"
     assert (project / "features" / "F2.txt").exists()
     assert state(project) == {**state(project), "status": "sleeping", "current_milestone": None}
+    # Both agents work in the managed project's root.
+    assert {e["cwd"] for e in fake_claude.entries()} == {str(project.resolve())}
     # One persistent process per role for the whole milestone.
     assert len({e["pid"] for e in fake_claude.entries("developer")}) == 1
     assert len({e["pid"] for e in fake_claude.entries("acceptor")}) == 1
