@@ -182,7 +182,7 @@ class Engine:
         """A started agent, on record in `.anima/agents.json` until it is stopped (so the
         next run stops it if this one is killed)."""
         agent = AgentProcess(role, self.claude(), profile_for(role, self.config), self.root,
-                             RedactingBus(self.bus),  # type: ignore[arg-type]
+                             RedactingBus(self.bus),
                              session_id=session_id, resume=resume,
                              turn_timeout=self.config.agent_timeout_seconds,
                              idle_timeout=self.config.agent_idle_timeout_seconds)

@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,12 @@ class Event:
 
 
 Subscriber = Callable[[Event], None]
+
+
+class Publisher(Protocol):
+    """Where an event source publishes: the bus, or a filter in front of it."""
+
+    def publish(self, event: Event) -> None: ...
 
 
 class EventBus:

@@ -66,9 +66,6 @@ class RedactingBus:
             event = dataclasses.replace(event, text=line(event.text))
         self._bus.publish(redact_event(event))
 
-    def subscribe(self, fn: Any) -> Any:
-        return self._bus.subscribe(fn)
-
 
 class Journal:
     """Appends a milestone's log lines and transcript events as they are published."""

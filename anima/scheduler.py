@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -33,7 +34,7 @@ from anima.events import (
     TurnResult,
     VerdictReached,
 )
-from anima.git_ops import GitRepo
+from anima.git_ops import GitRepo, TreeSnapshot
 from anima.prompts import DeveloperContext, PromptBuilder, render
 from anima.recovery import recover_milestone
 from anima.reports import (
@@ -193,7 +194,7 @@ class MilestoneRun:
         self._carry_cost = 0.0
         self._idle = threading.Event()  # set while no agent turn is in flight
         self._idle.set()
-        self._pending_summaries: list[tuple[int, object]] = []
+        self._pending_summaries: list[tuple[int, Future[SummaryResult]]] = []
         self._unsubscribe = bus.subscribe(self._on_event)
 
     # ------------------------------------------------------------------ the loop
@@ -422,8 +423,8 @@ class MilestoneRun:
                          "REJECTED, even when asked to restate it")
         return verdict
 
-    def _undo_acceptor_changes(self, snapshot: object) -> None:
-        undone = self.repo.restore(snapshot)  # type: ignore[arg-type]
+    def _undo_acceptor_changes(self, snapshot: TreeSnapshot) -> None:
+        undone = self.repo.restore(snapshot)
         if undone and self._round is not None:
             note = "the Acceptor changed the repository; undone: " + "; ".join(undone)
             self._round.notes.append(note)
@@ -484,12 +485,11 @@ class MilestoneRun:
         """Fold finished background summaries into the record (they never block a round)."""
         pending, changed = [], False
         for index, future in self._pending_summaries:
-            if not future.done() and not wait:  # type: ignore[attr-defined]
+            if not future.done() and not wait:
                 pending.append((index, future))
                 continue
             try:
-                result: SummaryResult = future.result(timeout=self.config.summarizer  # type: ignore[attr-defined]
-                                                      .timeout_seconds + 5)
+                result = future.result(timeout=self.config.summarizer.timeout_seconds + 5)
             except Exception:
                 log.exception("summary failed")
                 continue

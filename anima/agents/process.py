@@ -40,7 +40,7 @@ from anima.agents.protocol import (
     user_message,
 )
 from anima.errors import AgentCrashed, AgentError, SessionLost, TurnTimeout
-from anima.events import AgentExited, EventBus, RawOutput, TurnResult
+from anima.events import AgentExited, Publisher, RawOutput, TurnResult
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class AgentProcess:
         binary: ClaudeBinary,
         profile: RoleProfile,
         cwd: Path,
-        bus: EventBus,
+        bus: Publisher,
         *,
         session_id: str,
         resume: bool = False,
