@@ -308,7 +308,8 @@ class MilestoneRun:
         try:
             text = self._turn(DEVELOPER, self.prompts.developer(rec, ctx))
         except (TurnTimeout, AgentCrashed) as e:
-            return self._reject(f"Developer {self._failure(e)}")
+            self._reject(f"Developer {self._failure(e)}")
+            return None
         if note is not None:
             note.delivered = True
         self._recovery_log = None
@@ -317,12 +318,14 @@ class MilestoneRun:
             try:
                 text = self._turn(DEVELOPER, render("developer_restate", round=rnd.round))
             except (TurnTimeout, AgentCrashed) as e:
-                return self._reject(f"Developer {self._failure(e)}")
+                self._reject(f"Developer {self._failure(e)}")
+                return None
             report = parse_developer_report(text)
         if report is None:
-            return self._reject("unreadable report: the Developer's reply did not contain an "
-                                "Implementation Report or ALL_FEATURES_COMPLETE, even when asked "
-                                "to restate it")
+            self._reject("unreadable report: the Developer's reply did not contain an "
+                         "Implementation Report or ALL_FEATURES_COMPLETE, even when asked "
+                         "to restate it")
+            return None
         rnd.report = report.text
         if report.kind is ReportKind.ALL_COMPLETE:
             return report
@@ -363,7 +366,8 @@ class MilestoneRun:
                 commit, branch=rec.branch_name or "", base_commit=rec.base_commit or "",
                 main=rec.main_branch or "", main_head=rec.main_head or "")
         if problems:
-            return self._reject("git check failed: " + "; ".join(problems))
+            self._reject("git check failed: " + "; ".join(problems))
+            return None
         assert commit is not None
         rnd.commit = commit
         rnd.changed_files = self.repo.changed_files_between(rnd.previous_head, commit)
@@ -433,7 +437,6 @@ class MilestoneRun:
     # ------------------------------------------------------------------ verdicts
     def _reject(self, reason: str) -> None:
         self._finish(ReviewVerdict(accepted=False, reason=reason))
-        return None
 
     def _finish(self, verdict: ReviewVerdict) -> None:
         """Record the round with its verdict and counters, in one atomic write."""

@@ -26,6 +26,7 @@ import time
 import tty
 import uuid
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from anima.agents.discovery import ClaudeBinary
@@ -49,7 +50,7 @@ _STDERR_TAIL_LINES = 40
 _POLL_SECONDS = 0.05
 
 
-def _load_prctl() -> ctypes._CFuncPtr | None:
+def _load_prctl() -> Callable[..., int] | None:
     """libc's prctl, loaded in the parent: the child between fork and exec may only call it."""
     name = ctypes.util.find_library("c")
     try:
