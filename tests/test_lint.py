@@ -30,3 +30,9 @@ def test_the_engine_never_imports_qt_widgets_or_the_ui() -> None:
             if "QtWidgets" in code or "QtGui" in code or code.startswith(("from ui", "import ui")):
                 offenders.append(f"{rel}: {code}")
     assert offenders == []
+
+
+def test_the_engine_type_checks() -> None:
+    result = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary"],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
