@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from anima import actions
+from anima.agents.protocol import describe_tool
 from anima.engine import Engine, ensure_gitignore, open_config
 from anima.errors import (
     AgentNotFound,
@@ -101,9 +102,7 @@ class HeadlessPrinter:
         if isinstance(event, AssistantText):
             return event.role, event.text
         if isinstance(event, ToolUse):
-            arg = next((str(v) for k, v in event.input.items()
-                        if k in ("command", "file_path", "path", "pattern")), "")
-            return event.role, f"▸ {event.tool}: {arg[:200]}"
+            return event.role, f"▸ {describe_tool(event.tool, event.input)}"
         if isinstance(event, ToolResult):
             return (event.role, f"  ✗ {event.content[:200]}") if event.is_error else ("", None)
         if isinstance(event, TurnResult):

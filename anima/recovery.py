@@ -282,15 +282,9 @@ def _in_project(pid: int, root: Path) -> bool:
 
 def _git_processes(root: Path) -> list[int]:
     """Live `git` processes working in this repository (cwd inside it)."""
-    here = os.path.realpath(root)
-    found = []
-    for pid in _pids():
-        argv = _cmdline(pid)
-        if argv and os.path.basename(argv[0]) == "git" and _alive(pid):
-            cwd = _cwd(pid) or ""
-            if cwd == here or cwd.startswith(here + os.sep):
-                found.append(pid)
-    return found
+    return [pid for pid in _pids()
+            if (argv := _cmdline(pid)) and os.path.basename(argv[0]) == "git" and _alive(pid)
+            and _in_project(pid, root)]
 
 
 def wait_for_git(root: Path, timeout: float = _GIT_WAIT) -> list[int]:

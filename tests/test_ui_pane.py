@@ -15,7 +15,8 @@ from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QApplication
 
 from anima import events as ev
-from ui.agent_pane import AgentPane, describe_tool, render_markdown
+from anima.agents.protocol import describe_tool
+from ui.agent_pane import AgentPane, render_markdown
 from ui.bridge import EngineBridge
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),

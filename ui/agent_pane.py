@@ -12,7 +12,6 @@ import re
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import (
@@ -38,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from anima import events as ev
+from anima.agents.protocol import describe_tool, shorten
 
 FLUSH_INTERVAL_MS = 16
 DEFAULT_MAX_LINES = 20_000
@@ -75,22 +75,6 @@ _VERDICT = re.compile(r"^[\s#>*_`-]*(?:verdict\s*[:\-]?\s*)?(ACCEPTED|REJECTED)\
                       re.IGNORECASE)
 _SIGNAL_WORD = re.compile(r"^[\s#>*_`-]*(ALL_FEATURES_COMPLETE)\b")
 
-# Which input key best says what a tool call does, per tool.
-_KEY_ARGUMENT = {
-    "Bash": "command",
-    "Read": "file_path",
-    "Write": "file_path",
-    "Edit": "file_path",
-    "MultiEdit": "file_path",
-    "NotebookEdit": "notebook_path",
-    "Glob": "pattern",
-    "Grep": "pattern",
-    "WebFetch": "url",
-    "WebSearch": "query",
-    "Task": "description",
-    "Agent": "description",
-}
-
 Run = tuple[str, str]  # (format key, text without a newline)
 Line = tuple[Run, ...]  # tuples, not lists: the GC stops tracking them
 
@@ -99,32 +83,6 @@ def _clip(line: str, limit: int = MAX_LINE_CHARS) -> str:
     if len(line) <= limit:
         return line
     return f"{line[:limit]} … (+{len(line) - limit} chars)"
-
-
-def _shorten(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def describe_tool(tool: str, tool_input: dict[str, Any], root: Path | None = None) -> str:
-    """`Bash: git commit -m …` — the tool and the one argument that says what it does."""
-    key = _KEY_ARGUMENT.get(tool)
-    value: Any = tool_input.get(key) if key else None
-    if value is None and tool == "TodoWrite":
-        value = f"{len(tool_input.get('todos') or [])} todos"
-    if value is None:
-        value = next((v for v in tool_input.values() if isinstance(v, str) and v), "")
-    text = str(value).strip()
-    if root is not None and key in ("file_path", "notebook_path"):
-        prefix = str(root).rstrip("/") + "/"
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-    if tool == "Grep" and tool_input.get("path"):
-        text = f"{text}  in {tool_input['path']}"
-    first, _, rest = text.partition("\n")
-    if rest:
-        first += " …"
-    first = _shorten(first, 160)
-    return f"{tool}: {first}" if first else tool
 
 
 def summarize_result(content: str, max_lines: int) -> list[str]:
@@ -646,7 +604,7 @@ class AgentPane(QFrame):
         summary = " · ".join(parts)
         self._set_state(f"idle · last turn {summary}")
         if event.is_error:
-            detail = f" — {_shorten(event.text, 300)}" if event.text else ""
+            detail = f" — {shorten(event.text, 300)}" if event.text else ""
             return [(("error", f"✗ turn failed ({event.subtype}){detail}"),),
                     (("meta", summary),)]
         return [(("meta", f"✓ turn done · {summary}"),)]
