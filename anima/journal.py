@@ -22,9 +22,7 @@ from anima.events import (
     Event,
     EventBus,
     LogLine,
-    PhaseChanged,
     RawOutput,
-    VerdictReached,
 )
 from anima.paths import ProjectPaths
 from anima.redact import LineRedactor, redact, redact_data
@@ -114,8 +112,6 @@ class Journal:
                               **dataclasses.asdict(event)}
                     self._transcript.write(json.dumps(record, ensure_ascii=False) + "\n")
                     self._transcript.flush()
-        elif isinstance(event, VerdictReached | PhaseChanged):
-            pass  # already described by the scheduler's LogLine
 
     def write_log(self, milestone_id: str | None, text: str) -> None:
         line = f"[{datetime.now():%H:%M:%S}] {redact(text)}\n"
