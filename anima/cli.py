@@ -137,14 +137,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     store = Store(paths)
     state = store.load_state()
     # Status only reads: registration is left to a running Anima or `anima add`.
-    records, problems = [], []
-    for md in sorted(paths.milestones.glob("*.md")):
-        try:
-            if paths.milestone_record(md.stem).exists():
-                records.append(store.load_record(md.stem))
-        except AnimaError as e:
-            problems.append(str(e))
-    records.sort(key=lambda r: (r.created_at, r.id))
+    scan = store.scan(max_iterations=config.max_iterations_per_milestone,
+                      requires_human_review=config.requires_human_review, register=False)
+    records, problems = scan.records, [str(p) for p in scan.problems]
     if args.json:
         print(json.dumps({"state": state.model_dump(mode="json"),
                           "milestones": [r.model_dump(mode="json") for r in records]}, indent=2))
