@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from anima import actions
+from anima import actions, procfs
 from anima.agents.discovery import ClaudeBinary, find_claude
 from anima.agents.process import AgentProcess
 from anima.agents.profiles import profile_for
@@ -181,14 +181,16 @@ class Engine:
     def _make_agent(self, role: str, session_id: str, resume: bool) -> Agent:
         """A started agent, on record in `.anima/agents.json` until it is stopped (so the
         next run stops it if this one is killed)."""
+        run = self._run
+        milestone_id = run.record.id if run else None
         agent = AgentProcess(role, self.claude(), profile_for(role, self.config), self.root,
                              RedactingBus(self.bus),
                              session_id=session_id, resume=resume,
                              turn_timeout=self.config.agent_timeout_seconds,
-                             idle_timeout=self.config.agent_idle_timeout_seconds)
+                             idle_timeout=self.config.agent_idle_timeout_seconds,
+                             marker=procfs.agent_marker(self.root, milestone_id, role))
         agent.start()
-        run = self._run
-        return TrackedAgent(agent, self._registry, run.record.id if run else None)
+        return TrackedAgent(agent, self._registry, milestone_id)
 
     # ------------------------------------------------------------------ the loop
     def run(self, *, watch: bool = False, start_all: bool = False) -> RunOutcome:
@@ -339,9 +341,17 @@ class Engine:
         finally:
             self._run = None
             self._requested.discard(record.id)
+            self._stop_leftovers(record.id)
             self.journal.close()
             if counter is not None:
                 counter.close()
+
+    def _stop_leftovers(self, milestone_id: str) -> None:
+        """Nothing the agents started outlives the milestone's run (each agent's stop took its
+        own; this catches what an agent that could not be stopped cleanly left)."""
+        if left := procfs.stop_marked(procfs.marker_prefix(self.root, milestone_id)):
+            self._log(milestone_id, f"stopped {len(left)} process(es) the agents had left "
+                                    f"running (pids {', '.join(map(str, left))})")
 
     def _outcome(self, scan: Scan) -> RunOutcome:
         return RunOutcome(

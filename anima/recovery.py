@@ -6,7 +6,8 @@ dead Anima leaves *outside* its records:
 
 - its `claude` agents, which run in their own sessions and so outlive it: every agent is on
   record in `.anima/agents.json` while it lives (pid, start time, session), and a new Anima
-  stops the leftovers before touching anything (`reap_leftover_agents`);
+  stops the leftovers, and everything they started (`anima.procfs` markers), before touching
+  anything (`reap_leftover_agents`);
 - a stale `.git/index.lock`, temp files of interrupted atomic writes, a torn last line in a
   log or transcript (`recover_project`);
 - an interrupted milestone: the wrong branch checked out, a dirty tree the Developer left
@@ -21,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from anima import procfs
 from anima.atomic import write_text_atomic
 from anima.errors import AgentCrashed, TurnTimeout
 from anima.git_ops import GitRepo
@@ -41,60 +42,9 @@ from anima.store import MilestoneRecord, MilestoneStatus, State, StateStatus, St
 _STALE_TEMP_SECONDS = 5.0
 # A git command of the dead Anima may still be finishing: give it this long.
 _GIT_WAIT = 10.0
-# Grace between SIGTERM and SIGKILL for a leftover agent's process group.
-_REAP_GRACE = 2.0
 
 
-# --------------------------------------------------------------------------- /proc helpers
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (index 0 is the state)."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    return raw[raw.rfind(b")") + 2:].decode(errors="replace").split()
-
-
-def process_start_time(pid: int) -> int | None:
-    """Start time of `pid` in clock ticks since boot: (pid, start time) names one process for
-    good, where a pid alone may have been reused since it was recorded."""
-    fields = _proc_stat(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else None
-
-
-def _alive(pid: int) -> bool:
-    fields = _proc_stat(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
-
-
-def _pgid(pid: int) -> int | None:
-    fields = _proc_stat(pid)
-    return int(fields[2]) if fields and len(fields) > 2 else None
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
-def _cwd(pid: int) -> str | None:
-    try:
-        return os.path.realpath(os.readlink(f"/proc/{pid}/cwd"))
-    except OSError:
-        return None
-
-
-def _pids() -> list[int]:
-    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
-
-
-def _group_members(pgid: int) -> list[int]:
-    return [p for p in _pids() if _pgid(p) == pgid and _alive(p)]
+# --------------------------------------------------------------------------- agents
 
 
 def is_our_agent(pid: int, root: Path, session_id: str) -> bool:
@@ -103,38 +53,12 @@ def is_our_agent(pid: int, root: Path, session_id: str) -> bool:
     All three must hold, so a human's own `claude --resume <id>` in a terminal (no `-p`, no
     stream-json) or an unrelated process that reused the pid is never touched.
     """
-    argv = _cmdline(pid)
+    argv = procfs.cmdline(pid)
     if pid == os.getpid() or session_id not in argv or "-p" not in argv:
         return False
     if "stream-json" not in argv:
         return False
-    return _cwd(pid) == os.path.realpath(root)
-
-
-def stop_process_group(pid: int, grace: float = _REAP_GRACE) -> None:
-    """SIGTERM the agent's whole group (its tools too), then SIGKILL what is left."""
-    pgid = _pgid(pid)
-    group = pgid if pgid == pid else None  # agents lead their own group (start_new_session)
-
-    def signal_all(sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if group is not None:
-                os.killpg(group, sig)
-            else:
-                os.kill(pid, sig)
-
-    def remaining() -> bool:
-        return bool(_group_members(group)) if group is not None else _alive(pid)
-
-    signal_all(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while remaining() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if remaining():
-        signal_all(signal.SIGKILL)
-        deadline = time.monotonic() + grace
-        while remaining() and time.monotonic() < deadline:
-            time.sleep(0.02)
+    return procfs.cwd(pid) == os.path.realpath(root)
 
 
 # --------------------------------------------------------------------------- the registry
@@ -171,7 +95,7 @@ class AgentRegistry:
             return []
 
     def add(self, role: str, pid: int, session_id: str, milestone: str | None) -> None:
-        start = process_start_time(pid)
+        start = procfs.start_time(pid)
         if start is None:
             return  # already gone
         with self._lock:
@@ -240,41 +164,30 @@ def reap_leftover_agents(paths: ProjectPaths, registry: AgentRegistry,
     """
     found: dict[int, tuple[str, str]] = {}
     for e in registry.entries():
-        if process_start_time(e.pid) == e.start_time and is_our_agent(e.pid, paths.root,
+        if procfs.start_time(e.pid) == e.start_time and is_our_agent(e.pid, paths.root,
                                                                       e.session_id):
             found[e.pid] = (e.role, e.session_id)
     if session_ids:
-        for pid in _pids():
+        for pid in procfs.pids():
             if pid in found:
                 continue
-            argv = _cmdline(pid)
+            argv = procfs.cmdline(pid)
             hit = next((s for s in session_ids if s in argv), None)
             if hit is not None and is_our_agent(pid, paths.root, hit):
                 found[pid] = ("agent", hit)
     done = []
     for pid, (role, session_id) in sorted(found.items()):
-        stop_process_group(pid)
+        procfs.stop_group(pid)
         done.append(f"stopped a leftover {role} agent of a previous run (pid {pid}, "
                     f"session {session_id[:8]})")
-    for e in registry.entries():
-        if e.pid in found:
-            continue
-        # The agent died with Anima (PR_SET_PDEATHSIG), but its tools (a long test run, a
-        # build) live on in its process group: stop those working in this project.
-        tools = [p for p in _group_members(e.pid) if _in_project(p, paths.root)]
-        for pid in tools:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        if tools:
-            done.append(f"stopped {len(tools)} leftover tool process(es) of the {e.role} "
-                        f"agent of a previous run (pids {', '.join(map(str, tools))})")
+    # The agents died with Anima (PR_SET_PDEATHSIG) or just now, but what they started (a
+    # test run, a build, a server sent to the background in a session of its own) lives on:
+    # it carries the project's marker.
+    if tools := procfs.stop_marked(procfs.marker_prefix(paths.root)):
+        done.append(f"stopped {len(tools)} leftover tool process(es) of the agents of a "
+                    f"previous run (pids {', '.join(map(str, tools))})")
     registry.clear()
     return done
-
-
-def _in_project(pid: int, root: Path) -> bool:
-    here, cwd = os.path.realpath(root), _cwd(pid) or ""
-    return cwd == here or cwd.startswith(here + os.sep)
 
 
 # --------------------------------------------------------------------------- the project
@@ -282,9 +195,9 @@ def _in_project(pid: int, root: Path) -> bool:
 
 def _git_processes(root: Path) -> list[int]:
     """Live `git` processes working in this repository (cwd inside it)."""
-    return [pid for pid in _pids()
-            if (argv := _cmdline(pid)) and os.path.basename(argv[0]) == "git" and _alive(pid)
-            and _in_project(pid, root)]
+    return [pid for pid in procfs.pids()
+            if (argv := procfs.cmdline(pid)) and os.path.basename(argv[0]) == "git"
+            and procfs.alive(pid) and procfs.in_tree(pid, root)]
 
 
 def wait_for_git(root: Path, timeout: float = _GIT_WAIT) -> list[int]:

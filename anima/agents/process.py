@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from anima import procfs
 from anima.agents.discovery import ClaudeBinary
 from anima.agents.profiles import RoleProfile
 from anima.agents.protocol import (
@@ -80,29 +81,13 @@ def _open_raw_pty() -> tuple[int, int]:
     return master, slave
 
 
-def _live_group_members(pgid: int) -> list[int]:
-    """Pids in process group `pgid` that are not zombies (Linux /proc)."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                raw = f.read()
-        except OSError:
-            continue
-        fields = raw[raw.rfind(b")") + 2:].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            members.append(int(entry))
-    return members
-
-
 class AgentProcess:
     """Owns one `claude` child: its lifecycle is published on the bus, failures raise AgentError.
 
     `env` holds variables laid over Anima's own environment (the child inherits Anima's, so
     ANTHROPIC_BASE_URL, keys and proxies reach it); `CLAUDECODE` is always removed, else the CLI
-    refuses to start inside another Claude Code session.
+    refuses to start inside another Claude Code session. `marker` (see `anima.procfs`) tags
+    the child and everything it starts, so stopping the agent stops all of that too.
     """
 
     def __init__(
@@ -118,6 +103,7 @@ class AgentProcess:
         turn_timeout: float,
         idle_timeout: float,
         env: dict[str, str] | None = None,
+        marker: str | None = None,
         interrupt_grace: float = 3.0,
     ) -> None:
         self.role = role
@@ -131,6 +117,7 @@ class AgentProcess:
         self._session_id = session_id
         self._resume = resume
         self._env_overrides = dict(env or {})
+        self._marker = marker
 
         self._proc: subprocess.Popen[bytes] | None = None
         self._pgid: int | None = None
@@ -188,6 +175,8 @@ class AgentProcess:
     def child_env(self) -> dict[str, str]:
         env = {**os.environ, **self._env_overrides}
         env.pop("CLAUDECODE", None)
+        if self._marker is not None:
+            env[procfs.AGENT_VAR] = self._marker
         return env
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -298,18 +287,21 @@ class AgentProcess:
             return False
         except PermissionError:
             return True
-        return bool(_live_group_members(self._pgid))
+        return bool(procfs.group_members(self._pgid))
 
     def _kill_stragglers(self) -> None:
-        """Tools the agent left running in its group (a dev server…) go with it."""
-        if not self._group_alive():
-            return
-        self._signal_group(signal.SIGTERM)
-        deadline = time.monotonic() + 1.0
-        while self._group_alive() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        """Tools the agent left running go with it: those in its group, and (the CLI runs
+        each Bash call in a session of its own) every process that carries its marker."""
         if self._group_alive():
-            self._signal_group(signal.SIGKILL)
+            self._signal_group(signal.SIGTERM)
+            deadline = time.monotonic() + 1.0
+            while self._group_alive() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if self._group_alive():
+                self._signal_group(signal.SIGKILL)
+        if self._marker is not None and (left := procfs.stop_marked(self._marker, grace=1.0)):
+            log.info("%s agent: stopped %d process(es) it left running (pids %s)", self.role,
+                     len(left), ", ".join(map(str, left)))
 
     def _close_reader(self) -> None:
         if self._wake_w is not None:

@@ -23,11 +23,12 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 VERSION = "9.9.9 (Fake Claude)"
 TOOLS = ["Task", "Bash", "Edit", "Glob", "Grep", "Read", "Write"]
@@ -189,6 +190,11 @@ class Input:
                 raise Interrupted(request_id)
 
 
+def _read_all(fh: IO[bytes]) -> str:
+    fh.seek(0)
+    return fh.read().decode(errors="replace")
+
+
 def prompt_text(msg: dict[str, Any]) -> str:
     content = (msg.get("message") or {}).get("content", "")
     if isinstance(content, str):
@@ -230,13 +236,19 @@ class Turn:
             "parent_tool_use_id": None, "session_id": self.session, "uuid": str(uuid.uuid4())})
         self.num_turns += 1
 
-    def bash(self, command: str) -> str:
-        proc = subprocess.run(command, shell=True, cwd=self.cwd, capture_output=True, text=True)
-        output = (proc.stdout + proc.stderr).strip()
+    def bash(self, command: str, own_session: bool = False) -> str:
+        """Run `command` in a shell; the call returns when the shell exits, even if something
+        it sent to the background still holds its output (as the real Bash tool does).
+        `own_session`: start the shell in a session of its own, as the real CLI does."""
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            proc = subprocess.run(command, shell=True, cwd=self.cwd, stdout=out, stderr=err,
+                                  stdin=subprocess.DEVNULL, start_new_session=own_session)
+            stdout, stderr = (_read_all(f) for f in (out, err))
+        output = (stdout + stderr).strip()
         self.tool("Bash", {"command": command, "description": "run a command"},
                   output if proc.returncode == 0 else f"Exit code {proc.returncode}\n{output}",
                   proc.returncode != 0)
-        return proc.stdout.strip()
+        return stdout.strip()
 
     def write_file(self, path: str, content: str) -> None:
         target = Path(self.cwd, path)
@@ -285,7 +297,8 @@ class Turn:
 
 
 def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Input) -> None:
-    """Turn keys: noise, crash, delay, hang, ignore_interrupt, ignore_sigterm, shell, edit_file,
+    """Turn keys: noise, crash, delay, hang, ignore_interrupt, ignore_sigterm, shell (with
+    own_session: each command in a session of its own, like the real CLI's Bash), edit_file,
     auto, huge_line_bytes, text, is_error, subtype, cost_usd, usage, stderr."""
     started = time.monotonic()
     if spec.get("ignore_sigterm"):  # a wedged agent: only SIGKILL ends it
@@ -326,7 +339,7 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
         emit(out)
         return
     for command in spec.get("shell", []):
-        turn.bash(command)
+        turn.bash(command, own_session=bool(spec.get("own_session")))
     if spec.get("edit_file"):
         edit = spec["edit_file"]
         turn.write_file(edit["path"], edit.get("content", ""))

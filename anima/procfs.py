@@ -1,0 +1,195 @@
+"""Other processes, seen through Linux `/proc`, and how Anima stops the ones its agents made.
+
+Why a marker: the `claude` CLI starts each Bash call in its own session, so whatever an agent
+leaves running in the background (`cmd &`, `(cmd &)`, `nohup`, `setsid`, a dev server) is
+outside the agent's process group and survives a group kill. Every agent is started with
+`ANIMA_AGENT=<project>:<milestone>:<role>` in its environment; its descendants inherit it
+whatever session or group they move to, and `/proc/<pid>/environ` shows it (a process's
+environment as it was exec'd, readable for our own user's processes). Stopping an agent, a
+milestone or what a dead run left behind means stopping every live process whose marker
+starts with the right prefix. (A tool that deliberately clears its environment escapes.)
+
+Everything here degrades to "nothing found" where `/proc` is missing (not Linux).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import time
+from pathlib import Path
+
+#: The environment variable that marks an agent's whole process tree.
+AGENT_VAR = "ANIMA_AGENT"
+# Between SIGTERM and SIGKILL, and the limit to wait for SIGKILLed processes to go.
+_GRACE = 2.0
+_POLL = 0.02
+
+
+# --------------------------------------------------------------------------- reading /proc
+
+
+def pids() -> list[int]:
+    try:
+        return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (index 0 is the state)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return raw[raw.rfind(b")") + 2:].decode(errors="replace").split()
+
+
+def alive(pid: int) -> bool:
+    """Running (or stopped), not a zombie waiting for its parent."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def parent(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[1]) if fields and len(fields) > 1 else None
+
+
+def pgid(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[2]) if fields and len(fields) > 2 else None
+
+
+def start_time(pid: int) -> int | None:
+    """Start time of `pid` in clock ticks since boot: (pid, start time) names one process for
+    good, where a pid alone may have been reused since it was recorded."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def cwd(pid: int) -> str | None:
+    try:
+        return os.path.realpath(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return None
+
+
+def in_tree(pid: int, root: Path) -> bool:
+    """Whether `pid` works in `root` or below it."""
+    here, where = os.path.realpath(root), cwd(pid) or ""
+    return where == here or where.startswith(here + os.sep)
+
+
+def environ_value(pid: int, name: str) -> str | None:
+    """`name` in the environment `pid` was started with; None if unset or unreadable."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    key = name.encode() + b"="
+    for item in raw.split(b"\0"):
+        if item.startswith(key):
+            return item[len(key):].decode(errors="replace")
+    return None
+
+
+def group_members(group: int) -> list[int]:
+    """Live pids in process group `group`."""
+    return [p for p in pids() if pgid(p) == group and alive(p)]
+
+
+def _ancestry() -> set[int]:
+    """This process and its ancestors: never signalled, whatever marker they inherited (an
+    Anima started from an agent's shell carries that agent's marker)."""
+    found, pid = set(), os.getpid()
+    while pid > 0 and pid not in found:
+        found.add(pid)
+        pid = parent(pid) or 0
+    return found
+
+
+# --------------------------------------------------------------------------- markers
+
+
+def project_tag(root: Path) -> str:
+    """A short stable name for a project folder (its resolved path, hashed)."""
+    return hashlib.sha256(os.path.realpath(root).encode()).hexdigest()[:12]
+
+
+def marker_prefix(root: Path, milestone: str | None = None) -> str:
+    """What every marker of the project (or of one of its milestones) starts with; ids
+    never hold a colon, so `m1` does not match `m10`."""
+    tag = project_tag(root)
+    return f"{tag}:" if milestone is None else f"{tag}:{milestone}:"
+
+
+def agent_marker(root: Path, milestone: str | None, role: str) -> str:
+    """The value of ANIMA_AGENT for one agent of one milestone of one project."""
+    return f"{marker_prefix(root, milestone or '-')}{role}"
+
+
+def marked(prefix: str) -> list[int]:
+    """Live processes (not this one, nor its ancestors) whose marker starts with `prefix`."""
+    spared = _ancestry()
+    return [pid for pid in pids() if pid not in spared
+            and (value := environ_value(pid, AGENT_VAR)) is not None
+            and value.startswith(prefix) and alive(pid)]
+
+
+# --------------------------------------------------------------------------- stopping
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def stop_marked(prefix: str, grace: float = _GRACE) -> list[int]:
+    """Stop every process marked with `prefix`: SIGTERM, up to `grace` seconds to exit, then
+    SIGKILL. Rescans while it waits, so children forked meanwhile go too. Returns the pids
+    it signalled (empty, and at once, when there were none)."""
+    signalled: set[int] = set()
+    deadline = time.monotonic() + grace
+    while (left := marked(prefix)) and time.monotonic() < deadline + _GRACE:
+        kill = time.monotonic() >= deadline
+        for pid in left:
+            if kill or pid not in signalled:
+                _signal(pid, signal.SIGKILL if kill else signal.SIGTERM)
+        signalled.update(left)
+        time.sleep(_POLL)
+    return sorted(signalled)
+
+
+def stop_group(leader: int, grace: float = _GRACE) -> None:
+    """SIGTERM the whole process group `leader` leads, then SIGKILL what is left. A process
+    that does not lead its group is signalled alone."""
+    group = leader if pgid(leader) == leader else None
+
+    def signal_all(sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if group is not None:
+                os.killpg(group, sig)
+            else:
+                os.kill(leader, sig)
+
+    def remaining() -> bool:
+        return bool(group_members(group)) if group is not None else alive(leader)
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        signal_all(sig)
+        deadline = time.monotonic() + grace
+        while remaining() and time.monotonic() < deadline:
+            time.sleep(_POLL)
+        if not remaining():
+            return

@@ -1,0 +1,89 @@
+"""Nothing the agents start outlives them: what a Developer sends to the background in a
+session of its own (`setsid`, `nohup`, `(cmd &)`, as the real CLI runs every Bash call) is
+stopped when the agent stops, when the milestone ends and when a killed run is restarted."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from anima import procfs
+from anima.agents.process import AgentProcess
+from anima.agents.profiles import DEVELOPER, profile_for
+from anima.config import Config
+from anima.events import EventBus
+from anima.store import MilestoneStatus
+from tests.conftest import FakeClaude
+from tests.helpers import make_project, milestone_md, record
+from tests.test_recovery import (
+    Runner,
+    alive,
+    our_processes_fixture,  # noqa: F401 - the fixture `our_processes`
+    run_to_end,
+    wait_until,
+)
+
+#: A Developer turn that leaves three sleepers behind, each escaping its shell differently.
+ESCAPES = ["setsid sleep 600 &", "nohup sleep 601 &", "(sleep 602 &)"]
+SPAWN = {"own_session": True, "shell": ESCAPES, "auto": True}
+
+
+def sleepers(our_processes: Callable[[], list[int]]) -> list[int]:
+    """This test's fake's processes that run `sleep 60x`."""
+    return [p for p in our_processes()
+            if (argv := procfs.cmdline(p)) and argv[0].endswith("sleep") and argv[1:2] in
+            (["600"], ["601"], ["602"])]
+
+
+def test_stopping_an_agent_stops_what_it_started_in_other_sessions(
+        fake_claude: FakeClaude, git_repo: Path,
+        our_processes: Callable[[], list[int]]) -> None:
+    fake_claude.write_script({"developer": [{**SPAWN, "auto": False, "text": "started"}]})
+    agent = AgentProcess(DEVELOPER, fake_claude.binary, profile_for(DEVELOPER, Config()),
+                         git_repo, EventBus(), session_id=str(uuid.uuid4()), turn_timeout=20,
+                         idle_timeout=20, env=fake_claude.env,
+                         marker=procfs.agent_marker(git_repo, "m1", DEVELOPER))
+    agent.start()
+    try:
+        assert agent.send("start three servers").text == "started"
+        left = wait_until(lambda: len(sleepers(our_processes)) == 3 and sleepers(our_processes),
+                          what="three sleepers")
+        # None of them is in the agent's process group: a group kill would miss them all.
+        assert all(procfs.pgid(p) != agent.pid for p in left)
+    finally:
+        agent.stop(grace=2.0)
+    wait_until(lambda: not any(alive(p) for p in left), timeout=5, what="the sleepers gone")
+
+
+def test_nothing_the_developer_started_outlives_the_milestone(
+        git_repo: Path, fake_claude: FakeClaude,
+        our_processes: Callable[[], list[int]]) -> None:
+    make_project(git_repo, {"m1": milestone_md("Solo", ["Greet command"])})
+    fake_claude.write_script({"developer": [SPAWN]})
+    runner = run_to_end(git_repo, fake_claude)
+    assert runner.proc.returncode == 0, runner.stdout[-2000:] + runner.stderr
+    assert record(git_repo, "m1").status is MilestoneStatus.COMPLETED
+    assert sleepers(our_processes) == []
+
+
+def test_a_restart_after_a_kill_stops_what_the_dead_runs_agents_left(
+        git_repo: Path, fake_claude: FakeClaude,
+        our_processes: Callable[[], list[int]]) -> None:
+    make_project(git_repo, {"m1": milestone_md("Pair", ["Greet command", "Version flag"])})
+    fake_claude.write_script({"developer": [SPAWN, {"hang": True}]})
+    runner = Runner(git_repo, fake_claude)
+    wait_until(lambda: len(fake_claude.entries("developer")) >= 2, what="round 2 started")
+    agents = {e["pid"] for e in fake_claude.entries()}
+    runner.signal(signal.SIGKILL)
+    runner.wait(10)
+    wait_until(lambda: not any(alive(p) for p in agents), timeout=5, what="the agents gone")
+    left = sleepers(our_processes)
+    assert len(left) == 3  # the agents died with Anima; what they started did not
+
+    again = run_to_end(git_repo, fake_claude)
+    assert again.proc.returncode == 0, again.stdout[-2000:] + again.stderr
+    assert not any(alive(p) for p in left)
+    assert "stopped 3 leftover tool process(es) of the agents of a previous run" in again.stdout
+    assert record(git_repo, "m1").status is MilestoneStatus.COMPLETED
