@@ -120,19 +120,33 @@ def parse_developer_report(text: str) -> DeveloperReport | None:
     )
 
 
+def match_verdict(line: str) -> tuple[bool, str] | None:
+    """`(accepted, rest of the line)` if `line` is a verdict line, else None.
+
+    The one matcher for verdict lines: the scheduler reads verdicts with it and the agent
+    pane highlights them with it, so both always agree on what counts as a verdict.
+    """
+    m = _VERDICT.match(line.strip().lstrip("*_>#` ").replace("**", ""))
+    if not m:
+        return None
+    return m.group(1).upper() == "ACCEPTED", (m.group(2) or "").strip()
+
+
 def parse_verdict(text: str) -> ReviewVerdict | None:
-    """The last line that starts with ACCEPTED or REJECTED decides; chatter around it is fine."""
+    """The last line that starts with ACCEPTED or REJECTED decides; chatter around it is fine.
+
+    A rejection's reason is the rest of its line and every line after it (Acceptors write
+    "REJECTED: two problems" followed by bullets): the Developer needs all of it.
+    """
     found: ReviewVerdict | None = None
     lines = _strip_fences(text)
     for i, raw in enumerate(lines):
-        m = _VERDICT.match(raw.strip().lstrip("*_>#` ").replace("**", ""))
-        if not m:
+        if (m := match_verdict(raw)) is None:
             continue
-        if m.group(1).upper() == "ACCEPTED":
+        accepted, first = m
+        if accepted:
             found = ReviewVerdict(accepted=True)
             continue
-        reason = (m.group(2) or "").strip()
-        if not reason:  # "REJECTED:" with the reasons on the lines below
-            reason = "\n".join(x for x in lines[i + 1:] if x.strip()).strip()
+        reason = "\n".join([first, *(x.rstrip() for x in lines[i + 1:])]).strip()
         found = ReviewVerdict(accepted=False, reason=reason or "(no reason given)")
     return found

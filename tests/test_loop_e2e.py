@@ -68,6 +68,24 @@ def test_rejection_reason_reaches_the_developer(project: Path, fake_claude: Fake
     assert "Fix the problems" in fix_prompt
 
 
+def test_a_rejection_reason_with_bullets_is_kept_whole(project: Path,
+                                                     fake_claude: FakeClaude) -> None:
+    reason = "two problems\n- no test covers the greeting\n- the README is not updated"
+    final = "criterion 2 unmet:\n- --version prints nothing\n- exit code is 1"
+    fake_claude.write_script({"acceptor": [{"text": f"REJECTED: {reason}"}, {"auto": True},
+                                           {"auto": True}, {"text": f"REJECTED: {final}"}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert rec.iterations[0].reason == reason
+    assert next(i.reason for i in rec.iterations if i.kind is RoundKind.FINAL) == final
+    prompts = fake_claude.prompts("developer")
+    assert reason in prompts[1]
+    assert final in prompts[-1]
+    log = (project / ".anima" / "logs" / "m1.log").read_text()
+    assert "the README is not updated" in log and "exit code is 1" in log
+
+
 def test_three_rejections_in_a_row_pause_and_an_accept_resets(project: Path,
                                                               fake_claude: FakeClaude) -> None:
     no = {"text": "REJECTED: still wrong"}

@@ -201,6 +201,24 @@ def test_verdicts_are_green_and_red(qtbot, deliver, bridge) -> None:
     assert line_color(acceptor, "✔ Round 3") == "#1a7f37"
 
 
+def test_a_rejection_with_bullets_is_shown_whole(qtbot, deliver, bridge) -> None:
+    developer = AgentPane("developer")
+    qtbot.addWidget(developer)
+    developer.show()
+    bridge.agent_events_received.connect(developer.feed_many)
+    bridge.verdict_reached.connect(developer.feed)
+    reason = "two problems\n- AC 3: no --version\n- AC 5: lint fails"
+    deliver([ev.AssistantText("acceptor", f"**REJECTED** — {reason}"),
+             ev.VerdictReached("m1", 2, "feature", False, reason)])
+    text = shown(qtbot, developer)
+    assert "✘ Round 2 REJECTED: two problems" in text
+    assert "- AC 3: no --version" in text and "- AC 5: lint fails" in text
+    assert line_color(developer, "AC 5: lint fails") == "#c5221f"
+    # The pane highlights exactly what the engine reads as a verdict.
+    assert [r[0][0] for r in render_markdown("**REJECTED** — x\nVerdict: accepted")] == \
+        ["rejected", "accepted"]
+
+
 # --- batching, cap, scrolling, search --------------------------------------------------------
 
 

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 
 from anima import events as ev
 from anima.agents.protocol import describe_tool, shorten
+from anima.reports import match_verdict
 
 FLUSH_INTERVAL_MS = 16
 DEFAULT_MAX_LINES = 20_000
@@ -71,8 +72,6 @@ COLORS = {
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _LIST_ITEM = re.compile(r"^(\s*)[-*+]\s+(.*)$")
 _INLINE = re.compile(r"(\*\*[^*\n]+\*\*|__[^_\n]+__|`[^`\n]+`)")
-_VERDICT = re.compile(r"^[\s#>*_`-]*(?:verdict\s*[:\-]?\s*)?(ACCEPTED|REJECTED)\b[*_`]*\s*(.*)$",
-                      re.IGNORECASE)
 _SIGNAL_WORD = re.compile(r"^[\s#>*_`-]*(ALL_FEATURES_COMPLETE)\b")
 
 Run = tuple[str, str]  # (format key, text without a newline)
@@ -137,9 +136,10 @@ def render_markdown(text: str) -> list[Line]:
             append((("code", "  " + line),))
             continue
         # Cheap tests first: most lines are plain prose and skip every regex.
-        if ("CCEPTED" in line or "EJECTED" in line) and (verdict := _VERDICT.match(line)):
-            word, rest = verdict.group(1).upper(), verdict.group(2).strip(" *_`").lstrip(":-— ")
-            key = "accepted" if word == "ACCEPTED" else "rejected"
+        upper = line.upper()
+        if ("CCEPTED" in upper or "EJECTED" in upper) and (verdict := match_verdict(line)):
+            accepted, rest = verdict
+            word, key = ("ACCEPTED", "accepted") if accepted else ("REJECTED", "rejected")
             append(((key, f"{word}: {rest}" if rest else word),))
             continue
         if first == "#" and (heading := _HEADING.match(line)):
@@ -584,10 +584,13 @@ class AgentPane(QFrame):
             return self._exited(event)
         if isinstance(event, ev.VerdictReached):
             word = "ACCEPTED" if event.accepted else "REJECTED"
-            reason = f": {event.reason}" if event.reason and not event.accepted else ""
+            reason = event.reason.split("\n") if event.reason and not event.accepted else []
+            first = f": {reason[0]}" if reason else ""
             label = "Final acceptance" if event.kind == "final" else f"Round {event.round}"
-            return [(("accepted" if event.accepted else "rejected",
-                      f"{'✔' if event.accepted else '✘'} {label} {word}{reason}"),)]
+            key = "accepted" if event.accepted else "rejected"
+            # The whole reason, one displayed line per line of it.
+            return [((key, f"{'✔' if event.accepted else '✘'} {label} {word}{first}"),),
+                    *(((key, f"    {_clip(line)}"),) for line in reason[1:])]
         return []
 
     def _turn_finished(self, event: ev.TurnResult) -> list[Line]:
