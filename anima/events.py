@@ -103,10 +103,13 @@ class TurnResult(AgentEvent):
     is_error: bool
     session_id: str
     subtype: str = "success"
+    #: The CLI's `total_cost_usd`: cumulative for the process, not what this turn cost.
     cost_usd: float = 0.0
     usage: dict[str, Any] = field(default_factory=dict)
     duration_ms: int = 0
     num_turns: int = 0
+    #: What this turn spent (None: not known yet; the agent process works it out).
+    turn_cost_usd: float | None = None
 
 
 @dataclass(frozen=True)

@@ -623,13 +623,15 @@ class MilestoneRun:
             return result.text
 
     def _account(self, result: TurnResult) -> None:
+        """Add what the turn spent (`usage` is per turn; the agent works out the cost)."""
         usage = Usage.from_api(result.usage)
+        spent = result.turn_cost_usd or 0.0
         if self._round is not None:
             self._round.usage = self._round.usage + usage
-            self._round.cost_usd += result.cost_usd
+            self._round.cost_usd += spent
         else:
             self._carry = self._carry + usage
-            self._carry_cost += result.cost_usd
+            self._carry_cost += spent
 
     @staticmethod
     def _failure(e: AnimaError) -> str:

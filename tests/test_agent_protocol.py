@@ -197,6 +197,17 @@ def test_result_maps_every_field() -> None:
                                  usage={"input_tokens": 3}, duration_ms=1234, num_turns=4)]
 
 
+def test_result_states_the_turns_spend_when_the_cli_does() -> None:
+    # 2.1.330: the total carries on across --resume; the spend since the last result is given.
+    (event,) = parse_line("developer", _line({
+        "type": "result", "subtype": "success", "is_error": False, "result": "done",
+        "session_id": "S", "total_cost_usd": 0.3,
+        "model_usage_since_last_result": {"claude-x": {"costUSD": 0.02},
+                                          "claude-haiku": {"costUSD": 0.005}}}))
+    assert isinstance(event, TurnResult)
+    assert event.cost_usd == 0.3 and event.turn_cost_usd == pytest.approx(0.025)
+
+
 def test_interrupted_result_without_result_text() -> None:
     # Real CLI 2.1.x: an interrupted turn has no "result" key, only "errors".
     (event,) = parse_line("developer", _line({

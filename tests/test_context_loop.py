@@ -77,6 +77,26 @@ def test_cost_and_tokens_add_up_and_the_budget_pauses(git_repo: Path, fake: Fake
     assert rec.usage.cache_read_input_tokens == 4 * 50
 
 
+@pytest.mark.parametrize("cli", ["2.1.197", "2.1.330"])
+def test_a_round_costs_what_it_spent_across_a_resume(git_repo: Path, fake: FakeClaude,
+                                                     cli: str) -> None:
+    """`total_cost_usd` is cumulative per process; a crash makes the Developer resume (2.1.197
+    then counts from 0 again, 2.1.330 carries on and states the spend)."""
+    make_project(git_repo, {"m": milestone_md("M", ["Alpha", "Beta"])},
+                 config={"max_budget_usd": 0.13})
+    fake.write_script({"cost_style": cli,
+                       "developer": [{"auto": True, "cost_usd": 0.02}, {"crash": 1},
+                                     {"auto": True, "cost_usd": 0.03},
+                                     {"auto": True, "cost_usd": 0.04}],
+                       "acceptor_default": {"text": "ACCEPTED", "cost_usd": 0.01}})
+    _, outcome = run_engine(git_repo)
+    rec = record(git_repo, "m")
+    assert outcome.paused == () and rec.status is MilestoneStatus.COMPLETED
+    assert [round(it.cost_usd, 6) for it in rec.iterations] == [0.03, 0.04, 0.05]
+    assert rec.cost_usd == pytest.approx(0.12, rel=0.01)
+    assert len({e["pid"] for e in fake.entries("developer")}) == 2  # the resumed process
+
+
 def test_summaries_come_from_the_model_when_a_key_is_set(
         git_repo: Path, fake: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
     with ApiStub(default="Added the greeting command and its test.",

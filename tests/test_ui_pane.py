@@ -159,7 +159,7 @@ def test_pane_shows_the_stream_readably(qtbot, deliver, pane: AgentPane) -> None
         ev.ToolUse("developer", "Read", "t2", {"file_path": "/work/project/src/x.py"}),
         ev.ToolResult("developer", "t2", "boom", is_error=True),
         ev.RawOutput("developer", "Warning: something not JSON"),
-        ev.TurnResult("developer", "done", False, "s", cost_usd=0.0123,
+        ev.TurnResult("developer", "done", False, "s", cost_usd=0.5, turn_cost_usd=0.0123,
                       usage={"input_tokens": 1000, "output_tokens": 234}, duration_ms=4200,
                       num_turns=3),
         ev.AgentExited("developer", 137, "Killed\n", expected=False),

@@ -603,7 +603,8 @@ class AgentPane(QFrame):
                      if k.endswith("tokens") and isinstance(v, int | float))
         if tokens:
             parts.append(f"{format_tokens(tokens)} tokens")
-        parts.append(f"${event.cost_usd:.4f}")
+        if event.turn_cost_usd is not None:  # what this turn spent, not the process's total
+            parts.append(f"${event.turn_cost_usd:.4f}")
         summary = " · ".join(parts)
         self._set_state(f"idle · last turn {summary}")
         if event.is_error:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import dataclasses
 import errno
 import fcntl
 import logging
@@ -132,6 +133,7 @@ class AgentProcess:
         self._eof = False
         self._last_activity = 0.0
         self._stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+        self._cost_total = 0.0  # the process's last `total_cost_usd`
 
         self._turn_lock = threading.Lock()
         self._stdin_lock = threading.Lock()
@@ -229,6 +231,7 @@ class AgentProcess:
             self._results.clear()
             self._eof = False
             self._stderr_tail.clear()
+        self._cost_total = 0.0
         self._turns_sent = 0
         self._stopping = False
         self._exit_published = False
@@ -384,6 +387,8 @@ class AgentProcess:
             text = clean_text(line.decode("utf-8", errors="replace")).rstrip()
             events = [RawOutput(role=self.role, text=text)] if text.strip() else []
         for event in events:
+            if isinstance(event, TurnResult):
+                event = self._with_turn_cost(event)
             if isinstance(event, RawOutput):
                 with self._cond:
                     self._stderr_tail.append(event.text[-2000:])
@@ -392,6 +397,20 @@ class AgentProcess:
                 with self._cond:
                     self._results.append(event)
                     self._cond.notify_all()
+
+    def _with_turn_cost(self, result: TurnResult) -> TurnResult:
+        """Fill in what the turn spent: `total_cost_usd` is cumulative for the process.
+
+        2.1.330 states the spend itself (`model_usage_since_last_result`; after --resume its
+        total carries on from the earlier process). 2.1.197 does not, and after --resume its
+        total starts again from 0: the spend is the rise since this process's previous result,
+        or the whole total when it fell (a restart from 0).
+        """
+        previous, self._cost_total = self._cost_total, result.cost_usd
+        if result.turn_cost_usd is not None:
+            return result
+        spent = result.cost_usd - previous if result.cost_usd >= previous else result.cost_usd
+        return dataclasses.replace(result, turn_cost_usd=spent)
 
     # --- turns ----------------------------------------------------------------------------
 

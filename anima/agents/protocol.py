@@ -153,6 +153,15 @@ def _message_content(obj: dict[str, Any]) -> list[Any]:
     return content if isinstance(content, list) else []
 
 
+def _spent_since_last_result(obj: dict[str, Any]) -> float | None:
+    """The cost the CLI itself states for this result (2.1.330+: per model, since the
+    process's previous result); None when the CLI does not say (2.1.197)."""
+    by_model = obj.get("model_usage_since_last_result")
+    if not isinstance(by_model, dict):
+        return None
+    return sum(float(m.get("costUSD") or 0.0) for m in by_model.values() if isinstance(m, dict))
+
+
 def _turn_result(role: str, obj: dict[str, Any]) -> TurnResult:
     text = obj.get("result")
     if not isinstance(text, str):
@@ -169,6 +178,7 @@ def _turn_result(role: str, obj: dict[str, Any]) -> TurnResult:
         usage=usage if isinstance(usage, dict) else {},
         duration_ms=int(obj.get("duration_ms") or 0),
         num_turns=int(obj.get("num_turns") or 0),
+        turn_cost_usd=_spent_since_last_result(obj),
     )
 
 

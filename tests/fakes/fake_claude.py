@@ -8,7 +8,11 @@ script so tests decide every reply. Standard library only: the suite starts it h
 
 Environment:
   FAKE_CLAUDE_SCRIPT  JSON file {"developer": [turn…], "acceptor": [turn…],
-                      "developer_default": turn, "acceptor_default": turn, "lose_sessions": bool}
+                      "developer_default": turn, "acceptor_default": turn, "lose_sessions": bool,
+                      "cost_style": "2.1.197" | "2.1.330"}
+A turn's `cost_usd` is what it spends; `total_cost_usd` is cumulative per process like the real
+CLI's: from 0 in each process (2.1.197, also after --resume), or carried on from the session's
+earlier processes with `model_usage_since_last_result` added (2.1.330).
   FAKE_CLAUDE_STATE   directory for turn counters and known sessions (survives restarts)
   FAKE_CLAUDE_LOG     JSONL file, one entry per received prompt
 See tests/conftest.py (FakeClaude) and the turn keys in `run_turn`.
@@ -126,6 +130,28 @@ class State:
             (self.dir / f"session-{session_id}").write_text("1")
 
 
+class Cost:
+    """The process's running `total_cost_usd`, as the chosen CLI version keeps it."""
+
+    def __init__(self, args: Args, state: State, style: str) -> None:
+        self.state, self.session, self.style = state, args.session_id, style
+        self.total = 0.0
+        if style == "2.1.330" and args.resume and state.dir is not None:
+            carried = state.dir / f"cost-{self.session}"
+            self.total = float(carried.read_text()) if carried.exists() else 0.0
+
+    def spend(self, amount: float, model: str) -> dict[str, Any]:
+        """The result's cost fields after spending `amount` in this turn."""
+        self.total += amount
+        if self.state.dir is not None:
+            (self.state.dir / f"cost-{self.session}").write_text(repr(self.total))
+        fields: dict[str, Any] = {"total_cost_usd": round(self.total, 10)}
+        if self.style == "2.1.330":
+            fields["model_usage_since_last_result"] = {model: {
+                "inputTokens": 100, "outputTokens": 50, "costUSD": amount}}
+        return fields
+
+
 class Interrupted(Exception):
     def __init__(self, request_id: str) -> None:
         self.request_id = request_id
@@ -210,8 +236,9 @@ def git(cwd: str, *args: str) -> str:
 class Turn:
     """Emits one turn's stream-json and gathers what the reply text needs."""
 
-    def __init__(self, args: Args, index: int, prompt: str) -> None:
+    def __init__(self, args: Args, index: int, prompt: str, cost: Cost) -> None:
         self.args = args
+        self.cost = cost
         self.index = index
         self.prompt = prompt
         self.cwd = os.getcwd()
@@ -287,7 +314,7 @@ class Turn:
             "type": "result", "subtype": spec.get("subtype", "success"), "is_error": is_error,
             "duration_ms": int((time.monotonic() - started) * 1000), "duration_api_ms": 1,
             "num_turns": self.num_turns, "session_id": self.session,
-            "total_cost_usd": float(spec.get("cost_usd", 0.01)),
+            **self.cost.spend(float(spec.get("cost_usd", 0.01)), self.args.model),
             "usage": spec.get("usage", {"input_tokens": 100, "output_tokens": 50}),
             "uuid": str(uuid.uuid4()),
         }
@@ -296,14 +323,15 @@ class Turn:
         emit(out)
 
 
-def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Input) -> None:
+def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Input,
+             cost: Cost) -> None:
     """Turn keys: noise, crash, delay, hang, ignore_interrupt, ignore_sigterm, shell (with
     own_session: each command in a session of its own, like the real CLI's Bash), edit_file,
     auto, huge_line_bytes, text, is_error, subtype, cost_usd, usage, stderr."""
     started = time.monotonic()
     if spec.get("ignore_sigterm"):  # a wedged agent: only SIGKILL ends it
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    turn = Turn(args, index, prompt)
+    turn = Turn(args, index, prompt, cost)
     emit({"type": "system", "subtype": "init", "cwd": turn.cwd, "session_id": args.session_id,
           "tools": TOOLS, "mcp_servers": [], "model": args.model,
           "permissionMode": args.permission_mode, "apiKeySource": "none",
@@ -334,7 +362,7 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
         out = {"type": "result", "subtype": "error_during_execution", "is_error": True,
                "duration_ms": int((time.monotonic() - started) * 1000), "duration_api_ms": 0,
                "num_turns": turn.num_turns, "session_id": args.session_id,
-               "total_cost_usd": 0, "usage": {"input_tokens": 0, "output_tokens": 0},
+               **cost.spend(0.0, args.model), "usage": {"input_tokens": 0, "output_tokens": 0},
                "terminal_reason": "aborted_streaming", "errors": ["interrupted"]}
         emit(out)
         return
@@ -369,6 +397,7 @@ def main() -> int:
     log_path = os.environ.get("FAKE_CLAUDE_LOG")
     lost = args.resume and bool(script.get("lose_sessions")) and not state.knows(args.session_id)
     inp = Input()
+    cost = Cost(args, state, str(script.get("cost_style", "2.1.197")))
     while True:
         msg = inp.turns.get()
         if msg is None:
@@ -387,14 +416,14 @@ def main() -> int:
             # error result, exit 1.
             sys.stderr.write(f"No conversation found with session ID: {args.session_id}\n")
             sys.stderr.flush()
-            Turn(args, index, prompt).result(None, {"is_error": True, "cost_usd": 0,
+            Turn(args, index, prompt, cost).result(None, {"is_error": True, "cost_usd": 0,
                                                     "subtype": "error_during_execution"},
                                              time.monotonic())
             return 1
         turns = script.get(role, [])
         spec = turns[index] if index < len(turns) else script.get(f"{role}_default", {"auto": True})
         try:
-            run_turn(args, spec, index, prompt, inp)
+            run_turn(args, spec, index, prompt, inp, cost)
         finally:
             inp.finish_turn()
         state.remember(args.session_id)
