@@ -21,6 +21,7 @@ __all__ = [
     "ApiTokenCounter",
     "FileCache",
     "Section",
+    "clip",
     "estimate_tokens",
     "fit_to_budget",
     "trim_marker",
@@ -55,16 +56,22 @@ def estimate_tokens(text: str) -> int:
 
 @dataclass(frozen=True)
 class Section:
-    """One titled block of a prompt; `cut_order=None` means it is never trimmed."""
+    """One titled block of a prompt; `cut_order=None` means it is never trimmed.
+
+    `where` completes the trim marker: where the agent finds the whole text.
+    """
 
     key: str
     text: str
     cut_order: int | None
+    where: str = ""
 
 
-def trim_marker(omitted_chars: int) -> str:
-    """The visible line that replaces trimmed text, so both agents know something is missing."""
-    return f"[… trimmed to fit the context budget: {omitted_chars} characters omitted …]"
+def trim_marker(omitted_chars: int, where: str = "") -> str:
+    """The visible line that replaces trimmed text, so both agents know something is missing
+    (and, with `where`, where the whole of it is)."""
+    return (f"[… trimmed to fit the context budget: {omitted_chars} characters omitted …]"
+            + (f" {where}" if where else ""))
 
 
 def _heading_len(text: str) -> int:
@@ -72,22 +79,22 @@ def _heading_len(text: str) -> int:
     return newline + 1 if newline != -1 else min(len(text), _MAX_HEADING_CHARS)
 
 
-def _trimmed(text: str, keep: int) -> str:
+def _trimmed(text: str, keep: int, where: str = "") -> str:
     kept = text[:keep]
     sep = "" if kept.endswith("\n") or not kept else "\n"
     end = "\n" if text.endswith("\n") else ""
-    return f"{kept}{sep}{trim_marker(len(text) - keep)}{end}"
+    return f"{kept}{sep}{trim_marker(len(text) - keep, where)}{end}"
 
 
-def _trim_to(text: str, allowed_tokens: int) -> str:
+def _trim_to(text: str, allowed_tokens: int, where: str = "") -> str:
     """The longest head of `text` (at least its heading) plus marker within `allowed_tokens`."""
     head = _heading_len(text)
     lo, hi = head, len(text) - 1  # keeping everything is not a trim
-    if hi < lo or estimate_tokens(_trimmed(text, lo)) > allowed_tokens:
-        return _trimmed(text, min(head, len(text)))
+    if hi < lo or estimate_tokens(_trimmed(text, lo, where)) > allowed_tokens:
+        return _trimmed(text, min(head, len(text)), where)
     while lo < hi:  # largest keep with estimate <= allowed (estimate grows with keep)
         mid = (lo + hi + 1) // 2
-        if estimate_tokens(_trimmed(text, mid)) <= allowed_tokens:
+        if estimate_tokens(_trimmed(text, mid, where)) <= allowed_tokens:
             lo = mid
         else:
             hi = mid - 1
@@ -95,7 +102,16 @@ def _trim_to(text: str, allowed_tokens: int) -> str:
     newline = text.rfind("\n", head, keep)
     if newline != -1 and keep - newline <= _SNAP_TO_LINE_CHARS:
         keep = newline + 1
-    return _trimmed(text, keep)
+    return _trimmed(text, keep, where)
+
+
+def clip(text: str, max_tokens: int, where: str = "") -> str:
+    """`text` itself if it fits `max_tokens`, else its head and a marker line naming `where`
+    the whole text is: for one pasted piece (a report, a reason) that must not crowd out the
+    rest of a prompt."""
+    if estimate_tokens(text) <= max_tokens:
+        return text
+    return _trim_to(text, max_tokens, where)
 
 
 def fit_to_budget(sections: Sequence[Section], budget_tokens: int) -> list[Section]:
@@ -121,7 +137,7 @@ def fit_to_budget(sections: Sequence[Section], budget_tokens: int) -> list[Secti
         if not section.text:
             continue
         allowed = sizes[i] - (total - budget_tokens)
-        text = _trim_to(section.text, allowed)
+        text = _trim_to(section.text, allowed, section.where)
         new_size = estimate_tokens(text)
         if new_size >= sizes[i]:
             continue  # too short to gain anything by trimming

@@ -12,11 +12,34 @@ from dataclasses import dataclass
 from functools import cache
 from string import Template
 
-from anima.context import ApiTokenCounter, FileCache, Section, estimate_tokens, fit_to_budget
+from anima.context import (
+    ApiTokenCounter,
+    FileCache,
+    Section,
+    clip,
+    estimate_tokens,
+    fit_to_budget,
+)
 from anima.paths import ProjectPaths, resource
 from anima.store import FeatureStatus, Iteration, MilestoneRecord, Verdict
 
 SUMMARY_LINE_CHARS = 90
+# Shares of the budget one pasted piece may take before the whole prompt is fitted: a 2 MB
+# reply pasted as a report or a reason must not crowd out the task and the criteria.
+FEEDBACK_SHARE = 6  # each of recovery log, review feedback, human note: ≤ budget / 6
+HISTORY_REASON_SHARE = 16  # a rejection reason in the history: ≤ budget / 16
+# Tokens kept free for the separators and headings the estimate does not see.
+_SLACK_TOKENS = 200
+
+
+def transcript_hint(milestone_id: str) -> str:
+    """Where the whole of a trimmed agent text is (said in the trim marker)."""
+    return f"The full text is in the transcript (.anima/transcripts/{milestone_id}/events.jsonl)."
+
+
+def _record_hint(milestone_id: str) -> str:
+    return (f"The full text is in the milestone record (.anima/milestones/{milestone_id}.json) "
+            "and the transcript.")
 
 
 @cache
@@ -50,13 +73,13 @@ def _verdict_text(it: Iteration) -> str:
     return f"REJECTED: {it.reason}"
 
 
-def _full_round(it: Iteration) -> str:
+def _full_round(it: Iteration, reason_tokens: int, where: str) -> str:
     files = ", ".join(it.changed_files[:12]) + (" …" if len(it.changed_files) > 12 else "")
     auto = " (committed by Anima)" if it.auto_committed else ""
     return (f"### Round {it.round} ({it.kind}{', ' + it.feature if it.feature else ''}) "
             f"→ commit {_short(it.commit)}{auto}\n"
             f"Files: {files or '(none)'}\nSummary: {it.summary or '(none)'}\n"
-            f"Verdict: {_verdict_text(it)}\n")
+            f"Verdict: {clip(_verdict_text(it), reason_tokens, where)}\n")
 
 
 def _one_line(it: Iteration) -> str:
@@ -67,8 +90,9 @@ def _one_line(it: Iteration) -> str:
     return f"- R{it.round} {it.feature or it.kind} {_short(it.commit)} {verdict}: {summary}"
 
 
-def history(record: MilestoneRecord, recent_in_full: int) -> str:
-    """The last rounds in full, older ones as one line each (every commit stays named)."""
+def history(record: MilestoneRecord, recent_in_full: int, reason_tokens: int) -> str:
+    """The last rounds in full (a reason up to `reason_tokens`), older ones as one line each
+    (every commit stays named)."""
     if not record.iterations:
         return ""
     older = record.iterations[:-recent_in_full]
@@ -76,7 +100,8 @@ def history(record: MilestoneRecord, recent_in_full: int) -> str:
     parts = ["## Previous iterations"]
     if older:
         parts.append("Earlier rounds (one line each):\n" + "\n".join(_one_line(i) for i in older))
-    parts.extend(_full_round(i) for i in recent)
+    where = _record_hint(record.id)
+    parts.extend(_full_round(i, reason_tokens, where) for i in recent)
     return "\n".join(parts) + "\n"
 
 
@@ -138,15 +163,19 @@ class PromptBuilder:
                         accepted=record.iteration_count,
                         completed=", ".join(completed) or "none yet")
         feedback = []
+        share = self.budget_tokens // FEEDBACK_SHARE
+        where = _record_hint(record.id)
         if ctx.recovery_log is not None:
+            log = clip(ctx.recovery_log.strip(), share, "`git log --oneline` shows them all.")
             feedback.append(render("recovery", rounds=record.rounds,
                                    accepted=record.iteration_count, branch=record.branch_name,
-                                   log=ctx.recovery_log.strip() or "(no commits yet)"))
+                                   log=log or "(no commits yet)"))
         if ctx.fix_reason:
             name = "feedback_final_rejection" if ctx.final_rejection else "feedback_rejection"
-            feedback.append(render(name, reason=ctx.fix_reason))
+            feedback.append(render(name, reason=clip(ctx.fix_reason, share, where)))
         if ctx.human_note:
-            feedback.append(render("feedback_human_note", note=ctx.human_note))
+            feedback.append(render("feedback_human_note",
+                                   note=clip(ctx.human_note, share, where)))
         task = render("task_fix" if ctx.fix_reason else "task_next_feature")
         sections = [
             Section("header", header, None),
@@ -157,13 +186,22 @@ class PromptBuilder:
                           self.files.read(self.paths.milestone_md(record.id)), 4),
             _file_section("memory", "Project memory (.anima/memory/project.md)",
                           self.files.read(self.paths.memory), 1),
-            Section("history", history(record, self.recent_in_full), 3),
+            Section("history", history(record, self.recent_in_full,
+                                       self.budget_tokens // HISTORY_REASON_SHARE), 3),
             Section("checklist", checklist(record), None),
             Section("feedback", "\n".join(feedback), None),
             Section("task", render("developer_task", task=task.strip(), branch=record.branch_name,
                                    round=round_no), None),
         ]
         return self._fit([s for s in sections if s and s.text.strip()])
+
+    def _fit_pasted(self, name: str, pasted: list[Section], **values: object) -> str:
+        """Render template `name` with the `pasted` texts (agent reports, commit lists…)
+        trimmed so the whole prompt fits the budget; the rest of the template is never cut."""
+        fixed = estimate_tokens(render(name, **values, **{s.key: "" for s in pasted}))
+        room = max(int(self.budget_tokens * self.scale) - fixed - _SLACK_TOKENS, 0)
+        kept = fit_to_budget(pasted, room)
+        return render(name, **values, **{s.key: s.text for s in kept})
 
     def acceptor_review(self, record: MilestoneRecord, *, report: str, feature: str | None,
                         commit: str, previous_head: str, commits: str) -> str:
@@ -176,17 +214,29 @@ class PromptBuilder:
             criteria = ("\n".join(f"- {c}" for c in f.criteria) if f.criteria
                         else "(this feature has no explicit criteria: judge it by its title, "
                              "the milestone's goal and the soul)")
-        return render("acceptor_review", round=record.rounds + 1, title=record.title,
-                      milestone_id=record.id, branch=record.branch_name, soul=self.soul(),
-                      feature_label=label, criteria=criteria, report=report.strip(),
-                      commits=commits.strip() or "(none)", commit=commit,
-                      previous_head=previous_head, base_commit=record.base_commit)
+        read_it = f"{transcript_hint(record.id)} Read the commit itself: `git show {commit}`."
+        pasted = [Section("report", report.strip(), 1, read_it),
+                  Section("commits", commits.strip() or "(none)", 2,
+                          f"`git log --oneline {previous_head}..{commit}` shows them all."),
+                  Section("criteria", criteria, 3, f"See .anima/milestones/{record.id}.md.")]
+        return self._fit_pasted("acceptor_review", pasted, round=record.rounds + 1,
+                                title=record.title, milestone_id=record.id,
+                                branch=record.branch_name, soul=self.soul(),
+                                feature_label=label, commit=commit,
+                                previous_head=previous_head, base_commit=record.base_commit)
 
     def acceptor_final(self, record: MilestoneRecord, *, report: str, commits: str) -> str:
         criteria = "\n".join(f"- [ ] {c}" for c in record.acceptance_criteria) or \
             "(the milestone lists no acceptance criteria: judge it by its goal and features)"
-        return render("acceptor_final", title=record.title, milestone_id=record.id,
-                      branch=record.branch_name, soul=self.soul(), criteria=criteria,
-                      checklist=checklist(record).split("\n", 1)[1].strip(),
-                      commits=commits.strip() or "(none)", report=report.strip(),
-                      base_commit=record.base_commit)
+        read_it = (f"{transcript_hint(record.id)} Read the commits themselves: "
+                   f"`git log -p {record.base_commit}..{record.branch_name}`.")
+        pasted = [Section("report", report.strip(), 1, read_it),
+                  Section("commits", commits.strip() or "(none)", 2,
+                          f"`git log --oneline {record.base_commit}..{record.branch_name}` "
+                          "shows them all."),
+                  Section("criteria", criteria, 3, f"See .anima/milestones/{record.id}.md.")]
+        return self._fit_pasted("acceptor_final", pasted, title=record.title,
+                                milestone_id=record.id, branch=record.branch_name,
+                                soul=self.soul(),
+                                checklist=checklist(record).split("\n", 1)[1].strip(),
+                                base_commit=record.base_commit)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from anima.context import estimate_tokens
 from anima.store import FeatureStatus, MilestoneStatus, Verdict
 from tests.conftest import FakeClaude, run_git
 from tests.fakes.api_stub import ApiStub
@@ -95,6 +96,33 @@ def test_a_round_costs_what_it_spent_across_a_resume(git_repo: Path, fake: FakeC
     assert [round(it.cost_usd, 6) for it in rec.iterations] == [0.03, 0.04, 0.05]
     assert rec.cost_usd == pytest.approx(0.12, rel=0.01)
     assert len({e["pid"] for e in fake.entries("developer")}) == 2  # the resumed process
+
+
+def test_a_huge_report_and_a_huge_reason_are_trimmed_to_the_budget(
+        git_repo: Path, fake: FakeClaude) -> None:
+    """A 2.3 MB Developer reply and a 2 MB rejection stay out of the next prompts."""
+    make_project(git_repo, {"m": milestone_md("M", ["Alpha"])})
+    report = ("## Implementation Report — Round 1\n**Feature**: F1\n**Commit**: {head}\n"
+              "**Tests**: 1 passed\n**Lint**: clean\n### Notes\n" + "lorem ipsum dolor\n" * 130_000)
+    reason = "REJECTED: the notes are far too long\n" + "- one more point to fix\n" * 90_000
+    fake.write_script({"developer": [{"shell": ["echo a > a.txt && git add -A && "
+                                                "git commit -qm 'feat: F1'"], "text": report}],
+                       "acceptor": [{"text": reason}]})
+    run_engine(git_repo)
+    rec = record(git_repo, "m")
+    assert rec.status is MilestoneStatus.COMPLETED
+    first = rec.iterations[0]
+    assert len(first.reason) > 2_000_000  # the record keeps it whole
+    review, fix = fake.prompts("acceptor")[0], fake.prompts("developer")[1]
+    budget = 16_000  # the default context_budget_tokens
+    for prompt in (review, fix):
+        assert estimate_tokens(prompt) <= budget, estimate_tokens(prompt)
+        assert "trimmed to fit the context budget" in prompt
+    assert "lorem ipsum dolor" in review and "**Commit**" in review
+    assert ".anima/transcripts/m/events.jsonl" in review
+    assert f"Read the commit itself: `git show {first.commit}`" in review
+    assert "the notes are far too long" in fix and "- one more point to fix" in fix
+    assert ".anima/milestones/m.json" in fix
 
 
 def test_summaries_come_from_the_model_when_a_key_is_set(

@@ -49,6 +49,8 @@ MIN_LINES_PER_FLUSH = 200
 MAX_LINE_CHARS = 2_000
 RESULT_PREVIEW_LINES = 3
 ERROR_PREVIEW_LINES = 8
+# A rejection reason is shown whole up to this many lines (the record keeps all of it).
+REASON_PREVIEW_LINES = 60
 THINKING_PREVIEW_LINES = 4
 
 ROLE_TITLES = {"developer": "Developer", "acceptor": "Acceptor"}
@@ -584,7 +586,8 @@ class AgentPane(QFrame):
             return self._exited(event)
         if isinstance(event, ev.VerdictReached):
             word = "ACCEPTED" if event.accepted else "REJECTED"
-            reason = event.reason.split("\n") if event.reason and not event.accepted else []
+            reason = summarize_result(event.reason, REASON_PREVIEW_LINES) \
+                if event.reason and not event.accepted else []
             first = f": {reason[0]}" if reason else ""
             label = "Final acceptance" if event.kind == "final" else f"Round {event.round}"
             key = "accepted" if event.accepted else "rejected"
