@@ -11,6 +11,7 @@ from anima.config import Config
 from anima.errors import AnimaError
 from anima.events import EventBus, LogLine, MilestoneChanged
 from anima.git_ops import GitRepo
+from anima.redact import redact
 from anima.scheduler import finish_completed
 from anima.store import HumanNote, MilestoneRecord, MilestoneStatus, State, Store, now
 
@@ -25,9 +26,15 @@ def _require(record: MilestoneRecord, *allowed: MilestoneStatus) -> None:
         raise ActionError(f"milestone {record.id!r} is {record.status.value}, not {wanted}")
 
 
+def _clean_note(note: str) -> str:
+    """A human pastes logs and configs too: the note is redacted before it is stored, logged
+    or sent to the Developer."""
+    return redact(note.strip())
+
+
 def _add_note(record: MilestoneRecord, note: str) -> None:
-    if note.strip():
-        record.human_notes.append(HumanNote(at=now(), text=note.strip()))
+    if note:
+        record.human_notes.append(HumanNote(at=now(), text=note))
 
 
 def _publish(bus: EventBus | None, record: MilestoneRecord, text: str) -> None:
@@ -42,6 +49,7 @@ def resume(store: Store, config: Config, milestone_id: str, note: str = "",
 
     A milestone paused at its round limit gets another `max_iterations_per_milestone` rounds.
     """
+    note = _clean_note(note)
     record = store.load_record(milestone_id)
     _require(record, MilestoneStatus.PAUSED)
     if record.rounds >= record.max_iterations:
@@ -52,21 +60,22 @@ def resume(store: Store, config: Config, milestone_id: str, note: str = "",
     _add_note(record, note)
     store.save_record(record)
     store.save_state(State())
-    _publish(bus, record, "resumed by you" + (f" with a note: {note.strip()}" if note else ""))
+    _publish(bus, record, "resumed by you" + (f" with a note: {note}" if note else ""))
     return record
 
 
 def request_changes(store: Store, milestone_id: str, note: str,
                     bus: EventBus | None = None) -> MilestoneRecord:
     """awaiting_review → in_progress with the human's note as the next round's feedback."""
-    if not note.strip():
+    note = _clean_note(note)
+    if not note:
         raise ActionError("say which changes you want: the note goes to the Developer")
     record = store.load_record(milestone_id)
     _require(record, MilestoneStatus.AWAITING_REVIEW)
     record.status = MilestoneStatus.IN_PROGRESS
     _add_note(record, note)
     store.save_record(record)
-    _publish(bus, record, f"changes requested: {note.strip()}")
+    _publish(bus, record, f"changes requested: {note}")
     return record
 
 

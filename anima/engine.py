@@ -34,7 +34,7 @@ from anima.context import ApiTokenCounter
 from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError
 from anima.events import AgentEvent, EngineError, EventBus, LogLine, MilestonesScanned
 from anima.git_ops import GitRepo
-from anima.journal import Journal, RedactingBus, read_transcript
+from anima.journal import Journal, read_transcript
 from anima.lock import ProjectLock
 from anima.milestone_md import load_milestone, validate_milestone_id
 from anima.paths import ProjectPaths
@@ -184,7 +184,7 @@ class Engine:
         run = self._run
         milestone_id = run.record.id if run else None
         agent = AgentProcess(role, self.claude(), profile_for(role, self.config), self.root,
-                             RedactingBus(self.bus),
+                             self.bus,
                              session_id=session_id, resume=resume,
                              turn_timeout=self.config.agent_timeout_seconds,
                              idle_timeout=self.config.agent_idle_timeout_seconds,

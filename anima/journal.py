@@ -2,8 +2,8 @@
 
 `.anima/logs/<id>.log` holds `[HH:MM:SS] …` lines (phase changes, verdicts, commits,
 timeouts, pauses); `.anima/transcripts/<id>/events.jsonl` holds every agent event, so the
-monitor can replay a milestone after a restart. Secrets never reach either file: events are
-redacted before they are published (see `RedactingBus`), and log lines again here.
+monitor can replay a milestone after a restart. Secrets never reach either file: agent events
+are redacted where they enter the engine (`anima.agents.process`), and log lines again here.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from anima import events as ev
 from anima.events import (
@@ -22,47 +22,14 @@ from anima.events import (
     Event,
     EventBus,
     LogLine,
-    RawOutput,
 )
 from anima.paths import ProjectPaths
-from anima.redact import LineRedactor, redact, redact_data
+from anima.redact import redact
 
 _AGENT_EVENT_TYPES: dict[str, type[AgentEvent]] = {
     cls.__name__: cls for cls in vars(ev).values()
     if isinstance(cls, type) and issubclass(cls, AgentEvent) and cls is not AgentEvent
 }
-
-
-def redact_event(event: Event) -> Event:
-    """A copy of an agent event with every string (and nested dict/list) redacted."""
-    changes: dict[str, Any] = {}
-    for f in dataclasses.fields(event):
-        value = getattr(event, f.name)
-        if isinstance(value, str | dict | list | tuple):
-            cleaned = redact_data(value)
-            if isinstance(value, tuple):
-                cleaned = tuple(cleaned)
-            if cleaned != value:
-                changes[f.name] = cleaned
-    return dataclasses.replace(event, **changes) if changes else event
-
-
-class RedactingBus:
-    """The bus handed to agent processes: what they publish is shown and stored redacted.
-
-    Raw (non-JSON) output arrives line by line, so a PEM private key spans many events: a
-    `LineRedactor` per role keeps hiding lines until the key's END line.
-    """
-
-    def __init__(self, bus: EventBus) -> None:
-        self._bus = bus
-        self._raw: dict[str, LineRedactor] = {}
-
-    def publish(self, event: Event) -> None:
-        if isinstance(event, RawOutput):
-            line = self._raw.setdefault(event.role, LineRedactor())
-            event = dataclasses.replace(event, text=line(event.text))
-        self._bus.publish(redact_event(event))
 
 
 class Journal:

@@ -37,6 +37,7 @@ from anima.events import (
 from anima.git_ops import GitRepo, TreeSnapshot
 from anima.prompts import DeveloperContext, PromptBuilder, render
 from anima.recovery import recover_milestone
+from anima.redact import redact
 from anima.reports import (
     DeveloperReport,
     ReportKind,
@@ -538,6 +539,7 @@ class MilestoneRun:
                 + reasons[-1])
 
     def _pause(self, reason: str) -> Phase:
+        reason = redact(reason)  # it may quote git's output, not only redacted agent text
         self.record.pause_reason = reason
         self.record.interrupted = False
         self.enter(Phase.PAUSED, reason)

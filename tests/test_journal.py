@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from anima.agents.redaction import AgentRedactor
 from anima.events import AssistantText, EventBus, LogLine, RawOutput, ToolResult, ToolUse
-from anima.journal import Journal, RedactingBus, read_transcript
+from anima.journal import Journal, read_transcript
 from anima.paths import ProjectPaths
 
 KEY = "sk-ant-api03-" + "Kq3Lm4Np5R" * 6
@@ -16,14 +17,15 @@ def test_transcripts_replay_and_secrets_never_reach_them(tmp_path: Path) -> None
     bus = EventBus()
     journal = Journal(paths, bus)
     journal.open("m1")
-    agents = RedactingBus(bus)
-    agents.publish(AssistantText(role="developer", text=f"using {KEY}"))
-    agents.publish(ToolUse(role="developer", tool="Bash", tool_use_id="t1",
-                           input={"command": f"curl -H 'x-api-key: {KEY}' x"}))
-    agents.publish(ToolResult(role="developer", tool_use_id="t1", content=f"token={KEY}"))
+    redact = AgentRedactor()  # what an agent process does with each event it reads
+    bus.publish(redact(AssistantText(role="developer", text=f"using {KEY}"), "stdout"))
+    bus.publish(redact(ToolUse(role="developer", tool="Bash", tool_use_id="t1",
+                               input={"command": f"curl -H 'x-api-key: {KEY}' x"}), "stdout"))
+    bus.publish(redact(ToolResult(role="developer", tool_use_id="t1", content=f"token={KEY}"),
+                       "stdout"))
     for line in ("-----BEGIN RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEA7secretbody",
                  "-----END RSA PRIVATE KEY-----", "after the key"):
-        agents.publish(RawOutput(role="developer", text=line))
+        bus.publish(redact(RawOutput(role="developer", text=line), "stderr"))
     bus.publish(LogLine("m1", f"saw {KEY}"))
     journal.close()
     files = list(tmp_path.rglob("*"))

@@ -3,8 +3,9 @@
 The process writes stdout and stderr to two pseudo-terminals (so the CLI behaves as in a
 terminal and nothing is block-buffered) and reads turns from a pipe on stdin (with a TTY on
 stdin, `claude -p` refuses to start). One reader thread drains both terminals all the time and
-publishes typed events; a stalled reader would deadlock the CLI. The calling thread writes each
-prompt to stdin without blocking forever, then waits for the turn's `result`.
+publishes typed events, redacted (`anima.agents.redaction`) before anything else sees them; a
+stalled reader would deadlock the CLI. The calling thread writes each prompt to stdin without
+blocking forever, then waits for the turn's `result`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from anima.agents.protocol import (
     parse_line,
     user_message,
 )
+from anima.agents.redaction import AgentRedactor
 from anima.errors import AgentCrashed, AgentError, SessionLost, TurnTimeout
 from anima.events import AgentExited, Publisher, RawOutput, TurnResult
 
@@ -134,6 +136,7 @@ class AgentProcess:
         self._last_activity = 0.0
         self._stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
         self._cost_total = 0.0  # the process's last `total_cost_usd`
+        self._redact = AgentRedactor()
 
         self._turn_lock = threading.Lock()
         self._stdin_lock = threading.Lock()
@@ -232,6 +235,7 @@ class AgentProcess:
             self._eof = False
             self._stderr_tail.clear()
         self._cost_total = 0.0
+        self._redact = AgentRedactor()
         self._turns_sent = 0
         self._stopping = False
         self._exit_published = False
@@ -387,6 +391,7 @@ class AgentProcess:
             text = clean_text(line.decode("utf-8", errors="replace")).rstrip()
             events = [RawOutput(role=self.role, text=text)] if text.strip() else []
         for event in events:
+            event = self._redact(event, "stdout" if is_stdout else "stderr")
             if isinstance(event, TurnResult):
                 event = self._with_turn_cost(event)
             if isinstance(event, RawOutput):

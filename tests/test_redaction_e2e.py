@@ -1,0 +1,114 @@
+"""Secrets are redacted once, where agent output enters the engine: end to end through the
+headless CLI with the fake `claude`, every kind the redactor knows, in every place an agent's
+words (or a human's note) end up — the record, `anima status --json`, the log, the transcript
+and the headless output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from anima.redact import REDACTED
+from anima.store import MilestoneStatus, RoundKind, Verdict
+from tests.conftest import FakeClaude
+from tests.helpers import make_project, milestone_md, record
+
+#: kind -> (how it appears in text, the part that must never be stored or shown)
+SECRETS = {
+    "anthropic": ("key sk-ant-api03-" + "Zx9Yw8Vu7T" * 6, "Zx9Yw8Vu7T" * 6),
+    "aws key id": ("id AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+    "aws secret": ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+                   "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+    "jwt": ("jwt eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+            "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c", "SflKxwRJSMeKKF2QT4fwpMeJf36POk6y"),
+    "bearer": ("sent Bearer 9f8e7d6c5b4a39281706", "9f8e7d6c5b4a39281706"),
+    "slack": ("slack xoxb-1234567890-0987654321-AbCdEfGhIj", "0987654321-AbCdEfGhIj"),
+    "github": ("token ghp_" + "A1b2C3d4E5" * 4, "A1b2C3d4E5" * 4),
+    "google": ("google AIzaSyA-1234567890abcdefghijklmnopqrstu", "1234567890abcdefghijklmnop"),
+    "url password": ("db postgres://admin:Hunter2Pass9@db:5432/app", "Hunter2Pass9"),
+    "password": ("password: CorrectHorse9Battery", "CorrectHorse9Battery"),
+    "pem": ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx8nRsecretbody\nq0ZmFh2Z3k==\n"
+            "-----END RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEAx8nRsecretbody"),
+}
+ALL = "\n".join(text for text, _ in SECRETS.values())
+
+TWO = milestone_md("Greeter", ["Greet command", "Version flag"])
+
+
+def anima(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "anima", *args], capture_output=True,
+                          text=True, timeout=240, env={**os.environ, **env},
+                          stdin=subprocess.DEVNULL)
+
+
+def leaks(text: str) -> list[str]:
+    return [kind for kind, (_, secret) in SECRETS.items() if secret in text]
+
+
+def test_every_kind_of_secret_is_redacted_everywhere(git_repo: Path,
+                                                     fake_claude: FakeClaude) -> None:
+    make_project(git_repo, {"m1": TWO})
+    env = {"ANIMA_CLAUDE_COMMAND": fake_claude.command, **fake_claude.env,
+           "ANTHROPIC_API_KEY": ""}
+    report = ("## Implementation Report — Round {round}\n**Feature**: F1\n**Commit**: {head}\n"
+              "**Tests**: ok\n**Lint**: clean\n\n### Changes\n"
+              + "".join(f"- configured {line}\n" for text, _ in SECRETS.values()
+                        for line in text.splitlines()[:1]))
+    commit = "echo x >> f1.txt && git add -A && git commit -qm 'feat: F1'"
+    # The PEM first: the rejection quotes the tail of the stderr, which then holds the others.
+    stderr = [SECRETS["pem"][0], *(text for kind, (text, _) in SECRETS.items() if kind != "pem")]
+    crash = {"stderr": [line for text in stderr for line in text.splitlines()], "crash": 1}
+    fake_claude.write_script({
+        # Round 1: crashes twice (stderr full of secrets) -> a rejection quoting the stderr.
+        # Rounds 2-3: a report full of secrets (the summary), rejections full of secrets ->
+        # three in a row -> a pause quoting the last one.
+        "developer": [crash, crash,
+                      {"shell": [commit], "text": report.replace("{round}", "2")},
+                      {"shell": [commit], "text": report.replace("{round}", "3")}],
+        "acceptor": [{"text": f"REJECTED: secrets in the diff:\n{ALL}"},
+                     {"text": f"REJECTED: still there:\n{ALL}"},
+                     {"auto": True}, {"auto": True},
+                     {"text": f"REJECTED: final check failed:\n{ALL}"}],
+    })
+    first = anima("run", str(git_repo), "--headless", env=env)
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.PAUSED, first.stdout + first.stderr
+    assert "crashed twice" in rec.iterations[0].reason
+    assert REDACTED in rec.iterations[0].reason  # the stderr tail, redacted
+    assert REDACTED in (rec.pause_reason or "")
+    resumed = anima("resume", str(git_repo), "m1", "--note", f"use these:\n{ALL}", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert REDACTED in rec_note(git_repo)
+    second = anima("run", str(git_repo), "--headless", env=env)
+    status = anima("status", str(git_repo), "--json", env=env)
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, second.stdout + second.stderr
+    final = next(i for i in rec.iterations if i.kind is RoundKind.FINAL)
+    assert final.verdict is Verdict.REJECTED and REDACTED in final.reason
+    assert any(REDACTED in i.summary for i in rec.iterations)
+    # The Developer got the note and the reasons, redacted.
+    prompts = "\n".join(fake_claude.prompts("developer"))
+    assert f"use these:\n{SECRETS['anthropic'][0].split()[0]} {REDACTED}" in prompts
+    assert leaks(prompts) == []
+    anima_dir = git_repo / ".anima"
+    files = {
+        "record": (anima_dir / "milestones" / "m1.json").read_text(),
+        "status --json": status.stdout,
+        "log": (anima_dir / "logs" / "m1.log").read_text(),
+        "transcript": (anima_dir / "transcripts" / "m1" / "events.jsonl").read_text(),
+        "headless output": first.stdout + first.stderr + second.stdout + second.stderr,
+        "resume output": resumed.stdout + resumed.stderr,
+    }
+    found = {name: leaks(text) for name, text in files.items()}
+    assert found == {name: [] for name in files}, found
+    for name in ("record", "status --json", "log", "transcript"):
+        assert REDACTED in files[name], name
+    assert json.loads(status.stdout)["milestones"][0]["iterations"][0]["reason"] == \
+        rec.iterations[0].reason
+
+
+def rec_note(repo: Path) -> str:
+    return record(repo, "m1").human_notes[-1].text
