@@ -67,6 +67,8 @@ class Config(_Strict):
                                     "first prompt with the API once to calibrate the budget")
     recent_rounds_in_full: int = Field(4, ge=1)
     max_budget_usd: float | None = Field(None, gt=0)
+    allow_push: bool = Field(False, description="let the agents run `git push`; by default the "
+                             "tool rules block it and a push that slips through pauses")
 
     @model_validator(mode="before")
     @classmethod

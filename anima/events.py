@@ -110,6 +110,8 @@ class TurnResult(AgentEvent):
     num_turns: int = 0
     #: What this turn spent (None: not known yet; the agent process works it out).
     turn_cost_usd: float | None = None
+    #: Tool calls the CLI refused by its tool rules, described (`Bash: git push origin main`).
+    permission_denials: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,7 @@ def read_transcript(path: Path) -> list[AgentEvent]:
             names = {f.name for f in dataclasses.fields(cls)}
             kwargs = {k: v for k, v in data.items() if k in names}
             for k, v in kwargs.items():
-                if isinstance(v, list) and k == "tools":
+                if isinstance(v, list) and k in ("tools", "permission_denials"):
                     kwargs[k] = tuple(v)
             out.append(cls(**kwargs))
     return out

@@ -38,6 +38,7 @@ from anima.git_ops import GitRepo, TreeSnapshot
 from anima.prompts import DeveloperContext, PromptBuilder, render
 from anima.recovery import recover_milestone
 from anima.redact import redact
+from anima.remotes import RefMap, pushed, remote_refs
 from anima.reports import (
     DeveloperReport,
     ReportKind,
@@ -196,6 +197,7 @@ class MilestoneRun:
         self._idle = threading.Event()  # set while no agent turn is in flight
         self._idle.set()
         self._pending_summaries: list[tuple[int, Future[SummaryResult]]] = []
+        self._pushed: str | None = None  # a push seen after a turn: pause before the next round
         self._unsubscribe = bus.subscribe(self._on_event)
 
     # ------------------------------------------------------------------ the loop
@@ -512,7 +514,11 @@ class MilestoneRun:
 
     # ------------------------------------------------------------------ endings
     def _pause_reason(self) -> str | None:
-        """Why the loop must pause before another round (the seed's three stops), or None."""
+        """Why the loop must pause before another round (the seed's three stops, and a push
+        that got past the tool rules), or None."""
+        if self._pushed is not None:
+            reason, self._pushed = self._pushed, None
+            return reason
         if self.record.consecutive_rejections >= self.config.max_consecutive_rejections:
             return self._rejection_pause_reason()
         if (limit := self._limit_reached()) is not None:
@@ -597,6 +603,7 @@ class MilestoneRun:
         crashed = False
         while True:
             self._idle.clear()  # before the stop check: `stop()` waits on it (no lost wake-up)
+            refs = None if self.config.allow_push else remote_refs(self.repo.root)
             try:
                 if self.control.stop.is_set():
                     raise _Stopped
@@ -621,13 +628,34 @@ class MilestoneRun:
                 continue
             finally:
                 self._idle.set()
+                if refs is not None:
+                    self._check_pushes(role, refs)
             self._account(result)
             return result.text
 
+    def _check_pushes(self, role: str, before: RefMap) -> None:
+        """A push the tool rules missed: say so in the round's notes and pause after it."""
+        moved = pushed(self.repo.root, before)
+        if not moved:
+            return
+        what = (f"the {role} pushed although pushing is not allowed (allow_push is off): "
+                + "; ".join(moved) + ". Check the remote, then resume.")
+        self._pushed = what
+        if self._round is not None:
+            self._round.notes.append(what)
+        self._log(what)
+
     def _account(self, result: TurnResult) -> None:
-        """Add what the turn spent (`usage` is per turn; the agent works out the cost)."""
+        """Add what the turn spent (`usage` is per turn; the agent works out the cost), and
+        what the tool rules refused to the round's notes."""
         usage = Usage.from_api(result.usage)
         spent = result.turn_cost_usd or 0.0
+        if result.permission_denials:
+            refused = (f"the {result.role}'s tool rules refused: "
+                       + "; ".join(result.permission_denials))
+            self._log(refused)
+            if self._round is not None:
+                self._round.notes.append(refused)
         if self._round is not None:
             self._round.usage = self._round.usage + usage
             self._round.cost_usd += spent

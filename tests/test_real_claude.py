@@ -87,6 +87,23 @@ def test_scripted_tool_use_makes_the_cli_commit(make_real: Factory, api_stub: Ap
     assert not tool_result.is_error
 
 
+def test_the_developer_rules_make_the_cli_refuse_git_push(make_real: Factory,
+                                                        api_stub: ApiStub, git_repo: Path,
+                                                        tmp_path: Path) -> None:
+    bare = tmp_path / "origin.git"
+    run_git(tmp_path, "init", "-q", "--bare", str(bare))
+    run_git(git_repo, "remote", "add", "origin", str(bare))
+    command = "cd . && git push origin HEAD:refs/heads/pushed"
+    api_stub.push({"tool_use": {"name": "Bash", "input": {"command": command,
+                                                          "description": "push"}}},
+                  "The push was refused.")
+    agent = make_real()
+    result = agent.send("Push your work")
+    assert result.text == "The push was refused."
+    assert result.permission_denials == (f"Bash: {command}",)
+    assert run_git(bare, "for-each-ref") == ""  # nothing arrived
+
+
 def test_acceptor_may_inspect_but_not_write(make_real: Factory, api_stub: ApiStub,
                                             git_repo: Path, events: list[Event]) -> None:
     """The space-joined --allowedTools with `Bash(git log:*)` patterns is understood."""

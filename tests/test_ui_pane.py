@@ -219,6 +219,14 @@ def test_a_rejection_with_bullets_is_shown_whole(qtbot, deliver, bridge) -> None
         ["rejected", "accepted"]
 
 
+def test_refused_tool_calls_are_shown(qtbot, deliver, pane: AgentPane) -> None:
+    deliver([ev.TurnResult("developer", "done", False, "s", turn_cost_usd=0.01,
+                           permission_denials=("Bash: git push origin main",))])
+    text = shown(qtbot, pane)
+    assert "⛔ refused by the tool rules: Bash: git push origin main" in text
+    assert line_color(pane, "refused by the tool rules") == "#c5221f"
+
+
 # --- batching, cap, scrolling, search --------------------------------------------------------
 
 

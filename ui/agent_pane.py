@@ -610,11 +610,13 @@ class AgentPane(QFrame):
             parts.append(f"${event.turn_cost_usd:.4f}")
         summary = " · ".join(parts)
         self._set_state(f"idle · last turn {summary}")
+        refused = [(("error", f"⛔ refused by the tool rules: {_clip(d)}"),)
+                   for d in event.permission_denials]
         if event.is_error:
             detail = f" — {shorten(event.text, 300)}" if event.text else ""
-            return [(("error", f"✗ turn failed ({event.subtype}){detail}"),),
+            return [*refused, (("error", f"✗ turn failed ({event.subtype}){detail}"),),
                     (("meta", summary),)]
-        return [(("meta", f"✓ turn done · {summary}"),)]
+        return [*refused, (("meta", f"✓ turn done · {summary}"),)]
 
     def _exited(self, event: ev.AgentExited) -> list[Line]:
         self._turn_started = None

@@ -179,7 +179,17 @@ def _turn_result(role: str, obj: dict[str, Any]) -> TurnResult:
         duration_ms=int(obj.get("duration_ms") or 0),
         num_turns=int(obj.get("num_turns") or 0),
         turn_cost_usd=_spent_since_last_result(obj),
+        permission_denials=_denials(obj),
     )
+
+
+def _denials(obj: dict[str, Any]) -> tuple[str, ...]:
+    """The result's `permission_denials` ({tool_name, tool_input, …} each), described."""
+    found = obj.get("permission_denials")
+    if not isinstance(found, list):
+        return ()
+    return tuple(describe_tool(str(d.get("tool_name", "")), d.get("tool_input") or {})
+                 for d in found if isinstance(d, dict))
 
 
 def parse_line(role: str, line: bytes | str) -> list[Event]:

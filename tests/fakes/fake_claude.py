@@ -39,6 +39,8 @@ TOOLS = ["Task", "Bash", "Edit", "Glob", "Grep", "Read", "Write"]
 FEATURE_RE = re.compile(r"^\s*-?\s*\[( |/|!)\]\s+(F\d+)\b", re.MULTILINE)
 ROUND_RE = re.compile(r"\bround:?\s*(\d+)", re.IGNORECASE)
 BASE_RE = re.compile(r"Base commit:\s*`?([0-9a-fA-F]{7,40})")
+RULE_RE = re.compile(r"(\w+)(?:\(([^)]*)\))?")
+COMMAND_SEP_RE = re.compile(r"&&|\|\||[;|\n]")
 
 _out_lock = threading.Lock()
 
@@ -67,6 +69,7 @@ class Args:
         self.permission_mode = "default"
         self.model = "claude-fake-1"
         self.version = False
+        self.denied_bash: list[str] = []  # command prefixes of `Bash(prefix:*)` rules
         with_value = {"--session-id", "--resume", "--append-system-prompt", "--permission-mode",
                       "--model", "--input-format", "--output-format", "--allowedTools",
                       "--disallowedTools", "--system-prompt", "--max-turns"}
@@ -86,6 +89,10 @@ class Args:
                 self.permission_mode = value or "default"
             elif arg == "--model":
                 self.model = value or self.model
+            elif arg == "--disallowedTools":
+                self.denied_bash += [rule.removesuffix(":*").strip()
+                                     for tool, rule in RULE_RE.findall(value or "")
+                                     if tool == "Bash" and rule]
             i += 2 if value is not None else 1
         if not self.session_id:
             self.session_id = str(uuid.uuid4())
@@ -244,6 +251,7 @@ class Turn:
         self.cwd = os.getcwd()
         self.session = args.session_id
         self.num_turns = 1
+        self.denials: list[dict[str, Any]] = []
         match = FEATURE_RE.search(prompt)
         self.feature = match.group(2) if match else ""
 
@@ -263,10 +271,26 @@ class Turn:
             "parent_tool_use_id": None, "session_id": self.session, "uuid": str(uuid.uuid4())})
         self.num_turns += 1
 
+    def denied(self, command: str) -> bool:
+        """Whether a `--disallowedTools "Bash(prefix:*)"` rule refuses `command`: like the
+        real CLI, every part of a compound command is checked."""
+        parts = [p.strip() for p in COMMAND_SEP_RE.split(command)]
+        return any(p == rule or p.startswith(rule + " ") for p in parts
+                   for rule in self.args.denied_bash)
+
     def bash(self, command: str, own_session: bool = False) -> str:
         """Run `command` in a shell; the call returns when the shell exits, even if something
         it sent to the background still holds its output (as the real Bash tool does).
-        `own_session`: start the shell in a session of its own, as the real CLI does."""
+        `own_session`: start the shell in a session of its own, as the real CLI does.
+        A command the tool rules refuse is not run; the result lists it in
+        `permission_denials`, as the real CLI's does."""
+        if self.denied(command):
+            tool_input = {"command": command, "description": "run a command"}
+            self.tool("Bash", tool_input, f"Permission to use Bash with command {command} has "
+                      "been denied.", True)
+            self.denials.append({"tool_name": "Bash", "tool_use_id": "toolu_denied",
+                                 "tool_input": tool_input})
+            return ""
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             proc = subprocess.run(command, shell=True, cwd=self.cwd, stdout=out, stderr=err,
                                   stdin=subprocess.DEVNULL, start_new_session=own_session)
@@ -316,7 +340,7 @@ class Turn:
             "num_turns": self.num_turns, "session_id": self.session,
             **self.cost.spend(float(spec.get("cost_usd", 0.01)), self.args.model),
             "usage": spec.get("usage", {"input_tokens": 100, "output_tokens": 50}),
-            "uuid": str(uuid.uuid4()),
+            "uuid": str(uuid.uuid4()), "permission_denials": self.denials,
         }
         if text is not None:
             out["result"] = text

@@ -1,0 +1,85 @@
+"""Did an agent push? A cheap look, before and after each turn, at the refs a push moves.
+
+The tool rules block `git push` itself (`anima.agents.profiles`); this is the second line, for
+a push the rules did not recognise (`sh -c 'git push'`, a script, `git -C . push`).
+`git ls-remote` would ask every remote over the network — slow, offline it fails, and it may
+prompt for credentials — so Anima looks at what a push leaves behind on this machine:
+
+- for remotes whose URL is a local path (`/srv/app.git`, `file://…`, a sibling repository),
+  the remote repository's own branches and tags: exact, whatever refspec or URL was used;
+- `refs/remotes/*` of the project: a `git push <remote>` moves the matching remote-tracking
+  ref. A fetch moves them too, so a moved tracking ref counts as a push only when it now
+  points at a commit one of the project's own branches contains (fetched work is not ours).
+
+A push by bare URL to a network remote leaves no trace here and goes unseen.
+Each snapshot costs one `git for-each-ref` per local remote plus two in the project.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+RefMap = dict[str, str]  # "<remote>:<ref>" or "<tracking ref>" -> object id
+
+
+def _git(cwd: Path, *args: str) -> str:
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                             timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout if out.returncode == 0 else ""
+
+
+def _refs(cwd: Path, *patterns: str) -> RefMap:
+    lines = _git(cwd, "for-each-ref", "--format=%(refname) %(objectname)", *patterns)
+    return dict(line.split(" ", 1) for line in lines.splitlines() if " " in line)
+
+
+def _local_path(url: str, root: Path) -> Path | None:
+    """The folder of a remote URL that is a path on this machine, else None."""
+    if url.startswith("file://"):
+        path = Path(unquote(urlparse(url).path))
+    elif "://" in url or (":" in url.split("/", 1)[0] and not url.startswith("/")):
+        return None  # https://, ssh://, or scp-like host:path
+    else:
+        path = (root / url).resolve()
+    return path if path.is_dir() else None
+
+
+def _local_remotes(root: Path) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    config = _git(root, "config", "--get-regexp", r"^remote\..*\.(url|pushurl)$")
+    for line in config.splitlines():
+        key, _, url = line.partition(" ")
+        name = key[len("remote."):key.rfind(".")]
+        if (path := _local_path(url.strip(), root)) is not None:
+            found[name] = path  # a pushurl comes after the url: it wins
+    return found
+
+
+def remote_refs(root: Path) -> RefMap:
+    """Every ref a push could move, as seen now."""
+    refs = _refs(root, "refs/remotes")
+    for label, path in _local_remotes(root).items():
+        refs.update({f"{label}:{ref}": sha
+                     for ref, sha in _refs(path, "refs/heads", "refs/tags").items()})
+    return refs
+
+
+def pushed(root: Path, before: RefMap) -> list[str]:
+    """What moved since `before` in a way only a push explains: one line per ref."""
+    after = remote_refs(root)
+    lines = []
+    for ref in sorted(before.keys() | after.keys()):
+        old, new = before.get(ref), after.get(ref)
+        if old == new:
+            continue
+        if ref.startswith("refs/remotes/") and (
+                new is None or not _git(root, "for-each-ref", "--contains", new,
+                                        "--count=1", "refs/heads")):
+            continue  # a fetch or a prune, not a push
+        lines.append(f"{ref}: {(old or 'none')[:7]} → {(new or 'deleted')[:7]}")
+    return lines
