@@ -43,7 +43,7 @@ def test_developer_argv_with_session_id() -> None:
     assert _flag(argv, "--append-system-prompt").startswith("You are the Developer agent")
     assert _flag(argv, "--permission-mode") == "acceptEdits"
     assert _flag(argv, "--allowedTools") == "Bash Edit Write Read Glob Grep"
-    assert "--disallowedTools" not in argv
+    assert _flag(argv, "--disallowedTools") == "Bash(git push:*)"  # allow_push is off
     assert "--model" not in argv
 
 
@@ -60,7 +60,7 @@ def test_acceptor_argv_resume_model_and_extra_args() -> None:
     assert _flag(argv, "--append-system-prompt").startswith("You are the Acceptor agent")
     assert _flag(argv, "--permission-mode") == "default"
     assert "Bash(git show:*) Bash(git diff:*)" in _flag(argv, "--allowedTools")
-    assert _flag(argv, "--disallowedTools") == "Edit Write NotebookEdit"
+    assert _flag(argv, "--disallowedTools") == "Edit Write NotebookEdit Bash(git push:*)"
     assert _flag(argv, "--model") == "claude-sonnet-4-5"
     assert argv[-2:] == ["--max-turns", "30"]
 
