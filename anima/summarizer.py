@@ -22,6 +22,7 @@ from string import Template
 from typing import Any
 
 from anima.config import SummarizerConfig
+from anima.context import clip
 from anima.paths import resource
 from anima.redact import redact
 from anima.store import Usage
@@ -280,7 +281,8 @@ class Summarizer:
             round=d.round, kind=d.kind, feature=d.feature or "(none)",
             commit=d.commit[:12] if d.commit else "(no commit)",
             changed_files=", ".join(d.changed_files[:20]) or "(none)",
-            verdict=d.verdict or "(none)", reason=d.reason.strip() or "(none)",
+            verdict=d.verdict or "(none)",
+            reason=clip(d.reason.strip(), REPORT_MAX_CHARS // 4) or "(none)",
             report=report or "(empty)",
         ).strip()
 

@@ -224,6 +224,13 @@ def test_prompt_comes_from_the_resource_template(make) -> None:
     assert "Changed files: anima/context.py, tests/test_context.py" in text
 
 
+def test_a_huge_reason_and_report_stay_out_of_the_summary_request(make) -> None:
+    text = make({}).prompt(digest(verdict="rejected", reason="too long\n" * 200_000,
+                                  report="lorem\n" * 400_000))
+    assert len(text) < 20_000 and "Review reason: too long" in text
+    assert "trimmed to fit the context budget" in text
+
+
 # --- cost ------------------------------------------------------------------------------------
 
 def test_cost_table_and_unknown_model() -> None:
