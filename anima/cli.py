@@ -26,6 +26,7 @@ from anima.errors import (
 from anima.events import (
     AgentEvent,
     AssistantText,
+    ContextUsage,
     EngineError,
     Event,
     LogLine,
@@ -110,6 +111,9 @@ class HeadlessPrinter:
                                 f"${event.cost_usd:.4f}" + (" (error)" if event.is_error else ""))
         if isinstance(event, RawOutput):
             return event.role, f"(raw) {event.text}"
+        if isinstance(event, ContextUsage):
+            return event.role, (f"— context in use: {event.tokens} of {event.window} tokens "
+                                f"({event.percent:.0f}%)")
         return "", None
 
 

@@ -115,6 +115,29 @@ class TurnResult(AgentEvent):
 
 
 @dataclass(frozen=True)
+class ContextUsage(AgentEvent):
+    """The agent's context after a turn: the last API call's input + cache tokens, of a
+    `window`-token context window (published just before the turn's TurnResult)."""
+
+    session_id: str
+    tokens: int
+    window: int
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.tokens / self.window if self.window else 0.0
+
+
+@dataclass(frozen=True)
+class Compacted(AgentEvent):
+    """The CLI compacted the conversation by itself (`system/compact_boundary`)."""
+
+    trigger: str
+    pre_tokens: int
+    post_tokens: int | None = None
+
+
+@dataclass(frozen=True)
 class RawOutput(AgentEvent):
     """A line that was not stream-json (crash trace, warning): shown, never lost."""
 

@@ -20,6 +20,7 @@ from anima.errors import AgentCrashed, AgentError, AgentNotFound, SessionLost, T
 from anima.events import (
     AgentExited,
     AssistantText,
+    ContextUsage,
     Event,
     EventBus,
     RawOutput,
@@ -158,7 +159,10 @@ def test_text_turn_publishes_events_in_order(make_agent: Factory, fake_claude: F
     assert not result.is_error and result.session_id == agent.session_id
     assert result.cost_usd == pytest.approx(0.01) and result.num_turns == 2
     assert recorder.kinds() == ["SessionStarted", "RawOutput", "ToolUse", "ToolResult",
-                                "AssistantText", "TurnResult"]
+                                "AssistantText", "ContextUsage", "TurnResult"]
+    (context,) = recorder.of(ContextUsage)  # known before whoever waits for the result wakes
+    assert (context.tokens, context.window, context.session_id) == (10, 200_000,
+                                                                    agent.session_id)
     (started,) = recorder.of(SessionStarted)
     assert started.session_id == agent.session_id and "Bash" in started.tools
     assert recorder.of(RawOutput)[0].text == "warning: not json"

@@ -8,6 +8,7 @@ import pytest
 
 from anima.agents.profiles import ACCEPTOR, DEVELOPER, load_system_prompt, profile_for
 from anima.agents.protocol import (
+    ContextMeter,
     LineFramer,
     build_argv,
     interrupt_request,
@@ -17,6 +18,8 @@ from anima.agents.protocol import (
 from anima.config import Config, RoleConfig
 from anima.events import (
     AssistantText,
+    Compacted,
+    ContextUsage,
     RawOutput,
     SessionStarted,
     Thinking,
@@ -235,3 +238,34 @@ def test_control_and_unknown_lines_are_ignored() -> None:
     assert parse_line("developer", _line({"type": "system", "subtype": "status"})) == []
     assert parse_line("developer", b"   \r") == []
     assert parse_line("developer", b'{"type": "stream_event"}') == []
+
+
+def test_the_context_in_use_is_the_last_main_call_and_the_window_the_result_names() -> None:
+    meter = ContextMeter()
+
+    def assistant(model: str, usage: dict[str, int], parent: str | None = None) -> str:
+        return json.dumps({"type": "assistant", "parent_tool_use_id": parent, "message": {
+            "model": model, "content": [], "usage": usage}})
+
+    parse_line("developer", assistant("claude-opus-4-8", {"input_tokens": 5,
+               "cache_read_input_tokens": 40_000, "cache_creation_input_tokens": 2_000,
+               "output_tokens": 900}), meter)
+    # A sub-agent's call is another conversation: it does not move the figure.
+    parse_line("developer", assistant("claude-haiku-4-5", {"input_tokens": 999_999},
+                                      parent="toolu_1"), meter)
+    result = json.dumps({"type": "result", "subtype": "success", "session_id": "s1",
+                         "result": "ok", "modelUsage": {
+                             "claude-opus-4-8[1m]": {"contextWindow": 1_000_000},
+                             "claude-haiku-4-5": {"contextWindow": 200_000}}})
+    usage, turn = parse_line("developer", result, meter)
+    assert isinstance(turn, TurnResult)
+    assert usage == ContextUsage(role="developer", session_id="s1", tokens=42_005,
+                                 window=1_000_000)
+    assert usage.percent == pytest.approx(4.2005)
+    # No modelUsage (an older CLI): a 200k window; no assistant line yet: no figure.
+    assert parse_line("acceptor", '{"type":"result","result":"x"}', ContextMeter()) == \
+        [TurnResult(role="acceptor", text="x", is_error=False, session_id="")]
+    boundary = ('{"type":"system","subtype":"compact_boundary","compact_metadata":'
+                '{"trigger":"auto","pre_tokens":170000}}')
+    assert parse_line("developer", boundary) == [Compacted(role="developer", trigger="auto",
+                                                           pre_tokens=170_000)]

@@ -319,3 +319,19 @@ def test_active_pane_is_highlighted(qtbot, pane: AgentPane) -> None:
     assert pane.property("active") is False
     pane.set_active(True)
     assert pane.property("active") is True and pane.active
+
+
+def test_the_header_shows_the_context_in_use_and_a_compaction_is_shown(
+        qtbot, deliver, pane: AgentPane) -> None:
+    deliver([ev.SessionStarted("developer", "s-one", "claude-x"),
+             ev.ContextUsage("developer", "s-one", tokens=46_000, window=200_000),
+             ev.ContextUsage("acceptor", "s-two", tokens=190_000, window=200_000)])
+    shown(qtbot, pane)
+    assert pane.context_label.text() == "23% context"
+    assert "46.0k of 200.0k tokens" in pane.context_label.toolTip()
+    deliver([ev.Compacted("developer", "auto", pre_tokens=160_000, post_tokens=9_000)])
+    assert "⟲ the CLI compacted the context (auto): 160.0k → 9.0k tokens" in shown(qtbot, pane)
+    # A fresh session starts from nothing: the old figure would be a lie.
+    deliver([ev.SessionStarted("developer", "s-three", "claude-x")])
+    shown(qtbot, pane)
+    assert pane.context_label.text() == ""

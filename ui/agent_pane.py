@@ -455,6 +455,8 @@ class AgentPane(QFrame):
         self.title.setObjectName("paneTitle")
         self.state_label = QLabel("idle", self)
         self.state_label.setObjectName("paneState")
+        self.context_label = QLabel("", self)
+        self.context_label.setObjectName("paneContext")
         self.follow_button = QToolButton(self, text="↓ Follow")
         self.follow_button.setObjectName("followButton")
         self.follow_button.setToolTip("Output keeps coming; click to jump to the latest")
@@ -465,6 +467,7 @@ class AgentPane(QFrame):
         header_layout.setContentsMargins(10, 6, 8, 6)
         header_layout.addWidget(self.title)
         header_layout.addWidget(self.state_label, 1)
+        header_layout.addWidget(self.context_label)
         header_layout.addWidget(self.follow_button)
 
         self.view = TranscriptView(max_lines, self)
@@ -580,10 +583,18 @@ class AgentPane(QFrame):
             if event.session_id == self._session_id:
                 return []
             self._session_id = event.session_id
+            self._show_context(None)
             model = f" · {event.model}" if event.model else ""
             return [(("meta", f"● session {event.session_id[:8]}{model}"),)]
         if isinstance(event, ev.AgentExited):
             return self._exited(event)
+        if isinstance(event, ev.ContextUsage):
+            self._show_context(event)
+            return []
+        if isinstance(event, ev.Compacted):
+            after = f" → {format_tokens(event.post_tokens)}" if event.post_tokens else ""
+            return [(("meta", f"⟲ the CLI compacted the context ({event.trigger}): "
+                              f"{format_tokens(event.pre_tokens)}{after} tokens"),)]
         if isinstance(event, ev.VerdictReached):
             word = "ACCEPTED" if event.accepted else "REJECTED"
             reason = summarize_result(event.reason, REASON_PREVIEW_LINES) \
@@ -631,6 +642,17 @@ class AgentPane(QFrame):
             if line.strip():
                 lines.append((("raw", _clip(line)),))
         return lines
+
+    def _show_context(self, usage: ev.ContextUsage | None) -> None:
+        """The header's "% context": how full the agent's window was after its last turn."""
+        if usage is None:
+            self.context_label.setText("")
+            self.context_label.setToolTip("")
+            return
+        self.context_label.setText(f"{usage.percent:.0f}% context")
+        self.context_label.setToolTip(
+            f"{format_tokens(usage.tokens)} of {format_tokens(usage.window)} tokens in use "
+            f"after the last turn (Anima starts a fresh session past the rollover threshold)")
 
     def _mark_working(self) -> None:
         if self._turn_started is None:

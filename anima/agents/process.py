@@ -36,6 +36,7 @@ from anima.agents.discovery import ClaudeBinary
 from anima.agents.profiles import RoleProfile
 from anima.agents.protocol import (
     ERROR_DURING_EXECUTION,
+    ContextMeter,
     LineFramer,
     build_argv,
     clean_text,
@@ -137,6 +138,7 @@ class AgentProcess:
         self._stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
         self._cost_total = 0.0  # the process's last `total_cost_usd`
         self._redact = AgentRedactor()
+        self._meter = ContextMeter()
 
         self._turn_lock = threading.Lock()
         self._stdin_lock = threading.Lock()
@@ -236,6 +238,7 @@ class AgentProcess:
             self._stderr_tail.clear()
         self._cost_total = 0.0
         self._redact = AgentRedactor()
+        self._meter = ContextMeter()
         self._turns_sent = 0
         self._stopping = False
         self._exit_published = False
@@ -386,7 +389,7 @@ class AgentProcess:
 
     def _on_line(self, is_stdout: bool, line: bytes) -> None:
         if is_stdout:
-            events = parse_line(self.role, line)
+            events = parse_line(self.role, line, self._meter)
         else:
             text = clean_text(line.decode("utf-8", errors="replace")).rstrip()
             events = [RawOutput(role=self.role, text=text)] if text.strip() else []

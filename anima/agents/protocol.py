@@ -14,6 +14,8 @@ from typing import Any
 from anima.config import RoleConfig
 from anima.events import (
     AssistantText,
+    Compacted,
+    ContextUsage,
     Event,
     RawOutput,
     SessionStarted,
@@ -29,6 +31,9 @@ _ANSI_RE = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()*+][0-9A-Za-z]"
     r"|\x1b[0-9@-Z\\-_=>]"
 )
+
+#: The window assumed when the CLI's result names none (every current Claude model's default).
+DEFAULT_CONTEXT_WINDOW = 200_000
 
 # Result subtype the CLI reports for an interrupted turn and for a resume that found no session.
 ERROR_DURING_EXECUTION = "error_during_execution"
@@ -192,8 +197,59 @@ def _denials(obj: dict[str, Any]) -> tuple[str, ...]:
                  for d in found if isinstance(d, dict))
 
 
-def parse_line(role: str, line: bytes | str) -> list[Event]:
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) else 0
+
+
+class ContextMeter:
+    """Follows one process's context in use: the last main-loop API call's input + cache
+    tokens (from its `assistant` lines) and the window the `result` line reports.
+
+    The figure costs nothing: it rides on lines the CLI prints anyway (design.md, "Context in
+    use"). A sub-agent's lines (`parent_tool_use_id` set) are another context and are skipped.
+    """
+
+    def __init__(self) -> None:
+        self.tokens: int | None = None
+        self.model = ""
+
+    def saw_assistant(self, obj: dict[str, Any]) -> None:
+        message = obj.get("message")
+        if obj.get("parent_tool_use_id") or not isinstance(message, dict):
+            return
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            self.tokens = (_int(usage.get("input_tokens"))
+                           + _int(usage.get("cache_read_input_tokens"))
+                           + _int(usage.get("cache_creation_input_tokens")))
+            self.model = str(message.get("model") or "")
+
+    def at_result(self, role: str, obj: dict[str, Any]) -> ContextUsage | None:
+        """The figure after a turn, or None when no API call reported usage yet."""
+        if self.tokens is None:
+            return None
+        windows = {name: _int(u.get("contextWindow"))
+                   for name, u in (obj.get("modelUsage") or {}).items() if isinstance(u, dict)}
+        window = windows.get(self.model) or max(windows.values(), default=0) \
+            or DEFAULT_CONTEXT_WINDOW
+        return ContextUsage(role=role, session_id=str(obj.get("session_id", "")),
+                            tokens=self.tokens, window=window)
+
+
+def _compacted(role: str, obj: dict[str, Any]) -> Compacted:
+    meta = obj.get("compact_metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    post = meta.get("post_tokens")
+    return Compacted(role=role, trigger=str(meta.get("trigger") or "auto"),
+                     pre_tokens=_int(meta.get("pre_tokens")),
+                     post_tokens=_int(post) if post is not None else None)
+
+
+def parse_line(role: str, line: bytes | str, meter: ContextMeter | None = None) -> list[Event]:
     """Map one stdout line to typed events; unknown JSON types (control_response…) map to none.
+
+    With a `meter`, a turn's `result` is preceded by its ContextUsage (so whoever waits for the
+    result already knows the context), and `assistant` lines feed the meter.
 
     A line that is not a JSON object is returned as RawOutput (cleaned of ANSI/CR), because a
     crash trace or a warning must be shown, never lost. Blank lines produce nothing.
@@ -221,7 +277,11 @@ def parse_line(role: str, line: bytes | str) -> list[Event]:
             model=str(obj.get("model", "")),
             tools=tuple(str(t) for t in tools) if isinstance(tools, list) else (),
         )]
+    if kind == "system" and obj.get("subtype") == "compact_boundary":
+        return [_compacted(role, obj)]
     if kind == "assistant":
+        if meter is not None:
+            meter.saw_assistant(obj)
         events: list[Event] = []
         for block in _message_content(obj):
             if not isinstance(block, dict):
@@ -252,7 +312,8 @@ def parse_line(role: str, line: bytes | str) -> list[Event]:
             if isinstance(block, dict) and block.get("type") == "tool_result"
         ]
     if kind == "result":
-        return [_turn_result(role, obj)]
+        usage = meter.at_result(role, obj) if meter is not None else None
+        return [usage, _turn_result(role, obj)] if usage else [_turn_result(role, obj)]
     return []
 
 
