@@ -34,7 +34,7 @@ from anima.context import ApiTokenCounter
 from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError
 from anima.events import AgentEvent, EngineError, EventBus, LogLine, MilestonesScanned
 from anima.git_ops import GitRepo
-from anima.journal import Journal, read_transcript
+from anima.journal import Journal, read_transcript, transcript_files
 from anima.lock import ProjectLock
 from anima.milestone_md import load_milestone, validate_milestone_id
 from anima.paths import ProjectPaths
@@ -318,7 +318,7 @@ class Engine:
     def _drive(self, record: MilestoneRecord) -> Phase:
         # A missing CLI is reported before anything changes; its version goes on record.
         record.claude_version = self.claude().version
-        self.journal.open(record.id)
+        self.journal.open(record.id, max_bytes=int(self.config.transcript_max_mb * 2**20))
         self._control = RunControl()
         counter = ApiTokenCounter(self.config.summarizer.model) \
             if self.config.exact_token_count else None
@@ -443,7 +443,8 @@ class Engine:
         return self.repo.show(commit)
 
     def transcript(self, milestone_id: str) -> list[AgentEvent]:
-        return read_transcript(self.paths.transcripts(milestone_id) / "events.jsonl")
+        folder = self.paths.transcripts(milestone_id)
+        return [e for path in transcript_files(folder) for e in read_transcript(path)]
 
     # ------------------------------------------------------------------ helpers
     def _on_milestone_file(self, path: Path) -> None:

@@ -4,12 +4,17 @@
 timeouts, pauses); `.anima/transcripts/<id>/events.jsonl` holds every agent event, so the
 monitor can replay a milestone after a restart. Secrets never reach either file: agent events
 are redacted where they enter the engine (`anima.agents.process`), and log lines again here.
+
+A transcript is capped (`transcript_max_mb`): when `events.jsonl` reaches half the cap it
+becomes `events.1.jsonl` (replacing the older half), so a milestone's transcripts never take
+more than the cap, a long run cannot fill the disk, and rotating is one rename.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import threading
 import time
 from datetime import datetime
@@ -26,6 +31,9 @@ from anima.events import (
 from anima.paths import ProjectPaths
 from anima.redact import redact
 
+TRANSCRIPT = "events.jsonl"
+ROTATED_TRANSCRIPT = "events.1.jsonl"
+
 _AGENT_EVENT_TYPES: dict[str, type[AgentEvent]] = {
     cls.__name__: cls for cls in vars(ev).values()
     if isinstance(cls, type) and issubclass(cls, AgentEvent) and cls is not AgentEvent
@@ -41,18 +49,35 @@ class Journal:
         self._milestone: str | None = None
         self._log: IO[str] | None = None
         self._transcript: IO[str] | None = None
+        self._folder: Path | None = None
+        self._size = 0
+        self._rotate_at: int | None = None
         self._unsubscribe = bus.subscribe(self._on_event)
 
-    def open(self, milestone_id: str) -> None:
-        """Agent events from now on belong to this milestone."""
+    def open(self, milestone_id: str, max_bytes: int | None = None) -> None:
+        """Agent events from now on belong to this milestone (its transcripts kept within
+        `max_bytes`, when given)."""
         with self._lock:
             self._close_files()
             self._milestone = milestone_id
             self.paths.logs.mkdir(parents=True, exist_ok=True)
-            folder = self.paths.transcripts(milestone_id)
+            self._folder = folder = self.paths.transcripts(milestone_id)
             folder.mkdir(parents=True, exist_ok=True)
             self._log = self.paths.log(milestone_id).open("a", encoding="utf-8")
-            self._transcript = (folder / "events.jsonl").open("a", encoding="utf-8")
+            self._rotate_at = max(1, max_bytes // 2) if max_bytes else None
+            self._open_transcript()
+
+    def _open_transcript(self) -> None:
+        assert self._folder is not None
+        self._transcript = (self._folder / TRANSCRIPT).open("a", encoding="utf-8")
+        self._size = self._transcript.tell()
+
+    def _rotate(self) -> None:
+        """The current half becomes the older one; the oldest half is dropped."""
+        assert self._folder is not None and self._transcript is not None
+        self._transcript.close()
+        os.replace(self._folder / TRANSCRIPT, self._folder / ROTATED_TRANSCRIPT)
+        self._open_transcript()
 
     def close(self) -> None:
         with self._lock:
@@ -77,8 +102,12 @@ class Journal:
                 if self._transcript is not None:
                     record = {"t": round(time.time(), 3), "type": type(event).__name__,
                               **dataclasses.asdict(event)}
-                    self._transcript.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    line = json.dumps(record, ensure_ascii=False) + "\n"
+                    self._transcript.write(line)
                     self._transcript.flush()
+                    self._size += len(line.encode("utf-8")) if not line.isascii() else len(line)
+                    if self._rotate_at is not None and self._size >= self._rotate_at:
+                        self._rotate()
 
     def write_log(self, milestone_id: str | None, text: str) -> None:
         line = f"[{datetime.now():%H:%M:%S}] {redact(text)}\n"
@@ -90,6 +119,11 @@ class Journal:
                 self.paths.logs.mkdir(parents=True, exist_ok=True)
                 with self.paths.log(milestone_id).open("a", encoding="utf-8") as fh:
                     fh.write(line)
+
+
+def transcript_files(folder: Path) -> list[Path]:
+    """A milestone's transcript files, oldest first."""
+    return [folder / ROTATED_TRANSCRIPT, folder / TRANSCRIPT]
 
 
 def read_transcript(path: Path) -> list[AgentEvent]:

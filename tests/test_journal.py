@@ -6,7 +6,7 @@ from pathlib import Path
 
 from anima.agents.redaction import AgentRedactor
 from anima.events import AssistantText, EventBus, LogLine, RawOutput, ToolResult, ToolUse
-from anima.journal import Journal, read_transcript
+from anima.journal import Journal, read_transcript, transcript_files
 from anima.paths import ProjectPaths
 
 KEY = "sk-ant-api03-" + "Kq3Lm4Np5R" * 6
@@ -46,3 +46,23 @@ def test_a_torn_last_line_is_skipped_on_replay(tmp_path: Path) -> None:
     path.write_text('{"t": 1, "type": "AssistantText", "role": "acceptor", "text": "ok"}\n'
                     '{"t": 2, "type": "AssistantText", "ro')
     assert read_transcript(path) == [AssistantText(role="acceptor", text="ok")]
+
+
+def test_a_transcript_is_capped_and_the_oldest_part_rotated_out(tmp_path: Path) -> None:
+    paths = ProjectPaths(tmp_path)
+    bus = EventBus()
+    journal = Journal(paths, bus)
+    journal.open("m1", max_bytes=20_000)
+    for i in range(1000):  # ~110 KB of events
+        bus.publish(AssistantText(role="developer", text=f"line {i:04d} " + "x" * 40))
+    journal.close()
+    folder = paths.transcripts("m1")
+    sizes = {p.name: p.stat().st_size for p in folder.iterdir()}
+    assert set(sizes) == {"events.jsonl", "events.1.jsonl"}
+    assert sum(sizes.values()) <= 20_000
+    events = [e for p in transcript_files(folder) for e in read_transcript(p)]
+    texts = [e.text for e in events if isinstance(e, AssistantText)]
+    assert texts[-1].startswith("line 0999")  # the newest is always kept, in order
+    assert not any(t.startswith("line 0000") for t in texts)  # the oldest rotated out
+    numbers = [int(t.split()[1]) for t in texts]
+    assert numbers == list(range(numbers[0], 1000)) and len(numbers) > 100
