@@ -69,6 +69,14 @@ class Config(_Strict):
     max_budget_usd: float | None = Field(None, gt=0)
     allow_push: bool = Field(False, description="let the agents run `git push`; by default the "
                              "tool rules block it and a push that slips through pauses")
+    context_rollover_percent: float | None = Field(
+        30.0, gt=0, le=100, description="between rounds, an agent whose context passed this "
+        "share of its window continues in a fresh session (the CLI compacts by itself near "
+        "80%); null = never")
+    session_per_feature: bool = Field(False, description="a fresh Developer session for "
+                                      "every feature (fix rounds stay in the feature's session)")
+    transcript_max_mb: float = Field(50.0, gt=0, description="per milestone; beyond it the "
+                                     "oldest part of the transcript is rotated out")
 
     @model_validator(mode="before")
     @classmethod

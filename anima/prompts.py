@@ -119,6 +119,9 @@ class DeveloperContext:
     final_rejection: bool = False
     human_note: str | None = None
     recovery_log: str | None = None
+    #: why this turn starts a fresh session (a rollover), and the branch's commits for it
+    fresh_session: str | None = None
+    commit_log: str = ""
 
 
 class PromptBuilder:
@@ -170,6 +173,10 @@ class PromptBuilder:
             feedback.append(render("recovery", rounds=record.rounds,
                                    accepted=record.iteration_count, branch=record.branch_name,
                                    log=log or "(no commits yet)"))
+        if ctx.fresh_session is not None:
+            log = clip(ctx.commit_log.strip(), share, "`git log --oneline` shows them all.")
+            feedback.append(render("fresh_session", reason=ctx.fresh_session,
+                                   branch=record.branch_name, log=log or "(no commits yet)"))
         if ctx.fix_reason:
             name = "feedback_final_rejection" if ctx.final_rejection else "feedback_rejection"
             feedback.append(render(name, reason=clip(ctx.fix_reason, share, where)))

@@ -25,6 +25,8 @@ from anima.agents.profiles import ACCEPTOR, DEVELOPER
 from anima.config import Config
 from anima.errors import AgentCrashed, AnimaError, SessionLost, TurnTimeout
 from anima.events import (
+    Compacted,
+    ContextUsage,
     EventBus,
     LogLine,
     MilestoneChanged,
@@ -47,11 +49,13 @@ from anima.reports import (
     parse_verdict,
 )
 from anima.store import (
+    ContextUse,
     FeatureStatus,
     Iteration,
     MergeInfo,
     MilestoneRecord,
     MilestoneStatus,
+    Rollover,
     RoundKind,
     State,
     StateStatus,
@@ -169,6 +173,7 @@ class _Round:
     tool_calls: int = 0
     auto_committed: bool = False
     notes: list[str] = field(default_factory=list)
+    context: dict[str, ContextUse] = field(default_factory=dict)
 
 
 class MilestoneRun:
@@ -198,6 +203,9 @@ class MilestoneRun:
         self._idle.set()
         self._pending_summaries: list[tuple[int, Future[SummaryResult]]] = []
         self._pushed: str | None = None  # a push seen after a turn: pause before the next round
+        # Each live session's context after its last turn (None until it has had one).
+        self._context: dict[str, ContextUse] = {}
+        self._fresh_developer: str | None = None  # why the next Developer session is fresh
         self._unsubscribe = bus.subscribe(self._on_event)
 
     # ------------------------------------------------------------------ the loop
@@ -218,6 +226,7 @@ class MilestoneRun:
                     return self.phase
                 if (reason := self._pause_reason()) is not None:
                     return self._pause(reason)
+                self._roll_over()
                 report = self._developer_round()
                 if report is None:  # rejected before review (git check, timeout, unreadable)
                     continue
@@ -294,18 +303,22 @@ class MilestoneRun:
         rec = self.record
         last = rec.iterations[-1] if rec.iterations else None
         fix = last is not None and last.verdict is Verdict.REJECTED
-        kind = RoundKind.RECOVERY if self._recovery_log is not None else \
-            RoundKind.FIX if fix else RoundKind.FEATURE
+        kind = self._next_kind()
         self._back_on_branch()
         self._round = rnd = _Round(round=rec.rounds + 1, kind=kind, started_at=now(),
                                    previous_head=self.repo.head(), usage=self._carry,
                                    cost_usd=self._carry_cost)
         self._carry, self._carry_cost = Usage(), 0.0
         note = next((n for n in rec.human_notes if not n.delivered), None)
+        fresh = self._fresh_developer
         ctx = DeveloperContext(fix_reason=last.reason if fix and last else None,
                                final_rejection=bool(fix and last and last.kind is RoundKind.FINAL),
                                human_note=note.text if note else None,
-                               recovery_log=self._recovery_log)
+                               recovery_log=self._recovery_log,
+                               fresh_session=fresh,
+                               commit_log=self.repo.oneline_log(rec.base_commit or "",
+                                                                rec.branch_name or "HEAD")
+                               if fresh is not None else "")
         self.enter(Phase.DEVELOPER, f"round {rnd.round} ({kind})",
                    deadline=time.time() + self.config.agent_timeout_seconds)
         try:
@@ -315,7 +328,7 @@ class MilestoneRun:
             return None
         if note is not None:
             note.delivered = True
-        self._recovery_log = None
+        self._recovery_log = self._fresh_developer = None
         report = parse_developer_report(text)
         if report is None:
             try:
@@ -333,6 +346,46 @@ class MilestoneRun:
         if report.kind is ReportKind.ALL_COMPLETE:
             return report
         return self._check_commit(report)
+
+    def _next_kind(self) -> RoundKind:
+        last = self.record.iterations[-1] if self.record.iterations else None
+        if self._recovery_log is not None:
+            return RoundKind.RECOVERY
+        return RoundKind.FIX if last is not None and last.verdict is Verdict.REJECTED \
+            else RoundKind.FEATURE
+
+    # ------------------------------------------------------------------ sessions
+    def _roll_over(self) -> None:
+        """Between rounds: end a session whose context passed `context_rollover_percent` (and,
+        with `session_per_feature`, the Developer's before each new feature), so the CLI never
+        has to compact on its own. The fresh Developer session's first prompt carries the
+        iteration history (seed 000); the Acceptor's prompts carry everything anyway."""
+        limit = self.config.context_rollover_percent
+        for role in (DEVELOPER, ACCEPTOR):
+            use = self._context.get(role)
+            if use is not None and limit is not None and use.percent >= limit:
+                self._start_fresh(role, use, f"context at {use.percent:.0f}% of the "
+                                             f"{use.window // 1000}k window (limit {limit:g}%)")
+        if self.config.session_per_feature and self._next_kind() is RoundKind.FEATURE and \
+                self.record.rounds > 0 and self.record.sessions.developer is not None:
+            self._start_fresh(DEVELOPER, self._context.get(DEVELOPER),
+                              "a new feature (session_per_feature)")
+
+    def _start_fresh(self, role: str, use: ContextUse | None, reason: str) -> None:
+        """Note the rollover and forget the session (persisted first), then stop its process;
+        the next turn starts a new session, which a restart then resumes."""
+        rec = self.record
+        rec.rollovers.append(Rollover(
+            round=rec.rounds + 1, role=role, tokens=use.tokens if use else 0,
+            window=use.window if use else 0, reason=reason,
+            old_session=getattr(rec.sessions, role), at=now()))
+        setattr(rec.sessions, role, None)
+        self._context.pop(role, None)
+        if role == DEVELOPER:
+            self._fresh_developer = reason
+        self._save()
+        self._drop_agent(role)
+        self._log(f"{role}: fresh session from round {rec.rounds + 1}: {reason}")
 
     def _back_on_branch(self) -> None:
         """The Developer has a shell: if it left the milestone branch, return before a round."""
@@ -471,7 +524,8 @@ class MilestoneRun:
             verdict=Verdict.ACCEPTED if verdict.accepted else Verdict.REJECTED,
             reason=verdict.reason, tokens=rnd.usage.total, usage=rnd.usage,
             cost_usd=rnd.cost_usd, tool_calls=rnd.tool_calls, auto_committed=rnd.auto_committed,
-            notes=rnd.notes, started_at=rnd.started_at, ended_at=now())
+            notes=rnd.notes, context=dict(rnd.context), started_at=rnd.started_at,
+            ended_at=now())
         rec.iterations.append(iteration)
         rec.tokens_used += rnd.usage.total
         rec.usage = rec.usage + rnd.usage
@@ -702,6 +756,15 @@ class MilestoneRun:
     def _on_event(self, event: object) -> None:
         if isinstance(event, ToolUse) and event.role == DEVELOPER and self._round is not None:
             self._round.tool_calls += 1
+        elif isinstance(event, ContextUsage):
+            use = ContextUse(tokens=event.tokens, window=event.window)
+            self._context[event.role] = use
+            if self._round is not None:
+                self._round.context[event.role] = use
+        elif isinstance(event, Compacted):
+            after = f" → {event.post_tokens}" if event.post_tokens is not None else ""
+            self._log(f"{event.role}: the CLI compacted its context by itself "
+                      f"({event.trigger}): {event.pre_tokens}{after} tokens")
 
     # ------------------------------------------------------------------ persistence
     def _save(self) -> None:

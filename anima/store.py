@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
-RECORD_SCHEMA_VERSION = 2
+RECORD_SCHEMA_VERSION = 3
 STATE_SCHEMA_VERSION = 1
 
 
@@ -114,6 +114,29 @@ class Feature(_Model):
     tool_calls: int = 0
 
 
+class ContextUse(_Model):
+    """An agent's context in use after its last turn of a round (see events.ContextUsage)."""
+
+    tokens: int
+    window: int
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.tokens / self.window if self.window else 0.0
+
+
+class Rollover(_Model):
+    """A session Anima ended between rounds and replaced by a fresh one, and why."""
+
+    round: int  # the round the fresh session starts with
+    role: str
+    tokens: int  # the old session's context when it was ended
+    window: int
+    reason: str
+    old_session: str | None = None
+    at: datetime
+
+
 class Iteration(_Model):
     round: int
     kind: RoundKind
@@ -129,6 +152,8 @@ class Iteration(_Model):
     tool_calls: int = 0
     auto_committed: bool = False
     notes: list[str] = Field(default_factory=list)
+    #: role -> context in use after that agent's last turn of the round
+    context: dict[str, ContextUse] = Field(default_factory=dict)
     started_at: datetime
     ended_at: datetime
 
@@ -179,6 +204,7 @@ class MilestoneRecord(_Model):
     interrupted: bool = False
     merge: MergeInfo | None = None
     notes: list[str] = Field(default_factory=list)
+    rollovers: list[Rollover] = Field(default_factory=list)
 
     def feature(self, feature_id: str | None) -> Feature | None:
         return next((f for f in self.features if f.id == feature_id), None)
@@ -210,9 +236,18 @@ def _record_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "claude_version": None}
 
 
+def _record_v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """v3 added each round's `context` in use and the milestone's session `rollovers`
+    (none known for rounds driven before it)."""
+    iterations = [{**it, "context": {}} if isinstance(it, dict) else it
+                  for it in data.get("iterations") or []]
+    return {**data, "iterations": iterations, "rollovers": []}
+
+
 #: (kind of file, version) -> the step to version + 1. Each step is pure and small.
 _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("record", 1): _record_v1_to_v2,
+    ("record", 2): _record_v2_to_v3,
 }
 
 

@@ -16,6 +16,7 @@ from anima.atomic import write_text_atomic
 from anima.errors import RecordError
 from anima.paths import ProjectPaths
 from anima.store import (
+    RECORD_SCHEMA_VERSION,
     Iteration,
     MilestoneStatus,
     RoundKind,
@@ -55,7 +56,8 @@ def test_a_registered_record_round_trips(store: Store) -> None:
     again = store.load_record("m1")
     assert again == record
     data = json.loads(store.paths.milestone_record("m1").read_text())
-    assert data["schema_version"] == 2 and data["iterations"][0]["kind"] == "feature"
+    assert data["schema_version"] == RECORD_SCHEMA_VERSION
+    assert data["iterations"][0]["kind"] == "feature"
 
 
 def test_state_defaults_to_sleeping_and_round_trips(store: Store) -> None:
@@ -141,14 +143,31 @@ def test_a_version_1_record_is_migrated_and_a_newer_one_refused(store: Store) ->
     store.paths.milestone_md("m1").write_text(milestone_md("M1", ["A"]))
     (record,) = scan(store).records
     data = json.loads(store.paths.milestone_record("m1").read_text())
-    assert data["schema_version"] == 2
-    del data["claude_version"]
+    assert data["schema_version"] == RECORD_SCHEMA_VERSION
+    del data["claude_version"], data["rollovers"]
     data["schema_version"] = 1  # as the first Anima wrote it
     store.paths.milestone_record("m1").write_text(json.dumps(data))
     migrated = store.load_record("m1")
-    assert migrated.schema_version == 2 and migrated.claude_version is None
+    assert migrated.schema_version == RECORD_SCHEMA_VERSION and migrated.claude_version is None
     assert migrated.features == record.features
-    data["schema_version"] = 3
+    data["schema_version"] = RECORD_SCHEMA_VERSION + 1
     store.paths.milestone_record("m1").write_text(json.dumps(data))
     with pytest.raises(RecordError, match="written by a newer Anima"):
         store.load_record("m1")
+
+
+def test_a_version_2_record_gains_context_and_rollovers(store: Store) -> None:
+    """A record from before the context figure loads with empty figures and no rollovers."""
+    store.paths.milestone_md("m1").write_text(milestone_md("M1", ["A"]))
+    (record,) = scan(store).records
+    record.iterations.append(Iteration(
+        round=1, kind=RoundKind.FEATURE, feature="F1", commit="a" * 40, verdict=Verdict.ACCEPTED,
+        started_at=datetime.now(UTC), ended_at=datetime.now(UTC)))
+    store.save_record(record)
+    data = json.loads(store.paths.milestone_record("m1").read_text())
+    del data["rollovers"], data["iterations"][0]["context"]
+    data["schema_version"] = 2
+    store.paths.milestone_record("m1").write_text(json.dumps(data))
+    migrated = store.load_record("m1")
+    assert migrated.schema_version == RECORD_SCHEMA_VERSION == 3
+    assert migrated.rollovers == [] and migrated.iterations[0].context == {}

@@ -99,6 +99,21 @@ def is_agent_request(request: dict[str, Any]) -> bool:
     return bool(request.get("tools"))
 
 
+COMPACTION_ASK = "create a detailed summary of the conversation so far"
+
+
+def is_compaction_request(request: dict[str, Any]) -> bool:
+    """The CLI's own compaction: an ordinary call whose last message asks for a summary."""
+    messages = request.get("messages") or [{}]
+    return COMPACTION_ASK in message_text(messages[-1])
+
+
+def compaction_answer(request: dict[str, Any]) -> Reply:
+    """What a model answers a compaction with: a short `<summary>` (what the CLI keeps)."""
+    return Reply(text="<summary>\nThe conversation so far: the agent worked through the "
+                      "milestone's features one round at a time and committed each.\n</summary>")
+
+
 def side_answer(request: dict[str, Any]) -> str:
     """A sensible answer to the CLI's side requests (session title, quota probe, …)."""
     if "title" in system_text(request).lower():
@@ -107,7 +122,8 @@ def side_answer(request: dict[str, Any]) -> str:
 
 
 def count_tokens(request: dict[str, Any]) -> int:
-    """A character-based estimate (4 chars a token), deterministic for tests."""
+    """A character-based estimate (4 chars a token) of everything the request carries, so the
+    `usage` of a reply reports the size of what the stub really received; deterministic."""
     size = len(json.dumps(request.get("messages", []))) + len(system_text(request))
     size += len(json.dumps(request.get("tools", [])))
     return max(1, size // 4)
@@ -172,6 +188,8 @@ class ApiStub:
         raise TimeoutError(f"stub saw {len(self.agent_requests())} agent requests, wanted {n}")
 
     def _next_reply(self, request: dict[str, Any]) -> Reply:
+        if is_compaction_request(request):
+            return compaction_answer(request)
         if not self.is_main(request):
             return _coerce(self.side_reply, request)
         with self._lock:

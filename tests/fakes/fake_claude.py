@@ -252,6 +252,8 @@ class Turn:
         self.session = args.session_id
         self.num_turns = 1
         self.denials: list[dict[str, Any]] = []
+        self.context_tokens = 10  # what each assistant line reports as input + cache tokens
+        self.context_window = 200_000
         match = FEATURE_RE.search(prompt)
         self.feature = match.group(2) if match else ""
 
@@ -259,7 +261,9 @@ class Turn:
         emit({"type": "assistant", "message": {
             "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
             "model": self.args.model, "content": blocks, "stop_reason": None,
-            "usage": {"input_tokens": 10, "output_tokens": 5}},
+            "usage": {"input_tokens": 10, "output_tokens": 5,
+                      "cache_read_input_tokens": max(0, self.context_tokens - 10),
+                      "cache_creation_input_tokens": 0}},
             "parent_tool_use_id": None, "session_id": self.session, "uuid": str(uuid.uuid4())})
 
     def tool(self, name: str, tool_input: dict[str, Any], output: str, is_error: bool) -> None:
@@ -340,6 +344,8 @@ class Turn:
             "num_turns": self.num_turns, "session_id": self.session,
             **self.cost.spend(float(spec.get("cost_usd", 0.01)), self.args.model),
             "usage": spec.get("usage", {"input_tokens": 100, "output_tokens": 50}),
+            "modelUsage": {self.args.model: {"inputTokens": 100, "outputTokens": 50,
+                                             "contextWindow": self.context_window}},
             "uuid": str(uuid.uuid4()), "permission_denials": self.denials,
         }
         if text is not None:
@@ -351,11 +357,15 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
              cost: Cost) -> None:
     """Turn keys: noise, crash, delay, hang, ignore_interrupt, ignore_sigterm, shell (with
     own_session: each command in a session of its own, like the real CLI's Bash), edit_file,
-    auto, huge_line_bytes, text, is_error, subtype, cost_usd, usage, stderr."""
+    auto, huge_line_bytes, text, is_error, subtype, cost_usd, usage, stderr, context_tokens
+    (input + cache tokens each assistant line reports), context_window, compact ({pre_tokens,
+    post_tokens}: a compact_boundary line first, as when the CLI compacts by itself)."""
     started = time.monotonic()
     if spec.get("ignore_sigterm"):  # a wedged agent: only SIGKILL ends it
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     turn = Turn(args, index, prompt, cost)
+    turn.context_tokens = int(spec.get("context_tokens", turn.context_tokens))
+    turn.context_window = int(spec.get("context_window", turn.context_window))
     emit({"type": "system", "subtype": "init", "cwd": turn.cwd, "session_id": args.session_id,
           "tools": TOOLS, "mcp_servers": [], "model": args.model,
           "permissionMode": args.permission_mode, "apiKeySource": "none",
@@ -390,6 +400,10 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
                "terminal_reason": "aborted_streaming", "errors": ["interrupted"]}
         emit(out)
         return
+    if spec.get("compact"):
+        emit({"type": "system", "subtype": "compact_boundary", "session_id": args.session_id,
+              "compact_metadata": {"trigger": "auto", **spec["compact"]},
+              "uuid": str(uuid.uuid4())})
     for command in spec.get("shell", []):
         turn.bash(command, own_session=bool(spec.get("own_session")))
     if spec.get("edit_file"):
