@@ -25,10 +25,12 @@ FAKE_CLAUDE = REPO / "tests" / "fakes" / "fake_claude.py"
 
 DEVELOPER_TURN = {"auto": True, "delay": 1.2, "context_tokens": 58_400,
                   "shell": ["ls -1", "python -c \"print('4 passed in 0.12s')\""]}
-ACCEPTOR_OK = {"delay": 0.8, "context_tokens": 23_900, "shell": ["git show --stat HEAD | head -n 12"],
+ACCEPTOR_OK = {"delay": 0.8, "context_tokens": 23_900,
+               "shell": ["git show --stat HEAD | head -n 12"],
                "text": "## Review\n\nThe change does what the feature asks, with a test.\n\n"
                        "**Checked**: `git show` of the commit, the tests.\n\nACCEPTED"}
-ACCEPTOR_NO = {"delay": 0.8, "context_tokens": 21_700, "shell": ["git show --stat HEAD | head -n 12"],
+ACCEPTOR_NO = {"delay": 0.8, "context_tokens": 21_700,
+               "shell": ["git show --stat HEAD | head -n 12"],
                "text": "## Review\n\nThe greeting works, but nothing tests the no-name case.\n\n"
                        "REJECTED: make_greeting(None) is not unit-tested"}
 
