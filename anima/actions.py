@@ -8,16 +8,12 @@ state.json atomically, and says what it did.
 from __future__ import annotations
 
 from anima.config import Config
-from anima.errors import AnimaError
+from anima.errors import ActionError
 from anima.events import EventBus, LogLine, MilestoneChanged
 from anima.git_ops import GitRepo
 from anima.redact import redact
 from anima.scheduler import finish_completed
 from anima.store import HumanNote, MilestoneRecord, MilestoneStatus, State, Store, now
-
-
-class ActionError(AnimaError):
-    """The action does not apply to the milestone in its current status."""
 
 
 def _require(record: MilestoneRecord, *allowed: MilestoneStatus) -> None:

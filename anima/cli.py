@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import shutil
 import signal
 import sys
@@ -12,10 +11,12 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from anima import actions
+from pydantic import BaseModel
+
 from anima.agents.protocol import describe_tool
-from anima.engine import Engine, ensure_gitignore, open_config
+from anima.config import load_config
 from anima.errors import (
+    ActionError,
     AgentNotFound,
     AnimaError,
     ConfigError,
@@ -35,11 +36,12 @@ from anima.events import (
     ToolUse,
     TurnResult,
 )
-from anima.git_ops import GitRepo
-from anima.lock import ProjectLock
 from anima.paths import ProjectPaths
 from anima.redact import redact
-from anima.store import Store
+from anima.store import MilestoneRecord, State, Store
+
+# The engine, git and the lock are imported by the commands that use them: `anima status` is
+# what scripts poll, and importing the whole engine would double its start-up time.
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PAUSED = 0, 1, 2, 3
 COMMANDS = ("init", "add", "run", "status", "resume", "approve")
@@ -125,9 +127,11 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
+    from anima.engine import Engine
+
     paths = _project(args.project)
     engine = Engine(paths.root)
-    engine.config = open_config(paths)
+    engine.config = load_config(paths.config)
     milestone_id = engine.add_milestone(Path(args.file))
     Store(paths).scan(max_iterations=engine.config.max_iterations_per_milestone,
                       requires_human_review=engine.config.requires_human_review)
@@ -135,9 +139,17 @@ def cmd_add(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class StatusReport(BaseModel):
+    """`anima status --json`; serialised by pydantic's own encoder, many times faster than
+    `json.dumps(indent=2)` on a hundred long records."""
+
+    state: State
+    milestones: list[MilestoneRecord]
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     paths = _project(args.project)
-    config = open_config(paths)
+    config = load_config(paths.config)
     store = Store(paths)
     state = store.load_state()
     # Status only reads: registration is left to a running Anima or `anima add`.
@@ -145,8 +157,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                       requires_human_review=config.requires_human_review, register=False)
     records, problems = scan.records, [str(p) for p in scan.problems]
     if args.json:
-        print(json.dumps({"state": state.model_dump(mode="json"),
-                          "milestones": [r.model_dump(mode="json") for r in records]}, indent=2))
+        print(StatusReport(state=state, milestones=records).model_dump_json(indent=2))
     else:
         current = state.current_milestone or "-"
         print(f"state: {state.status.value} (current milestone: {current})")
@@ -166,6 +177,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Drive the project headless. SIGTERM / Ctrl+C stop politely: the turn is interrupted,
     both agents stop within seconds, the milestone stays in_progress and the next start
     resumes it; the exit code is then 128 + the signal (130, 143) so scripts can tell."""
+    from anima.engine import Engine
+
     paths = _project(args.project)
     engine = Engine(paths.root)
     printer = HeadlessPrinter(sys.stdout, sys.stderr)
@@ -209,7 +222,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     paths = _project(args.project)
-    config = open_config(paths)
+    from anima import actions
+    from anima.lock import ProjectLock
+
+    config = load_config(paths.config)
     with ProjectLock(paths.lock, command=f"anima resume {args.id}"):
         record = actions.resume(Store(paths), config, args.id, args.note or "")
     print(f"resumed {record.id}: in_progress, rejections reset"
@@ -220,7 +236,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_approve(args: argparse.Namespace) -> int:
     paths = _project(args.project)
-    config = open_config(paths)
+    from anima import actions
+    from anima.engine import ensure_gitignore
+    from anima.git_ops import GitRepo
+    from anima.lock import ProjectLock
+
+    config = load_config(paths.config)
     with ProjectLock(paths.lock, command=f"anima approve {args.id}"):
         ensure_gitignore(paths)
         record = actions.approve(Store(paths), GitRepo.open(paths.root), config, args.id)
@@ -277,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except (ConfigError, ProjectError, MilestoneError, RecordError, AgentNotFound,
-            actions.ActionError) as e:
+            ActionError) as e:
         print(f"anima: {e}", file=sys.stderr)
         return EXIT_USAGE
     except AnimaError as e:

@@ -34,7 +34,7 @@ from anima.context import ApiTokenCounter
 from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError
 from anima.events import AgentEvent, EngineError, EventBus, LogLine, MilestonesScanned
 from anima.git_ops import GitRepo
-from anima.journal import Journal, read_transcript, transcript_files
+from anima.journal import Journal, read_transcript_tail
 from anima.lock import ProjectLock
 from anima.milestone_md import load_milestone, validate_milestone_id
 from anima.paths import ProjectPaths
@@ -52,6 +52,9 @@ from anima.summarizer import Summarizer
 from anima.watcher import MilestoneWatcher
 
 log = logging.getLogger(__name__)
+
+#: How much of a transcript a restarted window replays: more lines than its panes keep.
+REPLAY_BYTES = 4 * 2**20
 
 #: What `.anima/.gitignore` must hold so Anima's runtime files never dirty the tree, and
 #: editors' swap and lock files (a human editing a milestone in vim while the Developer runs
@@ -443,8 +446,8 @@ class Engine:
         return self.repo.show(commit)
 
     def transcript(self, milestone_id: str) -> list[AgentEvent]:
-        folder = self.paths.transcripts(milestone_id)
-        return [e for path in transcript_files(folder) for e in read_transcript(path)]
+        """The newest events of a milestone's transcripts (the last REPLAY_BYTES of them)."""
+        return read_transcript_tail(self.paths.transcripts(milestone_id), REPLAY_BYTES)
 
     # ------------------------------------------------------------------ helpers
     def _on_milestone_file(self, path: Path) -> None:

@@ -70,3 +70,7 @@ class TurnTimeout(AgentError):
 
 class SessionLost(AgentError):
     """A resumed session could not be restored (its file was never written); start fresh."""
+
+
+class ActionError(AnimaError):
+    """The action does not apply to the milestone in its current status."""

@@ -126,13 +126,37 @@ def transcript_files(folder: Path) -> list[Path]:
     return [folder / ROTATED_TRANSCRIPT, folder / TRANSCRIPT]
 
 
-def read_transcript(path: Path) -> list[AgentEvent]:
-    """Events of a transcript file; a torn last line (a kill mid-write) is skipped."""
+def read_transcript_tail(folder: Path, max_bytes: int) -> list[AgentEvent]:
+    """The newest events of a milestone's transcripts, from at most `max_bytes` of them.
+
+    A window replaying a long milestone shows only its last lines anyway; reading 50 MB
+    would cost seconds and hundreds of MB for nothing.
+    """
+    events: list[AgentEvent] = []
+    budget = max_bytes
+    for path in reversed(transcript_files(folder)):
+        if budget <= 0 or not path.exists():
+            continue
+        size = path.stat().st_size
+        events[:0] = read_transcript(path, tail_bytes=budget)
+        budget -= size
+    return events
+
+
+def read_transcript(path: Path, tail_bytes: int | None = None) -> list[AgentEvent]:
+    """Events of a transcript file (of its last `tail_bytes`, from the first whole line);
+    a torn last line (a kill mid-write) is skipped."""
     out: list[AgentEvent] = []
     if not path.exists():
         return out
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for line in fh:
+    with path.open("rb") as raw:
+        if tail_bytes is not None and raw.seek(0, os.SEEK_END) > tail_bytes:
+            raw.seek(-tail_bytes - 1, os.SEEK_END)
+            raw.readline()  # the rest of a line cut by the seek (or the newline before)
+        else:
+            raw.seek(0)
+        for binary in raw:
+            line = binary.decode("utf-8", errors="replace")
             try:
                 data = json.loads(line)
             except json.JSONDecodeError:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from anima.agents.redaction import AgentRedactor
 from anima.events import AssistantText, EventBus, LogLine, RawOutput, ToolResult, ToolUse
-from anima.journal import Journal, read_transcript, transcript_files
+from anima.journal import Journal, read_transcript, read_transcript_tail, transcript_files
 from anima.paths import ProjectPaths
 
 KEY = "sk-ant-api03-" + "Kq3Lm4Np5R" * 6
@@ -66,3 +66,18 @@ def test_a_transcript_is_capped_and_the_oldest_part_rotated_out(tmp_path: Path) 
     assert not any(t.startswith("line 0000") for t in texts)  # the oldest rotated out
     numbers = [int(t.split()[1]) for t in texts]
     assert numbers == list(range(numbers[0], 1000)) and len(numbers) > 100
+
+
+def test_a_restart_replays_only_the_newest_part_of_a_long_transcript(tmp_path: Path) -> None:
+    paths = ProjectPaths(tmp_path)
+    bus = EventBus()
+    journal = Journal(paths, bus)
+    journal.open("m1", max_bytes=200_000)
+    for i in range(3000):  # ~200 KB: both files in use
+        bus.publish(AssistantText(role="developer", text=f"line {i:04d} " + "x" * 40))
+    journal.close()
+    events = read_transcript_tail(paths.transcripts("m1"), 120_000)
+    numbers = [int(e.text.split()[1]) for e in events if isinstance(e, AssistantText)]
+    assert numbers == list(range(numbers[0], 3000))  # whole lines, in order, up to the newest
+    assert 800 < len(numbers) < 1000  # ~120 KB of ~130-byte lines…
+    assert (paths.transcripts("m1") / "events.jsonl").stat().st_size < 100_000  # …of both files

@@ -620,9 +620,18 @@ class MainWindow(QMainWindow):
             log.warning("could not replay the transcript: %s", error)
         if result is not None and result[1]:
             milestone_id, events = result
-            self.monitor.replay(events)
-            self.statusBar().showMessage(f"Replayed {len(events)} events of {milestone_id}",
-                                         6000)
+            # Fed a slice per event-loop turn; the engine starts once all of it is queued, so
+            # the live output comes after it.
+            self.monitor.replay(events, then=lambda: self._run_engine(
+                f"Replayed {len(events)} events of {milestone_id}"))
+            return
+        self._run_engine(None)
+
+    def _run_engine(self, replayed: str | None) -> None:
+        if self.engine is None or self._stopping:
+            return
+        if replayed:
+            self.statusBar().showMessage(replayed, 6000)
         # The engine's config is loaded in its worker; start() itself does not block.
         self.engine.start(watch=True)
         self.statusBar().showMessage(f"Watching {self.project}", 4000)

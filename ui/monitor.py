@@ -10,6 +10,7 @@ thread and is fed by `ui.bridge.EngineBridge` signals.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,6 +46,9 @@ from anima.agents.profiles import ROLES
 from ui.agent_pane import AgentPane, format_tokens
 
 # What the bottom bar says in each scheduler phase (seed: 等待 Developer / 等待 Acceptor / …).
+#: Transcript events turned into lines per event-loop turn while replaying (~5 ms of work).
+REPLAY_SLICE = 200
+
 PHASE_TEXT = {
     "idle": "Idle",
     "starting": "Starting the agents…",
@@ -577,13 +581,24 @@ class IterationMonitor(QWidget):
         if not event.accepted:
             self.panes["developer"].feed(event)
 
-    def replay(self, events: list[ev.AgentEvent]) -> None:
-        """Show a transcript recorded before a restart, marked as such."""
+    def replay(self, events: list[ev.AgentEvent],
+               then: Callable[[], None] | None = None) -> None:
+        """Show a transcript recorded before a restart, marked as such: a slice of events per
+        event-loop turn, so a long one never freezes the window; `then` runs after the last."""
         for pane in self.panes.values():
             pane.append_separator("replayed from the transcript")
-        self.feed_agent_events(events)
-        for pane in self.panes.values():
-            pane.append_separator("live")
+
+        def step(start: int) -> None:
+            self.feed_agent_events(events[start:start + REPLAY_SLICE])
+            if start + REPLAY_SLICE < len(events):
+                QTimer.singleShot(0, self, lambda: step(start + REPLAY_SLICE))
+                return
+            for pane in self.panes.values():
+                pane.append_separator("live")
+            if then is not None:
+                then()
+
+        step(0)
 
     @Slot()
     def _on_clock(self) -> None:

@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Hours unattended, compressed: does Anima stay small and quick over a long run?
+
+1. `anima run --headless --watch` drives a 60-round milestone, then a queue of 10 milestones
+   dropped into the watched folder, with the fake `claude` (instant agents that really commit):
+   Anima's resident memory after warm-up (round 5) vs at the end, and `.anima/` per round.
+2. The window opened on the project after a restart, replaying a 50 MB transcript: the worst
+   gap of a 1 ms timer on the GUI thread from opening until the replay is on screen.
+3. `anima status --json` with 100 milestone records (the run's, plus copies of the long one).
+
+Prints `BENCH rss_growth_mb` (target < 20), `BENCH anima_bytes_per_round`, `BENCH status_ms`
+(target < 300) and `BENCH replay_worst_stall_ms` (target < 100). Under two minutes:
+`python bench/long_run.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from tests.conftest import FAKE_CLAUDE, run_git  # noqa: E402
+from tests.helpers import make_project, milestone_md  # noqa: E402
+
+LONG_ROUNDS = 60
+QUEUE = 10
+QUEUE_FEATURES = 3
+WARM_UP_ROUND = 5
+RECORDS = 100
+TRANSCRIPT_MB = 50
+TARGETS = {"rss_growth_mb": 20.0, "status_ms": 300.0, "replay_worst_stall_ms": 100.0}
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def make_repo(base: Path) -> Path:
+    repo = base / "repo"
+    repo.mkdir()
+    run_git(repo, "init", "-q", "-b", "main")
+    run_git(repo, "config", "user.name", "Anima Bench")
+    run_git(repo, "config", "user.email", "bench@example.invalid")
+    run_git(repo, "config", "commit.gpgsign", "false")
+    (repo / "README.md").write_text("# long run\n", encoding="utf-8")
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-q", "-m", "chore: initial commit")
+    features = [f"Part {i}" for i in range(1, LONG_ROUNDS)]  # + the final round = 60
+    return make_project(repo, {"a-long": milestone_md("Long", features)},
+                        config={"max_iterations_per_milestone": LONG_ROUNDS + 5,
+                                "summarizer": {"enabled": False}})
+
+
+def records(repo: Path) -> dict[str, dict[str, Any]]:
+    found = {}
+    for path in (repo / ".anima" / "milestones").glob("*.json"):
+        try:
+            found[path.stem] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue  # mid-replace
+    return found
+
+
+def watch_run(base: Path, repo: Path) -> dict[str, float]:
+    """Part 1: the long milestone, then the queue, in one watching Anima."""
+    fake = base / "fake"
+    fake.mkdir()
+    (fake / "script.json").write_text("{}", encoding="utf-8")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
+           "ANIMA_CLAUDE_COMMAND": f"{sys.executable} {FAKE_CLAUDE}",
+           "FAKE_CLAUDE_SCRIPT": str(fake / "script.json"),
+           "FAKE_CLAUDE_STATE": str(fake / "state")}
+    with (base / "run.out").open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "anima", "run", str(repo), "--headless",
+                                 "--watch"], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, cwd=REPO)
+    try:
+        started = time.monotonic()
+        warm = size_warm = 0.0
+        queued = False
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"anima exited early:\n{(base / 'run.out').read_text()[-3000:]}")
+            recs = records(repo)
+            long = recs.get("a-long", {})
+            if not warm and len(long.get("iterations", [])) >= WARM_UP_ROUND:
+                warm, size_warm = rss_mb(proc.pid), du(repo / ".anima")
+            if long.get("status") == "completed" and not queued:
+                long_seconds = time.monotonic() - started
+                size_long = du(repo / ".anima")
+                for i in range(QUEUE):
+                    md = milestone_md(f"Queued {i}", [f"Q{i} part {k}"
+                                                      for k in range(QUEUE_FEATURES)])
+                    target = repo / ".anima" / "milestones" / f"q{i:02d}.md"
+                    tmp = target.with_name(f".{target.name}.tmp")
+                    tmp.write_text(md, encoding="utf-8")
+                    tmp.replace(target)
+                queued = True
+            done = [r for r in recs.values() if r.get("status") == "completed"]
+            if queued and len(done) == QUEUE + 1:
+                break
+            if time.monotonic() - started > 100:
+                raise SystemExit(f"too slow: {len(done)} of {QUEUE + 1} milestones done")
+            time.sleep(0.2)
+        end = rss_mb(proc.pid)
+        rounds = sum(len(r["iterations"]) for r in records(repo).values())
+        total = time.monotonic() - started
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    long_rounds = len(records(repo)["a-long"]["iterations"])
+    return {"rss_warm_mb": warm, "rss_end_mb": end, "rounds": rounds,
+            "long_seconds": long_seconds, "seconds": total,
+            "bytes_per_round_long": (size_long - size_warm) / (long_rounds - WARM_UP_ROUND),
+            "anima_bytes": du(repo / ".anima")}
+
+
+def status_ms(repo: Path) -> tuple[float, int]:
+    """Part 3: fill up to 100 records with copies of the long one; time `anima status`."""
+    milestones = repo / ".anima" / "milestones"
+    long = json.loads((milestones / "a-long.json").read_text(encoding="utf-8"))
+    existing = len(list(milestones.glob("*.json")))
+    for i in range(RECORDS - existing):
+        copy_id = f"copy-{i:03d}"
+        shutil.copyfile(milestones / "a-long.md", milestones / f"{copy_id}.md")
+        (milestones / f"{copy_id}.json").write_text(json.dumps({**long, "id": copy_id}),
+                                                    encoding="utf-8")
+    times, size = [], 0
+    for _ in range(5):
+        started = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "anima", "status", str(repo), "--json"],
+                             capture_output=True, text=True, check=True, cwd=REPO)
+        times.append((time.perf_counter() - started) * 1000)
+        size = len(json.loads(out.stdout)["milestones"])
+    return statistics.median(times), size
+
+
+def write_transcript(repo: Path, milestone_id: str, megabytes: int) -> int:
+    """A transcript as a long milestone leaves it: tool calls, results, text, turn ends."""
+    folder = repo / ".anima" / "transcripts" / milestone_id
+    folder.mkdir(parents=True, exist_ok=True)
+    result = "\n".join(f"tests/test_{i}.py::test_case PASSED" for i in range(30))
+    lines = []
+    for i in range(8):
+        role = "developer" if i % 3 else "acceptor"
+        lines += [
+            {"t": 1.0, "type": "ToolUse", "role": role, "tool": "Bash", "tool_use_id": f"t{i}",
+             "input": {"command": f"pytest -q tests/test_{i}.py"}},
+            {"t": 1.0, "type": "ToolResult", "role": role, "tool_use_id": f"t{i}",
+             "content": result, "is_error": False},
+            {"t": 1.0, "type": "AssistantText", "role": role,
+             "text": "## Implementation Report\n\n**Feature**: F1\n- added `x`\n" * 3},
+        ]
+    block = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    count = megabytes * 2**20 // len(block) + 1
+    path = folder / "events.jsonl"
+    with path.open("wb") as f:
+        for _ in range(count):
+            f.write(block)
+    return path.stat().st_size
+
+
+def replay_stall(repo: Path) -> tuple[float, int]:
+    """Part 2: open the window on the project as after a restart; worst GUI-thread gap."""
+    from PySide6.QtCore import QElapsedTimer, QSettings, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from anima.engine import Engine
+    from ui.app import load_style_sheet
+    from ui.main_window import MainWindow
+
+    size = write_transcript(repo, "a-long", TRANSCRIPT_MB)
+    state = repo / ".anima" / "state.json"
+    state.write_text(json.dumps({"schema_version": 1, "status": "sleeping",
+                                 "current_milestone": "a-long"}), encoding="utf-8")
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setStyleSheet(load_style_sheet())
+    settings = QSettings(str(repo.parent / "settings.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(settings, engine_factory=lambda root: Engine(
+        root, config_overrides={"summarizer": {"enabled": False}, "auto_start": False}))
+    window.resize(1440, 900)
+    window.show()
+    gaps: list[float] = []
+    clock = QElapsedTimer()
+    clock.start()
+    last = [clock.elapsed()]
+
+    def tick() -> None:
+        now = clock.elapsed()
+        gaps.append(now - last[0])
+        last[0] = now
+
+    timer = QTimer()
+    timer.setInterval(1)
+    timer.timeout.connect(tick)
+    timer.start()
+    replayed = [False]
+    window.statusBar().messageChanged.connect(
+        lambda text: replayed.__setitem__(0, replayed[0] or text.startswith("Replayed")))
+    last[0] = clock.elapsed()
+    window.open_project(repo)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        app.processEvents()
+        panes = window.monitor.panes.values()
+        if replayed[0] and all(p.pending_lines == 0 for p in panes):
+            break
+    else:
+        raise SystemExit("the replay did not finish within 60 s")
+    settle = time.monotonic() + 0.5
+    while time.monotonic() < settle:
+        app.processEvents()
+    timer.stop()
+    window.close()
+    stop_by = time.monotonic() + 20
+    while window.engine is not None and time.monotonic() < stop_by:
+        app.processEvents()
+        time.sleep(0.01)
+    return max(0.0, max(gaps, default=0.0) - 1.0), size
+
+
+def main() -> None:
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="anima-long-") as tmp:
+        base = Path(tmp)
+        repo = make_repo(base)
+        run = watch_run(base, repo)
+        stall, transcript = replay_stall(repo)
+        status, listed = status_ms(repo)
+    growth = run["rss_end_mb"] - run["rss_warm_mb"]
+    print(f"{run['rounds']} rounds in {run['seconds']:.0f} s (the 60-round milestone: "
+          f"{run['long_seconds']:.0f} s), then {QUEUE} queued milestones")
+    print(f"RSS after round {WARM_UP_ROUND}: {run['rss_warm_mb']:.1f} MB, at the end: "
+          f"{run['rss_end_mb']:.1f} MB")
+    print(f".anima/ grows {run['bytes_per_round_long'] / 1024:.1f} KB a round "
+          f"({run['anima_bytes'] / 2**20:.1f} MB after {run['rounds']} rounds)")
+    print(f"`anima status --json` lists {listed} milestones in {status:.0f} ms (median of 5)")
+    print(f"replayed a {transcript / 2**20:.0f} MB transcript; worst GUI stall {stall:.0f} ms")
+    figures = {"rss_growth_mb": growth, "status_ms": status, "replay_worst_stall_ms": stall}
+    print(f"BENCH rss_growth_mb={growth:.1f}")
+    print(f"BENCH anima_bytes_per_round={run['bytes_per_round_long']:.0f}")
+    print(f"BENCH status_ms={status:.0f}")
+    print(f"BENCH replay_worst_stall_ms={stall:.0f}")
+    missed = [k for k, v in figures.items() if v >= TARGETS[k]]
+    print(f"targets: {'all met' if not missed else 'MISSED ' + ', '.join(missed)}; "
+          f"{time.monotonic() - started:.0f} s in all")
+
+
+if __name__ == "__main__":
+    main()
