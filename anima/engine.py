@@ -34,6 +34,7 @@ from anima.context import ApiTokenCounter
 from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError
 from anima.events import AgentEvent, EngineError, EventBus, LogLine, MilestonesScanned
 from anima.git_ops import GitRepo
+from anima.guard import put_back_interrupted
 from anima.journal import Journal, read_transcript_tail
 from anima.lock import ProjectLock
 from anima.milestone_md import load_milestone, validate_milestone_id
@@ -60,7 +61,8 @@ REPLAY_BYTES = 4 * 2**20
 #: editors' swap and lock files (a human editing a milestone in vim while the Developer runs
 #: `git add -A`) never reach a commit, where the `.anima/` check would reject it.
 RUNTIME_IGNORES = ("milestones/*.json", "state.json", "logs/", "transcripts/", "anima.lock",
-                   "agents.json", ".kept/", "*.tmp", ".*.tmp", ".*.swp", ".*.swo", ".#*", "*~")
+                   "agents.json", "turn_guard.json", ".kept/", "*.tmp", ".*.tmp", ".*.swp",
+                   ".*.swo", ".#*", "*~")
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,9 @@ class Engine:
             self._locked = True
             if (old := self._lock.taken_over_from) is not None:
                 self._log(None, f"took over the lock of an Anima that is gone ({old.describe()})")
+        for line in put_back_interrupted(self.paths):
+            self._log(None, f"put back the human's {line}, changed by a Developer turn that "
+                            "a kill cut short")
         self.config = open_config(self.paths, self._overrides)
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
         ensure_gitignore(self.paths)

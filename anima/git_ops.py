@@ -20,7 +20,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,12 +91,8 @@ def _digest(path: Path) -> str:
     return f"{st.st_mode & 0o111:o}:" + hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def _blob_id(path: Path, object_id_length: int) -> str | None:
-    """Git's blob id of a working-tree file without running git (None when it is missing)."""
-    try:
-        data = os.fsencode(os.readlink(path)) if path.is_symlink() else path.read_bytes()
-    except OSError:
-        return None
+def _bytes_blob_id(data: bytes, object_id_length: int) -> str:
+    """Git's blob id of some content, without running git."""
     algo = hashlib.sha256 if object_id_length == 64 else hashlib.sha1
     return algo(b"blob %d\0" % len(data) + data).hexdigest()
 
@@ -588,9 +584,19 @@ class GitRepo:
     # ------------------------------------------------------------- the Developer's commit
 
     def check_developer_commit(
-        self, commit: str, *, branch: str, base_commit: str, main: str, main_head: str
+        self,
+        commit: str,
+        *,
+        branch: str,
+        base_commit: str,
+        main: str,
+        main_head: str,
+        definitions: Mapping[str, bytes] | None = None,
     ) -> list[str]:
         """Why the Developer's reported commit cannot go to review (empty list: it can).
+
+        `definitions` is Anima's copy of the human's definitions taken before the round (see
+        `anima_changes`): the files on disk may be the Developer's by now.
 
         Each problem is a sentence that can be handed back to the Developer as a rejection.
         Usually three git calls: resolve everything, walk base..branch, diff `.anima/`.
@@ -621,7 +627,7 @@ class GitRepo:
             if c not in set(os.fsdecode(out).split()):
                 problems += self._off_branch(commit, c, branch, tip, base_commit, base)
         if c is not None and base is not None:
-            problems += self._anima_violations(commit, c, base)
+            problems += self._anima_violations(commit, c, base, definitions)
         return problems
 
     def _off_branch(
@@ -653,52 +659,66 @@ class GitRepo:
             f"tip of {branch}."
         ]
 
-    def _anima_violations(self, commit: str, c: str, base: str) -> list[str]:
-        """Paths under `.anima/` that base..commit may not change (memory/ and as-is
-        definitions are allowed)."""
+    def _anima_violations(
+        self, commit: str, c: str, base: str, definitions: Mapping[str, bytes] | None
+    ) -> list[str]:
+        """Say which paths under `.anima/` base..commit may not change."""
+        offending = self.anima_changes(base, c, definitions)
+        if not offending:
+            return []
+        words = {"A": "added", "D": "deleted", "M": "modified", "T": "type changed"}
+        named = [f"{p} ({words.get(letter, 'changed')})" for p, letter in offending]
+        return [
+            f"Commit {commit} changes files under .anima/ that belong to Anima or the human: "
+            f"{_listing(named)}. Only .anima/memory/ may be committed (a milestone, soul.md "
+            "or config.json only exactly as the human wrote it)."
+        ]
+
+    def anima_changes(
+        self, base: str, commit: str, definitions: Mapping[str, bytes] | None = None
+    ) -> list[tuple[str, str]]:
+        """(path, git status letter) of each path under `.anima/` that base..commit may not
+        change, sorted: memory/ is free; a definition may be committed only byte for byte
+        as in `definitions` (Anima's copy of the human's files; None: as on disk now)."""
         _, out, _ = self._run(
-            ["diff", "--raw", "-z", "--no-renames", "--no-abbrev", base, c, "--", ANIMA_DIR],
-            what=f"Cannot diff {_short(base)}..{commit} in {self.root}",
+            ["diff", "--raw", "-z", "--no-renames", "--no-abbrev", base, commit, "--", ANIMA_DIR],
+            what=f"Cannot diff {_short(base)}..{_short(commit)} in {self.root}",
         )
         tokens = out.split(b"\0")
-        changes: list[tuple[str, str, str]] = []  # path, git status letter, new blob id
+        offending: list[tuple[str, str]] = []
         for meta, raw_path in zip(tokens[0::2], tokens[1::2], strict=False):
             fields = os.fsdecode(meta).split()
             if len(fields) < 5:
                 continue
-            changes.append((os.fsdecode(raw_path), fields[4][0], fields[3]))
-        offending: list[tuple[str, str]] = []
-        unsure: list[tuple[str, str, str]] = []
-        for path, letter, blob in changes:
-            if is_memory_path(path):
+            path, letter, blob = os.fsdecode(raw_path), fields[4][0], fields[3]
+            if is_memory_path(path) or (
+                is_definition_path(path) and self._as_written(path, letter, blob, definitions)
+            ):
                 continue
-            if is_definition_path(path):
-                full = self.root / path
-                if letter == "D":
-                    if not os.path.lexists(full):
-                        continue  # deleted in the working tree too: committed as it is
-                elif _blob_id(full, len(blob)) == blob:
-                    continue
-                elif full.is_file():
-                    unsure.append((path, letter, blob))
-                    continue
             offending.append((path, letter))
-        if unsure:  # content filters (e.g. autocrlf) may explain a difference: ask git
-            _, out, _ = self._run(["hash-object", "--", *(p for p, _, _ in unsure)], check=False)
-            hashes = os.fsdecode(out).split()
-            for i, (path, letter, blob) in enumerate(unsure):
-                if i >= len(hashes) or hashes[i] != blob:
-                    offending.append((path, letter))
-        if not offending:
-            return []
-        words = {"A": "added", "D": "deleted", "M": "modified", "T": "type changed"}
-        named = [f"{p} ({words.get(letter, 'changed')})" for p, letter in sorted(offending)]
-        return [
-            f"Commit {commit} changes files under .anima/ that belong to Anima or the human: "
-            f"{_listing(named)}. Only .anima/memory/ may be committed (a milestone, soul.md "
-            "or config.json only exactly as it is on disk); revert these changes in a new "
-            "commit."
-        ]
+        return sorted(offending)
+
+    def _as_written(
+        self, path: str, letter: str, blob: str, definitions: Mapping[str, bytes] | None
+    ) -> bool:
+        """True when a committed definition is the human's file as it is (or a deletion of
+        one the human does not have)."""
+        full = self.root / path
+        if definitions is None:
+            content = full.read_bytes() if full.is_file() else None
+        else:
+            content = definitions.get(path)
+        if letter == "D":
+            return content is None and not (definitions is None and os.path.lexists(full))
+        if content is None:
+            return False
+        if _bytes_blob_id(content, len(blob)) == blob:
+            return True
+        # Content filters (e.g. autocrlf) may explain a difference: ask git.
+        _, out, _ = self._run(
+            ["hash-object", "--stdin", f"--path={path}"], stdin=content, check=False
+        )
+        return os.fsdecode(out).strip() == blob
 
     # ----------------------------------------------------------------- snapshot/restore
 
@@ -867,6 +887,57 @@ class GitRepo:
                 break
             parent = parent.parent
         return True
+
+    # ------------------------------------------------------------- guarding the branch
+
+    @property
+    def private_dir(self) -> Path:
+        """A folder inside the git directory: no git command (clean, stash, checkout) of the
+        Developer's touches it, unlike anything in the working tree."""
+        return Path(self._repo.git_dir) / "anima"
+
+    def head_visits_since(self, since: float) -> set[str]:
+        """Commits this working tree's HEAD pointed at since `since` (Unix time), from its
+        reflog: what was checked out or committed here."""
+        code, out, _ = self._run(
+            ["reflog", "show", "--date=unix", "--format=%H %gd", "HEAD", "--"], check=False
+        )
+        visits: set[str] = set()
+        for line in os.fsdecode(out).splitlines() if code == 0 else []:
+            commit, _, selector = line.partition(" ")
+            stamp = selector[selector.find("{") + 1 : -1]
+            if stamp.isdigit() and int(stamp) >= int(since):
+                visits.add(commit)
+        return visits
+
+    def keep_ref(self, ref: str, commit: str) -> None:
+        """Point `ref` (under refs/anima/) at `commit`, so it stays reachable."""
+        self._run(["update-ref", ref, commit], what=f"Cannot create {ref} in {self.root}")
+
+    def commit_anima_revert(self, base: str, paths: Sequence[str], message: str) -> str:
+        """Commit `paths` back to how `base` has them (absent if it lacks them), leaving the
+        working tree alone; return the new HEAD. Hooks are skipped (Anima's bookkeeping)."""
+        spec = b"\0".join(os.fsencode(p) for p in paths) + b"\0"
+        what = f"Cannot put back {_listing(list(paths))} in a commit in {self.root}"
+        self._run(
+            ["--literal-pathspecs", "reset", "-q", self._rev_arg(base), "--pathspec-from-file=-",
+             "--pathspec-file-nul"],
+            stdin=spec,
+            what=what,
+        )
+        self._run([*self._identity_args(), "commit", "-q", "--no-verify", "-m", message],
+                  what=what)
+        return self.head()
+
+    def reset_branch(self, branch: str, commit: str) -> None:
+        """Put `branch` back at `commit`; when it is checked out, its files follow (the
+        human's `.anima/` files are kept as they are)."""
+        if self.current_branch() != branch:
+            self.keep_ref(f"refs/heads/{branch}", commit)
+            return
+        with self._keeping_human_files(commit):
+            self._run(["reset", "-q", "--hard", self._rev_arg(commit)],
+                      what=f"Cannot reset {branch} to {_short(commit)} in {self.root}")
 
     # ---------------------------------------------------------------------- history
 

@@ -63,6 +63,11 @@ class ProjectPaths:
         return self.anima / "agents.json"
 
     @property
+    def turn_guard(self) -> Path:
+        """Anima's copy of the human's definitions while a Developer turn runs."""
+        return self.anima / "turn_guard.json"
+
+    @property
     def gitignore(self) -> Path:
         return self.anima / ".gitignore"
 

@@ -37,6 +37,7 @@ from anima.events import (
     VerdictReached,
 )
 from anima.git_ops import GitRepo, TreeSnapshot
+from anima.guard import TurnFindings, TurnGuard
 from anima.prompts import DeveloperContext, PromptBuilder, render
 from anima.recovery import recover_milestone
 from anima.redact import redact
@@ -202,10 +203,15 @@ class MilestoneRun:
         self._idle = threading.Event()  # set while no agent turn is in flight
         self._idle.set()
         self._pending_summaries: list[tuple[int, Future[SummaryResult]]] = []
-        self._pushed: str | None = None  # a push seen after a turn: pause before the next round
         # Each live session's context after its last turn (None until it has had one).
         self._context: dict[str, ContextUse] = {}
         self._fresh_developer: str | None = None  # why the next Developer session is fresh
+        self._guard = TurnGuard(store.paths, repo, record.id)
+        # What the Developer's turns did that they may not: the round is rejected for it.
+        self._guarded: list[str] = []
+        # Pause before the next round, and why: a main the Developer moved, a push that got
+        # past the tool rules.
+        self._pause_request: str | None = None
         self._unsubscribe = bus.subscribe(self._on_event)
 
     # ------------------------------------------------------------------ the loop
@@ -262,6 +268,8 @@ class MilestoneRun:
         if rec.status is MilestoneStatus.PENDING or rec.base_commit is None:
             self._start_branch()
         else:
+            if (findings := self._guard.resume_interrupted()) is not None:
+                self._after_developer_turn(findings)
             self._recover()
         # Set while the loop runs; cleared when it leaves for a human (pause, review,
         # completion). Any other ending — a kill, a shutdown — resumes with recovery context.
@@ -305,6 +313,7 @@ class MilestoneRun:
         fix = last is not None and last.verdict is Verdict.REJECTED
         kind = self._next_kind()
         self._back_on_branch()
+        self._follow_main()
         self._round = rnd = _Round(round=rec.rounds + 1, kind=kind, started_at=now(),
                                    previous_head=self.repo.head(), usage=self._carry,
                                    cost_usd=self._carry_cost)
@@ -343,6 +352,11 @@ class MilestoneRun:
                          "to restate it")
             return None
         rnd.report = report.text
+        if self._history_rewritten():
+            return None
+        if self._guarded:
+            self._reject("")
+            return None
         if report.kind is ReportKind.ALL_COMPLETE:
             return report
         return self._check_commit(report)
@@ -395,6 +409,113 @@ class MilestoneRun:
             self.repo.switch(branch)
             self._log(f"the tree was on {current or 'a detached HEAD'}; back on {branch}")
 
+    def _unreported_commit(self) -> str | None:
+        """A report without a Commit field: the newest commit made on the branch this round."""
+        rec, rnd = self.record, self._round
+        assert rnd is not None
+        tip = self.repo.resolve(f"refs/heads/{rec.branch_name}")
+        if tip is None or tip == rnd.previous_head:
+            return None
+        rnd.notes.append(f"the report named no commit; reviewing {tip[:7]}, the newest of the "
+                         f"commits made on {rec.branch_name} this round")
+        self._log(rnd.notes[-1])
+        return tip
+
+    def _accepted_commits(self) -> list[str]:
+        """The commits of the accepted feature rounds, oldest first."""
+        return list(dict.fromkeys(it.commit for it in self.record.iterations
+                                  if it.verdict is Verdict.ACCEPTED and it.commit
+                                  and it.kind is not RoundKind.FINAL))
+
+    def _history_rewritten(self) -> bool:
+        """Accepted history is append-only: if an accepted commit left the branch (amend,
+        reset, rebase), reject the round and put the branch back to the last accepted commit,
+        keeping what the Developer had under a ref."""
+        rec, rnd = self.record, self._round
+        assert rnd is not None and rec.branch_name
+        accepted = self._accepted_commits()
+        tip = self.repo.resolve(f"refs/heads/{rec.branch_name}")
+        missing = [c for c in accepted if tip is None or not self.repo.is_ancestor(c, tip)]
+        if not missing:
+            return False
+        if self.repo.current_branch() == rec.branch_name:
+            self.repo.commit_leftovers(f"chore(anima): uncommitted work of round {rnd.round}, "
+                                       "kept before the branch is put back")
+            tip = self.repo.head()
+        ref = f"refs/anima/rewritten/{rec.id}/{rnd.round}"
+        if tip is not None:
+            self.repo.keep_ref(ref, tip)
+        last = accepted[-1]
+        self.repo.reset_branch(rec.branch_name, last)
+        gone = ", ".join(c[:7] for c in missing)
+        note = (f"history was rewritten: accepted commit(s) {gone} are no longer on "
+                f"{rec.branch_name}; Anima put {rec.branch_name} back to {last[:7]}, the last "
+                f"accepted commit" + (f", and kept what you had under {ref}" if tip else ""))
+        rnd.notes.append(note)
+        self._log(note)
+        self._reject(note + f". Accepted commits must stay as they are: add new commits on top "
+                            f"of {last[:7]} (you can cherry-pick from {ref}).")
+        return True
+
+    # ------------------------------------------------------------------ guard
+    def _after_developer_turn(self, findings: TurnFindings) -> None:
+        """Undo what a Developer turn may not do, and say so; the round is rejected for it."""
+        rec = self.record
+        problems: list[str] = []
+        if findings.definitions:
+            self._log("put back the human's " + ", ".join(findings.definitions))
+            problems.append("the round changed definitions only the human may change: "
+                            + ", ".join(findings.definitions)
+                            + "; Anima put the human's versions back")
+        if (reverted := self._revert_branch_definitions(findings.head_before)) is not None:
+            problems.append(reverted)
+        main = rec.main_branch or ""
+        if findings.main_after and findings.developer_moved_main:
+            ref = f"refs/anima/foreign-main/{rec.id}/{rec.rounds + 1}"
+            self.repo.keep_ref(ref, findings.main_after)
+            listed = ", ".join(f"{c[:7]} {subject}" for c, subject in findings.main_commits[:5])
+            moved = (f"the Developer moved {main} from {findings.main_before[:7]} to "
+                     f"{findings.main_after[:7]}" + (f" ({listed})" if listed else ""))
+            problems.append(f"{moved}; only the human may change {main}")
+            self._pause_request = (f"{moved}; kept under {ref}. Anima left {main} as it is: put "
+                                   f"it where you want it, then resume (Anima takes {main} as "
+                                   "you leave it)")
+            self._log(self._pause_request)
+        elif findings.main_after:
+            self._follow_main()
+        self._guarded += problems
+
+    def _revert_branch_definitions(self, turn_began_at: str) -> str | None:
+        """Commits of the turn on the milestone branch that change the human's definitions
+        (compared with Anima's copy) are undone by a commit of Anima's, so main never gets
+        them."""
+        rec = self.record
+        if not turn_began_at or self.repo.current_branch() != rec.branch_name:
+            return None
+        changed = self.repo.anima_changes(turn_began_at, self.repo.head(), self._guard.copy)
+        if not changed:
+            return None
+        paths = [path for path, _ in changed]
+        commit = self.repo.commit_anima_revert(
+            turn_began_at, paths, "chore(anima): put back the human's definitions")
+        note = (f"commits on {rec.branch_name} changed {', '.join(paths)}, which only the human "
+                f"may change; Anima committed {commit[:7]} putting them back")
+        self._log(note)
+        return note
+
+    def _follow_main(self) -> None:
+        """main moved by someone other than the Developer is the new reference: the milestone
+        goes on and merges on top of it at completion."""
+        rec = self.record
+        tip = self.repo.resolve(f"refs/heads/{rec.main_branch}") if rec.main_branch else None
+        if tip is None or tip == rec.main_head:
+            return
+        self._log(f"{rec.main_branch} moved from {(rec.main_head or '?')[:7]} to {tip[:7]}, not "
+                  "by the Developer: it is the new reference, and the milestone merges on top "
+                  "of it at completion")
+        rec.main_head = tip
+        self._save()
+
     def _check_commit(self, report: DeveloperReport) -> DeveloperReport | None:
         """Git is the truth: verify the reported commit before any Acceptor token is spent."""
         rec, rnd = self.record, self._round
@@ -412,15 +533,23 @@ class MilestoneRun:
             self._log(rnd.notes[-1])
         reported = self.repo.resolve(report.commit) if report.commit else None
         # Anima's own commit of the leftovers sits on top of whatever the Developer named.
-        commit = leftover or reported
+        commit = leftover or reported or (None if report.commit else self._unreported_commit())
+        accepted = self._accepted_commits()
         if report.commit and reported is None:
             problems = [f"the reported commit {report.commit} does not exist in the repository"]
         elif commit is None:
-            problems = ["the report names no commit hash and nothing was committed"]
+            problems = [f"the report names no commit hash and nothing was committed on "
+                        f"{rec.branch_name} this round"]
+        elif accepted and self.repo.is_ancestor(commit, accepted[-1]):
+            problems = [f"commit {commit[:7]} is already part of the accepted history (the last "
+                        f"accepted commit is {accepted[-1][:7]}), so it is not new work: commit "
+                        f"this round's work as new commits on top of {accepted[-1][:7]} and "
+                        "report the newest one"]
         else:
             problems = self.repo.check_developer_commit(
                 commit, branch=rec.branch_name or "", base_commit=rec.base_commit or "",
-                main=rec.main_branch or "", main_head=rec.main_head or "")
+                main=rec.main_branch or "", main_head=rec.main_head or "",
+                definitions=self._guard.copy)
         if problems:
             self._reject("git check failed: " + "; ".join(problems))
             return None
@@ -492,7 +621,10 @@ class MilestoneRun:
 
     # ------------------------------------------------------------------ verdicts
     def _reject(self, reason: str) -> None:
-        self._finish(ReviewVerdict(accepted=False, reason=reason))
+        """Record a rejection; what the Developer's turns did that they may not comes first."""
+        guarded, self._guarded = self._guarded, []
+        self._finish(ReviewVerdict(accepted=False,
+                                   reason="; ".join(r for r in [*guarded, reason] if r)))
 
     def _finish(self, verdict: ReviewVerdict) -> None:
         """Record the round with its verdict and counters, in one atomic write."""
@@ -568,11 +700,11 @@ class MilestoneRun:
 
     # ------------------------------------------------------------------ endings
     def _pause_reason(self) -> str | None:
-        """Why the loop must pause before another round (the seed's three stops, and a push
-        that got past the tool rules), or None."""
-        if self._pushed is not None:
-            reason, self._pushed = self._pushed, None
-            return reason
+        """Why the loop must pause before another round (the seed's three stops, a main the
+        Developer moved, a push that got past the tool rules), or None."""
+        if (request := self._pause_request) is not None:
+            self._pause_request = None
+            return request
         if self.record.consecutive_rejections >= self.config.max_consecutive_rejections:
             return self._rejection_pause_reason()
         if (limit := self._limit_reached()) is not None:
@@ -649,6 +781,17 @@ class MilestoneRun:
             agent.stop()
 
     def _turn(self, role: str, prompt: str) -> str:
+        """One turn; a Developer's is guarded (see anima.guard)."""
+        if role != DEVELOPER:
+            return self._agent_turn(role, prompt)
+        self._guard.begin(self.record.main_branch or self.repo.main_branch(
+            self.config.main_branch))
+        try:
+            return self._agent_turn(role, prompt)
+        finally:
+            self._after_developer_turn(self._guard.end())
+
+    def _agent_turn(self, role: str, prompt: str) -> str:
         """One turn, with the seed's failure handling around it.
 
         A lost session is replaced by a fresh one; a crash restarts the agent on its session
@@ -694,7 +837,7 @@ class MilestoneRun:
             return
         what = (f"the {role} pushed although pushing is not allowed (allow_push is off): "
                 + "; ".join(moved) + ". Check the remote, then resume.")
-        self._pushed = what
+        self._pause_request = what
         if self._round is not None:
             self._round.notes.append(what)
         self._log(what)

@@ -349,10 +349,10 @@ class Store:
 
     def scan(self, *, max_iterations: int, requires_human_review: bool, register: bool = True,
              ready: Callable[[Path], bool] | None = None) -> Scan:
-        """Load every record and, with `register`, register every `.md` that has none yet
-        (as pending) — once `ready` says it has settled (a folder people drop files into must
-        not parse a half-written file). Hidden names (editors' swap and lock files) are not
-        milestones.
+        """Load every record; every `.md` that has none yet is listed as pending (a fresh
+        record, saved only with `register`) once `ready` says it has settled (a folder people
+        drop files into must not parse a half-written file). Without `register` nothing is
+        written. Hidden names (editors' swap and lock files) are not milestones.
 
         One timestamp serves a whole scan, so files that arrive together start in name order.
         """
@@ -370,16 +370,17 @@ class Store:
                 if record_path.exists():
                     result.records.append(self.load_record(milestone_id))
                     continue
-                if not register or (ready is not None and not ready(md)):
+                if ready is not None and not ready(md):
                     continue
                 definition = load_milestone(md)
                 record = self.new_record(definition, milestone_id, stamp,
                                          max_iterations=max_iterations,
                                          requires_human_review=requires_human_review)
-                self.save_record(record)
                 result.records.append(record)
-                result.registered.append(milestone_id)
-                log.info("registered milestone %s", milestone_id)
+                if register:
+                    self.save_record(record)
+                    result.registered.append(milestone_id)
+                    log.info("registered milestone %s", milestone_id)
             except (MilestoneError, RecordError) as e:
                 result.problems.append(e)
         result.records.sort(key=lambda r: (r.created_at, r.id))

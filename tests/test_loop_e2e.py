@@ -206,7 +206,7 @@ def test_git_checks_reject_before_any_acceptor_token(project: Path, fake_claude:
     run_engine(project, max_iterations_per_milestone=1)
     first = record(project, "m1").iterations[0]
     assert first.verdict is Verdict.REJECTED
-    assert first.reason.startswith("git check failed") and expected in first.reason
+    assert expected in first.reason
     assert fake_claude.prompts("acceptor") == []
 
 
@@ -239,22 +239,6 @@ def test_an_acceptor_that_edits_a_file_is_undone_and_reported(project: Path,
     assert (project / "README.md").read_text() == "# test project\n"
     assert "reviewer.txt" not in run_git(project, "ls-tree", "-r", "--name-only", "milestone/m1")
     assert not (project / "reviewer.txt").exists()
-
-
-def test_a_developer_that_commits_on_main_is_caught_and_brought_back(
-        project: Path, fake_claude: FakeClaude) -> None:
-    fake_claude.write_script({"developer": [{
-        "shell": ["git switch -q main", "echo x > onmain.txt", "git add onmain.txt",
-                  "git commit -qm 'feat: on main'"], "text": report()}]})
-    _, outcome = run_engine(project)
-    rec = record(project, "m1")
-    assert outcome.paused == ("m1",)  # main moved: a human must look before anything goes on
-    first, second = rec.iterations[0], rec.iterations[1]
-    assert "not on the milestone branch" in first.reason
-    assert "main branch main has moved" in second.reason
-    assert "not on the milestone branch" not in second.reason  # round 2 was on its branch
-    log = (project / ".anima" / "logs" / "m1.log").read_text()
-    assert "the tree was on main; back on milestone/m1" in log
 
 
 def test_a_crashed_agent_is_restarted_on_its_session_and_the_turn_retried(

@@ -357,9 +357,10 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
              cost: Cost) -> None:
     """Turn keys: noise, crash, delay, hang, ignore_interrupt, ignore_sigterm, shell (with
     own_session: each command in a session of its own, like the real CLI's Bash), edit_file,
-    auto, huge_line_bytes, text, is_error, subtype, cost_usd, usage, stderr, context_tokens
-    (input + cache tokens each assistant line reports), context_window, compact ({pre_tokens,
-    post_tokens}: a compact_boundary line first, as when the CLI compacts by itself)."""
+    hang_after, auto, huge_line_bytes, text, is_error, subtype, cost_usd, usage, stderr,
+    context_tokens (input + cache tokens each assistant line reports), context_window, compact
+    ({pre_tokens, post_tokens}: a compact_boundary line first, as when the CLI compacts by
+    itself)."""
     started = time.monotonic()
     if spec.get("ignore_sigterm"):  # a wedged agent: only SIGKILL ends it
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -409,6 +410,8 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
     if spec.get("edit_file"):
         edit = spec["edit_file"]
         turn.write_file(edit["path"], edit.get("content", ""))
+    if spec.get("hang_after"):  # did its damage; now waits for a kill
+        inp.wait(None, interruptible=False)
     reply = ""
     if spec.get("auto"):
         reply = turn.auto_developer() if args.role == "developer" else "ACCEPTED"

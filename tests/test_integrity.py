@@ -1,0 +1,226 @@
+"""The branch, main and the human's definitions stay right whatever the Developer does with
+git: the real engine and loop, the fake `claude` scripted to misbehave in the project."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from anima.actions import resume
+from anima.config import Config
+from anima.engine import Engine
+from anima.paths import ProjectPaths
+from anima.store import MilestoneStatus, Store, Verdict
+from tests.conftest import FakeClaude, run_git
+from tests.helpers import make_project, milestone_md, record, run_engine
+from tests.test_recovery import Runner, run_to_end, wait_until
+
+TWO = milestone_md("Greeter", ["Greet command", "Version flag"], ["greet prints hello"])
+
+
+def report(commit: str = "{head}", feature: str = "F1") -> str:
+    commit_line = f"**Commit**: {commit}\n" if commit else ""
+    return (f"## Implementation Report — Round 1\n\n**Feature**: {feature} — done\n"
+            f"{commit_line}**Tests**: 1 passed, 0 failed\n**Lint**: clean\n")
+
+
+@pytest.fixture
+def project(git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> Path:
+    fake_claude.use_env(monkeypatch)
+    return make_project(git_repo, {"m1": TWO})
+
+
+def reviewed_rounds(fake_claude: FakeClaude) -> list[int]:
+    return [n for n in range(1, 10) if any(f"Review round {n} " in p
+                                           for p in fake_claude.prompts("acceptor"))]
+
+
+def log_text(project: Path) -> str:
+    return (project / ".anima" / "logs" / "m1.log").read_text()
+
+
+# ------------------------------------------------------------------ 10.1 the supervisor
+
+def test_a_developer_cannot_rewrite_config_or_soul(project: Path,
+                                                   fake_claude: FakeClaude) -> None:
+    anima = project / ".anima"
+    config, soul = (anima / "config.json").read_bytes(), (anima / "soul.md").read_bytes()
+    fake_claude.write_script({"developer": [{"shell": [
+        "mkdir -p features && echo F1 > features/F1.txt",
+        "python3 -c \"import json; p='.anima/config.json'; d=json.load(open(p)); "
+        "d['max_consecutive_rejections']=99; json.dump(d, open(p, 'w'))\"",
+        "git add -A && git commit -qm 'feat: F1 and a kinder supervisor'",
+        "echo 'Tests are optional.' >> .anima/soul.md"], "text": report()}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert ".anima/config.json" in first.reason and ".anima/soul.md" in first.reason
+    assert 1 not in reviewed_rounds(fake_claude)  # rejected before any Acceptor token
+    # The human's bytes are back, and main never got the Developer's versions.
+    assert (anima / "config.json").read_bytes() == config
+    assert (anima / "soul.md").read_bytes() == soul
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    # (later rounds' `git add -A` commit the human's files as they are, which is allowed)
+    assert run_git(project, "show", "main:.anima/config.json") == config.decode().strip()
+    assert run_git(project, "show", "main:.anima/soul.md") == soul.decode().strip()
+    assert "put back the human's .anima/config.json (modified), .anima/soul.md (modified)" \
+        in log_text(project)
+    # The next run reads the human's config, not the Developer's.
+    assert Config.model_validate(json.loads(config)).max_consecutive_rejections != 99
+
+
+def test_a_kill_during_the_turn_does_not_hand_the_developer_the_config(
+        project: Path, fake_claude: FakeClaude) -> None:
+    config = project / ".anima" / "config.json"
+    human = config.read_bytes()
+    fake_claude.write_script({"developer": [{"shell": [
+        "echo '{\"max_consecutive_rejections\": 99}' > .anima/config.json"],
+        "hang_after": True}]})
+    runner = Runner(project, fake_claude)
+    wait_until(lambda: config.read_bytes() != human, what="the Developer's edit")
+    runner.kill()
+    again = run_to_end(project, fake_claude)
+    assert again.proc.returncode == 0, again.stdout[-2000:] + again.stderr
+    assert config.read_bytes() == human
+    assert "put back the human's .anima/config.json (modified)" in again.stdout
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+
+
+# ------------------------------------------------------------------ 10.3 new work only
+
+def test_a_commit_already_accepted_is_not_a_new_round(project: Path,
+                                                      fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{"auto": True},
+                                            {"text": report("{head}", feature="F2")}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    second = rec.iterations[1]
+    assert second.verdict is Verdict.REJECTED
+    assert "already part of the accepted history" in second.reason
+    assert rec.iterations[0].commit and rec.iterations[0].commit[:7] in second.reason
+    assert 2 not in reviewed_rounds(fake_claude)
+    assert rec.status is MilestoneStatus.COMPLETED
+
+
+# ------------------------------------------------------------------ 10.4 append-only
+
+@pytest.mark.parametrize("rewrite", [
+    ["git reset -q --hard HEAD~1"],
+    ["echo amended >> features/F1.txt", "git commit -qa --amend -m 'feat: F1 amended'"],
+], ids=["reset", "amend"])
+def test_rewritten_accepted_history_is_put_back(project: Path, fake_claude: FakeClaude,
+                                                rewrite: list[str]) -> None:
+    fake_claude.write_script({"developer": [{"auto": True}, {"shell": [
+        *rewrite, "echo F2 > features/F2.txt", "git add -A",
+        "git commit -qm 'feat: F2 on a rewritten history'"], "text": report(feature="F2")}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    accepted, second = rec.iterations[0].commit, rec.iterations[1]
+    assert accepted and second.verdict is Verdict.REJECTED
+    assert "history was rewritten" in second.reason and accepted[:7] in second.reason
+    assert 2 not in reviewed_rounds(fake_claude)
+    kept = "refs/anima/rewritten/m1/2"
+    assert "feat: F2 on a rewritten history" in run_git(project, "log", "--format=%s", kept)
+    assert "history was rewritten" in log_text(project)
+    # The accepted commit reaches main.
+    assert rec.status is MilestoneStatus.COMPLETED
+    run_git(project, "merge-base", "--is-ancestor", accepted, "main")
+
+
+# ------------------------------------------------------------------ 10.5 definitions survive
+
+def test_definitions_swept_into_a_side_branch_come_back(project: Path,
+                                                        fake_claude: FakeClaude) -> None:
+    md = project / ".anima" / "milestones" / "m1.md"
+    original = md.read_bytes()
+    fake_claude.write_script({"developer": [{"shell": [
+        "git switch -q -c side", "echo wip > wip.txt", "git add -A", "git commit -qm sweep",
+        "git switch -q milestone/m1"], "text": report()}]})
+    run_engine(project)
+    assert md.read_bytes() == original
+    rec = record(project, "m1")
+    assert rec.iterations[0].verdict is Verdict.REJECTED
+    assert ".anima/milestones/m1.md (deleted)" in rec.iterations[0].reason
+    assert "put back the human's" in log_text(project)
+    assert rec.status is MilestoneStatus.COMPLETED
+
+
+def test_status_lists_pending_definitions_without_writing(project: Path, capsys:
+                                                          pytest.CaptureFixture[str]) -> None:
+    from anima.cli import main
+    anima = project / ".anima"
+    before = sorted(p.name for p in (anima / "milestones").iterdir())
+    assert main(["status", str(project), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["milestones"]
+    assert [(m["id"], m["status"]) for m in listed] == [("m1", "pending")]
+    assert main(["status", str(project)]) == 0
+    text = capsys.readouterr().out
+    assert "m1" in text and "pending" in text and "no milestones yet" not in text
+    # The window's list reads the same way.
+    assert [(r.id, r.status) for r in Engine(project).records()] == [
+        ("m1", MilestoneStatus.PENDING)]
+    assert sorted(p.name for p in (anima / "milestones").iterdir()) == before  # wrote nothing
+
+
+# ------------------------------------------------------------------ 10.7 who moved main
+
+def test_main_moved_by_someone_else_is_the_new_reference(project: Path, tmp_path: Path,
+                                                         fake_claude: FakeClaude) -> None:
+    human = tmp_path / "human-worktree"
+    # While the Developer's first turn runs, a human commits on main from another worktree.
+    fake_claude.write_script({"developer": [{"shell": [
+        f"git worktree add -q {human} main",
+        f"cd {human} && echo mine > human.txt && git add human.txt && "
+        "git commit -qm 'human: my own change'", f"git worktree remove {human}"],
+        "auto": True}]})
+    _, outcome = run_engine(project)
+    rec = record(project, "m1")
+    assert outcome.paused == ()
+    assert [i.verdict for i in rec.iterations] == [Verdict.ACCEPTED] * 3
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    subjects = run_git(project, "log", "--format=%s", "main")
+    assert "human: my own change" in subjects and "feat: F2" in subjects
+    assert "not by the Developer: it is the new reference" in log_text(project)
+
+
+def test_main_moved_by_the_developer_pauses_at_once(project: Path,
+                                                    fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{
+        "shell": ["git switch -q main", "echo x > onmain.txt", "git add onmain.txt",
+                  "git commit -qm 'feat: on main'"], "text": report()}]})
+    _, outcome = run_engine(project)
+    rec = record(project, "m1")
+    assert outcome.paused == ("m1",) and len(rec.iterations) == 1  # no wasted rounds
+    foreign = run_git(project, "rev-parse", "refs/anima/foreign-main/m1/1")
+    assert run_git(project, "log", "-1", "--format=%s", foreign) == "feat: on main"
+    assert foreign[:7] in (rec.pause_reason or "") and "feat: on main" in rec.pause_reason
+    assert "the Developer moved main" in rec.iterations[0].reason
+    assert reviewed_rounds(fake_claude) == []
+    # The human keeps the commit on main and resumes: main as they left it is the reference.
+    resume(Store(ProjectPaths(project)), Config(), "m1")
+    _, outcome = run_engine(project)
+    rec = record(project, "m1")
+    assert outcome.paused == () and rec.status is MilestoneStatus.COMPLETED
+    assert rec.merge and rec.merge.merged
+    assert "feat: on main" in run_git(project, "log", "--format=%s", "main")
+    assert "switching to milestone/m1" in log_text(project)
+
+
+# ------------------------------------------------------------------ 11.3 no Commit field
+
+def test_a_report_without_a_commit_field_uses_the_rounds_commits(
+        project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{"shell": [
+        "mkdir -p features && echo F1 > features/F1.txt", "git add -A",
+        "git commit -qm 'feat: F1'"], "text": report(commit="")}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.ACCEPTED
+    assert first.commit and run_git(project, "log", "-1", "--format=%s", first.commit) == \
+        "feat: F1"
+    assert any("the report named no commit" in n for n in first.notes)
+    assert 1 in reviewed_rounds(fake_claude)
