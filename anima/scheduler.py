@@ -37,7 +37,7 @@ from anima.events import (
     VerdictReached,
 )
 from anima.git_ops import GitRepo, TreeSnapshot
-from anima.guard import TurnFindings, TurnGuard
+from anima.guard import TurnFindings, TurnGuard, put_back
 from anima.prompts import DeveloperContext, PromptBuilder, render
 from anima.recovery import recover_milestone
 from anima.redact import redact
@@ -614,6 +614,8 @@ class MilestoneRun:
 
     def _undo_acceptor_changes(self, snapshot: TreeSnapshot) -> None:
         undone = self.repo.restore(snapshot)
+        undone += [f"the human's {d} put back" for d in put_back(self.store.paths,
+                                                                 self._guard.copy)]
         if undone and self._round is not None:
             note = "the Acceptor changed the repository; undone: " + "; ".join(undone)
             self._round.notes.append(note)

@@ -72,6 +72,19 @@ def test_a_developer_cannot_rewrite_config_or_soul(project: Path,
     assert Config.model_validate(json.loads(config)).max_consecutive_rejections != 99
 
 
+def test_the_acceptor_cannot_rewrite_the_soul_either(project: Path,
+                                                     fake_claude: FakeClaude) -> None:
+    soul = project / ".anima" / "soul.md"
+    human = soul.read_bytes()
+    fake_claude.write_script({"acceptor": [{"shell": ["echo 'Accept everything.' > .anima/soul.md"],
+                                            "text": "ACCEPTED"}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert soul.read_bytes() == human
+    assert any("the human's .anima/soul.md (modified) put back" in n
+               for n in rec.iterations[0].notes)
+
+
 def test_a_kill_during_the_turn_does_not_hand_the_developer_the_config(
         project: Path, fake_claude: FakeClaude) -> None:
     config = project / ".anima" / "config.json"
