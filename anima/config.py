@@ -6,7 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from anima.errors import ConfigError
 
@@ -77,6 +84,17 @@ class Config(_Strict):
                                       "every feature (fix rounds stay in the feature's session)")
     transcript_max_mb: float = Field(50.0, gt=0, description="per milestone; beyond it the "
                                      "oldest part of the transcript is rotated out")
+    check_command: str | list[str] | None = Field(
+        None, description="the project's checks, run by Anima before each review: a shell "
+        "command or an argv list; null = none")
+    check_timeout_seconds: float = Field(600.0, gt=0)
+
+    @field_validator("check_command")
+    @classmethod
+    def _command_not_empty(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if value is not None and not (value.strip() if isinstance(value, str) else value):
+            raise ValueError("must be a command, an argv list or null, not empty")
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -191,6 +191,29 @@ class VerdictReached(Event):
 
 
 @dataclass(frozen=True)
+class CheckStarted(Event):
+    """Anima started the project's checks (config `check_command`) on a round's commit."""
+
+    milestone_id: str
+    round: int
+    command: str
+    started_at: float  # epoch seconds, for a live elapsed time
+    timeout: float
+
+
+@dataclass(frozen=True)
+class CheckFinished(Event):
+    """The checks ended; `outcome` is a few words ("passed in 2.1 s", "exited 1 after …")."""
+
+    milestone_id: str
+    round: int
+    command: str
+    passed: bool
+    outcome: str
+    tail: str = ""
+
+
+@dataclass(frozen=True)
 class LogLine(Event):
     """A human-readable line of what Anima itself did ("[anima] …" in headless output)."""
 

@@ -21,7 +21,7 @@ from anima.context import (
     fit_to_budget,
 )
 from anima.paths import ProjectPaths, resource
-from anima.store import FeatureStatus, Iteration, MilestoneRecord, Verdict
+from anima.store import CheckRun, FeatureStatus, Iteration, MilestoneRecord, Verdict
 
 SUMMARY_LINE_CHARS = 90
 # Shares of the budget one pasted piece may take before the whole prompt is fitted: a 2 MB
@@ -111,11 +111,32 @@ def _file_section(key: str, title: str, text: str | None, cut_order: int | None)
     return Section(key=key, text=f"## {title}\n{text.strip()}\n", cut_order=cut_order)
 
 
+def check_passed(check: CheckRun) -> str:
+    """The Acceptor's paragraph on Anima's own run of the project's checks."""
+    return render("check_passed", command=check.command,
+                  seconds=f"{check.duration_seconds:.1f}", tail=check.tail or "(no output)")
+
+
+def check_outcome(check: CheckRun) -> str:
+    if check.timed_out:
+        return f"timed out after {check.duration_seconds:.0f} s"
+    return f"exited {check.exit_code}"
+
+
+def check_failed_feedback(check: CheckRun) -> str:
+    """The Developer's feedback after its commit failed the checks (with the output)."""
+    claimed = render("feedback_check_claim", claim=check.report_claim,
+                     command=check.command) if check.report_claim else ""
+    return render("feedback_check_failed", command=check.command, outcome=check_outcome(check),
+                  claim=claimed, tail=check.tail or "(no output)")
+
+
 @dataclass
 class DeveloperContext:
     """What the scheduler knows at the start of a Developer turn beyond the record."""
 
     fix_reason: str | None = None
+    failed_check: CheckRun | None = None  # the last round failed Anima's run of the checks
     final_rejection: bool = False
     human_note: str | None = None
     recovery_log: str | None = None
@@ -177,7 +198,9 @@ class PromptBuilder:
             log = clip(ctx.commit_log.strip(), share, "`git log --oneline` shows them all.")
             feedback.append(render("fresh_session", reason=ctx.fresh_session,
                                    branch=record.branch_name, log=log or "(no commits yet)"))
-        if ctx.fix_reason:
+        if ctx.failed_check is not None:
+            feedback.append(check_failed_feedback(ctx.failed_check))
+        elif ctx.fix_reason:
             name = "feedback_final_rejection" if ctx.final_rejection else "feedback_rejection"
             feedback.append(render(name, reason=clip(ctx.fix_reason, share, where)))
         if ctx.human_note:
@@ -211,7 +234,8 @@ class PromptBuilder:
         return render(name, **values, **{s.key: s.text for s in kept})
 
     def acceptor_review(self, record: MilestoneRecord, *, report: str, feature: str | None,
-                        commit: str, previous_head: str, commits: str) -> str:
+                        commit: str, previous_head: str, commits: str,
+                        checks: str = "") -> str:
         f = record.feature(feature)
         if f is None:
             label = "(the report names no known feature)"
@@ -230,9 +254,11 @@ class PromptBuilder:
                                 title=record.title, milestone_id=record.id,
                                 branch=record.branch_name, soul=self.soul(),
                                 feature_label=label, commit=commit,
-                                previous_head=previous_head, base_commit=record.base_commit)
+                                previous_head=previous_head, base_commit=record.base_commit,
+                                checks=checks)
 
-    def acceptor_final(self, record: MilestoneRecord, *, report: str, commits: str) -> str:
+    def acceptor_final(self, record: MilestoneRecord, *, report: str, commits: str,
+                       checks: str = "") -> str:
         criteria = "\n".join(f"- [ ] {c}" for c in record.acceptance_criteria) or \
             "(the milestone lists no acceptance criteria: judge it by its goal and features)"
         read_it = (f"{transcript_hint(record.id)} Read the commits themselves: "
@@ -246,4 +272,4 @@ class PromptBuilder:
                                 milestone_id=record.id, branch=record.branch_name,
                                 soul=self.soul(),
                                 checklist=checklist(record).split("\n", 1)[1].strip(),
-                                base_commit=record.base_commit)
+                                base_commit=record.base_commit, checks=checks)

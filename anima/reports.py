@@ -21,6 +21,9 @@ _REPORT_HEADING = re.compile(r"implementation\s+report(?:\s*[—–-]\s*round\s*
                              re.IGNORECASE)
 _SECTION = re.compile(r"^\s*#{2,4}\s*(.+?)\s*$")
 _BULLET = re.compile(r"^\s*[-*]\s+(.*)$")
+_NO_FAILURES = re.compile(r"\b(?:0|no|zero)\s+(?:tests?\s+)?(?:failed|failures?|failing|errors?)\b")
+_BAD_NEWS = re.compile(r"fail|error|not\b|n't|skip|broken|red\b|unable|could ?not|todo")
+_GOOD_NEWS = re.compile(r"\b(?:pass(?:ed|es|ing)?|green|ok|succe(?:eded|ss(?:ful)?))\b")
 _VERDICT = re.compile(
     r"^\W*(?:(?:final\s+)?verdict\s*[:：]\s*\W*)?(ACCEPTED|REJECTED)\b\W*?(?:[:：\-—–]\s*(.*))?$",
     re.IGNORECASE,
@@ -46,6 +49,23 @@ class DeveloperReport:
     notes: str = ""
     commits: list[str] = field(default_factory=list)
     summary: str = ""
+
+
+    def claimed_tests_passed(self) -> str | None:
+        """The report's claim that the tests passed (its words), or None when it made none.
+
+        The `Tests:` field of an implementation report; a completion report's lines that
+        mention tests. "12 passed, 0 failed" claims; "3 failed", "not run" do not."""
+        if self.kind is ReportKind.IMPLEMENTATION:
+            candidates = [self.tests]
+        else:
+            candidates = [_clean(line).lstrip("-+ ") for line in self.text.splitlines()
+                          if "test" in line.lower()]
+        for claim in candidates:
+            low = _NO_FAILURES.sub("", claim.lower())
+            if _GOOD_NEWS.search(low) and not _BAD_NEWS.search(low):
+                return claim.strip()
+        return None
 
 
 @dataclass(frozen=True)

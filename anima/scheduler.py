@@ -22,9 +22,12 @@ from enum import StrEnum
 from typing import Protocol
 
 from anima.agents.profiles import ACCEPTOR, DEVELOPER
+from anima.checks import CheckCancelled, display, run_check
 from anima.config import Config
 from anima.errors import AgentCrashed, AnimaError, SessionLost, TurnTimeout
 from anima.events import (
+    CheckFinished,
+    CheckStarted,
     Compacted,
     ContextUsage,
     EventBus,
@@ -38,7 +41,7 @@ from anima.events import (
 )
 from anima.git_ops import GitRepo, TreeSnapshot
 from anima.guard import TurnFindings, TurnGuard, put_back
-from anima.prompts import DeveloperContext, PromptBuilder, render
+from anima.prompts import DeveloperContext, PromptBuilder, check_outcome, check_passed, render
 from anima.recovery import recover_milestone
 from anima.redact import redact
 from anima.remotes import RefMap, pushed, remote_refs
@@ -50,6 +53,7 @@ from anima.reports import (
     parse_verdict,
 )
 from anima.store import (
+    CheckRun,
     ContextUse,
     FeatureStatus,
     Iteration,
@@ -157,6 +161,11 @@ class _Stopped(Exception):
     """Internal: a stop was requested while a turn was running; leave without recording."""
 
 
+class _ChecksCannotStart(Exception):
+    """Internal: `check_command` cannot run at all (a configuration error, not the
+    Developer's fault): pause without recording the round, which is redone on resume."""
+
+
 @dataclass
 class _Round:
     """A round in flight. It only reaches the record once its verdict is known."""
@@ -174,6 +183,7 @@ class _Round:
     tool_calls: int = 0
     auto_committed: bool = False
     notes: list[str] = field(default_factory=list)
+    check: CheckRun | None = None
     context: dict[str, ContextUse] = field(default_factory=dict)
 
 
@@ -244,6 +254,8 @@ class MilestoneRun:
         except _Stopped:
             self._log(f"stopped during {self.phase}: {self.control.stop_reason or 'shutdown'}")
             return self.phase
+        except _ChecksCannotStart as e:
+            return self.pause_now(str(e))
         finally:
             self._stop_agents()
             self._apply_summaries(wait=True)
@@ -321,6 +333,8 @@ class MilestoneRun:
         note = next((n for n in rec.human_notes if not n.delivered), None)
         fresh = self._fresh_developer
         ctx = DeveloperContext(fix_reason=last.reason if fix and last else None,
+                               failed_check=last.check if fix and last and last.check
+                               and not last.check.passed else None,
                                final_rejection=bool(fix and last and last.kind is RoundKind.FINAL),
                                human_note=note.text if note else None,
                                recovery_log=self._recovery_log,
@@ -359,7 +373,9 @@ class MilestoneRun:
             return None
         if report.kind is ReportKind.ALL_COMPLETE:
             return report
-        return self._check_commit(report)
+        if self._check_commit(report) is None or self._checks_failed(report):
+            return None
+        return report
 
     def _next_kind(self) -> RoundKind:
         last = self.record.iterations[-1] if self.record.iterations else None
@@ -560,6 +576,45 @@ class MilestoneRun:
                   f"({len(rnd.changed_files)} files)")
         return report
 
+    # ------------------------------------------------------------------ the project's checks
+    def _checks_failed(self, report: DeveloperReport) -> bool:
+        """Run `check_command` on the round's commit; a failure rejects the round before any
+        Acceptor token is spent. False also when no check is configured."""
+        rnd = self._round
+        command = self.config.check_command
+        if command is None or rnd is None:
+            return False
+        shown, timeout = display(command), self.config.check_timeout_seconds
+        self._log(f"checks: running `{shown}` on {(rnd.commit or 'HEAD')[:7]}")
+        self.bus.publish(CheckStarted(self.record.id, rnd.round, shown, time.time(), timeout))
+        snapshot = self.repo.snapshot()
+        try:
+            result = run_check(command, self.repo.root, timeout=timeout,
+                               cancel=self.control.stop)
+        except CheckCancelled as e:
+            raise _Stopped from e
+        finally:
+            self._undo_changes(snapshot, "the checks")
+        self.bus.publish(CheckFinished(self.record.id, rnd.round, shown, result.passed,
+                                       result.outcome, result.tail))
+        self._log(f"checks: `{shown}` {result.outcome}"
+                  + ("" if result.passed or not result.tail else "\n" + result.tail))
+        if result.error is not None:
+            raise _ChecksCannotStart(f"checks could not start: {result.error}; fix "
+                                     "check_command in .anima/config.json, then resume")
+        claim = None if result.passed else report.claimed_tests_passed()
+        rnd.check = check = CheckRun(
+            command=shown, passed=result.passed, exit_code=result.exit_code,
+            timed_out=result.timed_out, duration_seconds=round(result.duration, 2),
+            tail=result.tail, report_claim=claim)
+        if check.passed:
+            return False
+        reason = render("check_rejection", command=shown, outcome=check_outcome(check)).strip()
+        if claim is not None:
+            reason += " " + render("check_false_claim", claim=claim).strip()
+        self._reject(reason)
+        return True
+
     # ------------------------------------------------------------------ Acceptor
     def _review(self, report: DeveloperReport) -> None:
         rec, rnd = self.record, self._round
@@ -570,7 +625,7 @@ class MilestoneRun:
                             self.repo.branch_log(rnd.previous_head, rnd.commit))
         prompt = self.prompts.acceptor_review(rec, report=report.text, feature=rnd.feature,
                                               commit=rnd.commit, previous_head=rnd.previous_head,
-                                              commits=commits)
+                                              commits=commits, checks=self._checks_text())
         verdict = self._acceptor_verdict(prompt)
         if verdict is None:
             return
@@ -581,15 +636,21 @@ class MilestoneRun:
         assert rnd is not None
         rnd.kind = RoundKind.FINAL
         rnd.commit = self.repo.head()
+        if self._checks_failed(report):
+            return ReviewVerdict(accepted=False, reason=rec.iterations[-1].reason)
         self.enter(Phase.FINAL_ACCEPTANCE, "the Developer reports ALL_FEATURES_COMPLETE",
                    deadline=time.time() + self.config.agent_timeout_seconds)
         commits = self.repo.oneline_log(rec.base_commit or "", rec.branch_name or "HEAD")
-        verdict = self._acceptor_verdict(self.prompts.acceptor_final(rec, report=report.text,
-                                                                     commits=commits))
+        verdict = self._acceptor_verdict(self.prompts.acceptor_final(
+            rec, report=report.text, commits=commits, checks=self._checks_text()))
         if verdict is None:
             return ReviewVerdict(accepted=False, reason=rec.iterations[-1].reason)
         self._finish(verdict)
         return verdict
+
+    def _checks_text(self) -> str:
+        check = self._round.check if self._round is not None else None
+        return check_passed(check) if check is not None else ""
 
     def _acceptor_verdict(self, prompt: str) -> ReviewVerdict | None:
         """Ask the Acceptor, undo anything it changed, read its verdict (restating once).
@@ -603,7 +664,7 @@ class MilestoneRun:
                 if verdict is None:
                     verdict = parse_verdict(self._turn(ACCEPTOR, render("acceptor_restate")))
             finally:
-                self._undo_acceptor_changes(snapshot)
+                self._undo_changes(snapshot, "the Acceptor")
         except (TurnTimeout, AgentCrashed) as e:
             self._reject(f"Acceptor {self._failure(e)}")
             return None
@@ -612,12 +673,13 @@ class MilestoneRun:
                          "REJECTED, even when asked to restate it")
         return verdict
 
-    def _undo_acceptor_changes(self, snapshot: TreeSnapshot) -> None:
+    def _undo_changes(self, snapshot: TreeSnapshot, who: str) -> None:
+        """A review (or a check run) leaves the tree as it found it, and the round says so."""
         undone = self.repo.restore(snapshot)
         undone += [f"the human's {d} put back" for d in put_back(self.store.paths,
                                                                  self._guard.copy)]
         if undone and self._round is not None:
-            note = "the Acceptor changed the repository; undone: " + "; ".join(undone)
+            note = f"{who} changed the repository; undone: " + "; ".join(undone)
             self._round.notes.append(note)
             self._log(note)
 
@@ -658,7 +720,7 @@ class MilestoneRun:
             verdict=Verdict.ACCEPTED if verdict.accepted else Verdict.REJECTED,
             reason=verdict.reason, tokens=rnd.usage.total, usage=rnd.usage,
             cost_usd=rnd.cost_usd, tool_calls=rnd.tool_calls, auto_committed=rnd.auto_committed,
-            notes=rnd.notes, context=dict(rnd.context), started_at=rnd.started_at,
+            notes=rnd.notes, context=dict(rnd.context), check=rnd.check, started_at=rnd.started_at,
             ended_at=now())
         rec.iterations.append(iteration)
         rec.tokens_used += rnd.usage.total

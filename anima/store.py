@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
-RECORD_SCHEMA_VERSION = 3
+RECORD_SCHEMA_VERSION = 4
 STATE_SCHEMA_VERSION = 1
 
 
@@ -114,6 +114,19 @@ class Feature(_Model):
     tool_calls: int = 0
 
 
+class CheckRun(_Model):
+    """Anima's own run of the project's checks (config `check_command`) in a round."""
+
+    command: str
+    passed: bool
+    exit_code: int | None = None  # None: timed out
+    timed_out: bool = False
+    duration_seconds: float = 0.0
+    tail: str = ""  # the output's last lines, redacted
+    # When it failed: the Developer's report's words that claimed the tests passed.
+    report_claim: str | None = None
+
+
 class ContextUse(_Model):
     """An agent's context in use after its last turn of a round (see events.ContextUsage)."""
 
@@ -154,6 +167,7 @@ class Iteration(_Model):
     notes: list[str] = Field(default_factory=list)
     #: role -> context in use after that agent's last turn of the round
     context: dict[str, ContextUse] = Field(default_factory=dict)
+    check: CheckRun | None = None
     started_at: datetime
     ended_at: datetime
 
@@ -244,10 +258,18 @@ def _record_v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "iterations": iterations, "rollovers": []}
 
 
+def _record_v3_to_v4(data: dict[str, Any]) -> dict[str, Any]:
+    """v4 added each round's `check` (no check ran in rounds driven before it)."""
+    iterations = [{**it, "check": None} if isinstance(it, dict) else it
+                  for it in data.get("iterations") or []]
+    return {**data, "iterations": iterations}
+
+
 #: (kind of file, version) -> the step to version + 1. Each step is pure and small.
 _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("record", 1): _record_v1_to_v2,
     ("record", 2): _record_v2_to_v3,
+    ("record", 3): _record_v3_to_v4,
 }
 
 

@@ -139,6 +139,21 @@ def test_registration_orders_by_created_at_then_name(store: Store) -> None:
     assert second.registered == ["beta"]
 
 
+def test_a_version_3_record_keeps_its_rounds_without_a_check(store: Store) -> None:
+    store.paths.milestone_md("m1").write_text(milestone_md("M1", ["A"]))
+    scan(store)
+    data = json.loads(store.paths.milestone_record("m1").read_text())
+    data["schema_version"] = 3  # as Anima wrote it before it ran the project's checks
+    data["iterations"] = [{"round": 1, "kind": "feature", "verdict": "accepted",
+                           "started_at": "2026-01-01T00:00:00Z",
+                           "ended_at": "2026-01-01T00:01:00Z"}]
+    store.paths.milestone_record("m1").write_text(json.dumps(data))
+    migrated = store.load_record("m1")
+    assert migrated.schema_version == RECORD_SCHEMA_VERSION
+    assert migrated.iterations[0].check is None
+    assert migrated.iterations[0].verdict is Verdict.ACCEPTED
+
+
 def test_a_version_1_record_is_migrated_and_a_newer_one_refused(store: Store) -> None:
     store.paths.milestone_md("m1").write_text(milestone_md("M1", ["A"]))
     (record,) = scan(store).records

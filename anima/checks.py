@@ -1,0 +1,217 @@
+"""The project's own checks (config `check_command`), run by Anima on the Developer's commit.
+
+A model reviewer that only reads the diff is wrong in both directions; a test run is not. So
+before the Acceptor spends a token, Anima runs the project's command itself in the project
+root, with the agents' environment, and keeps the exit code, the duration and the last lines
+of the output (redacted: a test run prints environments and tokens too).
+
+The command runs in a session of its own. On a timeout (or a stop) the whole group goes, and
+so does anything it spawned that left the group (`setsid`, a daemonised server): every process
+started from the check carries a marker in its environment, and every live process with that
+marker is stopped. After a normal exit, leftovers are stopped the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import shlex
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from anima.redact import LineRedactor
+
+#: Marks every process started from a check (inherited whatever session it moves to).
+CHECK_VAR = "ANIMA_CHECK"
+#: Exit codes of `sh -c` when the command is missing (127) or not executable (126).
+_SHELL_CANNOT_START = {126: "not executable", 127: "command not found"}
+TAIL_LINES = 30
+TAIL_LINE_CHARS = 300
+_KEEP_BYTES = 64 * 1024  # of the output, from the end; a chatty suite never fills memory
+_POLL = 0.1
+_GRACE = 2.0
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+class CheckCancelled(Exception):
+    """The run was stopped from outside (Anima is stopping); its processes are gone."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One run of the check. `error` is set when it could not start (a configuration error):
+    then `exit_code` is the shell's 126/127 or None."""
+
+    command: str
+    exit_code: int | None
+    duration: float
+    tail: str
+    timed_out: bool = False
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and not self.timed_out and self.exit_code == 0
+
+    @property
+    def outcome(self) -> str:
+        """A few words for logs and the window: "passed in 2.1 s", "exited 1 after 3.0 s"…"""
+        if self.error is not None:
+            return f"could not start: {self.error}"
+        if self.timed_out:
+            return f"timed out after {self.duration:.1f} s"
+        if self.passed:
+            return f"passed in {self.duration:.1f} s"
+        return f"exited {self.exit_code} after {self.duration:.1f} s"
+
+
+def display(command: str | list[str]) -> str:
+    """The command as a person would type it."""
+    return command if isinstance(command, str) else shlex.join(command)
+
+
+def check_environment(marker: str) -> dict[str, str]:
+    """The agents' environment (Anima's own, without CLAUDECODE), plus the process marker."""
+    env = {k: v for k, v in os.environ.items() if k != "CLAUDECODE"}
+    env[CHECK_VAR] = marker
+    return env
+
+
+def tail_of(raw: bytes, lines: int = TAIL_LINES) -> str:
+    """The last lines of an output, without colour codes, each line bounded, redacted."""
+    text = _ANSI.sub("", raw.decode("utf-8", errors="replace")).replace("\r\n", "\n")
+    kept = [line.rsplit("\r", 1)[-1] for line in text.rstrip().split("\n")][-lines:]
+    clipped = [line if len(line) <= TAIL_LINE_CHARS else line[:TAIL_LINE_CHARS - 1] + "…"
+               for line in kept]
+    redactor = LineRedactor()
+    return "\n".join(redactor(line) for line in clipped).strip("\n")
+
+
+def run_check(command: str | list[str], cwd: Path, *, timeout: float,
+              cancel: threading.Event | None = None) -> CheckResult:
+    """Run the check to its end, its timeout or `cancel`; raise CheckCancelled on the last."""
+    shown = display(command)
+    marker = uuid.uuid4().hex
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            command, shell=isinstance(command, str), cwd=cwd, env=check_environment(marker),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    except OSError as e:  # argv form: missing or not executable
+        return CheckResult(shown, None, 0.0, "", error=f"`{shown}`: {e.strerror or e}")
+    assert proc.stdout is not None
+    output = bytearray()
+    timed_out = cancelled = False
+    try:
+        fd = proc.stdout.fileno()
+        os.set_blocking(fd, False)
+        deadline = started + timeout
+        open_ = True
+        while proc.poll() is None:
+            if open_:
+                open_ = _read_some(fd, output)
+            else:  # the check closed its output and goes on
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(_POLL)
+            if cancel is not None and cancel.is_set():
+                cancelled = True
+                break
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+        # A child that kept the pipe open must not hold the round: read what is there, go.
+        if open_:
+            _read_some(fd, output, wait=0.0)
+    finally:
+        _stop_tree(proc, marker)
+        proc.stdout.close()
+    duration = time.monotonic() - started
+    if cancelled:
+        raise CheckCancelled(shown)
+    tail = tail_of(bytes(output))
+    code = None if timed_out else proc.returncode
+    if isinstance(command, str) and code in _SHELL_CANNOT_START and _shell_complaint(tail):
+        last = tail.splitlines()[-1] if tail else ""
+        return CheckResult(shown, code, duration, tail,
+                           error=f"`{shown}`: {_SHELL_CANNOT_START[code]} ({last.strip()})")
+    return CheckResult(shown, code, duration, tail, timed_out=timed_out)
+
+
+def _shell_complaint(tail: str) -> bool:
+    """Whether the output is the shell saying it could not run the command itself (so a test
+    suite that happens to exit 127 is still a failing check, not a configuration error)."""
+    lines = tail.splitlines()
+    return len(lines) == 1 and bool(re.match(r"^(/bin/)?(ba|da)?sh: ", lines[0]))
+
+
+def _read_some(fd: int, into: bytearray, wait: float = _POLL) -> bool:
+    """Read what the pipe has (waiting up to `wait`), keeping only the last bytes; False at
+    the end of the output."""
+    if not select.select([fd], [], [], wait)[0]:
+        return True
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            into += chunk
+            if len(into) > 2 * _KEEP_BYTES:
+                del into[:-_KEEP_BYTES]
+            if not select.select([fd], [], [], 0)[0]:
+                return True
+    except BlockingIOError:
+        return True
+    return False
+
+
+def _marked(marker: str) -> list[int]:
+    """Live processes started from this check (they carry its marker), whatever their group."""
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read()
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        state = stat[stat.rfind(b")") + 2:][:1]
+        if f"{CHECK_VAR}={marker}".encode() in env.split(b"\0") and state not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+def _stop_tree(proc: subprocess.Popen[bytes], marker: str) -> None:
+    """SIGTERM the check's group and every marked process, SIGKILL what is left after a grace,
+    and reap the check itself."""
+    deadline = time.monotonic() + _GRACE
+    signalled: set[int] = set()
+    while True:
+        kill = time.monotonic() >= deadline
+        sig = signal.SIGKILL if kill else signal.SIGTERM
+        if proc.poll() is None or not signalled:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+        left = _marked(marker)
+        for pid in left:
+            if kill or pid not in signalled:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+        signalled.update(left)
+        signalled.add(proc.pid)
+        if proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(0.02)
+        elif not left:
+            return
+        else:
+            time.sleep(0.02)
+        if time.monotonic() > deadline + _GRACE:
+            return

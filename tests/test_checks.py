@@ -1,0 +1,207 @@
+"""Anima runs the project's own checks (config `check_command`) before the Acceptor is asked.
+
+Real processes throughout: the check is a real shell command in a real git repo, the agents
+are the fake `claude`, the engine is the real one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from io import StringIO
+from pathlib import Path
+
+import pytest
+
+from anima.checks import run_check
+from anima.cli import HeadlessPrinter
+from anima.engine import Engine
+from anima.store import MilestoneStatus, RoundKind, Verdict
+from tests.conftest import FakeClaude, run_git
+from tests.helpers import make_project, milestone_md, record, run_engine
+from tests.test_cli import anima
+
+TWO = milestone_md("Greeter", ["Greet command", "Version flag"])
+
+
+@pytest.fixture
+def project(git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> Path:
+    fake_claude.use_env(monkeypatch)
+    return make_project(git_repo, {"m1": TWO})
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+# --------------------------------------------------------------------------- the runner
+
+
+def test_a_hanging_check_is_stopped_at_its_timeout_with_everything_it_started(
+        tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    # A child in the check's group, and one that left it for a session of its own.
+    command = (f"sleep 300 & echo $! >> {pids}; "
+               f"setsid sh -c 'echo $$ >> {pids}; exec sleep 300' & "
+               "echo started; sleep 300")
+    started = time.monotonic()
+    result = run_check(command, tmp_path, timeout=1.5)
+    took = time.monotonic() - started
+    assert result.timed_out and not result.passed and result.exit_code is None
+    assert 1.5 <= took < 6, took
+    assert "started" in result.tail
+    children = [int(p) for p in pids.read_text().split()]
+    assert len(children) == 2
+    assert [p for p in children if _alive(p)] == []
+
+
+def test_a_missing_command_cannot_start_in_either_form(tmp_path: Path) -> None:
+    argv = run_check(["no-such-checker-xyz", "--all"], tmp_path, timeout=10)
+    assert argv.error is not None and "no-such-checker-xyz" in argv.error
+    shell = run_check("no-such-checker-xyz --all", tmp_path, timeout=10)
+    assert shell.error is not None and "command not found" in shell.error
+    # A suite that fails with 127 for its own reasons is a failing check, not a config error.
+    own = run_check("echo 'running 3 tests'; exit 127", tmp_path, timeout=10)
+    assert own.error is None and own.exit_code == 127 and not own.passed
+
+
+def test_the_tail_is_bounded_and_redacted(tmp_path: Path) -> None:
+    secret = "sk-ant-api03-" + "Q" * 40
+    command = (f"{sys.executable} -c \"print('x' * 5000); "
+               f"[print('line', i) for i in range(100000)]; print('ANTHROPIC_API_KEY={secret}')\"")
+    result = run_check(command, tmp_path, timeout=30)
+    assert result.passed
+    lines = result.tail.splitlines()
+    assert len(lines) == 30 and lines[-2] == "line 99999"
+    assert secret not in result.tail and "REDACTED" in result.tail
+
+
+# --------------------------------------------------------------------------- in the loop
+
+
+def test_a_failing_check_rejects_without_an_acceptor_turn(project: Path,
+                                                         fake_claude: FakeClaude) -> None:
+    check = "echo 'test_greet FAILED: expected hello'; exit 1"
+    _, outcome = run_engine(project, check_command=check)
+    rec = record(project, "m1")
+    assert outcome.paused == ("m1",) and rec.status is MilestoneStatus.PAUSED
+    assert fake_claude.prompts("acceptor") == []
+    assert [i.verdict for i in rec.iterations] == [Verdict.REJECTED] * 3
+    first = rec.iterations[0]
+    assert first.reason.startswith(f"checks failed: `{check}` exited 1")
+    assert first.check is not None and first.check.exit_code == 1 and not first.check.passed
+    assert first.check.tail == "test_greet FAILED: expected hello"
+    # The fake Developer reports "1 passed, 0 failed": the record says plainly it was wrong.
+    assert first.check.report_claim == "1 passed, 0 failed"
+    assert "report said the tests passed (\"1 passed, 0 failed\"), but they did not" \
+        in first.reason
+    fix_prompt = fake_claude.prompts("developer")[1]
+    assert "test_greet FAILED: expected hello" in fix_prompt
+    assert f"`{check}`" in fix_prompt and "exited 1" in fix_prompt
+    assert "Your report said the tests passed (\"1 passed, 0 failed\"). They did not" \
+        in fix_prompt
+
+
+def test_a_passing_check_reaches_the_acceptor_and_the_final_acceptance(
+        project: Path, fake_claude: FakeClaude, tmp_path: Path) -> None:
+    runs = tmp_path / "check-runs"
+    check = ["sh", "-c", f"echo run >> {runs}; ls features"]
+    run_engine(project, check_command=check)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert runs.read_text().count("run") == 3  # two features, then the final acceptance
+    assert all(i.check is not None and i.check.passed for i in rec.iterations)
+    review, second, final = fake_claude.prompts("acceptor")
+    shown = "sh -c 'echo run >> " + str(runs) + "; ls features'"
+    assert f"Anima ran `{shown}`: passed in " in review and "F1.txt" in review
+    assert "F2.txt" in second
+    assert f"Anima ran `{shown}`: passed in " in final and "F2.txt" in final
+
+
+def test_the_final_acceptance_runs_the_check_and_a_failure_goes_back(
+        project: Path, fake_claude: FakeClaude, tmp_path: Path) -> None:
+    count = tmp_path / "count"
+    # The third run (the first final acceptance) fails; every other run passes.
+    check = (f"n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}; "
+             "if [ $n -eq 3 ]; then echo 'integration: 1 failed'; exit 2; fi")
+    run_engine(project, check_command=check)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    finals = [i for i in rec.iterations if i.kind is RoundKind.FINAL]
+    assert [i.verdict for i in finals] == [Verdict.REJECTED, Verdict.ACCEPTED]
+    assert finals[0].reason.startswith(f"checks failed: `{check}` exited 2")
+    assert rec.consecutive_rejections == 0
+    # The rejected final round never reached the Acceptor: two reviews and one final.
+    prompts = fake_claude.prompts("acceptor")
+    assert len(prompts) == 3 and sum("final acceptance" in p for p in prompts) == 1
+    after = fake_claude.prompts("developer")[3]
+    assert "integration: 1 failed" in after and "exited 2" in after
+
+
+def test_what_a_check_leaves_in_the_tree_is_undone(project: Path,
+                                                  fake_claude: FakeClaude) -> None:
+    run_engine(project, check_command="echo junk > junk.txt; echo 1 >> features/F1.txt")
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert not (project / "junk.txt").exists()
+    assert "the checks changed the repository; undone" in " ".join(rec.iterations[0].notes)
+    assert "junk" not in run_git(project, "log", "--stat", "--format=%s", "milestone/m1")
+
+
+def test_a_check_that_cannot_start_pauses_the_milestone(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_claude.use_env(monkeypatch)
+    project = make_project(git_repo, {"m1": TWO},
+                           config={"check_command": ["no-such-checker-xyz"]})
+    result = anima("run", str(project), "--headless")
+    assert result.returncode == 3, result.stdout + result.stderr
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.PAUSED
+    assert "checks could not start" in (rec.pause_reason or "")
+    assert "no-such-checker-xyz" in (rec.pause_reason or "")
+    assert "check_command" in (rec.pause_reason or "")
+    # A configuration error, not the Developer's fault: nothing rejected, nobody reviewed.
+    assert rec.iterations == [] and rec.consecutive_rejections == 0
+    assert fake_claude.prompts("acceptor") == []
+    assert "[anima] checks: `no-such-checker-xyz` could not start" in result.stdout
+
+
+def test_headless_output_shows_the_checks(project: Path, fake_claude: FakeClaude) -> None:
+    out = StringIO()
+    engine = Engine(project, config_overrides={"check_command": "echo all good"})
+    engine.bus.subscribe(HeadlessPrinter(out, out))
+    try:
+        engine.run(start_all=True)
+    finally:
+        engine.shutdown()
+    shown = out.getvalue()
+    assert "[anima] checks: running `echo all good` on " in shown
+    assert "[anima] checks: `echo all good` passed in " in shown
+
+
+def test_a_stop_during_a_check_ends_it_at_once(project: Path, fake_claude: FakeClaude,
+                                              tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    engine = Engine(project, config_overrides={
+        "check_command": f"echo $$ > {pid_file}; exec sleep 300"})
+    engine.start(watch=False)
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() or not pid_file.read_text().strip():
+            assert time.monotonic() < deadline, "the check never started"
+            time.sleep(0.05)
+        pid = int(pid_file.read_text())
+        assert _alive(pid)
+        started = time.monotonic()
+    finally:
+        engine.shutdown()
+    assert time.monotonic() - started < 8
+    assert not _alive(pid)
+    rec = record(project, "m1")
+    assert rec.iterations == []  # the round in flight is redone on the next start
+    assert os.path.exists(project / "features" / "F1.txt")
