@@ -304,3 +304,27 @@ def test_secrets_and_notices_in_the_window(qtbot, git_repo: Path, fake: FakeClau
     assert SECRET not in developer and SECRET not in acceptor
     qtbot.waitUntil(lambda: app_window.window.statusBar().currentMessage()
                     == "Milestone completed: M is completed", timeout=5000)
+
+
+def test_the_checks_show_in_the_acceptor_pane_and_the_rounds_table(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    make_project(git_repo, {"m1": milestone_md("One", ["Alpha"])})
+    w = Window(qtbot, tmp_path, check_command="sleep 1.5; echo '2 passed in 0.01s'")
+    try:
+        window = w.window
+        window.open_project(git_repo)
+        pane = window.monitor.panes["acceptor"]
+        # While the checks run, the Acceptor's pane says so with the elapsed time.
+        qtbot.waitUntil(lambda: pane.state_label.text().startswith("running checks · 0:0"),
+                        timeout=20000)
+        assert "▶ Anima runs the checks: sleep 1.5; echo '2 passed in 0.01s'" \
+            in w.pane_text("acceptor")
+        w.wait_status("m1", "completed")
+        text = w.pane_text("acceptor")
+        assert text.count("✓ checks passed in ") == 2  # the feature and the final acceptance
+        model = window.monitor.history.history
+        column = model.COLUMNS.index("Checks")
+        qtbot.waitUntil(lambda: model.rowCount() == 2, timeout=5000)
+        assert all(model.index(r, column).data().startswith("✓ 1.") for r in range(2))
+    finally:
+        w.close()

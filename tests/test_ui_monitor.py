@@ -7,11 +7,12 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from PySide6.QtCore import Qt
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from anima import events as ev
-from anima.store import Feature, Iteration, MilestoneRecord
+from anima.store import CheckRun, Feature, Iteration, MilestoneRecord
 from ui.monitor import IterationMonitor
 from ui.review import ReviewPanel
 
@@ -24,9 +25,14 @@ T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 def make_record(status: str = "in_progress", rejections: int = 2) -> MilestoneRecord:
     its = [Iteration(round=1, kind="feature", feature="F1", commit="a" * 40, verdict="accepted",
                      tokens=1200, cost_usd=0.05, started_at=T0,
-                     ended_at=T0 + timedelta(seconds=75))]
+                     ended_at=T0 + timedelta(seconds=75),
+                     check=CheckRun(command="pytest -q", passed=True, exit_code=0,
+                                    duration_seconds=2.34, tail="3 passed"))]
     its += [Iteration(round=i, kind="fix", feature="F2", commit="b" * 40, verdict="rejected",
-                      reason=f"reason {i}", started_at=T0, ended_at=T0) for i in (2, 3)]
+                      reason=f"reason {i}", started_at=T0, ended_at=T0,
+                      check=CheckRun(command="pytest -q", passed=False, exit_code=1,
+                                     tail="FAILED test_version") if i == 2 else None)
+            for i in (2, 3)]
     return MilestoneRecord(
         id="m1", title="Greeter", status=status, created_at=T0, started_at=T0,
         iteration_count=1, consecutive_rejections=rejections, tokens_used=4321, cost_usd=0.123,
@@ -52,8 +58,30 @@ def test_header_checklist_and_history_show_the_record(qtbot) -> None:
     model = monitor.history.history
     assert model.rowCount() == 3
     row = [model.index(0, c).data() for c in range(model.columnCount())]
-    assert row == ["1", "feature", "F1", "aaaaaaa", "ACCEPTED", "1.2k", "$0.05", "1:15"]
-    assert model.index(1, 4).data() == "REJECTED: reason 2"
+    assert row == ["1", "feature", "F1", "aaaaaaa", "✓ 2.3 s", "ACCEPTED", "1.2k", "$0.05",
+                   "1:15"]
+    assert model.index(1, 5).data() == "REJECTED: reason 2"
+    # The Checks column: Anima's own run of the project's checks, or none.
+    assert [model.index(r, 4).data() for r in range(3)] == ["✓ 2.3 s", "✗ exit 1", "—"]
+    tip = model.index(1, 4).data(Qt.ItemDataRole.ToolTipRole)
+    assert "Checks: `pytest -q` — ✗ exit 1" in tip and "FAILED test_version" in tip
+
+
+def test_the_acceptor_pane_shows_the_checks_while_they_run(qtbot) -> None:
+    monitor = IterationMonitor()
+    qtbot.addWidget(monitor)
+    pane = monitor.panes["acceptor"]
+    monitor.on_check(ev.CheckStarted("m1", 2, "pytest -q", time.time() - 65, 600.0))
+    pane.flush()
+    assert "▶ Anima runs the checks: pytest -q" in pane.plain_text()
+    assert pane.state_label.text() in ("running checks · 1:05", "running checks · 1:06")
+    monitor.on_check(ev.CheckFinished("m1", 2, "pytest -q", False, "exited 1 after 65.2 s",
+                                      "collected 3 items\nFAILED test_version"))
+    pane.flush()
+    text = pane.plain_text()
+    assert "✗ checks exited 1 after 65.2 s" in text and "FAILED test_version" in text
+    assert pane.state_label.text() == "idle · checks exited 1 after 65.2 s"
+    assert "checks" not in monitor.panes["developer"].plain_text()
 
 
 def test_phase_bar_follows_the_scheduler_and_counts_down(qtbot) -> None:

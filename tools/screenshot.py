@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds done before the capture")
     parser.add_argument("--size", default="1440x900")
     parser.add_argument("--timeout", type=float, default=90.0)
+    parser.add_argument("--check", default="sleep 0.3; echo '4 passed in 0.12s'",
+                        help="the demo project's check_command ('' for none)")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -94,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         repo = make_demo_project(base)
         use_fake_claude(base)
         settings = QSettings(str(base / "settings.ini"), QSettings.Format.IniFormat)
+        overrides = {"summarizer": {"enabled": False}, "check_command": args.check or None}
         window = MainWindow(settings, engine_factory=lambda root: Engine(
-            root, config_overrides={"summarizer": {"enabled": False}}))
+            root, config_overrides=overrides))
         width, height = (int(x) for x in args.size.lower().split("x"))
         window.resize(width, height)
         window.show()

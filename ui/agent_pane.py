@@ -444,6 +444,7 @@ class AgentPane(QFrame):
         self._pending: deque[Line] = deque()
         self._tool_names: dict[str, str] = {}
         self._turn_started: float | None = None
+        self._check_started: float | None = None  # monotonic, while Anima runs the checks
         self._tools_this_turn = 0
         self.lines_rendered = 0
         self.lines_dropped = 0
@@ -595,6 +596,8 @@ class AgentPane(QFrame):
             after = f" → {format_tokens(event.post_tokens)}" if event.post_tokens else ""
             return [(("meta", f"⟲ the CLI compacted the context ({event.trigger}): "
                               f"{format_tokens(event.pre_tokens)}{after} tokens"),)]
+        if isinstance(event, ev.CheckStarted | ev.CheckFinished):
+            return self._check_lines(event)
         if isinstance(event, ev.VerdictReached):
             word = "ACCEPTED" if event.accepted else "REJECTED"
             reason = summarize_result(event.reason, REASON_PREVIEW_LINES) \
@@ -654,6 +657,24 @@ class AgentPane(QFrame):
             f"{format_tokens(usage.tokens)} of {format_tokens(usage.window)} tokens in use "
             f"after the last turn (Anima starts a fresh session past the rollover threshold)")
 
+    def _check_lines(self, event: ev.CheckStarted | ev.CheckFinished) -> list[Line]:
+        """Anima's own run of the project's checks, with a live elapsed time in the header."""
+        if isinstance(event, ev.CheckStarted):
+            self._check_started = time.monotonic() - max(0.0, time.time() - event.started_at)
+            self._clock.start()
+            self._update_state()
+            return [(("tool", f"▶ Anima runs the checks: {event.command}"),)]
+        self._check_started = None
+        if self._turn_started is None:
+            self._clock.stop()
+        self._set_state(f"idle · checks {event.outcome}")
+        if event.passed:
+            return [(("result", f"  └ ✓ checks {event.outcome}"),)]
+        lines: list[Line] = [(("result_error", f"  └ ✗ checks {event.outcome}"),)]
+        lines += [(("result_error", "    " + _clip(line)),)
+                  for line in event.tail.splitlines()[-ERROR_PREVIEW_LINES:]]
+        return lines
+
     def _mark_working(self) -> None:
         if self._turn_started is None:
             self._turn_started = time.monotonic()
@@ -663,6 +684,10 @@ class AgentPane(QFrame):
 
     @Slot()
     def _update_state(self) -> None:
+        if self._check_started is not None:
+            seconds = int(time.monotonic() - self._check_started)
+            self._set_state(f"running checks · {seconds // 60}:{seconds % 60:02d}")
+            return
         if self._turn_started is None:
             return
         seconds = int(time.monotonic() - self._turn_started)

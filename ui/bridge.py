@@ -90,6 +90,8 @@ class EngineBridge(QObject):
     log_line_received = Signal(object)
     #: `EngineError`, and failures of calls made through `call()`, as `EngineError`. GUI thread.
     error_raised = Signal(object)
+    #: `CheckStarted` / `CheckFinished`: Anima runs the project's checks. GUI thread.
+    check_event = Signal(object)
     #: `Notice` (paused, completed, awaiting_review, failed). GUI thread.
     notice_posted = Signal(object)
     #: A background call finished: (label, result). GUI thread.
@@ -119,6 +121,8 @@ class EngineBridge(QObject):
             ev.LogLine: self.log_line_received,
             ev.EngineError: self.error_raised,
             ev.Notice: self.notice_posted,
+            ev.CheckStarted: self.check_event,
+            ev.CheckFinished: self.check_event,
         }
 
     # --- any thread ---------------------------------------------------------------------------

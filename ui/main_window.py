@@ -597,6 +597,7 @@ class MainWindow(QMainWindow):
         bridge.milestone_changed.connect(self._on_milestone_changed)
         bridge.milestones_scanned.connect(self._on_milestones_scanned)
         bridge.verdict_reached.connect(self.monitor.on_verdict)
+        bridge.check_event.connect(self.monitor.on_check)
         bridge.log_line_received.connect(self._on_log_line)
         bridge.error_raised.connect(self._on_error)
         bridge.notice_posted.connect(self._on_notice)

@@ -307,10 +307,20 @@ class FeatureChecklist(QListWidget):
         return [self.item(i).text() for i in range(self.count())]
 
 
+def check_text(check: Any) -> str:
+    """A round's check in a table cell: "✓ 2.1 s", "✗ exit 1", "✗ timed out"."""
+    if check.passed:
+        return f"✓ {check.duration_seconds:.1f} s"
+    if check.timed_out:
+        return "✗ timed out"
+    return f"✗ exit {check.exit_code}"
+
+
 class RoundHistoryModel(QAbstractTableModel):
     """The record's iterations as rows; rows are only appended while a milestone runs."""
 
-    COLUMNS = ("Round", "Kind", "Feature", "Commit", "Verdict", "Tokens", "Cost", "Duration")
+    COLUMNS = ("Round", "Kind", "Feature", "Commit", "Checks", "Verdict", "Tokens", "Cost",
+               "Duration")
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -358,6 +368,8 @@ class RoundHistoryModel(QAbstractTableModel):
             return self._text(it, column, verdict)
         if role == Qt.ItemDataRole.ForegroundRole and column == "Verdict":
             return QBrush(QColor("#1a7f37" if verdict == "accepted" else "#c5221f"))
+        if role == Qt.ItemDataRole.ForegroundRole and column == "Checks" and it.check:
+            return QBrush(QColor("#1a7f37" if it.check.passed else "#c5221f"))
         if role == Qt.ItemDataRole.FontRole and column == "Commit":
             return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         if role == Qt.ItemDataRole.ToolTipRole:
@@ -370,6 +382,9 @@ class RoundHistoryModel(QAbstractTableModel):
                 lines.append(f"Commit {it.commit} — double-click to show it")
             if it.changed_files:
                 lines.append("Changed: " + ", ".join(it.changed_files[:12]))
+            if it.check is not None:
+                lines.append(f"Checks: `{it.check.command}` — {check_text(it.check)}")
+                lines += it.check.tail.splitlines()[-12:]
             return "\n".join(lines)
         if role == Qt.ItemDataRole.TextAlignmentRole and column in ("Round", "Tokens", "Cost",
                                                                      "Duration"):
@@ -388,6 +403,8 @@ class RoundHistoryModel(QAbstractTableModel):
             return it.feature or "—"
         if column == "Commit":
             return (it.commit or "")[:7] or "—"
+        if column == "Checks":
+            return "—" if it.check is None else check_text(it.check)
         if column == "Verdict":
             return "ACCEPTED" if verdict == "accepted" else \
                 f"REJECTED: {it.reason}" if it.reason else "REJECTED"
@@ -420,7 +437,8 @@ class RoundHistory(QTableView):
         self.verticalHeader().setDefaultSectionSize(24)
         header = self.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(RoundHistoryModel.COLUMNS.index("Verdict"),
+                                    QHeaderView.ResizeMode.Stretch)
         self.doubleClicked.connect(self._on_double_clicked)
 
     def show_iterations(self, iterations: list[Any]) -> None:
@@ -580,6 +598,11 @@ class IterationMonitor(QWidget):
         self.panes["acceptor"].feed(event)
         if not event.accepted:
             self.panes["developer"].feed(event)
+
+    @Slot(object)
+    def on_check(self, event: ev.CheckStarted | ev.CheckFinished) -> None:
+        """Anima's run of the checks sits between the Developer and the Acceptor: its pane."""
+        self.panes["acceptor"].feed(event)
 
     def replay(self, events: list[ev.AgentEvent],
                then: Callable[[], None] | None = None) -> None:
