@@ -7,8 +7,9 @@ of the output (redacted: a test run prints environments and tokens too).
 
 The command runs in a session of its own. On a timeout (or a stop) the whole group goes, and
 so does anything it spawned that left the group (`setsid`, a daemonised server): every process
-started from the check carries a marker in its environment, and every live process with that
-marker is stopped. After a normal exit, leftovers are stopped the same way.
+started from the check carries the milestone's process marker (`anima.procfs`), and every live
+process with the check's marker is stopped. After a normal exit, leftovers are stopped the same
+way; after a kill of Anima, the next start stops them with the agents' leftovers.
 """
 
 from __future__ import annotations
@@ -18,25 +19,21 @@ import os
 import re
 import select
 import shlex
-import signal
 import subprocess
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from anima import procfs
 from anima.redact import LineRedactor
 
-#: Marks every process started from a check (inherited whatever session it moves to).
-CHECK_VAR = "ANIMA_CHECK"
 #: Exit codes of `sh -c` when the command is missing (127) or not executable (126).
 _SHELL_CANNOT_START = {126: "not executable", 127: "command not found"}
 TAIL_LINES = 30
 TAIL_LINE_CHARS = 300
 _KEEP_BYTES = 64 * 1024  # of the output, from the end; a chatty suite never fills memory
 _POLL = 0.1
-_GRACE = 2.0
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
@@ -78,9 +75,9 @@ def display(command: str | list[str]) -> str:
 
 
 def check_environment(marker: str) -> dict[str, str]:
-    """The agents' environment (Anima's own, without CLAUDECODE), plus the process marker."""
+    """The agents' environment (Anima's own, without CLAUDECODE), marked as the check's."""
     env = {k: v for k, v in os.environ.items() if k != "CLAUDECODE"}
-    env[CHECK_VAR] = marker
+    env[procfs.AGENT_VAR] = marker
     return env
 
 
@@ -94,11 +91,11 @@ def tail_of(raw: bytes, lines: int = TAIL_LINES) -> str:
     return "\n".join(redactor(line) for line in clipped).strip("\n")
 
 
-def run_check(command: str | list[str], cwd: Path, *, timeout: float,
+def run_check(command: str | list[str], cwd: Path, *, timeout: float, marker: str,
               cancel: threading.Event | None = None) -> CheckResult:
-    """Run the check to its end, its timeout or `cancel`; raise CheckCancelled on the last."""
+    """Run the check to its end, its timeout or `cancel`; raise CheckCancelled on the last.
+    `marker` (`procfs.agent_marker`) marks every process it starts."""
     shown = display(command)
-    marker = uuid.uuid4().hex
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -169,49 +166,10 @@ def _read_some(fd: int, into: bytearray, wait: float = _POLL) -> bool:
     return False
 
 
-def _marked(marker: str) -> list[int]:
-    """Live processes started from this check (they carry its marker), whatever their group."""
-    found = []
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read()
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        state = stat[stat.rfind(b")") + 2:][:1]
-        if f"{CHECK_VAR}={marker}".encode() in env.split(b"\0") and state not in (b"Z", b"X"):
-            found.append(int(entry))
-    return found
-
-
 def _stop_tree(proc: subprocess.Popen[bytes], marker: str) -> None:
-    """SIGTERM the check's group and every marked process, SIGKILL what is left after a grace,
-    and reap the check itself."""
-    deadline = time.monotonic() + _GRACE
-    signalled: set[int] = set()
-    while True:
-        kill = time.monotonic() >= deadline
-        sig = signal.SIGKILL if kill else signal.SIGTERM
-        if proc.poll() is None or not signalled:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, sig)
-        left = _marked(marker)
-        for pid in left:
-            if kill or pid not in signalled:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
-        signalled.update(left)
-        signalled.add(proc.pid)
-        if proc.poll() is None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(0.02)
-        elif not left:
-            return
-        else:
-            time.sleep(0.02)
-        if time.monotonic() > deadline + _GRACE:
-            return
+    """Stop the check's group, then every process it started that left the group, and reap
+    the check itself."""
+    if proc.poll() is None:
+        procfs.stop_group(proc.pid)
+    procfs.stop_marked(marker)
+    proc.wait()

@@ -21,6 +21,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
+from anima import procfs
 from anima.agents.profiles import ACCEPTOR, DEVELOPER
 from anima.checks import CheckCancelled, display, run_check
 from anima.config import Config
@@ -589,8 +590,9 @@ class MilestoneRun:
         self.bus.publish(CheckStarted(self.record.id, rnd.round, shown, time.time(), timeout))
         snapshot = self.repo.snapshot()
         try:
-            result = run_check(command, self.repo.root, timeout=timeout,
-                               cancel=self.control.stop)
+            result = run_check(command, self.repo.root, timeout=timeout, cancel=self.control.stop,
+                               marker=procfs.agent_marker(self.repo.root, self.record.id,
+                                                          "checks"))
         except CheckCancelled as e:
             raise _Stopped from e
         finally:

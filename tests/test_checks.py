@@ -7,6 +7,7 @@ are the fake `claude`, the engine is the real one.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from io import StringIO
@@ -14,14 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from anima import procfs
 from anima.checks import run_check
 from anima.cli import HeadlessPrinter
 from anima.engine import Engine
 from anima.store import MilestoneStatus, RoundKind, Verdict
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
-from tests.test_cli import anima
+from tests.test_cli import ANIMA, anima
 
+MARK = procfs.agent_marker(Path("/nowhere"), "test", "checks")
 TWO = milestone_md("Greeter", ["Greet command", "Version flag"])
 
 
@@ -50,7 +53,7 @@ def test_a_hanging_check_is_stopped_at_its_timeout_with_everything_it_started(
                f"setsid sh -c 'echo $$ >> {pids}; exec sleep 300' & "
                "echo started; sleep 300")
     started = time.monotonic()
-    result = run_check(command, tmp_path, timeout=1.5)
+    result = run_check(command, tmp_path, timeout=1.5, marker=MARK)
     took = time.monotonic() - started
     assert result.timed_out and not result.passed and result.exit_code is None
     assert 1.5 <= took < 6, took
@@ -61,12 +64,12 @@ def test_a_hanging_check_is_stopped_at_its_timeout_with_everything_it_started(
 
 
 def test_a_missing_command_cannot_start_in_either_form(tmp_path: Path) -> None:
-    argv = run_check(["no-such-checker-xyz", "--all"], tmp_path, timeout=10)
+    argv = run_check(["no-such-checker-xyz", "--all"], tmp_path, timeout=10, marker=MARK)
     assert argv.error is not None and "no-such-checker-xyz" in argv.error
-    shell = run_check("no-such-checker-xyz --all", tmp_path, timeout=10)
+    shell = run_check("no-such-checker-xyz --all", tmp_path, timeout=10, marker=MARK)
     assert shell.error is not None and "command not found" in shell.error
     # A suite that fails with 127 for its own reasons is a failing check, not a config error.
-    own = run_check("echo 'running 3 tests'; exit 127", tmp_path, timeout=10)
+    own = run_check("echo 'running 3 tests'; exit 127", tmp_path, timeout=10, marker=MARK)
     assert own.error is None and own.exit_code == 127 and not own.passed
 
 
@@ -74,7 +77,7 @@ def test_the_tail_is_bounded_and_redacted(tmp_path: Path) -> None:
     secret = "sk-ant-api03-" + "Q" * 40
     command = (f"{sys.executable} -c \"print('x' * 5000); "
                f"[print('line', i) for i in range(100000)]; print('ANTHROPIC_API_KEY={secret}')\"")
-    result = run_check(command, tmp_path, timeout=30)
+    result = run_check(command, tmp_path, timeout=30, marker=MARK)
     assert result.passed
     lines = result.tail.splitlines()
     assert len(lines) == 30 and lines[-2] == "line 99999"
@@ -205,3 +208,31 @@ def test_a_stop_during_a_check_ends_it_at_once(project: Path, fake_claude: FakeC
     rec = record(project, "m1")
     assert rec.iterations == []  # the round in flight is redone on the next start
     assert os.path.exists(project / "features" / "F1.txt")
+
+
+def test_a_check_left_running_by_a_killed_anima_is_stopped_by_the_next_start(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    fake_claude.use_env(monkeypatch)
+    pid_file = tmp_path / "pid"
+    project = make_project(git_repo, {"m1": milestone_md("One", ["Alpha"])}, config={
+        "check_command": f"test -f {pid_file} && exit 0; echo $$ > {pid_file}; exec sleep 300"})
+    command = [ANIMA] if ANIMA else [sys.executable, "-m", "anima"]
+    first = subprocess.Popen([*command, "run", str(project), "--headless"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() or not pid_file.read_text().strip():
+            assert time.monotonic() < deadline, "the check never started"
+            time.sleep(0.05)
+    finally:
+        first.kill()
+        first.wait()
+    pid = int(pid_file.read_text())
+    assert _alive(pid)  # the check outlived the Anima that ran it
+    second = anima("run", str(project), "--headless")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert not _alive(pid)
+    assert "leftover tool process" in second.stdout
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
