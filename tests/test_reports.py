@@ -92,3 +92,21 @@ def test_verdicts(text: str, accepted: bool, reason: str) -> None:
 @pytest.mark.parametrize("text", ["Looks good to me", "I accepted the challenge", ""])
 def test_unreadable_verdicts(text: str) -> None:
     assert parse_verdict(text) is None
+
+
+@pytest.mark.parametrize(("tests", "claim"), [
+    ("12 passed, 0 failed", True), ("all green", True), ("passing (no errors)", True),
+    ("3 failed", False), ("12 passed, 2 failed", False), ("not run", False), ("", False),
+    ("skipped: no test runner", False)])
+def test_a_report_claims_the_tests_passed_only_when_it_says_so(tests: str, claim: bool) -> None:
+    report = parse_developer_report(f"## Implementation Report\n**Feature**: F1\n"
+                                    f"**Commit**: {'a' * 40}\n**Tests**: {tests}\n")
+    assert report is not None
+    assert (report.claimed_tests_passed() is not None) is claim
+
+
+def test_a_completion_report_claims_the_tests_passed_in_its_own_words() -> None:
+    report = parse_developer_report("## ALL_FEATURES_COMPLETE\n\n### Summary\n"
+                                    "- Everything is done; all 40 tests pass.\n")
+    assert report is not None
+    assert report.claimed_tests_passed() == "Everything is done; all 40 tests pass."
