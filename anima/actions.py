@@ -1,25 +1,30 @@
 """What a human does to a milestone: resume, approve, request changes, abort.
 
-Shared by the CLI (`anima resume`, `anima approve`) and the app's review panel, so both
-follow exactly the same rules. Each action validates the status, updates the record and
-state.json atomically, and says what it did.
+Shared by the CLI (`anima resume`, `anima approve`, `anima abort`) and the app's review
+panel, so both follow exactly the same rules. Each action validates the status against the
+scheduler's transition table, updates the record and state.json atomically, and says what it
+did.
 """
 
 from __future__ import annotations
 
+from anima.completion import begin_completion, finish_completed
 from anima.config import Config
 from anima.errors import ActionError
 from anima.events import EventBus, LogLine, MilestoneChanged
 from anima.git_ops import GitRepo
+from anima.recovery import reconcile_state, return_to_main
 from anima.redact import redact
-from anima.scheduler import finish_completed
-from anima.store import HumanNote, MilestoneRecord, MilestoneStatus, State, Store, now
+from anima.scheduler import RESTING_PHASE, Phase, check_transition
+from anima.store import HumanNote, MilestoneRecord, MilestoneStatus, Store, now
 
 
-def _require(record: MilestoneRecord, *allowed: MilestoneStatus) -> None:
+def _require(record: MilestoneRecord, target: Phase, *allowed: MilestoneStatus) -> None:
+    """The action applies to these statuses, and the transition table agrees."""
     if record.status not in allowed:
         wanted = " or ".join(s.value for s in allowed)
         raise ActionError(f"milestone {record.id!r} is {record.status.value}, not {wanted}")
+    check_transition(RESTING_PHASE[record.status], target)
 
 
 def _clean_note(note: str) -> str:
@@ -41,21 +46,23 @@ def _publish(bus: EventBus | None, record: MilestoneRecord, text: str) -> None:
 
 def resume(store: Store, config: Config, milestone_id: str, note: str = "",
            bus: EventBus | None = None) -> MilestoneRecord:
-    """paused → in_progress: rejections reset, the note goes to the next Developer prompt.
+    """paused (or failed) → in_progress: rejections reset, the note goes to the next
+    Developer prompt; the next run recovers it and goes on.
 
     A milestone paused at its round limit gets another `max_iterations_per_milestone` rounds.
     """
     note = _clean_note(note)
     record = store.load_record(milestone_id)
-    _require(record, MilestoneStatus.PAUSED)
+    _require(record, Phase.RECOVERING, MilestoneStatus.PAUSED, MilestoneStatus.FAILED)
     if record.rounds >= record.max_iterations:
         record.max_iterations = record.rounds + config.max_iterations_per_milestone
     record.status = MilestoneStatus.IN_PROGRESS
     record.consecutive_rejections = 0
     record.pause_reason = None
+    record.error = None
     _add_note(record, note)
     store.save_record(record)
-    store.save_state(State())
+    reconcile_state(store, store.load_records())
     _publish(bus, record, "resumed by you" + (f" with a note: {note}" if note else ""))
     return record
 
@@ -67,7 +74,7 @@ def request_changes(store: Store, milestone_id: str, note: str,
     if not note:
         raise ActionError("say which changes you want: the note goes to the Developer")
     record = store.load_record(milestone_id)
-    _require(record, MilestoneStatus.AWAITING_REVIEW)
+    _require(record, Phase.RECOVERING, MilestoneStatus.AWAITING_REVIEW)
     record.status = MilestoneStatus.IN_PROGRESS
     _add_note(record, note)
     store.save_record(record)
@@ -79,24 +86,29 @@ def approve(store: Store, repo: GitRepo, config: Config, milestone_id: str,
             bus: EventBus | None = None) -> MilestoneRecord:
     """awaiting_review → completed, then merged into main like any completed milestone."""
     record = store.load_record(milestone_id)
-    _require(record, MilestoneStatus.AWAITING_REVIEW)
-    record.status = MilestoneStatus.COMPLETED
-    record.phase = "completed"
+    _require(record, Phase.COMPLETED, MilestoneStatus.AWAITING_REVIEW)
+    begin_completion(record, config)  # completed and the merge pending, in one write
+    record.phase = Phase.COMPLETED.value
     store.save_record(record)
     finish_completed(record, store, repo, config, bus or EventBus())
     return record
 
 
-def abort(store: Store, milestone_id: str, bus: EventBus | None = None) -> MilestoneRecord:
-    """paused / awaiting_review / pending → cancelled. The branch is kept for the human."""
+def abort(store: Store, repo: GitRepo, config: Config, milestone_id: str,
+          bus: EventBus | None = None) -> MilestoneRecord:
+    """paused / awaiting_review / pending / failed → cancelled. The tree goes back to main
+    first (its changes to a named stash); the branch is kept for the human."""
     record = store.load_record(milestone_id)
-    _require(record, MilestoneStatus.PAUSED, MilestoneStatus.AWAITING_REVIEW,
+    _require(record, Phase.CANCELLED, MilestoneStatus.PAUSED, MilestoneStatus.AWAITING_REVIEW,
              MilestoneStatus.PENDING, MilestoneStatus.FAILED)
+    lines: list[str] = []
+    if record.branch_name is not None:  # a milestone that never started left the tree alone
+        main = record.main_branch or repo.main_branch(config.main_branch)
+        return_to_main(record, repo, main, lines.append)
     record.status = MilestoneStatus.CANCELLED
-    record.phase = "cancelled"
+    record.phase = Phase.CANCELLED.value
+    record.interrupted = False
     store.save_record(record)
-    state = store.load_state()
-    if state.current_milestone == milestone_id:
-        store.save_state(State())
-    _publish(bus, record, "cancelled by you")
+    reconcile_state(store, store.load_records())
+    _publish(bus, record, "; ".join(["cancelled by you", *lines]))
     return record

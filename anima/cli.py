@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import shutil
 import signal
 import sys
@@ -30,21 +31,25 @@ from anima.events import (
     ContextUsage,
     EngineError,
     Event,
+    EventBus,
     LogLine,
     RawOutput,
     ToolResult,
     ToolUse,
     TurnResult,
 )
+from anima.logsetup import configure_logging, log_event
 from anima.paths import ProjectPaths
 from anima.redact import redact
-from anima.store import MilestoneRecord, State, Store
+from anima.store import MergeState, MilestoneRecord, State, Store
 
 # The engine, git and the lock are imported by the commands that use them: `anima status` is
 # what scripts poll, and importing the whole engine would double its start-up time.
 
+log = logging.getLogger(__name__)
+
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PAUSED = 0, 1, 2, 3
-COMMANDS = ("init", "add", "run", "status", "resume", "approve")
+COMMANDS = ("init", "add", "run", "status", "resume", "approve", "abort")
 
 
 def example_dir() -> Path:
@@ -168,9 +173,25 @@ def cmd_status(args: argparse.Namespace) -> int:
                   f"{len(r.features)}  rounds {r.rounds}  rejections {r.consecutive_rejections}/"
                   f"{config.max_consecutive_rejections}  ${r.cost_usd:.2f}"
                   + (f"  paused: {r.pause_reason}" if r.pause_reason else ""))
+            for line in _status_details(r):
+                print(f"      {line}")
     for p in problems:
         print(f"problem: {p}", file=sys.stderr)
     return EXIT_OK
+
+
+def _status_details(record: MilestoneRecord) -> list[str]:
+    """What a human must know beyond the counters: why it failed, where its merge stands."""
+    lines = [f"failed: {record.error}"] if record.error else []
+    merge = record.merge
+    if merge is not None and merge.state is MergeState.PENDING:
+        lines.append(f"merge pending: {merge.detail} (cut short; the next `anima run` or the "
+                     "app finishes it)")
+    elif merge is not None and merge.state is MergeState.FAILED:
+        lines.append(f"not merged: {merge.detail}")
+    elif merge is not None:
+        lines.append(f"merged: {merge.detail}")
+    return lines
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -212,12 +233,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"[anima] paused for a human: {', '.join(outcome.paused)} — review, then "
               f"`anima resume {args.project} ID [--note TEXT]`")
         return EXIT_PAUSED
+    if outcome.failed:
+        print(f"[anima] failed: {', '.join(outcome.failed)} — the error is in `anima status "
+              f"{args.project}` and .anima/logs/anima.log; `anima resume {args.project} ID` "
+              "retries it")
+        return EXIT_ERROR
     if outcome.awaiting_review:
         print(f"[anima] awaiting your review: {', '.join(outcome.awaiting_review)} — "
               f"`anima approve {args.project} ID`")
     else:
         print("[anima] nothing left to do")
     return EXIT_OK
+
+
+def _action_bus(paths: ProjectPaths) -> EventBus:
+    """What a human's action says goes to the milestone's log, anima.log and stdout."""
+    from anima.journal import Journal
+
+    bus = EventBus()
+    Journal(paths, bus)
+    bus.subscribe(log_event)
+    bus.subscribe(HeadlessPrinter(sys.stdout, sys.stderr))
+    return bus
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -227,7 +264,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     config = load_config(paths.config)
     with ProjectLock(paths.lock, command=f"anima resume {args.id}"):
-        record = actions.resume(Store(paths), config, args.id, args.note or "")
+        record = actions.resume(Store(paths), config, args.id, args.note or "",
+                                _action_bus(paths))
     print(f"resumed {record.id}: in_progress, rejections reset"
           + (", your note goes to the Developer's next prompt" if args.note else "")
           + f"; run `anima run {args.project} --headless` or open the app to continue")
@@ -244,9 +282,24 @@ def cmd_approve(args: argparse.Namespace) -> int:
     config = load_config(paths.config)
     with ProjectLock(paths.lock, command=f"anima approve {args.id}"):
         ensure_gitignore(paths)
-        record = actions.approve(Store(paths), GitRepo.open(paths.root), config, args.id)
+        record = actions.approve(Store(paths), GitRepo.open(paths.root), config, args.id,
+                                 _action_bus(paths))
     merge = f"; {record.merge.detail}" if record.merge else ""
     print(f"approved {record.id}: completed{merge}")
+    return EXIT_OK
+
+
+def cmd_abort(args: argparse.Namespace) -> int:
+    paths = _project(args.project)
+    from anima import actions
+    from anima.git_ops import GitRepo
+    from anima.lock import ProjectLock
+
+    config = load_config(paths.config)
+    with ProjectLock(paths.lock, command=f"anima abort {args.id}"):
+        record = actions.abort(Store(paths), GitRepo.open(paths.root), config, args.id,
+                               _action_bus(paths))
+    print(f"aborted {record.id}: cancelled")
     return EXIT_OK
 
 
@@ -282,6 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("project")
     p.add_argument("id")
     p.set_defaults(fn=cmd_approve)
+    p = sub.add_parser("abort", help="paused/awaiting_review/pending/failed → cancelled; "
+                                     "the tree goes back to main, the branch is kept")
+    p.add_argument("project")
+    p.add_argument("id")
+    p.set_defaults(fn=cmd_abort)
     return parser
 
 
@@ -295,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:
         return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
+    logfile = _configure_logging(args)
     try:
         return args.fn(args)
     except (ConfigError, ProjectError, MilestoneError, RecordError, AgentNotFound,
@@ -302,11 +361,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"anima: {e}", file=sys.stderr)
         return EXIT_USAGE
     except AnimaError as e:
+        log.error("anima %s failed", args.command, exc_info=e)
         print(f"anima: {e}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as e:
-        print(f"anima: unexpected error: {e!r}", file=sys.stderr)
+        log.exception("unexpected error in `anima %s`", " ".join(argv))
+        where = f"; the traceback is in {logfile}" if logfile else ""
+        print(redact(f"anima: unexpected error: {e!r}{where}"), file=sys.stderr)
         return EXIT_ERROR
+
+
+def _configure_logging(args: argparse.Namespace) -> Path | None:
+    """The project's anima.log, when the command names a project that has `.anima/`."""
+    project = getattr(args, "project", None)
+    if args.command == "init" or project is None:
+        return None
+    paths = ProjectPaths(Path(project).resolve())
+    if not paths.anima.is_dir():
+        return None
+    try:
+        return configure_logging(paths)
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":

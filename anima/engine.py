@@ -29,6 +29,7 @@ from anima.agents.discovery import ClaudeBinary, find_claude
 from anima.agents.process import AgentProcess
 from anima.agents.profiles import profile_for
 from anima.atomic import write_text_atomic
+from anima.completion import finish_completed, merge_pending
 from anima.config import Config, describe_validation_error, load_config
 from anima.context import ApiTokenCounter
 from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError
@@ -37,17 +38,12 @@ from anima.git_ops import GitRepo
 from anima.guard import put_back_interrupted
 from anima.journal import Journal, read_transcript_tail
 from anima.lock import ProjectLock
+from anima.logsetup import configure_logging, log_event
 from anima.milestone_md import load_milestone, validate_milestone_id
 from anima.paths import ProjectPaths
 from anima.prompts import PromptBuilder
-from anima.recovery import (
-    AgentRegistry,
-    TrackedAgent,
-    reconcile_state,
-    recover_project,
-    unfinished_completions,
-)
-from anima.scheduler import Agent, MilestoneRun, Phase, RunControl, finish_completed
+from anima.recovery import AgentRegistry, TrackedAgent, reconcile_state, recover_project
+from anima.scheduler import Agent, MilestoneRun, Phase, RunControl
 from anima.store import MilestoneRecord, MilestoneStatus, Scan, Store
 from anima.summarizer import Summarizer
 from anima.watcher import MilestoneWatcher
@@ -75,6 +71,8 @@ class RunOutcome:
     #: Still in_progress: a stop (signal, window closed) interrupted them; the next start
     #: resumes them.
     in_progress: tuple[str, ...] = ()
+    #: Ended by an unexpected error (in the record and the log); `anima resume` retries.
+    failed: tuple[str, ...] = ()
 
 
 def ensure_gitignore(paths: ProjectPaths) -> None:
@@ -131,6 +129,7 @@ class Engine:
         self._broken: set[str] = set()
         self.journal = Journal(self.paths, self.bus)
         self.summarizer: Summarizer | None = None
+        self._unlog: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ set-up
     def prepare(self) -> None:
@@ -141,6 +140,9 @@ class Engine:
         """
         if not self.paths.anima.is_dir():
             raise ProjectError(f"{self.root} has no .anima/ folder: run `anima init {self.root}`")
+        if self._unlog is None:
+            configure_logging(self.paths)
+            self._unlog = self.bus.subscribe(log_event)
         if not self._locked:
             self._lock.acquire()
             self._locked = True
@@ -163,13 +165,15 @@ class Engine:
     def _recover(self) -> None:
         """After a crash: stop leftover agents, clean up files, finish a cut-short merge,
         make state.json agree with the records. Cheap and silent when nothing is wrong."""
-        records = self._read_milestones(register=False).records
-        for line in recover_project(self.paths, self._registry, records):
+        for line in recover_project(self.paths, self._registry, self.store.load_records()):
             self._log(None, line)
+        # The human's files a cut-short switch kept aside come back before the definitions
+        # are read (a milestone whose .md is aside would otherwise look unregistered).
         for rel in self.repo.restore_kept_files():
             self._log(None, f"put back {rel}, kept aside by a branch switch a kill cut short")
-        for record in unfinished_completions(records):
-            self._log(record.id, "finishing the completion that a restart cut short")
+        records = self._read_milestones(register=False).records
+        for record in filter(merge_pending, records):
+            self._log(record.id, "finishing the merge into main that a restart cut short")
             finish_completed(record, self.store, self.repo, self.config, self.bus)
         if reconcile_state(self.store, records):
             self._log(None, "state.json brought in line with the milestone records")
@@ -223,7 +227,7 @@ class Engine:
                 record = self._next(scan)
                 if record is None:
                     if not watch:
-                        return self._outcome(scan)
+                        return self._ended(scan)
                     self._wait()
                     continue
                 try:
@@ -237,7 +241,7 @@ class Engine:
                     self._broken.add(record.id)
                     self._requested.discard(record.id)
                     self._wait()
-            return self._outcome(self._scan())
+            return self._ended(self._scan())
         finally:
             self._watching = False
             if self._watcher is not None:
@@ -277,6 +281,9 @@ class Engine:
         if self.summarizer is not None:
             self.summarizer.close()
         self.journal.detach()
+        if self._unlog is not None:
+            self._unlog()
+            self._unlog = None
         if self._locked:
             self._lock.release()
             self._locked = False
@@ -361,8 +368,11 @@ class Engine:
             self._log(milestone_id, f"stopped {len(left)} process(es) the agents had left "
                                     f"running (pids {', '.join(map(str, left))})")
 
-    def _outcome(self, scan: Scan) -> RunOutcome:
+    def _ended(self, scan: Scan) -> RunOutcome:
+        """Nothing is driven any more: state.json says so, as the records do."""
+        reconcile_state(self.store, scan.records)
         return RunOutcome(
+            failed=tuple(r.id for r in scan.records if r.status is MilestoneStatus.FAILED),
             paused=tuple(r.id for r in scan.records if r.status is MilestoneStatus.PAUSED),
             awaiting_review=tuple(r.id for r in scan.records
                                   if r.status is MilestoneStatus.AWAITING_REVIEW),
@@ -430,7 +440,8 @@ class Engine:
                                                      self.bus))
 
     def abort(self, milestone_id: str) -> None:
-        self._submit(lambda: actions.abort(self.store, milestone_id, self.bus))
+        self._submit(lambda: actions.abort(self.store, self.repo, self.config, milestone_id,
+                                           self.bus))
 
     def pause_after_round(self) -> None:
         self._control.pause_after_round.set()

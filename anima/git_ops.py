@@ -1027,11 +1027,11 @@ class GitRepo:
         self.switch(main)
         with self._keeping_human_files(f"refs/heads/{branch}"):
             code, out, err = self._merge(branch, message)
-        if code == 0:
-            if b"Already up to date" in out:
-                return MergeOutcome(True, f"{main} already contains {branch}; nothing to merge")
-            return MergeOutcome(True, f"merged {branch} into {main} as {_short(self.head())}")
-        return self._merge_failed(branch, main, out, err)
+            if code != 0:  # aborted before the human's files come back in its way
+                return self._merge_failed(branch, main, out, err)
+        if b"Already up to date" in out:
+            return MergeOutcome(True, f"{main} already contains {branch}; nothing to merge")
+        return MergeOutcome(True, f"merged {branch} into {main} as {_short(self.head())}")
 
     def _merge(self, branch: str, message: str) -> tuple[int, bytes, str]:
         return self._run(

@@ -329,25 +329,25 @@ def session_ids(records: list[MilestoneRecord]) -> set[str]:
     return {s for r in records for s in (r.sessions.developer, r.sessions.acceptor) if s}
 
 
-def unfinished_completions(records: list[MilestoneRecord]) -> list[MilestoneRecord]:
-    """Completed milestones whose merge into main was cut short (completed_at is written
-    together with the merge outcome, after it)."""
-    return [r for r in records if r.status is MilestoneStatus.COMPLETED and r.completed_at is None]
+def expected_state(records: list[MilestoneRecord]) -> State:
+    """What state.json says while no loop drives the project: paused (naming the milestone)
+    while one waits for a human after a pause, else sleeping, naming the milestone that an
+    interruption left in progress (the next start resumes it), if any."""
+    paused = next((r for r in records if r.status is MilestoneStatus.PAUSED), None)
+    if paused is not None:
+        return State(status=StateStatus.PAUSED, current_milestone=paused.id)
+    active = next((r for r in records if r.status is MilestoneStatus.IN_PROGRESS), None)
+    return State(status=StateStatus.SLEEPING, current_milestone=active.id if active else None)
 
 
 def reconcile_state(store: Store, records: list[MilestoneRecord]) -> bool:
-    """Make state.json agree with the records (a kill may fall between the two writes).
-
-    An in_progress milestone is left to the run that resumes it. Returns True if rewritten.
-    """
-    if any(r.status is MilestoneStatus.IN_PROGRESS for r in records):
-        return False
-    paused = next((r for r in records if r.status is MilestoneStatus.PAUSED), None)
-    want = (StateStatus.PAUSED, paused.id) if paused else (StateStatus.SLEEPING, None)
+    """Make state.json agree with the records (a kill may fall between the two writes, a
+    run may end while nothing is driven). Returns True if it was rewritten."""
+    want = expected_state(records)
     state = store.load_state()
-    if (state.status, state.current_milestone) == want:
+    if (state.status, state.current_milestone) == (want.status, want.current_milestone):
         return False
-    store.save_state(State(status=want[0], current_milestone=want[1]))
+    store.save_state(want)
     return True
 
 
@@ -377,7 +377,8 @@ def recover_milestone(record: MilestoneRecord, repo: GitRepo, *,
     if repo.current_branch() != branch:
         if repo.dirty_paths():
             where = repo.current_branch() or "a detached HEAD"
-            _stash(record, repo, log, f"changes found on {where} before switching to {branch}")
+            stash_changes(record, repo, log,
+                          f"changes found on {where} before switching to {branch}")
         log(f"switching to {branch}")
         repo.switch(branch)
     if not record.interrupted:
@@ -395,12 +396,26 @@ def recover_milestone(record: MilestoneRecord, repo: GitRepo, *,
         except (TurnTimeout, AgentCrashed) as e:
             log(f"the clean-up turn failed: {e}")
         if repo.dirty_paths():
-            _stash(record, repo, log, "the tree was still dirty after the clean-up turn")
+            stash_changes(record, repo, log, "the tree was still dirty after the clean-up turn")
         history = repo.oneline_log(record.base_commit or "", branch)
     return history
 
 
-def _stash(record: MilestoneRecord, repo: GitRepo, log: Callable[[str], None], why: str) -> None:
+def return_to_main(record: MilestoneRecord, repo: GitRepo, main: str,
+                   log: Callable[[str], None]) -> None:
+    """Put the tree back on `main` (an abort, a failure); changes in it go to a named stash
+    first, noted in the record, so nothing is lost and nothing is carried over."""
+    if repo.current_branch() == main:
+        return
+    if repo.dirty_paths():
+        stash_changes(record, repo, log, f"changes found when returning to {main}")
+    repo.switch(main)
+    log(f"the tree is back on {main}; {record.branch_name or 'the branch'} is kept")
+
+
+def stash_changes(record: MilestoneRecord, repo: GitRepo, log: Callable[[str], None],
+                  why: str) -> None:
+    """Nothing is discarded: dirty work goes to a named stash, named in the record's notes."""
     name = f"anima-recovery-{record.id}-{now():%Y%m%dT%H%M%S}"
     commit = repo.stash_all(name)
     note = f"{why}: saved in stash {name!r} ({(commit or '')[:12]}); `git stash list` shows it"

@@ -24,8 +24,9 @@ from typing import Protocol
 from anima import procfs
 from anima.agents.profiles import ACCEPTOR, DEVELOPER
 from anima.checks import CheckCancelled, display, run_check
+from anima.completion import begin_completion, finish_completed
 from anima.config import Config
-from anima.errors import AgentCrashed, AnimaError, SessionLost, TurnTimeout
+from anima.errors import AgentCrashed, AnimaError, ProjectError, SessionLost, TurnTimeout
 from anima.events import (
     CheckFinished,
     CheckStarted,
@@ -43,7 +44,7 @@ from anima.events import (
 from anima.git_ops import GitRepo, TreeSnapshot
 from anima.guard import TurnFindings, TurnGuard, put_back
 from anima.prompts import DeveloperContext, PromptBuilder, check_outcome, check_passed, render
-from anima.recovery import recover_milestone
+from anima.recovery import expected_state, recover_milestone, return_to_main
 from anima.redact import redact
 from anima.remotes import RefMap, pushed, remote_refs
 from anima.reports import (
@@ -58,7 +59,6 @@ from anima.store import (
     ContextUse,
     FeatureStatus,
     Iteration,
-    MergeInfo,
     MilestoneRecord,
     MilestoneStatus,
     Rollover,
@@ -96,7 +96,8 @@ _STOPS = frozenset({Phase.PAUSED, Phase.FAILED})
 
 #: Which phase may follow which. Anything else is a bug and raises IllegalTransition.
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    Phase.IDLE: frozenset({Phase.STARTING, Phase.RECOVERING}),
+    Phase.IDLE: frozenset({Phase.STARTING, Phase.RECOVERING, Phase.FAILED,
+                           Phase.CANCELLED}),  # IDLE is also a pending milestone's phase
     Phase.STARTING: frozenset({Phase.DEVELOPER}) | _STOPS,
     Phase.RECOVERING: frozenset({Phase.DEVELOPER}) | _STOPS,
     Phase.DEVELOPER: frozenset({Phase.DEVELOPER, Phase.ACCEPTOR, Phase.FINAL_ACCEPTANCE})
@@ -107,7 +108,7 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.PAUSED: frozenset({Phase.RECOVERING, Phase.CANCELLED}),
     Phase.AWAITING_REVIEW: frozenset({Phase.COMPLETED, Phase.RECOVERING, Phase.CANCELLED}),
     Phase.COMPLETED: frozenset(),
-    Phase.FAILED: frozenset({Phase.RECOVERING}),
+    Phase.FAILED: frozenset({Phase.RECOVERING, Phase.CANCELLED}),
     Phase.CANCELLED: frozenset(),
 }
 
@@ -130,6 +131,17 @@ class IllegalTransition(AnimaError):
 def check_transition(current: Phase, target: Phase) -> None:
     if target not in TRANSITIONS[current]:
         raise IllegalTransition(f"illegal scheduler transition {current} → {target}")
+
+
+#: The phase a milestone rests in while no loop drives it, by status (a human acts on these).
+RESTING_PHASE: dict[MilestoneStatus, Phase] = {
+    MilestoneStatus.PENDING: Phase.IDLE,
+    MilestoneStatus.PAUSED: Phase.PAUSED,
+    MilestoneStatus.AWAITING_REVIEW: Phase.AWAITING_REVIEW,
+    MilestoneStatus.FAILED: Phase.FAILED,
+    MilestoneStatus.COMPLETED: Phase.COMPLETED,
+    MilestoneStatus.CANCELLED: Phase.CANCELLED,
+}
 
 
 class Agent(Protocol):
@@ -257,6 +269,13 @@ class MilestoneRun:
             return self.phase
         except _ChecksCannotStart as e:
             return self.pause_now(str(e))
+        except Exception as e:
+            # A project that cannot be driven at all (dirty tree, no git) is the caller's to
+            # report; anything else is this milestone's failure, and the others go on.
+            if (self.phase is Phase.IDLE and isinstance(e, ProjectError)) \
+                    or Phase.FAILED not in TRANSITIONS[self.phase]:
+                raise
+            return self._fail(e)
         finally:
             self._stop_agents()
             self._apply_summaries(wait=True)
@@ -647,7 +666,7 @@ class MilestoneRun:
             rec, report=report.text, commits=commits, checks=self._checks_text()))
         if verdict is None:
             return ReviewVerdict(accepted=False, reason=rec.iterations[-1].reason)
-        self._finish(verdict)
+        self._finish(verdict, persist=not verdict.accepted)  # accepted: `_complete` writes it
         return verdict
 
     def _checks_text(self) -> str:
@@ -692,8 +711,9 @@ class MilestoneRun:
         self._finish(ReviewVerdict(accepted=False,
                                    reason="; ".join(r for r in [*guarded, reason] if r)))
 
-    def _finish(self, verdict: ReviewVerdict) -> None:
-        """Record the round with its verdict and counters, in one atomic write."""
+    def _finish(self, verdict: ReviewVerdict, persist: bool = True) -> None:
+        """Record the round with its verdict and counters, in one atomic write (or, without
+        `persist`, in the next one: the transition that the verdict brings)."""
         rec, rnd = self.record, self._round
         assert rnd is not None
         final = rnd.kind is RoundKind.FINAL
@@ -728,7 +748,8 @@ class MilestoneRun:
         rec.tokens_used += rnd.usage.total
         rec.usage = rec.usage + rnd.usage
         rec.cost_usd += rnd.cost_usd
-        self._save()
+        if persist:
+            self._save()
         self._round = None
         word = "ACCEPTED" if verdict.accepted else f"REJECTED: {verdict.reason}"
         self._log(f"round {rnd.round} ({rnd.kind}{' ' + rnd.feature if rnd.feature else ''}) "
@@ -805,7 +826,32 @@ class MilestoneRun:
         self.bus.publish(Notice(self.record.id, "paused", f"{self.record.title}: {reason}"))
         return self.phase
 
+    def _fail(self, error: Exception) -> Phase:
+        """`failed`, with the error in the record, the log (with its traceback in
+        .anima/logs/anima.log) and the window; the tree goes back to main so the next
+        milestone can start. `anima resume` retries it (recovery, then the next round)."""
+        rec = self.record
+        log.error("milestone %s failed during %s", rec.id, self.phase, exc_info=error)
+        text = redact(f"{type(error).__name__}: {error}")
+        self._round = None
+        rec.error = text
+        rec.notes.append(f"failed during {self.phase}: {text}")
+        self.enter(Phase.FAILED, f"unexpected error: {text}")
+        self._log("details in .anima/logs/anima.log; `anima resume` retries the milestone")
+        if rec.main_branch is not None:
+            self._stop_agents()  # no agent may write in the tree while it is put away
+            try:
+                return_to_main(rec, self.repo, rec.main_branch, self._log)
+                self._save()
+            except AnimaError as e:
+                self._log(f"could not return the tree to {rec.main_branch}: {e}")
+        self.store.save_state(expected_state(self.store.load_records()))
+        self.bus.publish(Notice(rec.id, "failed", f"{rec.title} failed: {text}"))
+        return self.phase
+
     def _complete(self) -> Phase:
+        """The accepted final round goes to disk in the same write as the new status (and the
+        intent to merge): a kill on either side of it never records the acceptance twice."""
         rec = self.record
         rec.interrupted = False
         if rec.requires_human_review:
@@ -814,6 +860,7 @@ class MilestoneRun:
             self.bus.publish(Notice(rec.id, "awaiting_review",
                                     f"{rec.title} passed final acceptance: review it"))
             return self.phase
+        begin_completion(rec, self.config)
         self.enter(Phase.COMPLETED, "final acceptance passed")
         finish_completed(rec, self.store, self.repo, self.config, self.bus)
         return self.phase
@@ -986,20 +1033,3 @@ class MilestoneRun:
     def _log(self, text: str) -> None:
         self.bus.publish(LogLine(self.record.id, text))
 
-
-def finish_completed(record: MilestoneRecord, store: Store, repo: GitRepo, config: Config,
-                     bus: EventBus) -> None:
-    """After `completed` (directly or by approval): merge into main if clean, back to main."""
-    record.completed_at = now()
-    if config.merge_on_complete and record.branch_name and record.main_branch:
-        outcome = repo.merge_branch(record.branch_name, record.main_branch,
-                                    f"Merge {record.branch_name}: {record.title}")
-        record.merge = MergeInfo(merged=outcome.merged, detail=outcome.detail)
-        bus.publish(LogLine(record.id, ("merged into " if outcome.merged else "not merged: ")
-                            + outcome.detail))
-    elif record.main_branch:
-        repo.switch(record.main_branch)
-    store.save_record(record)
-    store.save_state(State(status=StateStatus.SLEEPING, current_milestone=None))
-    bus.publish(MilestoneChanged(record.model_copy(deep=True)))
-    bus.publish(Notice(record.id, "completed", f"{record.title} is completed"))

@@ -21,6 +21,7 @@ from anima.atomic import write_model_atomic
 from anima.config import describe_validation_error
 from anima.errors import AnimaError, MilestoneError, RecordError
 from anima.milestone_md import (
+    MILESTONE_ID_RE,
     MilestoneDef,
     is_milestone_name,
     load_milestone,
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
-RECORD_SCHEMA_VERSION = 4
+RECORD_SCHEMA_VERSION = 5
 STATE_SCHEMA_VERSION = 1
 
 
@@ -183,9 +184,20 @@ class HumanNote(_Model):
     delivered: bool = False
 
 
+class MergeState(StrEnum):
+    PENDING = "pending"  # the intent, written with `completed` before `git merge` runs
+    MERGED = "merged"
+    FAILED = "failed"  # not merged: `detail` says why (a conflict, a dirty tree, …)
+
+
 class MergeInfo(_Model):
-    merged: bool
+    """The merge into main of a completed milestone. `pending` is on disk before the merge
+    starts, so a kill in between is finished by the next start, never forgotten."""
+
+    state: MergeState
+    merged: bool = False
     detail: str
+    at: datetime | None = None
 
 
 class MilestoneRecord(_Model):
@@ -217,6 +229,7 @@ class MilestoneRecord(_Model):
     human_notes: list[HumanNote] = Field(default_factory=list)
     interrupted: bool = False
     merge: MergeInfo | None = None
+    error: str | None = None  # why the milestone is `failed` (an unexpected error)
     notes: list[str] = Field(default_factory=list)
     rollovers: list[Rollover] = Field(default_factory=list)
 
@@ -265,11 +278,24 @@ def _record_v3_to_v4(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "iterations": iterations}
 
 
+def _record_v4_to_v5(data: dict[str, Any]) -> dict[str, Any]:
+    """v5 gave `merge` a state and added `error`. A completed record without a merge
+    outcome or `completed_at` is a completion an older Anima died in: its merge is pending."""
+    merge = data.get("merge")
+    if isinstance(merge, dict):
+        merge = {**merge, "state": "merged" if merge.get("merged") else "failed"}
+    elif data.get("status") == "completed" and data.get("completed_at") is None:
+        merge = {"state": "pending", "merged": False,
+                 "detail": "the completion was cut short by a restart"}
+    return {**data, "merge": merge, "error": None}
+
+
 #: (kind of file, version) -> the step to version + 1. Each step is pure and small.
 _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("record", 1): _record_v1_to_v2,
     ("record", 2): _record_v2_to_v3,
     ("record", 3): _record_v3_to_v4,
+    ("record", 4): _record_v4_to_v5,
 }
 
 
@@ -352,6 +378,23 @@ class Store:
     def save_record(self, record: MilestoneRecord) -> None:
         write_model_atomic(self.paths.milestone_record(record.id), record)
 
+    def load_records(self) -> list[MilestoneRecord]:
+        """Every readable record, whether or not its definition is still there (a record is
+        the truth about a milestone's status even when its `.md` went missing)."""
+        records = []
+        for milestone_id in self._record_ids():
+            try:
+                records.append(self.load_record(milestone_id))
+            except RecordError:
+                continue
+        return records
+
+    def _record_ids(self) -> list[str]:
+        if not self.paths.milestones.is_dir():
+            return []
+        return [p.stem for p in sorted(self.paths.milestones.glob("*.json"))
+                if MILESTONE_ID_RE.fullmatch(p.stem)]
+
     def definition(self, milestone_id: str) -> MilestoneDef:
         return load_milestone(self.paths.milestone_md(milestone_id))
 
@@ -405,5 +448,14 @@ class Store:
                     log.info("registered milestone %s", milestone_id)
             except (MilestoneError, RecordError) as e:
                 result.problems.append(e)
+        # A record whose definition went missing still says where its milestone stands.
+        listed = {r.id for r in result.records} | {getattr(p, "path", Path()).stem
+                                                    for p in result.problems}
+        for milestone_id in self._record_ids():
+            if milestone_id not in listed:
+                try:
+                    result.records.append(self.load_record(milestone_id))
+                except RecordError as e:
+                    result.problems.append(e)
         result.records.sort(key=lambda r: (r.created_at, r.id))
         return result

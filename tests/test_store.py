@@ -18,6 +18,7 @@ from anima.paths import ProjectPaths
 from anima.store import (
     RECORD_SCHEMA_VERSION,
     Iteration,
+    MergeState,
     MilestoneStatus,
     RoundKind,
     Scan,
@@ -159,7 +160,8 @@ def test_a_version_1_record_is_migrated_and_a_newer_one_refused(store: Store) ->
     (record,) = scan(store).records
     data = json.loads(store.paths.milestone_record("m1").read_text())
     assert data["schema_version"] == RECORD_SCHEMA_VERSION
-    del data["claude_version"], data["rollovers"]
+    for key in ("claude_version", "rollovers", "error"):
+        del data[key]
     data["schema_version"] = 1  # as the first Anima wrote it
     store.paths.milestone_record("m1").write_text(json.dumps(data))
     migrated = store.load_record("m1")
@@ -186,3 +188,23 @@ def test_a_version_2_record_gains_context_and_rollovers(store: Store) -> None:
     migrated = store.load_record("m1")
     assert migrated.schema_version == RECORD_SCHEMA_VERSION
     assert migrated.rollovers == [] and migrated.iterations[0].context == {}
+
+
+@pytest.mark.parametrize(("merge", "completed_at", "state"), [
+    ({"merged": True, "detail": "merged milestone/m1 into main as abc1234"}, "2026-01-01T00:00:00Z",
+     MergeState.MERGED),
+    ({"merged": False, "detail": "conflicts in a.py"}, "2026-01-01T00:00:00Z", MergeState.FAILED),
+    (None, None, MergeState.PENDING),  # an older Anima died between `completed` and the merge
+])
+def test_a_version_3_completion_gets_its_merge_state(
+        store: Store, merge: dict[str, object] | None, completed_at: str | None,
+        state: MergeState) -> None:
+    store.paths.milestone_md("m1").write_text(milestone_md("M1", ["A"]))
+    scan(store)
+    data = json.loads(store.paths.milestone_record("m1").read_text())
+    del data["error"]
+    data.update(schema_version=3, status="completed", merge=merge, completed_at=completed_at)
+    store.paths.milestone_record("m1").write_text(json.dumps(data))
+    migrated = store.load_record("m1")
+    assert migrated.merge is not None and migrated.merge.state is state
+    assert migrated.merge.merged is (state is MergeState.MERGED) and migrated.error is None

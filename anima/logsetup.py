@@ -1,0 +1,68 @@
+"""Anima's own log: `.anima/logs/anima.log`, rotating, with tracebacks.
+
+The milestone logs (`<id>.log`) say what happened to a milestone; this one says what happened
+to Anima: every `[anima]` line (project-wide ones included), warnings, and the traceback of
+any unexpected error, so a failure in the field can be understood afterwards. Redacted like
+everything else Anima writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import threading
+from pathlib import Path
+
+from anima.events import EngineError, Event, LogLine
+from anima.paths import ProjectPaths
+from anima.redact import redact
+
+LOG_NAME = "anima.log"
+_MAX_BYTES = 2_000_000
+_BACKUPS = 3
+_lock = threading.Lock()
+_handler: logging.handlers.RotatingFileHandler | None = None
+events_log = logging.getLogger("anima.events")
+
+
+class _RedactingFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+def log_path(paths: ProjectPaths) -> Path:
+    return paths.logs / LOG_NAME
+
+
+def configure_logging(paths: ProjectPaths) -> Path:
+    """Send Python logging (INFO and up) to the project's anima.log; idempotent. One project
+    per process: configuring another one moves the log there."""
+    global _handler
+    path = log_path(paths)
+    with _lock:
+        if _handler is not None and Path(_handler.baseFilename) == path.absolute():
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(
+            path, maxBytes=_MAX_BYTES, backupCount=_BACKUPS, encoding="utf-8")
+        handler.setLevel(logging.INFO)
+        handler.setFormatter(_RedactingFormatter(
+            "%(asctime)s %(levelname)s %(name)s [%(process)d %(threadName)s] %(message)s"))
+        root = logging.getLogger()
+        if _handler is not None:
+            root.removeHandler(_handler)
+            _handler.close()
+        root.addHandler(handler)
+        if root.level == logging.NOTSET or root.level > logging.INFO:
+            root.setLevel(logging.INFO)
+        _handler = handler
+    return path
+
+
+def log_event(event: Event) -> None:
+    """A bus subscriber: Anima's own lines and errors go to anima.log too."""
+    if isinstance(event, LogLine):
+        events_log.info("%s%s", f"{event.milestone_id}: " if event.milestone_id else "",
+                        event.text)
+    elif isinstance(event, EngineError):
+        events_log.error("%s", event.message)

@@ -1,0 +1,235 @@
+"""Completion and merge are one crash-safe step (issue 10.2), end to end: a real
+`python -m anima run … --headless` (or `anima approve`) is SIGKILLed around the final
+acceptance and the merge into main, then Anima runs again on the same project.
+
+Two ways of stopping a runner at an exact instant, without touching its code: a `git` on PATH
+that sleeps when asked to merge (the kill lands while the merge runs), and the milestone's log
+turned into a FIFO that the test stops reading (the runner blocks on its next log line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from anima.store import MergeState, MilestoneStatus, RoundKind, Verdict
+from tests.conftest import FakeClaude, descendants, run_git
+from tests.helpers import make_project, record
+from tests.test_recovery import (
+    AUTO,
+    ONE,
+    Runner,
+    assert_consistent,
+    our_processes_fixture,  # noqa: F401 - the fixture `our_processes`
+    run_to_end,
+    wait_until,
+)
+
+
+def slow_git(where: Path, sleep: float) -> tuple[dict[str, str], Path]:
+    """A `git` first on PATH that marks and sleeps before any `git … merge …`, then runs the
+    real one: a kill while the marker exists lands in the merge. Returns (env, marker)."""
+    real = shutil.which("git")
+    assert real is not None
+    folder = where / "slow-git"
+    folder.mkdir()
+    marker = where / "merging"
+    shim = folder / "git"
+    shim.write_text(f'#!/bin/sh\ncase " $* " in *" merge "*) touch {marker}; sleep {sleep};; '
+                    f'esac\nexec {real} "$@"\n', encoding="utf-8")
+    shim.chmod(0o755)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}, marker
+
+
+def kill_with_children(pid: int) -> None:
+    """A power cut: the process and everything it started (its git, its agents)."""
+    for victim in [pid, *descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+
+
+def finals(project: Path) -> list[Verdict]:
+    return [i.verdict for i in record(project, "m1").iterations if i.kind is RoundKind.FINAL]
+
+
+def anima(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "anima", *args], capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, timeout=60)
+
+
+def assert_merged(project: Path) -> None:
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert rec.merge is not None and rec.merge.state is MergeState.MERGED and rec.merge.merged
+    assert subprocess.run(["git", "merge-base", "--is-ancestor", "milestone/m1", "main"],
+                          cwd=project).returncode == 0
+    assert run_git(project, "branch", "--show-current") == "main"
+    assert finals(project) == [Verdict.ACCEPTED]
+    assert_consistent(rec)
+    state = json.loads((project / ".anima" / "state.json").read_text())
+    assert (state["status"], state["current_milestone"]) == ("sleeping", None)
+
+
+@pytest.mark.parametrize("power_cut", [False, True], ids=["anima-killed", "anima-and-git-killed"])
+def test_a_kill_during_the_merge_into_main_is_finished_by_the_next_run(
+        git_repo: Path, fake_claude: FakeClaude, tmp_path: Path,
+        our_processes: Callable[[], list[int]], power_cut: bool) -> None:
+    make_project(git_repo, {"m1": ONE})
+    env, marker = slow_git(tmp_path, 1.0)
+    first = Runner(git_repo, fake_claude, env=env)
+    wait_until(marker.exists, what="the merge into main", timeout=30)
+    if power_cut:
+        kill_with_children(first.pid)
+    first.kill()
+    rec = record(git_repo, "m1")
+    # The intent to merge was on disk before git was asked to merge.
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert rec.merge is not None and rec.merge.state is MergeState.PENDING
+    status = anima("status", str(git_repo))
+    assert "merge pending" in status.stdout, status.stdout
+
+    second = run_to_end(git_repo, fake_claude)
+    assert second.proc.returncode == 0, second.stdout[-2000:] + second.stderr
+    assert "finishing the merge into main that a restart cut short" in second.stdout
+    assert_merged(git_repo)
+    assert "merged:" in anima("status", str(git_repo)).stdout
+    assert "finishing the merge" in (git_repo / ".anima" / "logs" / "m1.log").read_text()
+    assert our_processes() == []
+
+
+@pytest.fixture
+def solo(git_repo: Path) -> Path:
+    return make_project(git_repo, {"m1": ONE})
+
+
+@pytest.fixture
+def frozen_log(solo: Path) -> Iterator[Callable[[], None]]:
+    """`.anima/logs/m1.log` as a FIFO the test reads; calling the fixture's value fills it,
+    so the runner blocks on its next log line, exactly where it is."""
+    log = solo / ".anima" / "logs" / "m1.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(log)
+    reader = os.open(log, os.O_RDONLY | os.O_NONBLOCK)
+    writer = os.open(log, os.O_WRONLY | os.O_NONBLOCK)
+    seen = bytearray()
+    stop = threading.Event()
+
+    def drain() -> None:
+        while not stop.is_set():
+            try:
+                seen.extend(os.read(reader, 65536))
+            except BlockingIOError:
+                time.sleep(0.005)
+
+    thread = threading.Thread(target=drain, daemon=True)
+    thread.start()
+
+    def freeze() -> None:
+        stop.set()
+        thread.join()
+        try:
+            while True:
+                os.write(writer, b"x" * 4096)
+        except BlockingIOError:
+            pass
+
+    freeze.seen = seen  # type: ignore[attr-defined]
+    yield freeze
+    stop.set()
+    thread.join()
+    os.close(reader)
+    os.close(writer)
+    log.unlink(missing_ok=True)
+
+
+def test_a_kill_right_after_the_final_acceptance_records_it_once(
+        git_repo: Path, fake_claude: FakeClaude, frozen_log: Callable[[], None],
+        our_processes: Callable[[], list[int]]) -> None:
+    fake_claude.write_script({"acceptor": [AUTO, {"auto": True, "delay": 1.0}]})
+    first = Runner(git_repo, fake_claude)
+    seen: bytearray = frozen_log.seen  # type: ignore[attr-defined]
+    wait_until(lambda: b"final_acceptance" in seen, what="final acceptance", timeout=30)
+    frozen_log()  # the next log line is the final verdict's: the runner stops right there
+    wait_until(lambda: first.stdout.count("[acceptor] — turn done") >= 2,
+               what="the final verdict", timeout=30)
+    time.sleep(0.5)
+    first.kill()
+    (git_repo / ".anima" / "logs" / "m1.log").unlink()
+
+    second = run_to_end(git_repo, fake_claude)
+    assert second.proc.returncode == 0, second.stdout[-2000:] + second.stderr
+    assert_merged(git_repo)  # one final acceptance on record, not two
+
+
+def test_uncommitted_leftovers_at_completion_are_stashed_and_the_branch_merged(
+        git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    make_project(git_repo, {"m1": ONE})
+    leftover = {"shell": ["echo scratch > scratch.txt"], "auto": True}
+    fake_claude.write_script({"developer": [AUTO, leftover]})
+    runner = run_to_end(git_repo, fake_claude)
+    assert runner.proc.returncode == 0, runner.stdout[-2000:] + runner.stderr
+    assert_merged(git_repo)
+    assert not (git_repo / "scratch.txt").exists()
+    assert "anima-recovery-m1-" in run_git(git_repo, "stash", "list")
+    assert any("scratch" not in n and "stash" in n for n in record(git_repo, "m1").notes)
+
+
+def test_a_kill_during_the_merge_of_an_approval_is_finished_by_the_next_run(
+        git_repo: Path, fake_claude: FakeClaude, tmp_path: Path,
+        our_processes: Callable[[], list[int]]) -> None:
+    make_project(git_repo, {"m1": ONE}, config={"requires_human_review": True})
+    runner = run_to_end(git_repo, fake_claude)
+    assert runner.proc.returncode == 0, runner.stdout[-2000:] + runner.stderr
+    assert record(git_repo, "m1").status is MilestoneStatus.AWAITING_REVIEW
+    env, marker = slow_git(tmp_path, 30.0)
+    approve = subprocess.Popen([sys.executable, "-m", "anima", "approve", str(git_repo), "m1"],
+                               env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        wait_until(marker.exists, what="the approval's merge", timeout=30)
+    finally:
+        kill_with_children(approve.pid)
+        approve.wait(10)
+    assert record(git_repo, "m1").merge.state is MergeState.PENDING  # type: ignore[union-attr]
+
+    again = run_to_end(git_repo, fake_claude)
+    assert again.proc.returncode == 0, again.stdout[-2000:] + again.stderr
+    assert_merged(git_repo)
+
+
+def test_a_merge_that_cannot_be_done_says_why_in_the_record_and_status(
+        git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    make_project(git_repo, {"m1": ONE}, config={"requires_human_review": True})
+    assert run_to_end(git_repo, fake_claude).proc.returncode == 0
+    # While it waits for review, the human writes the same file differently on main.
+    run_git(git_repo, "switch", "-q", "main")
+    (git_repo / "features").mkdir()
+    (git_repo / "features" / "F1.txt").write_text("the human's F1\n", encoding="utf-8")
+    run_git(git_repo, "add", "features/F1.txt")
+    run_git(git_repo, "commit", "-q", "-m", "feat: F1 by hand")
+    main = run_git(git_repo, "rev-parse", "main")
+
+    approved = anima("approve", str(git_repo), "m1")
+    assert approved.returncode == 0, approved.stderr
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert rec.merge is not None and rec.merge.state is MergeState.FAILED
+    assert "features/F1.txt" in rec.merge.detail and "features/F1.txt" in approved.stdout
+    assert run_git(git_repo, "rev-parse", "main") == main
+    status = anima("status", str(git_repo)).stdout
+    assert "not merged:" in status and "features/F1.txt" in status
+    assert "not merged" in (git_repo / ".anima" / "logs" / "m1.log").read_text()
+    # A failed merge is an outcome, not a pending one: the next run leaves it as it is.
+    again = run_to_end(git_repo, fake_claude)
+    assert again.proc.returncode == 0 and "finishing the merge" not in again.stdout
