@@ -14,7 +14,7 @@ from PySide6.QtCore import QElapsedTimer, QMimeData, QPointF, QSettings, Qt, QTi
 from PySide6.QtGui import QDropEvent
 
 from anima.engine import Engine
-from tests.conftest import FakeClaude
+from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record
 from ui.main_window import MainWindow
 from ui.monitor import CommitDialog
@@ -328,3 +328,21 @@ def test_the_checks_show_in_the_acceptor_pane_and_the_rounds_table(
         assert all(model.index(r, column).data().startswith("✓ 1.") for r in range(2))
     finally:
         w.close()
+
+
+def test_a_failed_milestone_shows_its_error_and_abort_returns_the_tree_to_main(
+        qtbot, git_repo: Path, fake: FakeClaude, app_window) -> None:
+    make_project(git_repo, {"m1": TWO})
+    fake.write_script({"developer": [{"shell": ["git checkout -q --detach && "
+                                                "git branch -q -D milestone/m1"], "auto": True}]})
+    app_window.window.open_project(git_repo)
+    app_window.wait_status("m1", "failed")
+    review = app_window.window.review
+    qtbot.waitUntil(review.isVisible, timeout=5000)
+    assert review.heading.text().startswith("Failed — ")
+    assert "milestone/m1" in review.reason.text() and "anima.log" in review.reason.text()
+    assert review.resume_button.isVisible() and review.abort_button.isVisible()
+    review.abort_button.click()
+    review.abort_button.click()  # armed, then confirmed
+    app_window.wait_status("m1", "cancelled")
+    assert run_git(git_repo, "branch", "--show-current") == "main"

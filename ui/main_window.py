@@ -132,7 +132,10 @@ class MilestoneListModel(QAbstractListModel):
         if role == self.RecordRole:
             return record
         if role == Qt.ItemDataRole.ToolTipRole:
-            reason = f"\n{record.pause_reason}" if record.pause_reason else ""
+            details = [record.pause_reason, record.error,
+                       f"merge: {enum_text(record.merge.state)} — {record.merge.detail}"
+                       if record.merge else None]
+            reason = "".join(f"\n{d}" for d in details if d)
             return f"{record.id} — {enum_text(record.status).replace('_', ' ')}{reason}"
         return None
 
@@ -140,6 +143,8 @@ class MilestoneListModel(QAbstractListModel):
 def milestone_summary(record: Any) -> str:
     """'in progress · 3/9 · $1.24' — the sidebar's second line."""
     status = enum_text(record.status).replace("_", " ")
+    if record.merge is not None and enum_text(record.merge.state) != "merged":
+        status += f" (merge {enum_text(record.merge.state)})"
     return f"{status} · {record.features_done}/{len(record.features)} · ${record.cost_usd:.2f}"
 
 

@@ -96,12 +96,13 @@ class ReviewPanel(QFrame):
         self.hide()
 
     def show_record(self, record: Any) -> None:
-        """Show the panel for a paused / awaiting_review / pending milestone, else hide it."""
+        """Show the panel for a paused / failed / awaiting_review / pending milestone, else
+        hide it."""
         status = "" if record is None else enum_text(record.status)
         if status == "pending":
             self._show_pending(record)
             return
-        if status not in ("paused", "awaiting_review"):
+        if status not in ("paused", "awaiting_review", "failed"):
             self.milestone_id, self.mode = None, "hidden"
             self.hide()
             return
@@ -109,8 +110,13 @@ class ReviewPanel(QFrame):
             self.note.clear()  # a new decision: don't carry an old note over
         self.milestone_id, self.mode = record.id, status
         set_style_state(self, "mode", status)
-        paused = status == "paused"
-        if paused:
+        paused = status in ("paused", "failed")
+        if status == "failed":
+            self.heading.setText(f"Failed — {record.title} stopped on an unexpected error")
+            self.reason.setText(f"{record.error or 'Unknown error.'}\nResume retries it; the "
+                                "traceback is in .anima/logs/anima.log.")
+            self.note.setPlaceholderText("A note for the Developer (optional)")
+        elif paused:
             self.heading.setText(f"Paused — {record.title} needs you")
             self.reason.setText(record.pause_reason or "Paused.")
             self.note.setPlaceholderText("A note for the Developer (optional): what to change, "

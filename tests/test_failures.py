@@ -1,0 +1,134 @@
+"""Failures are named (issue 10.10) and exit codes tell the truth (10.6), end to end with a
+real `python -m anima run … --headless` and the fake `claude`: an unexpected error fails one
+milestone (record, log, anima.log with its traceback) while the others go on, `anima resume`
+retries it, and `anima abort` cancels a milestone and puts the tree back on main.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from anima.store import MilestoneStatus
+from tests.conftest import FakeClaude, run_git
+from tests.helpers import make_project, milestone_md, record
+from tests.test_recovery import (
+    AUTO,
+    ONE,
+    TWO,
+    our_processes_fixture,  # noqa: F401 - the fixture `our_processes`
+    run_to_end,
+)
+
+OTHER = milestone_md("Other", ["Farewell command"])
+NO = {"text": "REJECTED: not yet"}
+#: The Developer throws its own branch away: the next round cannot go back to it.
+BRANCH_GONE = {"shell": ["git checkout -q --detach && git branch -q -D milestone/m1"],
+               "auto": True}
+
+
+def anima(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "anima", *args], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ))
+
+
+def state(project: Path) -> tuple[str, str | None]:
+    data = json.loads((project / ".anima" / "state.json").read_text())
+    return data["status"], data["current_milestone"]
+
+
+def test_an_unexpected_error_fails_one_milestone_the_others_go_on_and_resume_retries(
+        git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    # m2 waits for review, so main stays where m1 started (a moved main is another story).
+    make_project(git_repo, {"m1": ONE, "m2": "---\nrequires_human_review: true\n---\n" + OTHER})
+    fake_claude.write_script({"developer": [BRANCH_GONE]})
+    first = run_to_end(git_repo, fake_claude)
+    assert first.proc.returncode == 1, first.stdout[-2000:] + first.stderr
+    m1, m2 = record(git_repo, "m1"), record(git_repo, "m2")
+    assert m1.status is MilestoneStatus.FAILED and m1.phase == "failed"
+    assert m1.error is not None and "milestone/m1" in m1.error
+    assert m2.status is MilestoneStatus.AWAITING_REVIEW
+    assert "[anima] failed: m1" in first.stdout
+    assert "unexpected error" in (git_repo / ".anima" / "logs" / "m1.log").read_text()
+    anima_log = (git_repo / ".anima" / "logs" / "anima.log").read_text()
+    assert "Traceback (most recent call last)" in anima_log and "milestone m1 failed" in anima_log
+    assert state(git_repo) == ("sleeping", None)
+    status = anima("status", str(git_repo))
+    assert "failed: " in status.stdout and "milestone/m1" in status.stdout
+
+    # The human puts the branch back and retries.
+    run_git(git_repo, "branch", "milestone/m1", m1.base_commit or "")
+    resumed = anima("resume", str(git_repo), "m1")
+    assert resumed.returncode == 0, resumed.stderr
+    again = run_to_end(git_repo, fake_claude)
+    assert again.proc.returncode == 0, again.stdout[-2000:] + again.stderr
+    m1 = record(git_repo, "m1")
+    assert m1.status is MilestoneStatus.COMPLETED and m1.error is None
+    assert m1.merge and m1.merge.merged
+    assert our_processes() == []
+
+
+def test_an_unexpected_cli_error_prints_one_line_pointing_at_the_log(git_repo: Path) -> None:
+    make_project(git_repo, {"m1": ONE})
+    # Nested deeper than the JSON parser can go: an error nothing in Anima expects.
+    (git_repo / ".anima" / "state.json").write_text("[" * 200_000, encoding="utf-8")
+    out = anima("status", str(git_repo))
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unexpected error" in lines[0] and "anima.log" in lines[0]
+    assert "Traceback" in (git_repo / ".anima" / "logs" / "anima.log").read_text()
+
+
+def test_abort_cancels_a_paused_milestone_and_the_tree_goes_back_to_main(
+        git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    make_project(git_repo, {"m1": TWO})
+    leave_a_file = {"shell": ["echo draft > draft.txt"], "auto": True}
+    fake_claude.write_script({"acceptor": [NO, NO, NO], "developer": [AUTO, AUTO,
+                                                                      leave_a_file]})
+    paused = run_to_end(git_repo, fake_claude)
+    assert paused.proc.returncode == 3, paused.stdout[-2000:]
+    # The human adds something before aborting: it is kept, not carried to main.
+    (git_repo / "idea.txt").write_text("an idea\n", encoding="utf-8")
+    tip = run_git(git_repo, "rev-parse", "milestone/m1")
+
+    out = anima("abort", str(git_repo), "m1")
+    assert out.returncode == 0, out.stderr
+    assert "aborted m1: cancelled" in out.stdout and "back on main" in out.stdout
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.CANCELLED and rec.phase == "cancelled"
+    assert run_git(git_repo, "branch", "--show-current") == "main"
+    assert run_git(git_repo, "rev-parse", "milestone/m1") == tip  # the branch is kept
+    assert run_git(git_repo, "status", "--porcelain", "--", ".", ":!.anima") == ""
+    assert "idea.txt" in run_git(git_repo, "show", "--name-only", "--format=",
+                                 "stash@{0}^3")
+    assert any("stash" in n for n in rec.notes)
+    assert state(git_repo) == ("sleeping", None)
+    assert "cancelled by you" in (git_repo / ".anima" / "logs" / "m1.log").read_text()
+    again = run_to_end(git_repo, fake_claude)
+    assert again.proc.returncode == 0 and "nothing left to do" in again.stdout
+
+    refused = anima("abort", str(git_repo), "m1")  # cancelled is final
+    assert refused.returncode == 2 and "cancelled" in refused.stderr
+    assert our_processes() == []
+
+
+def test_a_paused_project_stays_paused_and_exits_3_whatever_its_definitions(
+        git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    make_project(git_repo, {"m1": TWO})
+    fake_claude.write_script({"acceptor": [NO, NO, NO]})
+    assert run_to_end(git_repo, fake_claude).proc.returncode == 3
+    assert state(git_repo) == ("paused", "m1")
+    # The definition is gone (swept into a commit elsewhere, deleted by hand): the record is
+    # still the truth about where the project stands.
+    (git_repo / ".anima" / "milestones" / "m1.md").unlink()
+    again = run_to_end(git_repo, fake_claude)
+    assert again.proc.returncode == 3, again.stdout[-2000:]
+    assert "nothing left to do" not in again.stdout and "paused for a human: m1" in again.stdout
+    assert state(git_repo) == ("paused", "m1")
+    status = json.loads(anima("status", str(git_repo), "--json").stdout)
+    assert [m["status"] for m in status["milestones"]] == ["paused"]
+    assert our_processes() == []
