@@ -560,6 +560,8 @@ class GitRepo:
 
         Returns the stash commit's full hash (stable, unlike `stash@{n}`; `git stash apply
         <hash>` restores it and `git stash list` shows `name`), or None when nothing was dirty.
+        The paths are named one by one: a pathspec that mentions `.anima` (even to exclude
+        it) is refused when the project's own .gitignore ignores `.anima/`.
         """
         paths = self.dirty_paths()
         if not paths:
@@ -567,16 +569,17 @@ class GitRepo:
         self._run(
             [
                 *self._identity_args(),
+                "--literal-pathspecs",
                 "stash",
                 "push",
                 "--include-untracked",
                 "-q",
                 "-m",
                 name,
-                "--",
-                ".",
-                ":(exclude).anima",
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
             ],
+            stdin=b"\0".join(os.fsencode(p) for p in paths) + b"\0",
             what=f"Cannot stash the changes in {self.root} ({_listing(paths)})",
         )
         return self._text(["rev-parse", "--verify", "refs/stash"])
