@@ -9,9 +9,17 @@ repo, kills each one after a random delay (seeded), restarts, and checks the inv
 every kill, after every restart and at the end. Milestones have 4 features; when one
 completes the next is dropped in, so every kill lands on live work.
 
+Kills are aimed, too: about half the trials wait for a final acceptance and kill within the
+next moments (the final verdict, `completed`, the merge into main, the next milestone's start),
+and a `git` on PATH that dawdles before each merge widens that window; a third of the kills
+are power cuts (the runner's git and agents die with it). On top of the record invariants it
+checks: a final acceptance is on record at most once; `completed` means merged into main or a
+recorded reason (`pending` only right after a kill); `state.json` agrees with the records
+after every run; a paused milestone means exit 3.
+
 Run: `python bench/crash_soak.py [--trials N] [--seed S] [--keep]` (default 8 trials, well
 under 2 minutes). Ends with `BENCH crash_trials=<n>`, `BENCH crash_violations=<n>` (must be
-0) and `BENCH crash_orphans=<n>` (must be 0).
+0) and `BENCH crash_orphans=<n>` (must be 0), and prints the phase each kill landed in.
 """
 
 from __future__ import annotations
@@ -37,7 +45,15 @@ sys.path.insert(0, str(REPO))
 from anima.cli import init_project  # noqa: E402
 from anima.errors import AnimaError  # noqa: E402
 from anima.paths import ProjectPaths  # noqa: E402
-from anima.store import MilestoneRecord, MilestoneStatus, RoundKind, Store, Verdict  # noqa: E402
+from anima.recovery import expected_state  # noqa: E402
+from anima.store import (  # noqa: E402
+    MergeState,
+    MilestoneRecord,
+    MilestoneStatus,
+    RoundKind,
+    Store,
+    Verdict,
+)
 
 FAKE = REPO / "tests" / "fakes" / "fake_claude.py"
 FEATURES = ["Parse input", "Greet command", "Version flag", "Config file"]
@@ -70,6 +86,35 @@ def fake_script(rng: random.Random) -> dict[str, object]:
             turn["auto"] = True
         acc.append(turn)
     return {"developer": dev, "acceptor": acc}
+
+
+def slow_git(folder: Path, rng: random.Random) -> Path:
+    """A `git` first on PATH that waits a little (0–0.4 s) before each merge."""
+    real = shutil.which("git")
+    folder.mkdir()
+    shim = folder / "git"
+    delay = round(rng.uniform(0.05, 0.4), 3)
+    shim.write_text(f'#!/bin/sh\ncase " $* " in *" merge "*) sleep {delay};; esac\n'
+                    f'exec {real} "$@"\n', encoding="utf-8")
+    shim.chmod(0o755)
+    return folder
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below `root` (by parent pid)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = proc_field(int(entry), "stat")
+            fields = stat[stat.rfind(b")") + 2:].split()
+            if len(fields) > 1:
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
 
 
 def proc_field(pid: int, name: str) -> bytes:
@@ -107,6 +152,8 @@ class Soak:
     restarts: int = 0
     pauses: int = 0
     completed_early: int = 0
+    aimed: int = 0
+    power_cuts: int = 0
     milestones: list[str] = field(default_factory=list)
     #: rounds already seen per milestone: (round, kind, feature, commit, verdict, reason)
     seen: dict[str, list[tuple[object, ...]]] = field(default_factory=dict)
@@ -124,6 +171,8 @@ class Soak:
                     "FAKE_CLAUDE_STATE": str(self.fake_dir / "state"),
                     "FAKE_CLAUDE_LOG": str(self.fake_dir / "prompts.jsonl"),
                     "PYTHONPATH": str(REPO)}
+        self.run_env = {**self.env, "PATH": f"{self.root / 'slow-git'}{os.pathsep}"
+                                            f"{os.environ.get('PATH', '')}"}
 
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
@@ -143,6 +192,7 @@ class Soak:
         config.update({"max_iterations_per_milestone": 60, "agent_timeout_seconds": 60})
         self.paths.config.write_text(json.dumps(config, indent=2), encoding="utf-8")
         (self.fake_dir / "script.json").write_text(json.dumps(fake_script(self.rng)))
+        slow_git(self.root / "slow-git", self.rng)
         self.add_milestone()
 
     def add_milestone(self) -> None:
@@ -158,7 +208,8 @@ class Soak:
         with out.open("wb") as fh:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "anima", "run", str(self.repo), "--headless"],
-                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env)
+                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.run_env)
         return proc, out
 
     def wait_started(self, proc: subprocess.Popen[bytes], out: Path) -> None:
@@ -188,6 +239,7 @@ class Soak:
     def settle(self, proc: subprocess.Popen[bytes], out: Path, when: str) -> None:
         """A runner that exited by itself: completed (next milestone), paused, or broken."""
         code = proc.returncode
+        self.check_exit(code, when)
         if code == 0:
             if any(self.status(m) is not MilestoneStatus.COMPLETED for m in self.milestones):
                 self.violations.append(f"{when}: exit 0 with unfinished milestones")
@@ -202,22 +254,61 @@ class Soak:
         tail = out.read_text(errors="replace")[-1500:]
         self.violations.append(f"{when}: runner exited {code}:\n{tail}")
 
+    def aim(self, proc: subprocess.Popen[bytes]) -> bool:
+        """Wait (up to 60 s) until the milestone in progress is in its final acceptance, then
+        a little more, so the kill lands around the verdict, `completed` and the merge."""
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            current = next((m for m in self.milestones if self.status(m)
+                            is MilestoneStatus.IN_PROGRESS), None)
+            rec = self.load(current) if current else None
+            if rec is not None and rec.phase == "final_acceptance":
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(self.rng.uniform(0.0, 0.7))
+                return proc.poll() is None
+            time.sleep(0.005)
+        return proc.poll() is None
+
+    def kill_phase(self) -> str:
+        """Where the kill landed, from the records it left."""
+        for m in self.milestones:
+            rec = self.load(m)
+            if rec is not None and rec.status is MilestoneStatus.COMPLETED and rec.merge \
+                    and rec.merge.state is MergeState.PENDING:
+                return "completed, merge pending"
+        current = next((m for m in self.milestones
+                        if self.status(m) is MilestoneStatus.IN_PROGRESS), None)
+        rec = self.load(current) if current else None
+        if rec is None:
+            return "between milestones"
+        if rec.phase == "starting" and rec.rounds == 0:
+            return "starting"
+        return rec.phase
+
     def trial(self, n: int) -> None:
         proc, out = self.start()
         self.wait_started(proc, out)
         self.check_orphans(proc.pid, f"trial {n} after restart")
-        delay = self.rng.uniform(0.05, 2.5)
-        try:
-            proc.wait(delay)
-        except subprocess.TimeoutExpired:
+        aimed = self.rng.random() < 0.5
+        if aimed:
+            alive = self.aim(proc)
+        else:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(self.rng.uniform(0.05, 2.5))
+            alive = proc.poll() is None
+        if alive:
+            power_cut = self.rng.random() < 0.33
+            victims = descendants(proc.pid) if power_cut else []
             proc.send_signal(signal.SIGKILL)
+            for pid in victims:  # its git and its agents die with it
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             proc.wait()
             self.kills += 1
+            self.aimed += aimed
+            self.power_cuts += power_cut
             self.check_files(f"trial {n} after SIGKILL", torn_tail_ok=True)
-            current = next((m for m in self.milestones
-                            if self.status(m) is MilestoneStatus.IN_PROGRESS), None)
-            self.phases[self.load(current).phase if current and self.load(current) else
-                        "between milestones"] += 1
+            self.phases[self.kill_phase()] += 1
             return
         self.completed_early += 1
         self.settle(proc, out, f"trial {n}")
@@ -248,8 +339,12 @@ class Soak:
             if rec is None or rec.status is not MilestoneStatus.COMPLETED:
                 self.violations.append(f"the end: {m} is {rec.status if rec else 'missing'}")
                 continue
-            if not (rec.merge and rec.merge.merged):
+            if not (rec.merge and rec.merge.merged
+                    and rec.merge.state is MergeState.MERGED):
                 self.violations.append(f"the end: {m} was not merged: {rec.merge}")
+            elif git(self.repo, "merge-base", "--is-ancestor", rec.branch_name or "",
+                     "main", check=False).returncode != 0:
+                self.violations.append(f"the end: {m} says merged but main lacks its branch")
             for f in rec.features:
                 if not f.commits:
                     self.violations.append(f"the end: {m} {f.id} has no commit")
@@ -267,6 +362,21 @@ class Soak:
     def status(self, milestone_id: str) -> MilestoneStatus | None:
         rec = self.load(milestone_id)
         return rec.status if rec else None
+
+    def check_exit(self, code: int | None, when: str) -> None:
+        """A run that ended by itself: its exit code and state.json tell the truth."""
+        records = [r for m in self.milestones if (r := self.load(m)) is not None]
+        if any(r.status is MilestoneStatus.PAUSED for r in records) and code != 3:
+            self.violations.append(f"{when}: a milestone is paused but the run exited {code}")
+        want = expected_state(records)
+        got = Store(self.paths).load_state()
+        if (got.status, got.current_milestone) != (want.status, want.current_milestone):
+            self.violations.append(f"{when}: state.json says {got.status} "
+                                   f"{got.current_milestone}, the records say {want.status} "
+                                   f"{want.current_milestone}")
+        for r in records:
+            if r.merge is not None and r.merge.state is MergeState.PENDING:
+                self.violations.append(f"{when}: {r.id}'s merge is still pending after a run")
 
     def check_files(self, when: str, *, torn_tail_ok: bool) -> None:
         store = Store(self.paths)
@@ -325,6 +435,15 @@ class Soak:
         for f in rec.features:
             if f.rounds != sum(1 for i in its if i.feature == f.id):
                 bad.append(f"{f.id}.rounds {f.rounds} disagrees with the iterations")
+        finals = sum(1 for i in its if i.kind is RoundKind.FINAL
+                     and i.verdict is Verdict.ACCEPTED)
+        if finals > 1:
+            bad.append(f"the final acceptance is on record {finals} times")
+        if rec.status is MilestoneStatus.COMPLETED:
+            if rec.merge is None:
+                bad.append("completed with merge_on_complete on, but no merge on record")
+            elif rec.merge.state is MergeState.FAILED and not rec.merge.detail:
+                bad.append("not merged, and the record does not say why")
         now = [(i.round, i.kind, i.feature, i.commit, i.verdict, i.reason) for i in its]
         before = self.seen.get(rec.id, [])
         if now[:len(before)] != before:
@@ -374,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{rounds} rounds recorded; runs that ended on their own: {soak.completed_early}; "
           f"pauses resumed: {soak.pauses}")
     print(f"  leftover agents stopped by the next run: {reaped}")
+    print(f"  kills aimed at the completion window: {soak.aimed}; power cuts (git and agents "
+          f"killed too): {soak.power_cuts}")
     print("  phase at the kill: " + ", ".join(f"{p} {c}" for p, c in soak.phases.most_common()))
     for v in soak.violations[:20]:
         print(f"  VIOLATION {v}")
