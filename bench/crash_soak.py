@@ -298,9 +298,14 @@ class Soak:
             alive = proc.poll() is None
         if alive:
             power_cut = self.rng.random() < 0.33
-            victims = descendants(proc.pid) if power_cut else []
+            frozen: set[int] = set()  # its git and its agents die with it, frozen first
+            while power_cut and (new := {proc.pid, *descendants(proc.pid)} - frozen):
+                for pid in new:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGSTOP)
+                frozen |= new
             proc.send_signal(signal.SIGKILL)
-            for pid in victims:  # its git and its agents die with it
+            for pid in frozen:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             proc.wait()

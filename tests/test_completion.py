@@ -53,8 +53,15 @@ def slow_git(where: Path, sleep: float) -> tuple[dict[str, str], Path]:
 
 
 def kill_with_children(pid: int) -> None:
-    """A power cut: the process and everything it started (its git, its agents)."""
-    for victim in [pid, *descendants(pid)]:
+    """A power cut: the process and everything it started (its git, its agents). The tree
+    is frozen first, so nothing forks a child that would escape the kill."""
+    frozen: set[int] = set()
+    while new := ({pid, *descendants(pid)} - frozen):
+        for victim in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGSTOP)
+        frozen |= new
+    for victim in frozen:
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim, signal.SIGKILL)
 
