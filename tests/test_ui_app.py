@@ -112,8 +112,9 @@ def test_a_whole_milestone_runs_and_the_window_shows_it_without_blocking(
                                                          ("final", None)]
     index = monitor.history.history.index(0, 3)
     assert index.data() == rows[0].commit[:7]
-    assert window.milestone_list.summaries() == ["Greeter — completed · 2/2 · $" +
-                                                 f"{record(git_repo, 'm1').cost_usd:.2f}"]
+    # "completed (merge pending)" while the merge into main runs, then merged.
+    qtbot.waitUntil(lambda: window.milestone_list.summaries() == [
+        f"Greeter — completed · 2/2 · ${record(git_repo, 'm1').cost_usd:.2f}"], timeout=5000)
     # Double-clicking a commit shows `git show` in a dialog.
     shown: list[str] = []
     window.monitor.commit_requested.connect(shown.append)
