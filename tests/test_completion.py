@@ -105,6 +105,9 @@ def test_a_kill_during_the_merge_into_main_is_finished_by_the_next_run(
     assert rec.merge is not None and rec.merge.state is MergeState.PENDING
     status = anima("status", str(git_repo))
     assert "merge pending" in status.stdout, status.stdout
+    # The killed runner's merge goes on without it (through the shim, which the next start
+    # cannot tell from git): let it end first.
+    wait_until(lambda: our_processes() == [], what="the orphaned merge to end", timeout=15)
 
     second = run_to_end(git_repo, fake_claude)
     assert second.proc.returncode == 0, second.stdout[-2000:] + second.stderr
