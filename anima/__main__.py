@@ -1,3 +1,3 @@
-from anima.cli import main
+from anima.launch import main
 
 raise SystemExit(main())

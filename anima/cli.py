@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
-import shutil
 import signal
 import sys
 import threading
@@ -40,6 +38,7 @@ from anima.events import (
 )
 from anima.logsetup import configure_logging, log_event
 from anima.paths import ProjectPaths
+from anima.project import init_project
 from anima.redact import redact
 from anima.store import MergeState, MilestoneRecord, State, Store
 
@@ -49,30 +48,6 @@ from anima.store import MergeState, MilestoneRecord, State, Store
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PAUSED = 0, 1, 2, 3
-COMMANDS = ("init", "add", "run", "status", "resume", "approve", "abort")
-
-
-def example_dir() -> Path:
-    """The shipped `.anima.example/` (a source checkout and a wheel install both work)."""
-    spec = importlib.util.find_spec("anima_example")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        if Path(location, "config.json").is_file():
-            return Path(location)
-    raise AnimaError("the example .anima/ is missing from this installation; reinstall anima")
-
-
-def init_project(root: Path) -> Path:
-    """Create `.anima/` from the example. Never overwrites anything."""
-    root = Path(root)
-    if not root.is_dir():
-        raise ProjectError(f"{root} is not a folder")
-    paths = ProjectPaths(root)
-    if paths.anima.exists():
-        raise ProjectError(f"{paths.anima} already exists; nothing was changed")
-    source = example_dir()
-    shutil.copytree(source, paths.anima, ignore=shutil.ignore_patterns(
-        "__pycache__", "*.pyc", "README.md", "__init__.py"))
-    return paths.anima
 
 
 def _project(path: str) -> ProjectPaths:
@@ -345,10 +320,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
-        from ui.app import main as app_main  # noqa: TID251 - the app entry point lives in ui/
-
-        return app_main(argv)
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as e:

@@ -154,7 +154,7 @@ def test_usage_errors_exit_2() -> None:
 
 
 def test_the_example_gitignore_hides_every_runtime_file() -> None:
-    from anima.cli import example_dir
+    from anima.project import example_dir
     from anima.engine import RUNTIME_IGNORES
 
     lines = (example_dir() / ".gitignore").read_text().splitlines()

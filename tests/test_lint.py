@@ -1,4 +1,5 @@
-"""`ruff check` is part of the suite: a lint error fails the build like a failing test."""
+"""`ruff check`, `mypy` and `lint-imports` are part of the suite: a lint error fails the build
+like a failing test."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def test_ruff_is_clean() -> None:
 
 
 # The one place the engine hands over to the UI: `anima [PROJECT]` opens the window.
-APP_LAUNCH = ("anima/cli.py", "from ui.app import main as app_main")
+APP_LAUNCH = ("anima/launch.py", "from ui.app import main as app_main")
 
 
 def test_the_engine_never_imports_qt_widgets_or_the_ui() -> None:
@@ -35,4 +36,13 @@ def test_the_engine_never_imports_qt_widgets_or_the_ui() -> None:
 def test_the_engine_type_checks() -> None:
     result = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary"],
                             capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_layers_hold() -> None:
+    """The import-linter contract in pyproject.toml: front ends on top as peers (the CLI and
+    the UI never import each other), the engine below; no cycle through them."""
+    lint_imports = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run([str(lint_imports) if lint_imports.exists() else "lint-imports",
+                             "--no-cache"], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -234,7 +234,7 @@ def test_missing_claude_is_shown_in_the_window(qtbot, git_repo: Path, tmp_path: 
 def test_not_a_git_repo_is_reported(qtbot, tmp_path: Path, app_window) -> None:
     folder = tmp_path / "plain"
     folder.mkdir()
-    from anima.cli import init_project
+    from anima.project import init_project
 
     init_project(folder)
     app_window.window.open_project(folder)

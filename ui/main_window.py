@@ -579,7 +579,7 @@ class MainWindow(QMainWindow):
             return
         init = self._init_project
         if init is None:
-            from anima.cli import init_project as init
+            from anima.project import init_project as init
         try:
             init(self.project)
         except Exception as e:  # shown, never swallowed: the folder may be read-only
