@@ -33,7 +33,19 @@ from anima.completion import finish_completed, merge_pending
 from anima.config import Config, describe_validation_error, load_config
 from anima.context import ApiTokenCounter
 from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError
-from anima.events import AgentEvent, EngineError, EventBus, LogLine, MilestonesScanned
+from anima.events import (
+    AgentEvent,
+    EngineError,
+    EngineReady,
+    Event,
+    EventBus,
+    LogLine,
+    MilestoneChanged,
+    MilestoneRemoved,
+    MilestonesScanned,
+    ProblemReported,
+    ProblemResolved,
+)
 from anima.git_ops import GitRepo
 from anima.guard import put_back_interrupted
 from anima.journal import Journal, read_transcript_tail
@@ -126,6 +138,11 @@ class Engine:
         self._watching = False
         self._settled: set[str] = set()
         self._reported_problems: set[str] = set()
+        # What the subscribers were last told (records by id, problems): a scan publishes only
+        # the difference, so an idle project publishes nothing.
+        self._shown: dict[str, MilestoneRecord] | None = None
+        self._shown_problems: set[str] = set()
+        self.bus.subscribe(self._note_published)
         self._broken: set[str] = set()
         self.journal = Journal(self.paths, self.bus)
         self.summarizer: Summarizer | None = None
@@ -152,9 +169,11 @@ class Engine:
             self._log(None, f"put back the human's {line}, changed by a Developer turn that "
                             "a kill cut short")
         self.config = open_config(self.paths, self._overrides)
+        self.bus.publish(EngineReady(self.config.model_copy(deep=True)))
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
         ensure_gitignore(self.paths)
         # The window lists the milestones even when git (next) says the project can't run.
+        self._shown = None
         self._publish_scan(self._read_milestones(register=True))
         self._repo = GitRepo.open(self.root)
         if not self._recovered:
@@ -306,8 +325,30 @@ class Engine:
         return scan
 
     def _publish_scan(self, scan: Scan) -> None:
-        self.bus.publish(MilestonesScanned(tuple(r.model_copy(deep=True) for r in scan.records),
-                                           tuple(str(p) for p in scan.problems)))
+        """The whole list once per start, then only what changed since it was published."""
+        problems = {str(p) for p in scan.problems}
+        if self._shown is None:
+            self._shown = {r.id: r.model_copy(deep=True) for r in scan.records}
+            self._shown_problems = problems
+            self.bus.publish(MilestonesScanned(tuple(self._shown.values()),
+                                               tuple(str(p) for p in scan.problems)))
+            return
+        for record in scan.records:
+            if self._shown.get(record.id) != record:
+                self.bus.publish(MilestoneChanged(record.model_copy(deep=True)))
+        for milestone_id in self._shown.keys() - {r.id for r in scan.records}:
+            del self._shown[milestone_id]
+            self.bus.publish(MilestoneRemoved(milestone_id))
+        for text in sorted(problems - self._shown_problems):
+            self.bus.publish(ProblemReported(text))
+        for text in sorted(self._shown_problems - problems):
+            self.bus.publish(ProblemResolved(text))
+        self._shown_problems = problems
+
+    def _note_published(self, event: Event) -> None:
+        """Bus subscriber: a record the run or an action published is already shown."""
+        if isinstance(event, MilestoneChanged) and self._shown is not None:
+            self._shown[event.record.id] = event.record
 
     def _read_milestones(self, *, register: bool) -> Scan:
         """Every usable record; with `register`, new `.md` files become pending once the

@@ -175,10 +175,41 @@ class MilestoneChanged(Event):
 
 @dataclass(frozen=True)
 class MilestonesScanned(Event):
-    """The milestone folder was (re)read: every usable record, and what was wrong."""
+    """The project was opened: every usable record, and what was wrong. Published once per
+    start; after it, only what changes is published (`MilestoneChanged`, `MilestoneRemoved`,
+    `ProblemReported`, `ProblemResolved`), so a view redraws only that."""
 
     records: tuple[Any, ...]
     problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MilestoneRemoved(Event):
+    """A milestone's files are gone from `.anima/milestones/`."""
+
+    milestone_id: str
+
+
+@dataclass(frozen=True)
+class ProblemReported(Event):
+    """A milestone file can't be used (malformed, unreadable…); published once, not per scan."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ProblemResolved(Event):
+    """A problem reported earlier is gone: the file was fixed or removed."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class EngineReady(Event):
+    """The project's config is loaded: the limits the engine really runs with
+    (`anima.config.Config`), before the first record is published."""
+
+    config: Any
 
 
 @dataclass(frozen=True)

@@ -269,6 +269,13 @@ class TranscriptView(QPlainTextEdit):
         if self._following and not self._swapping:
             self.verticalScrollBar().setValue(maximum)
 
+    def reset_following(self) -> None:
+        """Follow new output again, as a fresh view does."""
+        if not self._following:
+            self._following = True
+            self.following_changed.emit(True)
+        self.scroll_to_end()
+
     def scroll_to_end(self) -> None:
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
@@ -534,6 +541,18 @@ class AgentPane(QFrame):
         self._pending.clear()
         self.view.clear_all()
         self._tool_names.clear()
+
+    def reset(self) -> None:
+        """Back to how a new pane looks (another project): empty, idle, following the end."""
+        self.clear()
+        self._turn_started = None
+        self._clock.stop()
+        self._session_id = ""
+        self._last_kind = ""
+        self._set_state("idle")
+        self.set_active(False)
+        self.search.hide()
+        self.view.reset_following()
 
     def flush(self) -> None:
         """Render everything pending now (tests, screenshots)."""

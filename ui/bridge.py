@@ -82,8 +82,15 @@ class EngineBridge(QObject):
     phase_changed = Signal(object)
     #: `MilestoneChanged` (its `record` is the engine's private copy). GUI thread.
     milestone_changed = Signal(object)
-    #: `MilestonesScanned`. GUI thread.
+    #: `MilestonesScanned` (once per start: the whole list). GUI thread.
     milestones_scanned = Signal(object)
+    #: `MilestoneRemoved`. GUI thread.
+    milestone_removed = Signal(object)
+    #: `ProblemReported` / `ProblemResolved`. GUI thread.
+    problem_reported = Signal(object)
+    problem_resolved = Signal(object)
+    #: `EngineReady` (the config the engine runs with). GUI thread.
+    engine_ready = Signal(object)
     #: `VerdictReached`. GUI thread.
     verdict_reached = Signal(object)
     #: `LogLine`. GUI thread.
@@ -117,6 +124,10 @@ class EngineBridge(QObject):
             ev.PhaseChanged: self.phase_changed,
             ev.MilestoneChanged: self.milestone_changed,
             ev.MilestonesScanned: self.milestones_scanned,
+            ev.MilestoneRemoved: self.milestone_removed,
+            ev.ProblemReported: self.problem_reported,
+            ev.ProblemResolved: self.problem_resolved,
+            ev.EngineReady: self.engine_ready,
             ev.VerdictReached: self.verdict_reached,
             ev.LogLine: self.log_line_received,
             ev.EngineError: self.error_raised,

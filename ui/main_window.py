@@ -106,6 +106,13 @@ class MilestoneListModel(QAbstractListModel):
         self.records = list(records)
         self.endResetModel()
 
+    def remove_record(self, milestone_id: str) -> None:
+        row = self.row_of(milestone_id)
+        if row >= 0:
+            self.beginRemoveRows(QModelIndex(), row, row)
+            del self.records[row]
+            self.endRemoveRows()
+
     def update_record(self, record: Any) -> None:
         for row, old in enumerate(self.records):
             if old.id == record.id:
@@ -546,10 +553,8 @@ class MainWindow(QMainWindow):
         self.errors.clear()
         self._records.clear()
         self.milestone_list.milestones.set_records([])
-        self.monitor.show_record(None)
+        self.monitor.reset()
         self.review.show_record(None)
-        for pane in self.monitor.panes.values():
-            pane.clear()
         self.monitor.set_project_root(path)
         if not path.is_dir():
             self.errors.add(f"{path} does not exist or is not a folder")
@@ -601,14 +606,15 @@ class MainWindow(QMainWindow):
         bridge.phase_changed.connect(self._on_phase_changed)
         bridge.milestone_changed.connect(self._on_milestone_changed)
         bridge.milestones_scanned.connect(self._on_milestones_scanned)
+        bridge.milestone_removed.connect(self._on_milestone_removed)
+        bridge.problem_reported.connect(lambda event: self.errors.add(event.text))
+        bridge.problem_resolved.connect(lambda event: self.errors.dismiss(event.text))
+        bridge.engine_ready.connect(self._on_engine_ready)
         bridge.verdict_reached.connect(self.monitor.on_verdict)
         bridge.check_event.connect(self.monitor.on_check)
         bridge.log_line_received.connect(self._on_log_line)
         bridge.error_raised.connect(self._on_error)
         bridge.notice_posted.connect(self._on_notice)
-        config = getattr(engine, "config", None)
-        if config is not None:
-            self.monitor.set_limits(config.max_consecutive_rejections)
         # Replay what the agents said before a restart, then start: in this order, the
         # replayed transcript always comes before the live output.
         bridge.call("Reading the last transcript", lambda: _previous_transcript(engine, path),
@@ -689,6 +695,18 @@ class MainWindow(QMainWindow):
                 self.milestone_list.select(preferred.id)
         elif selected in self._records:
             self._show_selected(self._records[selected])
+
+    @Slot(object)
+    def _on_engine_ready(self, event: ev.EngineReady) -> None:
+        self.monitor.set_limits(event.config.max_consecutive_rejections)
+
+    @Slot(object)
+    def _on_milestone_removed(self, event: ev.MilestoneRemoved) -> None:
+        self._records.pop(event.milestone_id, None)
+        was_shown = self.monitor.milestone_id == event.milestone_id
+        self.milestone_list.milestones.remove_record(event.milestone_id)
+        if was_shown:
+            self._show_selected(self._records.get(self.milestone_list.selected_id or ""))
 
     @Slot(object)
     def _on_milestone_changed(self, event: ev.MilestoneChanged) -> None:

@@ -202,6 +202,10 @@ class MilestoneHeader(QFrame):
         self.cost.set(f"${record.cost_usd:.2f}")
         self.tick()
 
+    def set_max_rejections(self, limit: int) -> None:
+        self.max_rejections = limit
+        self.show_record(self._record)
+
     def tick(self) -> None:
         """Refresh the elapsed time (called every second by the monitor)."""
         record = self._record
@@ -548,7 +552,16 @@ class IterationMonitor(QWidget):
         return box
 
     def set_limits(self, max_consecutive_rejections: int) -> None:
-        self.header.max_rejections = max_consecutive_rejections
+        """The limits the engine runs with (its `EngineReady`), shown from then on."""
+        self.header.set_max_rejections(max_consecutive_rejections)
+
+    def reset(self) -> None:
+        """Another project: nothing of the previous one stays (phase, panes, highlight)."""
+        self.live_milestone = None
+        self.show_record(None)
+        self.phase_bar.show_phase("idle")
+        for pane in self.panes.values():
+            pane.reset()
 
     def set_project_root(self, root: Any) -> None:
         for pane in self.panes.values():
@@ -561,9 +574,11 @@ class IterationMonitor(QWidget):
         self.header.show_record(record)
         self.checklist.show_features([] if record is None else record.features)
         self.history.show_iterations([] if record is None else record.iterations)
-        if record is not None and self.live_milestone is None:
-            # Before the scheduler says anything (just opened), the record tells the phase.
-            status = enum_text(record.status)
+        status = "" if record is None else enum_text(record.status)
+        if record is not None and (self.live_milestone is None or (
+                record.id == self.live_milestone and status != "in_progress")):
+            # Before the scheduler says anything (just opened), the record tells the phase;
+            # so it does once the live milestone left the loop (approved, aborted).
             phase = record.phase if status == "in_progress" else status
             self.phase_bar.show_phase(phase, record.pause_reason or "")
 

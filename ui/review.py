@@ -106,7 +106,10 @@ class ReviewPanel(QFrame):
             self.milestone_id, self.mode = None, "hidden"
             self.hide()
             return
-        if record.id != self.milestone_id or status != self.mode:
+        # The same decision, updated (a rescan, a new cost figure): a request in flight, an
+        # armed Abort and the note stay as they are.
+        new_decision = record.id != self.milestone_id or status != self.mode
+        if new_decision:
             self.note.clear()  # a new decision: don't carry an old note over
         self.milestone_id, self.mode = record.id, status
         set_style_state(self, "mode", status)
@@ -136,12 +139,15 @@ class ReviewPanel(QFrame):
             self._show_buttons(self.resume_button, self.abort_button)
         else:
             self._show_buttons(self.approve_button, self.changes_button)
-        self._disarm_abort()
         self._on_note_changed()
-        self.setEnabled(True)
+        if new_decision:
+            self._disarm_abort()
+            self.setEnabled(True)
         self.show()
 
     def _show_pending(self, record: Any) -> None:
+        if (record.id, "pending") != (self.milestone_id, self.mode):
+            self.setEnabled(True)  # a Start in flight stays disabled
         self.milestone_id, self.mode = record.id, "pending"
         set_style_state(self, "mode", "pending")
         self.heading.setText(f"{record.title} has not started yet")
@@ -152,7 +158,6 @@ class ReviewPanel(QFrame):
         self.rejections.hide()
         self.note.hide()
         self._show_buttons(self.start_button)
-        self.setEnabled(True)
         self.show()
 
     def _show_buttons(self, *visible: QPushButton) -> None:
