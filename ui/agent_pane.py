@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
@@ -363,9 +364,9 @@ class SearchBar(QFrame):
         self.edit.setClearButtonEnabled(True)
         self.status = QLabel(self)
         self.status.setObjectName("searchStatus")
-        previous = QToolButton(self, text="↑", toolTip="Previous match (Shift+Enter)")
-        following = QToolButton(self, text="↓", toolTip="Next match (Enter)")
-        close = QToolButton(self, text="✕", toolTip="Close (Esc)")
+        previous = tool_button(self, "↑", "Previous match (Shift+Enter)")
+        following = tool_button(self, "↓", "Next match (Enter)")
+        close = tool_button(self, "✕", "Close (Esc)")
         layout = QHBoxLayout(self)
         layout.setContentsMargins(6, 3, 6, 3)
         layout.addWidget(self.edit, 1)
@@ -373,8 +374,8 @@ class SearchBar(QFrame):
         layout.addWidget(previous)
         layout.addWidget(following)
         layout.addWidget(close)
-        previous.clicked.connect(lambda: self.find(backward=True))
-        following.clicked.connect(lambda: self.find())
+        previous.clicked.connect(lambda: self.find_match(backward=True))
+        following.clicked.connect(lambda: self.find_match())
         close.clicked.connect(self.close_bar)
         self.edit.returnPressed.connect(self._on_return_pressed)
         self.edit.textChanged.connect(self._on_text_changed)
@@ -399,7 +400,7 @@ class SearchBar(QFrame):
         from PySide6.QtWidgets import QApplication
 
         backward = bool(QApplication.keyboardModifiers() & Qt.KeyboardModifier.ShiftModifier)
-        self.find(backward=backward)
+        self.find_match(backward=backward)
 
     @Slot(str)
     def _on_text_changed(self, text: str) -> None:
@@ -408,11 +409,11 @@ class SearchBar(QFrame):
         cursor.setPosition(cursor.selectionStart())
         self._view.setTextCursor(cursor)
         if text:
-            self.find()
+            self.find_match()
         else:
             self.status.setText("")
 
-    def find(self, *, backward: bool = False) -> bool:
+    def find_match(self, *, backward: bool = False) -> bool:
         """Select the next (or previous) match, wrapping around; say when there is none."""
         text = self.edit.text()
         if not text:
@@ -465,7 +466,7 @@ class AgentPane(QFrame):
         self.state_label.setObjectName("paneState")
         self.context_label = QLabel("", self)
         self.context_label.setObjectName("paneContext")
-        self.follow_button = QToolButton(self, text="↓ Follow")
+        self.follow_button = tool_button(self, "↓ Follow")
         self.follow_button.setObjectName("followButton")
         self.follow_button.setToolTip("Output keeps coming; click to jump to the latest")
         self.follow_button.hide()
@@ -525,7 +526,7 @@ class AgentPane(QFrame):
         if lines:
             self._queue(lines)
 
-    def feed_many(self, events: list[ev.Event]) -> None:
+    def feed_many(self, events: Sequence[ev.Event]) -> None:
         """Queue many events (a transcript replay) without a frame per event."""
         for event in events:
             lines = self._lines_for(event)
@@ -758,6 +759,14 @@ class AgentPane(QFrame):
     @Slot(bool)
     def _on_following_changed(self, following: bool) -> None:
         self.follow_button.setVisible(not following)
+
+
+def tool_button(parent: QWidget, text: str, tooltip: str = "") -> QToolButton:
+    """A small text button (PySide's keyword properties are not in its type stubs)."""
+    button = QToolButton(parent)
+    button.setText(text)
+    button.setToolTip(tooltip)
+    return button
 
 
 def format_tokens(n: int) -> str:

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
-from PySide6.QtCore import QMetaMethod, QObject, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QMetaMethod, QObject, Qt, QTimer, Signal, SignalInstance, Slot
 
 from anima import events as ev
 
@@ -120,7 +120,7 @@ class EngineBridge(QObject):
         self._busy = 0
         self._woken.connect(self._on_woken, Qt.ConnectionType.QueuedConnection)
         self._unsubscribe: Callable[[], None] | None = bus.subscribe(self._on_published)
-        self._typed: dict[type, Signal] = {
+        self._typed: dict[type, SignalInstance] = {
             ev.PhaseChanged: self.phase_changed,
             ev.MilestoneChanged: self.milestone_changed,
             ev.MilestonesScanned: self.milestones_scanned,

@@ -53,13 +53,14 @@ from PySide6.QtWidgets import (
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QSystemTrayIcon,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from anima import events as ev
 from anima.paths import resource
+from anima.project import init_project
+from ui.agent_pane import tool_button
 from ui.bridge import EngineBridge, EngineLike
 from ui.monitor import STATUS_COLORS, IterationMonitor, enum_text
 from ui.review import ReviewPanel, RunControls
@@ -276,7 +277,7 @@ class ErrorBanner(QFrame):
         label.setObjectName("errorText")
         label.setWordWrap(True)
         label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        close = QToolButton(row, text="✕", toolTip="Dismiss")
+        close = tool_button(row, "✕", "Dismiss")
         close.setObjectName("dismissButton")
         layout = QHBoxLayout(row)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -423,6 +424,7 @@ class MainWindow(QMainWindow):
         central_layout.addWidget(self.errors)
         central_layout.addWidget(self.splitter, 1)
         self.setCentralWidget(central)
+        self.central = central
 
         self.run_controls = RunControls(self)
         self._build_menus()
@@ -477,15 +479,20 @@ class MainWindow(QMainWindow):
             return None
         tray = QSystemTrayIcon(app_icon(), self)
         tray.setToolTip("Anima")
-        tray.activated.connect(lambda _reason: (self.showNormal(), self.activateWindow()))
+        tray.activated.connect(self._bring_to_front)
         tray.show()
         return tray
+
+    @Slot()
+    def _bring_to_front(self) -> None:
+        self.showNormal()
+        self.activateWindow()
 
     def recent_projects(self) -> list[str]:
         value = self.settings.value("projects/recent", [])
         if isinstance(value, str):  # QSettings returns a lone entry as a string
             value = [value]
-        return [str(v) for v in (value or [])]
+        return [str(v) for v in value] if isinstance(value, list) else []
 
     def _remember_project(self, path: Path) -> None:
         recent = [str(path), *(p for p in self.recent_projects() if p != str(path))]
@@ -582,9 +589,7 @@ class MainWindow(QMainWindow):
     def _on_init_clicked(self) -> None:
         if self.project is None:
             return
-        init = self._init_project
-        if init is None:
-            from anima.project import init_project as init
+        init = self._init_project or init_project
         try:
             init(self.project)
         except Exception as e:  # shown, never swallowed: the folder may be read-only
@@ -648,7 +653,7 @@ class MainWindow(QMainWindow):
         self.engine.start(watch=True)
         self.statusBar().showMessage(f"Watching {self.project}", 4000)
 
-    def _stop_engine(self, then: Callable[[], None] | None = None) -> None:
+    def _stop_engine(self, then: Callable[[], object] | None = None) -> None:
         """Shut the engine down off the GUI thread (agents stop within seconds), then `then`."""
         engine, bridge = self.engine, self.bridge
         if engine is None or bridge is None:
@@ -659,22 +664,26 @@ class MainWindow(QMainWindow):
             return
         self._stopping = True
         self.statusBar().showMessage("Stopping the agents…")
-        self.centralWidget().setEnabled(False)
+        self.central.setEnabled(False)
 
         def finished(_result: object = None) -> None:
             bridge.close()
             bridge.deleteLater()
             self.engine = self.bridge = None
             self._stopping = False
-            self.centralWidget().setEnabled(True)
+            self.central.setEnabled(True)
             self.run_controls.show_phase("idle")
             self.statusBar().showMessage("Stopped", 3000)
             self.engine_stopped.emit()
             if then is not None:
                 then()
 
+        def failed(error: BaseException) -> None:
+            self.errors.add(f"Shutdown: {error}")
+            finished()
+
         bridge.call("Stopping the engine", lambda: engine.shutdown(10.0), on_done=finished,
-                    on_error=lambda e: (self.errors.add(f"Shutdown: {e}"), finished()))
+                    on_error=failed)
 
     # --- engine events (GUI thread, via the bridge) -----------------------------------------
     @Slot(object)
