@@ -13,9 +13,10 @@ from anima.config import Config
 from anima.errors import ActionError
 from anima.events import EventBus, LogLine, MilestoneChanged
 from anima.git_ops import GitRepo
+from anima.phases import Phase, check_transition
 from anima.recovery import reconcile_state, return_to_main
 from anima.redact import redact
-from anima.scheduler import RESTING_PHASE, Phase, check_transition
+from anima.scheduler import RESTING_PHASE
 from anima.store import HumanNote, MilestoneRecord, MilestoneStatus, Store, now
 
 
@@ -88,7 +89,7 @@ def approve(store: Store, repo: GitRepo, config: Config, milestone_id: str,
     record = store.load_record(milestone_id)
     _require(record, Phase.COMPLETED, MilestoneStatus.AWAITING_REVIEW)
     begin_completion(record, config)  # completed and the merge pending, in one write
-    record.phase = Phase.COMPLETED.value
+    record.phase = Phase.COMPLETED
     store.save_record(record)
     finish_completed(record, store, repo, config, bus or EventBus())
     return record
@@ -106,7 +107,7 @@ def abort(store: Store, repo: GitRepo, config: Config, milestone_id: str,
         main = record.main_branch or repo.main_branch(config.main_branch)
         return_to_main(record, repo, main, lines.append)
     record.status = MilestoneStatus.CANCELLED
-    record.phase = Phase.CANCELLED.value
+    record.phase = Phase.CANCELLED
     record.interrupted = False
     store.save_record(record)
     reconcile_state(store, store.load_records())

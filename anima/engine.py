@@ -53,9 +53,10 @@ from anima.lock import ProjectLock
 from anima.logsetup import configure_logging, log_event
 from anima.milestone_md import load_milestone, validate_milestone_id
 from anima.paths import ProjectPaths
+from anima.phases import Phase
 from anima.prompts import PromptBuilder
 from anima.recovery import AgentRegistry, TrackedAgent, reconcile_state, recover_project
-from anima.scheduler import Agent, MilestoneRun, Phase, RunControl
+from anima.scheduler import Agent, MilestoneRun, RunControl
 from anima.store import MilestoneRecord, MilestoneStatus, Scan, Store
 from anima.summarizer import Summarizer
 from anima.watcher import MilestoneWatcher

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from anima.phases import Phase
+
 log = logging.getLogger(__name__)
 
 
@@ -160,8 +162,8 @@ class PhaseChanged(Event):
     current agent turn times out, when one is running."""
 
     milestone_id: str
-    phase: str
-    previous: str
+    phase: Phase
+    previous: Phase
     reason: str = ""
     deadline: float | None = None
 

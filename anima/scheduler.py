@@ -18,7 +18,6 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import Protocol
 
 from anima import procfs
@@ -43,6 +42,7 @@ from anima.events import (
 )
 from anima.git_ops import GitRepo, TreeSnapshot
 from anima.guard import TurnFindings, TurnGuard, put_back
+from anima.phases import RUNNING, TRANSITIONS, Phase, check_transition
 from anima.prompts import DeveloperContext, PromptBuilder, check_outcome, check_passed, render
 from anima.recovery import expected_state, recover_milestone, return_to_main
 from anima.redact import redact
@@ -76,42 +76,6 @@ log = logging.getLogger(__name__)
 
 
 
-class Phase(StrEnum):
-    IDLE = "idle"
-    STARTING = "starting"
-    RECOVERING = "recovering"
-    DEVELOPER = "developer"
-    ACCEPTOR = "acceptor"
-    FINAL_ACCEPTANCE = "final_acceptance"
-    PAUSED = "paused"
-    AWAITING_REVIEW = "awaiting_review"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-_ACTIVE = frozenset({Phase.STARTING, Phase.RECOVERING, Phase.DEVELOPER, Phase.ACCEPTOR,
-                     Phase.FINAL_ACCEPTANCE})
-_STOPS = frozenset({Phase.PAUSED, Phase.FAILED})
-
-#: Which phase may follow which. Anything else is a bug and raises IllegalTransition.
-TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    Phase.IDLE: frozenset({Phase.STARTING, Phase.RECOVERING, Phase.FAILED,
-                           Phase.CANCELLED}),  # IDLE is also a pending milestone's phase
-    Phase.STARTING: frozenset({Phase.DEVELOPER}) | _STOPS,
-    Phase.RECOVERING: frozenset({Phase.DEVELOPER}) | _STOPS,
-    Phase.DEVELOPER: frozenset({Phase.DEVELOPER, Phase.ACCEPTOR, Phase.FINAL_ACCEPTANCE})
-    | _STOPS,
-    Phase.ACCEPTOR: frozenset({Phase.DEVELOPER}) | _STOPS,
-    Phase.FINAL_ACCEPTANCE: frozenset({Phase.DEVELOPER, Phase.COMPLETED,
-                                       Phase.AWAITING_REVIEW}) | _STOPS,
-    Phase.PAUSED: frozenset({Phase.RECOVERING, Phase.CANCELLED}),
-    Phase.AWAITING_REVIEW: frozenset({Phase.COMPLETED, Phase.RECOVERING, Phase.CANCELLED}),
-    Phase.COMPLETED: frozenset(),
-    Phase.FAILED: frozenset({Phase.RECOVERING, Phase.CANCELLED}),
-    Phase.CANCELLED: frozenset(),
-}
-
 #: The milestone status that goes with a phase (None: the status does not change).
 _STATUS_OF: dict[Phase, MilestoneStatus] = {
     Phase.STARTING: MilestoneStatus.IN_PROGRESS,
@@ -122,15 +86,6 @@ _STATUS_OF: dict[Phase, MilestoneStatus] = {
     Phase.FAILED: MilestoneStatus.FAILED,
     Phase.CANCELLED: MilestoneStatus.CANCELLED,
 }
-
-
-class IllegalTransition(AnimaError):
-    pass
-
-
-def check_transition(current: Phase, target: Phase) -> None:
-    if target not in TRANSITIONS[current]:
-        raise IllegalTransition(f"illegal scheduler transition {current} → {target}")
 
 
 #: The phase a milestone rests in while no loop drives it, by status (a human acts on these).
@@ -286,12 +241,12 @@ class MilestoneRun:
         """Persist the new phase (and the status that goes with it), then announce it."""
         check_transition(self.phase, target)
         previous, self.phase = self.phase, target
-        self.record.phase = target.value
+        self.record.phase = target
         if (status := _STATUS_OF.get(target)) is not None:
             self.record.status = status
         self._save()
         self._log(f"phase {previous} → {target}" + (f": {reason}" if reason else ""))
-        self.bus.publish(PhaseChanged(self.record.id, target.value, previous.value, reason,
+        self.bus.publish(PhaseChanged(self.record.id, target, previous, reason,
                                       deadline))
 
     def _begin(self) -> None:
@@ -327,9 +282,9 @@ class MilestoneRun:
         """Continue an in_progress milestone: right branch, clean tree, recovery context for
         the first Developer prompt (anima.recovery does the work)."""
         rec = self.record
-        on_disk = Phase(rec.phase) if rec.phase in Phase.__members__.values() else Phase.IDLE
+        on_disk = rec.phase
         # A phase that was active when Anima stopped is over; a human's phase is the origin.
-        self.phase = Phase.IDLE if on_disk in _ACTIVE else on_disk
+        self.phase = Phase.IDLE if on_disk in RUNNING else on_disk
         why = "interrupted while running; continuing where it stopped" if rec.interrupted \
             else f"resumed after {on_disk}"
         self.enter(Phase.RECOVERING, why)

@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from anima.atomic import write_model_atomic
 from anima.config import describe_validation_error
@@ -28,6 +28,7 @@ from anima.milestone_md import (
     validate_milestone_id,
 )
 from anima.paths import ProjectPaths
+from anima.phases import Phase
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +225,7 @@ class MilestoneRecord(_Model):
     acceptance_criteria: list[str] = Field(default_factory=list)
     sessions: Sessions = Field(default_factory=Sessions)
     claude_version: str | None = None  # `claude --version` of the run that drove it last
-    phase: str = "idle"
+    phase: Phase = Phase.IDLE
     pause_reason: str | None = None
     human_notes: list[HumanNote] = Field(default_factory=list)
     interrupted: bool = False
@@ -232,6 +233,12 @@ class MilestoneRecord(_Model):
     error: str | None = None  # why the milestone is `failed` (an unexpected error)
     notes: list[str] = Field(default_factory=list)
     rollovers: list[Rollover] = Field(default_factory=list)
+
+    @field_validator("phase", mode="before")
+    @classmethod
+    def _known_phase(cls, value: object) -> object:
+        """A phase this version does not know (a newer Anima's) reads as idle: resumable."""
+        return value if value in set(Phase) else Phase.IDLE
 
     def feature(self, feature_id: str | None) -> Feature | None:
         return next((f for f in self.features if f.id == feature_id), None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from anima.scheduler import TRANSITIONS, IllegalTransition, Phase, check_transition
+from anima.phases import TRANSITIONS, IllegalTransition, Phase, check_transition
 
 LEGAL = [
     (Phase.IDLE, Phase.STARTING), (Phase.IDLE, Phase.RECOVERING),

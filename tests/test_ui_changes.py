@@ -210,7 +210,7 @@ def test_switching_projects_leaves_nothing_of_the_old_one(qtbot, git_repo: Path,
         w.window.open_project(other)
         w.wait_status("b1", "pending")
         qtbot.wait(300)
-        assert monitor.phase_bar.text == "Pending"
+        assert monitor.phase_bar.text == "Idle"
         for pane in monitor.panes.values():
             assert pane.state_label.text() == "idle"
             assert not pane.active

@@ -115,7 +115,9 @@ def test_review_panel_for_a_paused_milestone(qtbot) -> None:
     with qtbot.waitSignal(panel.resume_requested) as blocker:
         panel.resume_button.click()
     assert blocker.args == ["m1", "look at F2"]
-    panel.show_record(make_record("paused", 3))
+    panel.show_record(make_record("paused", 3))  # the same decision, rescanned
+    assert not panel.isEnabled()  # the request is still in flight
+    panel.setEnabled(True)  # it was refused: the window hands the decision back
     aborted: list[str] = []
     panel.abort_requested.connect(aborted.append)
     panel.abort_button.click()

@@ -59,6 +59,7 @@ from PySide6.QtWidgets import (
 
 from anima import events as ev
 from anima.paths import resource
+from anima.phases import Phase
 from anima.project import init_project
 from ui.agent_pane import tool_button
 from ui.bridge import EngineBridge, EngineLike
@@ -672,7 +673,7 @@ class MainWindow(QMainWindow):
             self.engine = self.bridge = None
             self._stopping = False
             self.central.setEnabled(True)
-            self.run_controls.show_phase("idle")
+            self.run_controls.show_phase(Phase.IDLE)
             self.statusBar().showMessage("Stopped", 3000)
             self.engine_stopped.emit()
             if then is not None:

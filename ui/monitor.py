@@ -43,30 +43,15 @@ from PySide6.QtWidgets import (
 
 from anima import events as ev
 from anima.agents.profiles import ROLES
+from anima.phases import PHASE_TEXT, RUNNING, Phase
 from ui.agent_pane import AgentPane, format_tokens
 
-# What the bottom bar says in each scheduler phase (seed: 等待 Developer / 等待 Acceptor / …).
 #: Transcript events turned into lines per event-loop turn while replaying (~5 ms of work).
 REPLAY_SLICE = 200
 
-PHASE_TEXT = {
-    "idle": "Idle",
-    "starting": "Starting the agents…",
-    "recovering": "Recovering after a restart",
-    "developer": "Waiting for Developer",
-    "acceptor": "Waiting for Acceptor",
-    "final_acceptance": "Final acceptance",
-    "paused": "Paused",
-    "awaiting_review": "Awaiting your review",
-    "completed": "Completed",
-    "failed": "Failed",
-    "cancelled": "Cancelled",
-}
 # Which pane is highlighted in which phase.
-ACTIVE_ROLE = {"developer": "developer", "recovering": "developer", "acceptor": "acceptor",
-               "final_acceptance": "acceptor"}
-RUNNING_PHASES = frozenset({"starting", "recovering", "developer", "acceptor",
-                            "final_acceptance"})
+ACTIVE_ROLE = {Phase.DEVELOPER: "developer", Phase.RECOVERING: "developer",
+               Phase.ACCEPTOR: "acceptor", Phase.FINAL_ACCEPTANCE: "acceptor"}
 
 STATUS_COLORS = {
     "pending": "#6e7781",
@@ -84,6 +69,15 @@ FEATURE_COLORS = {"pending": "#6e7781", "in_progress": "#0b5cad", "done": "#1a7f
 def enum_text(x: Any) -> str:
     """The string of a StrEnum or a plain string (records are engine pydantic models)."""
     return str(getattr(x, "value", x))
+
+
+def record_phase(record: Any) -> Phase:
+    """The phase a record is in when the scheduler is not saying: a running milestone's last
+    phase, else its status (a pending one: idle)."""
+    status = enum_text(record.status)
+    if status == "in_progress":
+        return Phase(record.phase)
+    return Phase(status) if status in set(Phase) else Phase.IDLE
 
 
 def format_duration(seconds: float) -> str:
@@ -221,12 +215,12 @@ class PhaseBar(QFrame):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("phaseBar")
-        self.phase = "idle"
+        self.phase = Phase.IDLE
         self.reason = ""
         self.deadline: float | None = None
         self.dot = QLabel("●", self)
         self.dot.setObjectName("phaseDot")
-        self.label = QLabel(PHASE_TEXT["idle"], self)
+        self.label = QLabel(PHASE_TEXT[Phase.IDLE], self)
         self.label.setObjectName("phaseLabel")
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.countdown = QLabel("", self)
@@ -242,10 +236,10 @@ class PhaseBar(QFrame):
     def text(self) -> str:
         return self.label.text()
 
-    def show_phase(self, phase: str, reason: str = "", deadline: float | None = None) -> None:
+    def show_phase(self, phase: Phase, reason: str = "", deadline: float | None = None) -> None:
         self.phase, self.reason, self.deadline = phase, reason, deadline
-        words = PHASE_TEXT.get(phase, phase.replace("_", " ").capitalize())
-        if reason and phase in ("paused", "failed", "recovering", "cancelled"):
+        words = PHASE_TEXT[phase]
+        if reason and phase in (Phase.PAUSED, Phase.FAILED, Phase.RECOVERING, Phase.CANCELLED):
             words = f"{words} — {reason}"
         self.label.setText(words)
         self.label.setToolTip(reason)
@@ -253,7 +247,7 @@ class PhaseBar(QFrame):
         self.tick()
 
     def tick(self) -> None:
-        if self.deadline is None or self.phase not in RUNNING_PHASES:
+        if self.deadline is None or self.phase not in RUNNING:
             self.countdown.setText("")
             return
         left = self.deadline - time.time()
@@ -559,7 +553,7 @@ class IterationMonitor(QWidget):
         """Another project: nothing of the previous one stays (phase, panes, highlight)."""
         self.live_milestone = None
         self.show_record(None)
-        self.phase_bar.show_phase("idle")
+        self.phase_bar.show_phase(Phase.IDLE)
         for pane in self.panes.values():
             pane.reset()
 
@@ -579,8 +573,7 @@ class IterationMonitor(QWidget):
                 record.id == self.live_milestone and status != "in_progress")):
             # Before the scheduler says anything (just opened), the record tells the phase;
             # so it does once the live milestone left the loop (approved, aborted).
-            phase = record.phase if status == "in_progress" else status
-            self.phase_bar.show_phase(phase, record.pause_reason or "")
+            self.phase_bar.show_phase(record_phase(record), record.pause_reason or "")
 
     @Slot(object)
     def on_milestone_changed(self, event: ev.MilestoneChanged) -> None:
@@ -595,9 +588,9 @@ class IterationMonitor(QWidget):
         active = ACTIVE_ROLE.get(event.phase)
         for role, pane in self.panes.items():
             pane.set_active(role == active)
-        if event.phase in ("developer", "acceptor", "final_acceptance", "recovering"):
+        if active is not None:
             title = PHASE_TEXT[event.phase].replace("Waiting for ", "")
-            pane = self.panes[ACTIVE_ROLE[event.phase]]
+            pane = self.panes[active]
             pane.append_separator(f"{title} · {datetime.now().strftime('%H:%M:%S')}")
 
     @Slot(object)

@@ -23,7 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ui.monitor import RUNNING_PHASES, enum_text, set_style_state
+from anima.phases import RUNNING, Phase
+from ui.monitor import enum_text, set_style_state
 
 ABORT_CONFIRM_MS = 4000
 
@@ -241,10 +242,10 @@ class RunControls(QObject):
         self.stop_action.setShortcut(QKeySequence("Ctrl+Shift+S"))
         self.pause_action.triggered.connect(self._on_pause_triggered)
         self.stop_action.triggered.connect(self.stop_requested)
-        self.show_phase("idle")
+        self.show_phase(Phase.IDLE)
 
-    def show_phase(self, phase: str) -> None:
-        running = phase in RUNNING_PHASES
+    def show_phase(self, phase: Phase) -> None:
+        running = phase in RUNNING
         self.pause_action.setEnabled(running)
         self.stop_action.setEnabled(running)
         if not running:
