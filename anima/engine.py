@@ -28,6 +28,7 @@ from anima import actions, procfs
 from anima.agents.discovery import ClaudeBinary, find_claude
 from anima.agents.process import AgentProcess
 from anima.agents.profiles import profile_for
+from anima.agents.protocol import describe_tool
 from anima.atomic import write_text_atomic
 from anima.completion import finish_completed, merge_pending
 from anima.config import Config, describe_validation_error, load_config
@@ -41,6 +42,7 @@ from anima.events import (
     EventBus,
     LogLine,
     MilestoneChanged,
+    MilestonePublisher,
     MilestoneRemoved,
     MilestonesScanned,
     ProblemReported,
@@ -215,8 +217,10 @@ class Engine:
         next run stops it if this one is killed)."""
         run = self._run
         milestone_id = run.record.id if run else None
+        publisher = MilestonePublisher(
+            self.bus, milestone_id, lambda e: describe_tool(e.tool, e.input, self.root))
         agent = AgentProcess(role, self.claude(), profile_for(role, self.config), self.root,
-                             self.bus,
+                             publisher,
                              session_id=session_id, resume=resume,
                              turn_timeout=self.config.agent_timeout_seconds,
                              idle_timeout=self.config.agent_idle_timeout_seconds,
@@ -502,6 +506,16 @@ class Engine:
 
     def show_commit(self, commit: str) -> str:
         return self.repo.show(commit)
+
+    def last_transcript(self) -> tuple[str | None, list[AgentEvent]]:
+        """The current milestone (state.json) and the newest events of its transcript: what a
+        restarted window replays. Read-only."""
+        try:
+            milestone_id = self.store.load_state().current_milestone
+        except AnimaError as e:  # a corrupt state.json is reported when the engine starts
+            log.info("no transcript replay: %s", e)
+            return None, []
+        return (milestone_id, self.transcript(milestone_id)) if milestone_id else (None, [])
 
     def transcript(self, milestone_id: str) -> list[AgentEvent]:
         """The newest events of a milestone's transcripts (the last REPLAY_BYTES of them)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from anima.phases import Phase
@@ -30,6 +30,22 @@ class Publisher(Protocol):
     """Where an event source publishes: the bus, or a filter in front of it."""
 
     def publish(self, event: Event) -> None: ...
+
+
+class MilestonePublisher:
+    """In front of the bus for one milestone's agents: every agent event leaves stamped with
+    the milestone id (and a tool call with its summary, by `describe`)."""
+
+    def __init__(self, bus: Publisher, milestone_id: str | None,
+                 describe: Callable[[ToolUse], str]) -> None:
+        self._bus, self._milestone_id, self._describe = bus, milestone_id, describe
+
+    def publish(self, event: Event) -> None:
+        if isinstance(event, ToolUse) and not event.summary:
+            event = replace(event, summary=self._describe(event))
+        if isinstance(event, AgentEvent) and event.milestone_id != self._milestone_id:
+            event = replace(event, milestone_id=self._milestone_id)
+        self._bus.publish(event)
 
 
 class EventBus:
@@ -63,9 +79,18 @@ class EventBus:
 # --- agent events: published by anima.agents.process.AgentProcess -------------------------
 
 
+#: The two agents' roles (`AgentEvent.role`).
+DEVELOPER = "developer"
+ACCEPTOR = "acceptor"
+ROLES = (DEVELOPER, ACCEPTOR)
+
+
 @dataclass(frozen=True)
 class AgentEvent(Event):
-    role: str  # "developer" | "acceptor"
+    role: str  # DEVELOPER | ACCEPTOR
+    #: The milestone the agent works on (stamped by the engine as the event leaves the agent);
+    #: None only for an agent run outside a milestone (tests, tools).
+    milestone_id: str | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -90,6 +115,9 @@ class ToolUse(AgentEvent):
     tool: str
     tool_use_id: str
     input: dict[str, Any] = field(default_factory=dict)
+    #: What the call does, in words (`Bash: git commit -m …`), paths relative to the project:
+    #: filled in by the engine, so a view needs neither the agent dialect nor the root.
+    summary: str = ""
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,7 @@ class Journal:
                 if self._transcript is not None:
                     record = {"t": round(time.time(), 3), "type": type(event).__name__,
                               **dataclasses.asdict(event)}
+                    del record["milestone_id"]  # the transcript's folder says it
                     line = json.dumps(record, ensure_ascii=False) + "\n"
                     self._transcript.write(line)
                     self._transcript.flush()

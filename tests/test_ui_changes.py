@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QLabel
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from anima.engine import Engine
+from anima.events import AgentEvent, EventBus, ToolUse
 from anima.paths import ProjectPaths
 from anima.store import MilestoneStatus, Store
 from tests.conftest import FakeClaude, run_git
@@ -218,3 +219,22 @@ def test_switching_projects_leaves_nothing_of_the_old_one(qtbot, git_repo: Path,
             assert pane.plain_text() == ""
     finally:
         w.close()
+
+
+def test_agent_events_say_which_milestone_and_what_a_tool_call_does(
+        git_repo: Path, fake: FakeClaude) -> None:
+    """A view needs neither the scheduler's state nor the agent dialect to place and show
+    what an agent said: the engine stamps each agent event on its way out."""
+    make_project(git_repo, {"m1": TWO})
+    bus = EventBus()
+    said: list[AgentEvent] = []
+    bus.subscribe(lambda e: said.append(e) if isinstance(e, AgentEvent) else None)
+    engine = Engine(git_repo, bus=bus, config_overrides={"summarizer": {"enabled": False}})
+    try:
+        engine.run(watch=False, start_all=True)
+    finally:
+        engine.shutdown()
+    assert said and {e.milestone_id for e in said} == {"m1"}
+    tools = [e for e in said if isinstance(e, ToolUse)]
+    assert tools and all(e.summary.startswith(e.tool) for e in tools)
+    assert any(e.summary.startswith("Bash: git ") for e in tools)

@@ -38,7 +38,6 @@ def bridge(qtbot, bus: ev.EventBus):
 @pytest.fixture
 def pane(qtbot, bridge: EngineBridge) -> AgentPane:
     p = AgentPane("developer")
-    p.root = Path("/work/project")
     p.resize(700, 500)
     qtbot.addWidget(p)
     p.show()
@@ -54,7 +53,11 @@ def deliver(qtbot, bus: ev.EventBus, bridge: EngineBridge):
     """Publish like the engine does (from a worker thread), wait until the GUI has it all."""
     def publish(events: list[ev.Event]) -> None:
         marker = ev.LogLine(None, f"{_DELIVERED} {id(events)}")
-        thread = threading.Thread(target=lambda: [bus.publish(e) for e in [*events, marker]])
+        # Stamped as the engine stamps what its agents say (milestone id, tool summaries).
+        stamp = ev.MilestonePublisher(
+            bus, "m1", lambda e: describe_tool(e.tool, e.input, Path("/work/project")))
+        thread = threading.Thread(target=lambda: [stamp.publish(e)
+                                                  for e in [*events, marker]])
         with qtbot.waitSignal(bridge.log_line_received, timeout=5000,
                               check_params_cb=lambda e: e is marker):
             thread.start()

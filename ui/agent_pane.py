@@ -12,7 +12,6 @@ import re
 import time
 from collections import deque
 from collections.abc import Sequence
-from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import (
@@ -38,7 +37,6 @@ from PySide6.QtWidgets import (
 )
 
 from anima import events as ev
-from anima.agents.protocol import describe_tool, shorten
 from anima.reports import match_verdict
 
 FLUSH_INTERVAL_MS = 16
@@ -448,7 +446,6 @@ class AgentPane(QFrame):
         self.role = role
         self.setObjectName("agentPane")
         self.setProperty("active", False)
-        self.root: Path | None = None
         self._pending: deque[Line] = deque()
         self._tool_names: dict[str, str] = {}
         self._turn_started: float | None = None
@@ -581,7 +578,7 @@ class AgentPane(QFrame):
                 self._tool_names.clear()
             self._tool_names[event.tool_use_id] = event.tool
             self._last_kind = "tool"
-            return [(("tool", "▸ " + describe_tool(event.tool, event.input, self.root)),)]
+            return [(("tool", "▸ " + (event.summary or event.tool)),)]
         if isinstance(event, ev.ToolResult):
             self._tool_names.pop(event.tool_use_id, None)
             limit = ERROR_PREVIEW_LINES if event.is_error else RESULT_PREVIEW_LINES
@@ -647,7 +644,7 @@ class AgentPane(QFrame):
         refused = [(("error", f"⛔ refused by the tool rules: {_clip(d)}"),)
                    for d in event.permission_denials]
         if event.is_error:
-            detail = f" — {shorten(event.text, 300)}" if event.text else ""
+            detail = f" — {_clip(event.text, 300)}" if event.text else ""
             return [*refused, (("error", f"✗ turn failed ({event.subtype}){detail}"),),
                     (("meta", summary),)]
         return [*refused, (("meta", f"✓ turn done · {summary}"),)]

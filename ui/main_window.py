@@ -563,7 +563,6 @@ class MainWindow(QMainWindow):
         self.milestone_list.milestones.set_records([])
         self.monitor.reset()
         self.review.show_record(None)
-        self.monitor.set_project_root(path)
         if not path.is_dir():
             self.errors.add(f"{path} does not exist or is not a folder")
             self.project = None
@@ -623,7 +622,7 @@ class MainWindow(QMainWindow):
         bridge.notice_posted.connect(self._on_notice)
         # Replay what the agents said before a restart, then start: in this order, the
         # replayed transcript always comes before the live output.
-        bridge.call("Reading the last transcript", lambda: _previous_transcript(engine, path),
+        bridge.call("Reading the last transcript", engine.last_transcript,
                     on_done=self._on_transcript_read,
                     on_error=lambda e: self._start_running(None, e))
 
@@ -876,19 +875,3 @@ class MainWindow(QMainWindow):
             return
         event.ignore()
         self._stop_engine(then=self.close)
-
-
-def _previous_transcript(engine: EngineLike, root: Path) -> tuple[str | None, list[Any]]:
-    """The current milestone (state.json) and its recorded agent events; worker thread."""
-    from anima.paths import ProjectPaths
-    from anima.store import Store
-
-    try:
-        state = Store(ProjectPaths(root)).load_state()
-    except Exception as e:  # a corrupt state.json is reported by the engine itself
-        log.info("no transcript replay: %s", e)
-        return None, []
-    milestone_id = state.current_milestone
-    if not milestone_id:
-        return None, []
-    return milestone_id, list(engine.transcript(milestone_id))

@@ -42,7 +42,7 @@ from PySide6.QtWidgets import (
 )
 
 from anima import events as ev
-from anima.agents.profiles import ROLES
+from anima.events import ROLES
 from anima.phases import PHASE_TEXT, RUNNING, Phase
 from ui.agent_pane import AgentPane, format_tokens
 
@@ -556,10 +556,6 @@ class IterationMonitor(QWidget):
         self.phase_bar.show_phase(Phase.IDLE)
         for pane in self.panes.values():
             pane.reset()
-
-    def set_project_root(self, root: Any) -> None:
-        for pane in self.panes.values():
-            pane.root = root
 
     # --- engine events (GUI thread) ------------------------------------------------------
     def show_record(self, record: Any) -> None:

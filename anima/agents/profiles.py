@@ -5,11 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from anima.config import Config, RoleConfig
+from anima.events import ACCEPTOR, DEVELOPER, ROLES  # noqa: F401 - the roles' one home
 from anima.paths import resource
-
-DEVELOPER = "developer"
-ACCEPTOR = "acceptor"
-ROLES = (DEVELOPER, ACCEPTOR)
 
 
 @dataclass(frozen=True)
