@@ -59,6 +59,8 @@ from anima.phases import Phase
 from anima.prompts import PromptBuilder
 from anima.recovery import AgentRegistry, TrackedAgent, reconcile_state, recover_project
 from anima.scheduler import Agent, MilestoneRun, RunControl
+from anima.store import Feature as Feature  # the records' parts, for the UI's type hints
+from anima.store import Iteration as Iteration
 from anima.store import MilestoneRecord, MilestoneStatus, Scan, Store
 from anima.summarizer import Summarizer
 from anima.watcher import MilestoneWatcher

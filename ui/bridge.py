@@ -17,11 +17,14 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QMetaMethod, QObject, Qt, QTimer, Signal, SignalInstance, Slot
 
 from anima import events as ev
+
+if TYPE_CHECKING:
+    from anima.engine import MilestoneRecord
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +47,9 @@ class EngineLike(Protocol):
     def start_milestone(self, milestone_id: str) -> None: ...
     def pause_after_round(self) -> None: ...
     def stop_now(self) -> None: ...
-    def records(self) -> list[Any]: ...
+    def records(self) -> list[MilestoneRecord]: ...
     def show_commit(self, commit: str) -> str: ...
-    def transcript(self, milestone_id: str) -> list[Any]: ...
+    def transcript(self, milestone_id: str) -> list[ev.AgentEvent]: ...
     def last_transcript(self) -> tuple[str | None, list[ev.AgentEvent]]: ...
 
 
@@ -264,7 +267,7 @@ class EngineBridge(QObject):
             raise RuntimeError("no engine attached to the bridge")
         return self.engine
 
-    def add_milestone(self, md: Path, on_done: Callable[[Any], None] | None = None) -> None:
+    def add_milestone(self, md: Path, on_done: Callable[[str], None] | None = None) -> None:
         self.call(f"Adding {md.name}", lambda: self._engine().add_milestone(md), on_done=on_done)
 
     def resume(self, milestone_id: str, note: str = "") -> None:
@@ -289,15 +292,16 @@ class EngineBridge(QObject):
     def stop_now(self) -> None:
         self.call("Stop now", lambda: self._engine().stop_now())
 
-    def show_commit(self, commit: str, on_done: Callable[[Any], None],
+    def show_commit(self, commit: str, on_done: Callable[[str], None],
                     on_error: Callable[[BaseException], None] | None = None) -> None:
         self.call(f"git show {commit[:7]}", lambda: self._engine().show_commit(commit),
                   on_done=on_done, on_error=on_error)
 
-    def records(self, on_done: Callable[[Any], None]) -> None:
+    def records(self, on_done: Callable[[list[MilestoneRecord]], None]) -> None:
         self.call("Reading milestones", lambda: self._engine().records(), on_done=on_done)
 
-    def transcript(self, milestone_id: str, on_done: Callable[[Any], None]) -> None:
+    def transcript(self, milestone_id: str,
+                   on_done: Callable[[list[ev.AgentEvent]], None]) -> None:
         self.call(f"Reading the transcript of {milestone_id}",
                   lambda: self._engine().transcript(milestone_id), on_done=on_done)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import (
     QAbstractListModel,
@@ -33,6 +33,7 @@ from PySide6.QtGui import (
     QCloseEvent,
     QColor,
     QDragEnterEvent,
+    QDragMoveEvent,
     QDropEvent,
     QFont,
     QIcon,
@@ -66,6 +67,9 @@ from ui.bridge import EngineBridge, EngineLike
 from ui.monitor import STATUS_COLORS, IterationMonitor, enum_text
 from ui.review import ReviewPanel, RunControls
 
+if TYPE_CHECKING:
+    from anima.engine import MilestoneRecord
+
 log = logging.getLogger(__name__)
 
 MAX_RECENT = 8
@@ -96,9 +100,9 @@ class MilestoneListModel(QAbstractListModel):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.records: list[Any] = []
+        self.records: list[MilestoneRecord] = []
 
-    def set_records(self, records: list[Any]) -> None:
+    def set_records(self, records: list[MilestoneRecord]) -> None:
         if [r.id for r in records] == [r.id for r in self.records]:
             self.records = list(records)
             if records:
@@ -115,7 +119,7 @@ class MilestoneListModel(QAbstractListModel):
             del self.records[row]
             self.endRemoveRows()
 
-    def update_record(self, record: Any) -> None:
+    def update_record(self, record: MilestoneRecord) -> None:
         for row, old in enumerate(self.records):
             if old.id == record.id:
                 self.records[row] = record
@@ -149,7 +153,7 @@ class MilestoneListModel(QAbstractListModel):
         return None
 
 
-def milestone_summary(record: Any) -> str:
+def milestone_summary(record: MilestoneRecord) -> str:
     """'in progress · 3/9 · $1.24' — the sidebar's second line."""
     status = enum_text(record.status).replace("_", " ")
     if record.merge is not None and enum_text(record.merge.state) != "merged":
@@ -362,7 +366,7 @@ class MainWindow(QMainWindow):
         self.project: Path | None = None
         self.engine: EngineLike | None = None
         self.bridge: EngineBridge | None = None
-        self._records: dict[str, Any] = {}
+        self._records: dict[str, MilestoneRecord] = {}
         self._closing = False
         self._stopping = False
         self._pinned_selection = False
@@ -626,10 +630,10 @@ class MainWindow(QMainWindow):
                     on_done=self._on_transcript_read,
                     on_error=lambda e: self._start_running(None, e))
 
-    def _on_transcript_read(self, result: tuple[str | None, list[Any]] | None) -> None:
+    def _on_transcript_read(self, result: tuple[str | None, list[ev.AgentEvent]] | None) -> None:
         self._start_running(result, None)
 
-    def _start_running(self, result: tuple[str | None, list[Any]] | None,
+    def _start_running(self, result: tuple[str | None, list[ev.AgentEvent]] | None,
                        error: BaseException | None) -> None:
         if self.engine is None or self._stopping:
             return
@@ -742,7 +746,7 @@ class MainWindow(QMainWindow):
         if record is not None:
             self._show_selected(record)
 
-    def _show_selected(self, record: Any) -> None:
+    def _show_selected(self, record: MilestoneRecord | None) -> None:
         self.monitor.show_record(record)
         self.review.show_record(record)
 
@@ -850,7 +854,7 @@ class MainWindow(QMainWindow):
         else:
             event.ignore()
 
-    def dragMoveEvent(self, event: Any) -> None:
+    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
         event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import (
     QAbstractTableModel,
@@ -46,6 +46,9 @@ from anima.events import ROLES
 from anima.phases import PHASE_TEXT, RUNNING, Phase
 from ui.agent_pane import AgentPane, format_tokens
 
+if TYPE_CHECKING:
+    from anima.engine import Feature, Iteration, MilestoneRecord
+
 #: Transcript events turned into lines per event-loop turn while replaying (~5 ms of work).
 REPLAY_SLICE = 200
 
@@ -71,7 +74,7 @@ def enum_text(x: Any) -> str:
     return str(getattr(x, "value", x))
 
 
-def record_phase(record: Any) -> Phase:
+def record_phase(record: MilestoneRecord) -> Phase:
     """The phase a record is in when the scheduler is not saying: a running milestone's last
     phase, else its status (a pending one: idle)."""
     status = enum_text(record.status)
@@ -138,7 +141,7 @@ class MilestoneHeader(QFrame):
         super().__init__(parent)
         self.setObjectName("milestoneHeader")
         self.max_rejections = 3
-        self._record: Any = None
+        self._record: MilestoneRecord | None = None
         self.title = QLabel("No milestone", self)
         self.title.setObjectName("milestoneTitle")
         self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -167,7 +170,7 @@ class MilestoneHeader(QFrame):
         layout.addLayout(top)
         layout.addLayout(stats)
 
-    def show_record(self, record: Any) -> None:
+    def show_record(self, record: MilestoneRecord | None) -> None:
         self._record = record
         if record is None:
             self.title.setText("No milestone")
@@ -270,7 +273,7 @@ class FeatureChecklist(QListWidget):
         self.setWordWrap(True)
         self._shown: list[tuple[Any, ...]] = []
 
-    def show_features(self, features: list[Any]) -> None:
+    def show_features(self, features: list[Feature]) -> None:
         key = [(f.id, f.title, enum_text(f.status), f.rounds, len(f.commits)) for f in features]
         if key == self._shown:
             return  # nothing changed: keep the scroll position and avoid flicker
@@ -322,9 +325,9 @@ class RoundHistoryModel(QAbstractTableModel):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.rows: list[Any] = []
+        self.rows: list[Iteration] = []
 
-    def set_iterations(self, iterations: list[Any]) -> None:
+    def set_iterations(self, iterations: list[Iteration]) -> None:
         old = self.rows
         if len(iterations) >= len(old) and all(
                 a.round == b.round and a.started_at == b.started_at
@@ -392,7 +395,7 @@ class RoundHistoryModel(QAbstractTableModel):
         return None
 
     @staticmethod
-    def _text(it: Any, column: str, verdict: str) -> str:
+    def _text(it: Iteration, column: str, verdict: str) -> str:
         if column == "Round":
             return str(it.round)
         if column == "Kind":
@@ -439,7 +442,7 @@ class RoundHistory(QTableView):
                                     QHeaderView.ResizeMode.Stretch)
         self.doubleClicked.connect(self._on_double_clicked)
 
-    def show_iterations(self, iterations: list[Any]) -> None:
+    def show_iterations(self, iterations: list[Iteration]) -> None:
         at_end = self.verticalScrollBar().value() >= self.verticalScrollBar().maximum()
         self.history.set_iterations(iterations)
         if at_end:
@@ -558,7 +561,7 @@ class IterationMonitor(QWidget):
             pane.reset()
 
     # --- engine events (GUI thread) ------------------------------------------------------
-    def show_record(self, record: Any) -> None:
+    def show_record(self, record: MilestoneRecord | None) -> None:
         """Show one milestone's header, checklist and rounds."""
         self.milestone_id = None if record is None else record.id
         self.header.show_record(record)

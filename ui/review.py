@@ -9,7 +9,7 @@ toolbar's "Pause after this round" and "Stop now".
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
@@ -25,6 +25,9 @@ from PySide6.QtWidgets import (
 
 from anima.phases import RUNNING, Phase
 from ui.monitor import enum_text, set_style_state
+
+if TYPE_CHECKING:
+    from anima.engine import MilestoneRecord
 
 ABORT_CONFIRM_MS = 4000
 
@@ -96,14 +99,14 @@ class ReviewPanel(QFrame):
         self.note.textChanged.connect(self._on_note_changed)
         self.hide()
 
-    def show_record(self, record: Any) -> None:
+    def show_record(self, record: MilestoneRecord | None) -> None:
         """Show the panel for a paused / failed / awaiting_review / pending milestone, else
         hide it."""
         status = "" if record is None else enum_text(record.status)
-        if status == "pending":
+        if record is not None and status == "pending":
             self._show_pending(record)
             return
-        if status not in ("paused", "awaiting_review", "failed"):
+        if record is None or status not in ("paused", "awaiting_review", "failed"):
             self.milestone_id, self.mode = None, "hidden"
             self.hide()
             return
@@ -146,7 +149,7 @@ class ReviewPanel(QFrame):
             self.setEnabled(True)
         self.show()
 
-    def _show_pending(self, record: Any) -> None:
+    def _show_pending(self, record: MilestoneRecord) -> None:
         if (record.id, "pending") != (self.milestone_id, self.mode):
             self.setEnabled(True)  # a Start in flight stays disabled
         self.milestone_id, self.mode = record.id, "pending"
@@ -217,7 +220,7 @@ class ReviewPanel(QFrame):
             self.changes_requested.emit(self.milestone_id, self.note_text)
 
 
-def last_rejections(record: Any, limit: int = 3) -> list[tuple[int, str]]:
+def last_rejections(record: MilestoneRecord, limit: int = 3) -> list[tuple[int, str]]:
     """The most recent rejected rounds (newest last) with their reasons."""
     rejected = [(it.round, it.reason or "(no reason given)") for it in record.iterations
                 if enum_text(it.verdict) == "rejected"]
