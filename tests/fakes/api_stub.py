@@ -30,7 +30,10 @@ class Reply:
     chunk_delay: float = 0.0  # seconds between text deltas (stream mode)
     stop_reason: str | None = None  # default: tool_use if tool_uses else end_turn
     usage: dict[str, int] | None = None
-
+    status: int = 200  # an HTTP error status answers an error body instead of a message
+    error_type: str = "api_error"  # the error body's error.type (overloaded_error, …)
+    error_message: str = ""
+    headers: dict[str, str] = field(default_factory=dict)  # extra response headers
 
 
 def _coerce(spec: Any, request: dict[str, Any]) -> Reply:
@@ -55,6 +58,10 @@ def _coerce(spec: Any, request: dict[str, Any]) -> Reply:
             chunk_delay=float(spec.get("chunk_delay", 0.0)),
             stop_reason=spec.get("stop_reason"),
             usage=spec.get("usage"),
+            status=int(spec.get("status", 200)),
+            error_type=spec.get("error_type", "api_error"),
+            error_message=spec.get("error_message", ""),
+            headers=dict(spec.get("headers", {})),
         )
     raise TypeError(f"cannot turn {spec!r} into a stub reply")
 
@@ -127,6 +134,42 @@ def count_tokens(request: dict[str, Any]) -> int:
     size = len(json.dumps(request.get("messages", []))) + len(system_text(request))
     size += len(json.dumps(request.get("tools", [])))
     return max(1, size // 4)
+
+
+def overloaded() -> Reply:
+    """A 529, as the API answers when it is overloaded (the CLI retries it)."""
+    return Reply(status=529, error_type="overloaded_error", error_message="Overloaded")
+
+
+def unauthorized() -> Reply:
+    """A 401 for a bad or expired key."""
+    return Reply(status=401, error_type="authentication_error",
+                 error_message="invalid x-api-key")
+
+
+def usage_headers(status: str, resets_at: float, utilization: float = 1.0,
+                  claim: str = "five_hour") -> dict[str, str]:
+    """The `anthropic-ratelimit-unified-*` headers a subscriber's responses carry."""
+    reset = str(int(resets_at))
+    window = "5h" if claim == "five_hour" else "7d"
+    return {
+        "anthropic-ratelimit-unified-status": status,
+        "anthropic-ratelimit-unified-reset": reset,
+        "anthropic-ratelimit-unified-representative-claim": claim,
+        f"anthropic-ratelimit-unified-{window}-status": status,
+        f"anthropic-ratelimit-unified-{window}-reset": reset,
+        f"anthropic-ratelimit-unified-{window}-utilization": str(utilization),
+        f"anthropic-ratelimit-unified-{window}-surpassed-threshold": str(
+            1.0 if status == "rejected" else 0.9 if utilization >= 0.9 else 0.0),
+    }
+
+
+def usage_limit_reached(resets_at: float) -> Reply:
+    """A subscriber's 429 once the usage limit is used up (the CLI does not retry it)."""
+    return Reply(status=429, error_type="rate_limit_error",
+                 error_message="This request would exceed your account's rate limit.",
+                 headers={**usage_headers("rejected", resets_at),
+                          "retry-after": str(max(1, int(resets_at - time.time())))})
 
 
 class ApiStub:
@@ -254,9 +297,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the default stderr access log."""
 
-    def _send_json(self, status: int, body: dict[str, Any]) -> None:
+    def _send_json(self, status: int, body: dict[str, Any],
+                   headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
         self.send_header("request-id", f"req_{uuid.uuid4().hex[:16]}")
@@ -295,10 +341,14 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.delay and self.owner._closing.wait(reply.delay):
             return  # the stub is shutting down
         try:
-            if body.get("stream"):
+            if reply.status != 200:
+                self._send_json(reply.status, {"type": "error", "error": {
+                    "type": reply.error_type, "message": reply.error_message or reply.error_type}},
+                    reply.headers)
+            elif body.get("stream"):
                 self._stream(body, reply)
             else:
-                self._send_json(200, self._message(body, reply))
+                self._send_json(200, self._message(body, reply), reply.headers)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client hung up (an interrupt): nothing to do
 
@@ -338,6 +388,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("cache-control", "no-cache")
         self.send_header("connection", "close")
         self.send_header("request-id", f"req_{uuid.uuid4().hex[:16]}")
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
         self.end_headers()
         self.close_connection = True
         msg = self._message(body, reply)

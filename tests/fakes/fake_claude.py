@@ -35,6 +35,9 @@ from pathlib import Path
 from typing import IO, Any
 
 VERSION = "9.9.9 (Fake Claude)"
+#: Lines the real CLIs printed (tests/fixtures/cli_lines/<case>-<version>.jsonl), replayed
+#: by a turn's `replay` key so error turns have the real field shapes of each version.
+CLI_LINES = Path(__file__).resolve().parent.parent / "fixtures" / "cli_lines"
 TOOLS = ["Task", "Bash", "Edit", "Glob", "Grep", "Read", "Write"]
 FEATURE_RE = re.compile(r"^\s*-?\s*\[( |/|!)\]\s+(F\d+)\b", re.MULTILINE)
 ROUND_RE = re.compile(r"\bround:?\s*(\d+)", re.IGNORECASE)
@@ -353,6 +356,49 @@ class Turn:
         emit(out)
 
 
+def _reset_clock(epoch: float) -> str:
+    """"9:41pm" as the CLI words a reset time (UTC here)."""
+    text = time.strftime("%I:%M%p", time.gmtime(epoch)).lower()
+    return text.lstrip("0")
+
+
+def replay(turn: Turn, spec: dict[str, Any], inp: Input) -> bool:
+    """Emit a captured turn's lines up to its `result` (system/init is the fake's own).
+
+    `resets_in` moves the reset of a usage limit to that many seconds from now;
+    `retry_delay` spaces the `api_retry` lines (seconds). A captured result that is not an
+    error is left out, so the turn goes on with its scripted reply. Returns whether a result
+    was emitted."""
+    lines = (CLI_LINES / f"{spec['replay']}.jsonl").read_text(encoding="utf-8").splitlines()
+    resets = time.time() + float(spec["resets_in"]) if "resets_in" in spec else None
+    for raw in lines:
+        obj = json.loads(raw)
+        kind, subtype = obj.get("type"), obj.get("subtype")
+        if kind == "system" and subtype == "init":
+            continue
+        if "session_id" in obj:
+            obj["session_id"] = turn.session
+        if kind == "system" and subtype == "api_retry" and spec.get("retry_delay"):
+            inp.wait(float(spec["retry_delay"]))
+        if kind == "rate_limit_event" and resets is not None:
+            info = obj["rate_limit_info"]
+            info["resetsAt"] = int(resets)
+            for window in (info.get("unifiedWindows") or {}).values():
+                window["resetsAt"] = int(resets)
+        if kind == "result":
+            if not obj.get("is_error"):
+                return False
+            if resets is not None and isinstance(obj.get("result"), str):
+                obj["result"] = re.sub(r"resets [0-9:]+[ap]m", "resets " + _reset_clock(resets),
+                                       obj["result"])
+            obj.pop("model_usage_since_last_result", None)
+            obj.update(turn.cost.spend(0.0, turn.args.model))  # this process's running total
+            emit(obj)
+            return True
+        emit(obj)
+    return False
+
+
 def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Input,
              cost: Cost) -> None:
     """Turn keys: noise, crash, delay, hang, ignore_interrupt, ignore_sigterm, shell (with
@@ -360,7 +406,7 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
     hang_after, auto, huge_line_bytes, text, is_error, subtype, cost_usd, usage, stderr,
     context_tokens (input + cache tokens each assistant line reports), context_window, compact
     ({pre_tokens, post_tokens}: a compact_boundary line first, as when the CLI compacts by
-    itself)."""
+    itself), replay (with resets_in, retry_delay), late_interrupted_result."""
     started = time.monotonic()
     if spec.get("ignore_sigterm"):  # a wedged agent: only SIGKILL ends it
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -383,6 +429,8 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
         os._exit(int(spec["crash"]))
     interruptible = not spec.get("ignore_interrupt", False)
     try:
+        if spec.get("replay") and replay(turn, spec, inp):
+            return
         if spec.get("delay"):
             inp.wait(float(spec["delay"]), interruptible)
         if spec.get("hang"):
@@ -423,6 +471,13 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
     if reply:
         turn.assistant([{"type": "text", "text": reply}])
     turn.result(reply, spec, started)
+    if spec.get("late_interrupted_result") is not None:
+        # An interrupt that raced the end of the turn: its result comes after this one.
+        threading.Timer(float(spec["late_interrupted_result"]), emit, [{
+            "type": "result", "subtype": "error_during_execution", "is_error": True,
+            "duration_ms": 1, "num_turns": 1, "session_id": args.session_id,
+            **cost.spend(0.0, args.model), "usage": {"input_tokens": 0, "output_tokens": 0},
+            "terminal_reason": "aborted_streaming", "errors": ["interrupted"]}]).start()
 
 
 def main() -> int:
