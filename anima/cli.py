@@ -89,8 +89,10 @@ class HeadlessPrinter:
         if isinstance(event, ToolResult):
             return (event.role, f"  ✗ {event.content[:200]}") if event.is_error else ("", None)
         if isinstance(event, TurnResult):
-            return event.role, (f"— turn done in {event.duration_ms / 1000:.1f} s, "
-                                f"${event.cost_usd:.4f}" + (" (error)" if event.is_error else ""))
+            how = "stopped" if event.stopped else "done"
+            return event.role, (f"— turn {how} in {event.duration_ms / 1000:.1f} s, "
+                                f"${event.cost_usd:.4f}"
+                                + (" (error)" if event.is_error and not event.stopped else ""))
         if isinstance(event, RawOutput):
             return event.role, f"(raw) {event.text}"
         if isinstance(event, ContextUsage):
@@ -140,7 +142,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(StatusReport(state=state, milestones=records).model_dump_json(indent=2))
     else:
         current = state.current_milestone or "-"
-        print(f"state: {state.status.value} (current milestone: {current})")
+        waiting = f"; {state.waiting_reason}" if state.waiting_reason else ""
+        print(f"state: {state.status.value} (current milestone: {current}){waiting}")
         if not records:
             print("no milestones yet")
         for r in records:

@@ -88,6 +88,14 @@ class Config(_Strict):
         None, description="the project's checks, run by Anima before each review: a shell "
         "command or an argv list; null = none")
     check_timeout_seconds: float = Field(600.0, gt=0)
+    max_usage_limit_wait_hours: float = Field(6.0, ge=0, description="wait this long at most "
+                                              "for a usage limit to reset; longer pauses")
+    usage_limit_margin_seconds: float = Field(60.0, ge=0, description="sent again this long "
+                                              "after the reset")
+    api_retry_attempts: int = Field(3, ge=0, description="times a prompt is sent again after "
+                                    "a transient API error (on top of the CLI's own retries)")
+    api_retry_max_wait_seconds: float = Field(300.0, ge=0, description="longest wait between "
+                                              "those attempts (it doubles from 15 s)")
 
     @field_validator("check_command")
     @classmethod

@@ -219,11 +219,12 @@ class Engine:
         next run stops it if this one is killed)."""
         run = self._run
         milestone_id = run.record.id if run else None
+        model = getattr(run.record.sessions, f"{role}_model", None) if run else None
         publisher = MilestonePublisher(
             self.bus, milestone_id, lambda e: describe_tool(e.tool, e.input, self.root))
         agent = AgentProcess(role, self.claude(), profile_for(role, self.config), self.root,
                              publisher,
-                             session_id=session_id, resume=resume,
+                             session_id=session_id, resume=resume, session_model=model,
                              turn_timeout=self.config.agent_timeout_seconds,
                              idle_timeout=self.config.agent_idle_timeout_seconds,
                              marker=procfs.agent_marker(self.root, milestone_id, role))

@@ -142,6 +142,44 @@ class TurnResult(AgentEvent):
     turn_cost_usd: float | None = None
     #: Tool calls the CLI refused by its tool rules, described (`Bash: git push origin main`).
     permission_denials: tuple[str, ...] = ()
+    # What the CLI says about an API error (2.1.197 sets only the status, sometimes null).
+    api_error_status: int | None = None
+    api_error_type: str = ""
+    api_error: str = ""
+    terminal_reason: str = ""
+
+    @property
+    def stopped(self) -> bool:
+        """The turn was ended by an interrupt (Anima's Stop, pause, a closed window)."""
+        return self.terminal_reason in ("aborted_streaming", "aborted_tools")
+
+
+@dataclass(frozen=True)
+class ApiRetry(AgentEvent):
+    """The CLI retries a failed API call by itself (`system/api_retry`)."""
+
+    attempt: int
+    max_retries: int
+    delay_ms: float
+    error_status: int | None = None
+    error: str = ""
+
+    def describe(self) -> str:
+        """"API retry 3/10: 529 overloaded, next in 4 s"."""
+        cause = " ".join(str(p) for p in (self.error_status, self.error) if p) or "error"
+        return (f"API retry {self.attempt}/{self.max_retries}: {cause}, "
+                f"next in {self.delay_ms / 1000:.0f} s")
+
+
+@dataclass(frozen=True)
+class RateLimitChanged(AgentEvent):
+    """A subscriber's usage-limit state (`rate_limit_event`): allowed, allowed_warning,
+    rejected; `resets_at` in epoch seconds; `utilization` 0..1 when the CLI says."""
+
+    status: str
+    resets_at: float | None = None
+    limit_type: str = ""
+    utilization: float | None = None
 
 
 @dataclass(frozen=True)
@@ -291,9 +329,18 @@ class EngineError(Event):
 
 
 @dataclass(frozen=True)
+class UsageLimitWait(Event):
+    """The loop waits for a usage limit to reset (`until`: epoch s); None `until` = over."""
+
+    milestone_id: str
+    until: float | None
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class Notice(Event):
     """A milestone paused, completed or failed: worth a desktop notification."""
 
     milestone_id: str
-    kind: str  # "paused" | "completed" | "awaiting_review" | "failed"
+    kind: str  # "paused" | "completed" | "awaiting_review" | "failed" | "waiting"
     message: str

@@ -17,16 +17,18 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol
 
 from anima import procfs
+from anima.agents.faults import classify
 from anima.agents.profiles import ACCEPTOR, DEVELOPER
 from anima.checks import CheckCancelled, display, run_check
 from anima.completion import begin_completion, finish_completed
 from anima.config import Config
 from anima.errors import AgentCrashed, AnimaError, ProjectError, SessionLost, TurnTimeout
 from anima.events import (
+    ApiRetry,
     CheckFinished,
     CheckStarted,
     Compacted,
@@ -36,10 +38,14 @@ from anima.events import (
     MilestoneChanged,
     Notice,
     PhaseChanged,
+    RateLimitChanged,
+    SessionStarted,
     ToolUse,
     TurnResult,
+    UsageLimitWait,
     VerdictReached,
 )
+from anima.fault_policy import AgentFault, FaultPolicy, Retry
 from anima.git_ops import GitRepo, TreeSnapshot
 from anima.guard import TurnFindings, TurnGuard, put_back
 from anima.phases import RUNNING, TRANSITIONS, Phase, check_transition
@@ -190,6 +196,8 @@ class MilestoneRun:
         # Pause before the next round, and why: a main the Developer moved, a push that got
         # past the tool rules.
         self._pause_request: str | None = None
+        # The latest `rate_limit_event` per role: a rejected one explains the next 429.
+        self._rate_limits: dict[str, RateLimitChanged] = {}
         self._unsubscribe = bus.subscribe(self._on_event)
 
     # ------------------------------------------------------------------ the loop
@@ -222,7 +230,7 @@ class MilestoneRun:
         except _Stopped:
             self._log(f"stopped during {self.phase}: {self.control.stop_reason or 'shutdown'}")
             return self.phase
-        except _ChecksCannotStart as e:
+        except (_ChecksCannotStart, AgentFault) as e:  # not the agent's doing
             return self.pause_now(str(e))
         except Exception as e:
             # A project that cannot be driven at all (dirty tree, no git) is the caller's to
@@ -836,9 +844,9 @@ class MilestoneRun:
         self._agents[role] = agent
         return agent
 
-    def _fresh_session(self, role: str, why: str) -> None:
+    def _fresh_session(self, role: str, note: str) -> None:
         setattr(self.record.sessions, role, None)
-        note = f"{role} session could not be resumed ({why}); started a fresh one"
+        setattr(self.record.sessions, f"{role}_model", None)
         self.record.notes.append(note)
         self._log(note)
         self._drop_agent(role)
@@ -866,6 +874,7 @@ class MilestoneRun:
         and retries once; a timeout stops the agent (the next turn resumes its session).
         """
         crashed = False
+        faults = FaultPolicy(self.config, self.control.stop, self._log, self._usage_wait)
         while True:
             self._idle.clear()  # before the stop check: `stop()` waits on it (no lost wake-up)
             refs = None if self.config.allow_push else remote_refs(self.repo.root)
@@ -877,7 +886,8 @@ class MilestoneRun:
                 if self.control.stop.is_set():  # an interrupted turn's result: not an answer
                     raise _Stopped
             except SessionLost as e:
-                self._fresh_session(role, str(e))
+                self._fresh_session(role, f"{role} session could not be resumed ({e}); "
+                                          "started a fresh one")
                 continue
             except (TurnTimeout, AgentCrashed) as e:
                 self._drop_agent(role)
@@ -896,7 +906,26 @@ class MilestoneRun:
                 if refs is not None:
                     self._check_pushes(role, refs)
             self._account(result)
-            return result.text
+            fault = classify(result, self._rate_limits.get(role))
+            if fault is None:
+                return result.text
+            if faults.handle(role, fault) is Retry.FRESH_SESSION:
+                self._fresh_session(role, f"{role}: the prompt is too long for its session "
+                                          f"({fault.message}); started a fresh one")
+
+    def _usage_wait(self, until: float | None, message: str) -> None:
+        """state.json, the log, the window and a notification say the loop waits (or not)."""
+        rec = self.record
+        if until is None:
+            self._set_state(StateStatus.AWAKE, rec.id)
+            self._log("the usage limit has reset: sending the prompt again")
+        else:
+            self.store.save_state(State(status=StateStatus.AWAKE, current_milestone=rec.id,
+                                        waiting_until=datetime.fromtimestamp(until, UTC),
+                                        waiting_reason=message))
+            self._log(message)
+            self.bus.publish(Notice(rec.id, "waiting", f"{rec.title}: {message}"))
+        self.bus.publish(UsageLimitWait(rec.id, until, message))
 
     def _check_pushes(self, role: str, before: RefMap) -> None:
         """A push the tool rules missed: say so in the round's notes and pause after it."""
@@ -976,6 +1005,14 @@ class MilestoneRun:
             after = f" → {event.post_tokens}" if event.post_tokens is not None else ""
             self._log(f"{event.role}: the CLI compacted its context by itself "
                       f"({event.trigger}): {event.pre_tokens}{after} tokens")
+        elif isinstance(event, RateLimitChanged):
+            self._rate_limits[event.role] = event
+        elif isinstance(event, ApiRetry):
+            self._log(f"{event.role}: {event.describe()}")
+        elif (isinstance(event, SessionStarted) and event.model
+              and getattr(self.record.sessions, event.role, None) == event.session_id):
+            # Persisted with the next save; a resume passes it again (design.md, "Resume").
+            setattr(self.record.sessions, f"{event.role}_model", event.model)
 
     # ------------------------------------------------------------------ persistence
     def _save(self) -> None:

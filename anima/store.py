@@ -34,8 +34,8 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
-RECORD_SCHEMA_VERSION = 5
-STATE_SCHEMA_VERSION = 1
+RECORD_SCHEMA_VERSION = 6
+STATE_SCHEMA_VERSION = 2
 
 
 def now() -> datetime:
@@ -177,6 +177,10 @@ class Iteration(_Model):
 class Sessions(_Model):
     developer: str | None = None
     acceptor: str | None = None
+    # The model each session started with (its system/init), passed again on --resume:
+    # without it 2.1.197 resumes on a smaller context window.
+    developer_model: str | None = None
+    acceptor_model: str | None = None
 
 
 class HumanNote(_Model):
@@ -263,6 +267,9 @@ class State(_Model):
     status: StateStatus = StateStatus.SLEEPING
     current_milestone: str | None = None
     updated_at: datetime | None = None
+    # Set while the loop waits for a usage limit to reset: when it sends again, and why.
+    waiting_until: datetime | None = None
+    waiting_reason: str | None = None
 
 
 def _record_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
@@ -297,12 +304,28 @@ def _record_v4_to_v5(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "merge": merge, "error": None}
 
 
+def _record_v5_to_v6(data: dict[str, Any]) -> dict[str, Any]:
+    """v6 added the sessions' models (unknown for sessions started before it)."""
+    sessions = data.get("sessions")
+    if isinstance(sessions, dict):
+        data = {**data, "sessions": {"developer_model": None, "acceptor_model": None,
+                                     **sessions}}
+    return data
+
+
+def _state_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v2 added the usage-limit wait (none in a file written before it)."""
+    return {**data, "waiting_until": None, "waiting_reason": None}
+
+
 #: (kind of file, version) -> the step to version + 1. Each step is pure and small.
 _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("record", 1): _record_v1_to_v2,
     ("record", 2): _record_v2_to_v3,
     ("record", 3): _record_v3_to_v4,
     ("record", 4): _record_v4_to_v5,
+    ("record", 5): _record_v5_to_v6,
+    ("state", 1): _state_v1_to_v2,
 }
 
 

@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from anima.config import Config
 from anima.errors import AgentCrashed, AgentError, AgentNotFound, SessionLost, TurnTimeout
 from anima.events import (
     AgentExited,
+    ApiRetry,
     AssistantText,
     ContextUsage,
     Event,
@@ -73,7 +75,7 @@ def make_agent(fake_claude: FakeClaude, git_repo: Path, bus: EventBus) -> Iterat
 
     def make(role: str = DEVELOPER, *, start: bool = True, turn_timeout: float = 20.0,
              idle_timeout: float = 20.0, session_id: str | None = None, resume: bool = False,
-             env: dict[str, str] | None = None, **kw: float) -> AgentProcess:
+             env: dict[str, str] | None = None, **kw: Any) -> AgentProcess:
         agent = AgentProcess(
             role, binary, profile_for(role, Config()), git_repo, bus,
             session_id=session_id or str(uuid.uuid4()), resume=resume,
@@ -423,3 +425,43 @@ def test_auto_developer_commits_and_reports(make_agent: Factory, fake_claude: Fa
     assert f"- {head} feat: F2" in done and "### Summary" in done
     acceptor = make_agent(ACCEPTOR)
     assert acceptor.send("review").text == "ACCEPTED"
+
+
+# --- API faults, stops and both CLI versions ------------------------------------------------
+
+
+def test_cli_retries_are_published_and_keep_the_turn_alive(make_agent: Factory,
+                                                           fake_claude: FakeClaude,
+                                                           recorder: Recorder) -> None:
+    """A CLI retry sequence can outlast the idle timeout; each `api_retry` line is activity."""
+    fake_claude.write_script({"developer": [{"replay": "529-2.1.330", "retry_delay": 0.7}]})
+    agent = make_agent(idle_timeout=1.0)
+    result = agent.send("go")
+    assert result.is_error and result.api_error_status == 529
+    assert [r.describe() for r in recorder.of(ApiRetry)] == [
+        "API retry 1/2: 529 overloaded, next in 1 s", "API retry 2/2: 529 overloaded, next in 1 s"]
+
+
+def test_a_late_interrupted_result_never_closes_the_next_turn(make_agent: Factory,
+                                                              fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{"text": "one", "late_interrupted_result": 0.2},
+                                            {"text": "two", "delay": 0.8}]})
+    agent = make_agent()
+    assert agent.send("first").text == "one"
+    second = agent.send("second")
+    assert (second.text, second.is_error, second.stopped) == ("two", False, False)
+
+
+def test_a_resume_passes_the_model_the_session_started_with(make_agent: Factory,
+                                                            fake_claude: FakeClaude) -> None:
+    """Without --model 2.1.197 resumes on a smaller context window (design.md, "Resume")."""
+    fake_claude.write_script({"developer": [{"text": "one"}, {"text": "two"}]})
+    fresh = make_agent()
+    fresh.send("a")
+    fresh.restart()  # after a crash: resumed with the model its system/init reported
+    fresh.send("b")
+    first, second = fake_claude.entries("developer")
+    assert "--model" not in first["argv"]
+    assert second["argv"][second["argv"].index("--model") + 1] == "claude-fake-1"
+    later = make_agent(session_id=fresh.session_id, resume=True, session_model="opus[1m]")
+    assert later.argv()[later.argv().index("--model") + 1] == "opus[1m]"

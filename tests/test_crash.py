@@ -57,6 +57,8 @@ def test_a_signal_stops_both_agents_within_seconds_and_the_next_run_resumes(
     assert time.monotonic() - started < 5.0
     assert not any(alive(p) for p in agents) and our_processes() == []
     assert f"stopped by {signal.Signals(sig).name}" in runner.stdout
+    # The interrupted turn is a stop, not a failure.
+    assert "[developer] — turn stopped" in runner.stdout and "(error)" not in runner.stdout
     rec = record(project, "m1")
     assert rec.status is MilestoneStatus.IN_PROGRESS and rec.rounds == 1
     assert not (project / ".anima" / "anima.lock").exists()

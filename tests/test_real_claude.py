@@ -187,3 +187,18 @@ def test_side_requests_do_not_consume_the_script(make_real: Factory, api_stub: A
     assert len(api_stub.agent_requests()) == 1
     side = [r for r in api_stub.requests if not r.get("tools")]
     assert side and "title" in system_text(side[0]).lower()
+
+
+def test_a_resume_keeps_the_model_the_session_started_with(make_real: Factory,
+                                                           api_stub: ApiStub,
+                                                           events: list[Event]) -> None:
+    """2.1.197 resumes on a smaller context window unless --model is passed again."""
+    api_stub.push("one", "two")
+    first = make_real()
+    first.send("first")
+    first.stop()
+    (started,) = [e for e in events if isinstance(e, SessionStarted)]
+    first.restart()  # a restart passes the model its system/init reported
+    first.send("second")
+    again = [e for e in events if isinstance(e, SessionStarted)][-1]
+    assert again.session_id == started.session_id and again.model == started.model

@@ -162,10 +162,12 @@ def test_a_version_1_record_is_migrated_and_a_newer_one_refused(store: Store) ->
     assert data["schema_version"] == RECORD_SCHEMA_VERSION
     for key in ("claude_version", "rollovers", "error"):
         del data[key]
+    data["sessions"] = {"developer": "d-1", "acceptor": None}
     data["schema_version"] = 1  # as the first Anima wrote it
     store.paths.milestone_record("m1").write_text(json.dumps(data))
     migrated = store.load_record("m1")
     assert migrated.schema_version == RECORD_SCHEMA_VERSION and migrated.claude_version is None
+    assert migrated.sessions.developer == "d-1" and migrated.sessions.developer_model is None
     assert migrated.features == record.features
     data["schema_version"] = RECORD_SCHEMA_VERSION + 1
     store.paths.milestone_record("m1").write_text(json.dumps(data))

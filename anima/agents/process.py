@@ -46,7 +46,7 @@ from anima.agents.protocol import (
 )
 from anima.agents.redaction import AgentRedactor
 from anima.errors import AgentCrashed, AgentError, SessionLost, TurnTimeout
-from anima.events import AgentExited, Publisher, RawOutput, TurnResult
+from anima.events import AgentExited, Publisher, RawOutput, SessionStarted, TurnResult
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,7 @@ class AgentProcess:
         *,
         session_id: str,
         resume: bool = False,
+        session_model: str | None = None,
         turn_timeout: float,
         idle_timeout: float,
         env: dict[str, str] | None = None,
@@ -120,6 +121,7 @@ class AgentProcess:
         self.interrupt_grace = interrupt_grace
         self._session_id = session_id
         self._resume = resume
+        self._session_model = session_model  # what the session's system/init reported
         self._env_overrides = dict(env or {})
         self._marker = marker
 
@@ -177,6 +179,7 @@ class AgentProcess:
         return build_argv(
             self.binary.argv, self.profile.config, session_id=self._session_id,
             resume=self._resume, system_prompt=self.profile.system_prompt,
+            session_model=self._session_model,
         )
 
     def child_env(self) -> dict[str, str]:
@@ -400,6 +403,13 @@ class AgentProcess:
             if isinstance(event, RawOutput):
                 with self._cond:
                     self._stderr_tail.append(event.text[-2000:])
+            elif isinstance(event, SessionStarted) and event.model:
+                self._session_model = event.model
+            elif isinstance(event, TurnResult) and event.stopped and not self._asked_to_stop():
+                # An interrupt's result that came after its turn had ended: it must not
+                # close the next turn.
+                log.info("%s agent: ignored a late interrupted result", self.role)
+                continue
             self.bus.publish(event)
             if isinstance(event, TurnResult):
                 with self._cond:
@@ -419,6 +429,10 @@ class AgentProcess:
             return result
         spent = result.cost_usd - previous if result.cost_usd >= previous else result.cost_usd
         return dataclasses.replace(result, turn_cost_usd=spent)
+
+    def _asked_to_stop(self) -> bool:
+        """Whether the turn in flight was interrupted (only then is a stopped result its)."""
+        return self._turn_active.is_set() and self._interrupt_sent
 
     # --- turns ----------------------------------------------------------------------------
 

@@ -13,10 +13,12 @@ from typing import Any
 
 from anima.config import RoleConfig
 from anima.events import (
+    ApiRetry,
     AssistantText,
     Compacted,
     ContextUsage,
     Event,
+    RateLimitChanged,
     RawOutput,
     SessionStarted,
     Thinking,
@@ -46,8 +48,14 @@ def build_argv(
     session_id: str,
     resume: bool,
     system_prompt: str,
+    session_model: str | None = None,
 ) -> list[str]:
-    """The full command line of one persistent agent process (design.md, "Agents")."""
+    """The full command line of one persistent agent process (design.md, "Agents").
+
+    A resume passes the model the session started with (`session_model`, from its
+    system/init) unless the config names one: 2.1.197 otherwise resumes on a smaller
+    context window.
+    """
     argv = [
         *binary_argv,
         "-p",
@@ -62,8 +70,9 @@ def build_argv(
         argv += ["--allowedTools", " ".join(role_config.allowed_tools)]
     if role_config.disallowed_tools:
         argv += ["--disallowedTools", " ".join(role_config.disallowed_tools)]
-    if role_config.model:
-        argv += ["--model", role_config.model]
+    model = role_config.model or (session_model if resume else None)
+    if model:
+        argv += ["--model", model]
     argv += list(role_config.extra_args)
     return argv
 
@@ -185,6 +194,44 @@ def _turn_result(role: str, obj: dict[str, Any]) -> TurnResult:
         num_turns=int(obj.get("num_turns") or 0),
         turn_cost_usd=_spent_since_last_result(obj),
         permission_denials=_denials(obj),
+        api_error_status=_int_or_none(obj.get("api_error_status")),
+        api_error_type=str(obj.get("api_error_type") or ""),
+        api_error=str(obj.get("api_error") or ""),
+        terminal_reason=str(obj.get("terminal_reason") or ""),
+    )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float_or_none(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok else None
+
+
+_RATE_STATUS_RANK = {"allowed": 0, "allowed_warning": 1, "rejected": 2}
+
+
+def _rate_limit(role: str, obj: dict[str, Any]) -> RateLimitChanged:
+    """2.1.197 puts everything at the top; 2.1.330 may say "allowed" there and keep the
+    warning in `unifiedWindows[<type>]`: the worse of the two counts."""
+    info = obj.get("rate_limit_info")
+    info = info if isinstance(info, dict) else {}
+    limit_type = str(info.get("rateLimitType") or "")
+    windows = info.get("unifiedWindows")
+    window = windows.get(limit_type) if isinstance(windows, dict) else None
+    window = window if isinstance(window, dict) else {}
+    status = str(info.get("status") or "allowed")
+    if _RATE_STATUS_RANK.get(str(window.get("status")), -1) > _RATE_STATUS_RANK.get(status, 0):
+        status = str(window["status"])
+    utilization = _float_or_none(info.get("utilization"))
+    return RateLimitChanged(
+        role=role, status=status,
+        resets_at=_float_or_none(info.get("resetsAt")) or _float_or_none(window.get("resetsAt")),
+        limit_type=limit_type,
+        utilization=utilization if utilization is not None
+        else _float_or_none(window.get("utilization")),
     )
 
 
@@ -279,6 +326,17 @@ def parse_line(role: str, line: bytes | str, meter: ContextMeter | None = None) 
         )]
     if kind == "system" and obj.get("subtype") == "compact_boundary":
         return [_compacted(role, obj)]
+    if kind == "system" and obj.get("subtype") == "api_retry":
+        return [ApiRetry(
+            role=role,
+            attempt=int(obj.get("attempt") or 0),
+            max_retries=int(obj.get("max_retries") or 0),
+            delay_ms=float(obj.get("retry_delay_ms") or 0.0),
+            error_status=_int_or_none(obj.get("error_status")),
+            error=str(obj.get("error") or ""),
+        )]
+    if kind == "rate_limit_event":
+        return [_rate_limit(role, obj)]
     if kind == "assistant":
         if meter is not None:
             meter.saw_assistant(obj)

@@ -1,0 +1,133 @@
+"""What a `result` with `is_error: true` means: a typed fault the loop acts on, never a reply.
+
+The CLI reports API trouble as an ordinary turn (design.md, "What the CLI does on errors and
+limits"): 2.1.330 names it in `api_error_status`, `api_error_type`, `api_error` and
+`terminal_reason`; 2.1.197 gives only the status, and a 529 that outlasts the retries comes
+with a null status. So the fields decide first and the CLI's own words second.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from anima.events import RateLimitChanged, TurnResult
+
+
+class FaultKind(StrEnum):
+    STOPPED = "stopped"  # Anima's own interrupt ended the turn
+    AUTH = "auth"  # not logged in, bad or expired key
+    USAGE_LIMIT = "usage_limit"  # a subscriber's limit is used up until its reset
+    PROMPT_TOO_LONG = "prompt_too_long"
+    TRANSIENT = "transient"  # overloaded, 5xx, a plain 429, a dropped connection, the unknown
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: FaultKind
+    message: str  # the CLI's own words
+    status: int | None = None
+    resets_at: float | None = None  # usage limit: epoch seconds, when known
+    limit_type: str = ""  # usage limit: "five_hour", "seven_day", …
+
+    def describe(self) -> str:
+        status = f"{self.status} " if self.status else ""
+        return f"{self.kind.value.replace('_', ' ')} ({status}{self.message or 'no detail'})"
+
+
+_AUTH_TYPES = {"authentication_error", "permission_error"}
+_AUTH_TEXT = re.compile(r"not logged in|invalid api key|/login\b|oauth token|"
+                        r"authentication_failed|authentication_error", re.IGNORECASE)
+_USAGE_TEXT = re.compile(r"you[’']ve hit your\b.*\blimit", re.IGNORECASE)
+_RESET_TEXT = re.compile(
+    r"resets\s+(?:(?P<month>[A-Z][a-z]{2})\s+(?P<day>\d{1,2}),?\s+(?:at\s+)?)?"
+    r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<ampm>am|pm)"
+    r"(?:\s*\((?P<tz>[^)]+)\))?", re.IGNORECASE)
+_TOO_LONG_TEXT = re.compile(r"prompt is too long", re.IGNORECASE)
+_STOPPED_REASONS = {"aborted_streaming", "aborted_tools"}
+_MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+
+LIMIT_NAMES = {"five_hour": "5-hour limit", "seven_day": "weekly limit",
+               "seven_day_opus": "weekly Opus limit", "seven_day_sonnet": "weekly Sonnet limit",
+               "overage": "extra-usage limit"}
+
+
+def classify(result: TurnResult, rate_limit: RateLimitChanged | None = None,
+             now: float | None = None) -> Fault | None:
+    """The fault behind an error result, or None for a real reply.
+
+    `rate_limit` is the latest `rate_limit_event` the same process printed (a subscriber's
+    rejected 429 comes right after one with `status: rejected` and `resetsAt`).
+    """
+    if not result.is_error:
+        return None
+    text = result.text.strip()
+    status = result.api_error_status
+    if result.terminal_reason in _STOPPED_REASONS:
+        return Fault(FaultKind.STOPPED, text or "interrupted", status)
+    if status in (401, 403) or result.api_error_type in _AUTH_TYPES or _AUTH_TEXT.search(text):
+        return Fault(FaultKind.AUTH, text, status)
+    rejected = rate_limit is not None and rate_limit.status == "rejected"
+    if (result.api_error == "usage_limit_reached" or _USAGE_TEXT.search(text)
+            or (status == 429 and rejected)):
+        resets_at = rate_limit.resets_at if rejected and rate_limit else None
+        return Fault(FaultKind.USAGE_LIMIT, text, status,
+                     resets_at=resets_at or reset_from_text(text, now),
+                     limit_type=rate_limit.limit_type if rate_limit else "")
+    if result.terminal_reason == "prompt_too_long" or _TOO_LONG_TEXT.search(text):
+        return Fault(FaultKind.PROMPT_TOO_LONG, text, status)
+    return Fault(FaultKind.TRANSIENT, text or result.subtype, status)
+
+
+def reset_from_text(text: str, now: float | None = None) -> float | None:
+    """"… · resets 9:41pm (UTC)" (or "resets Nov 25, 3pm (Europe/Berlin)") as epoch seconds:
+    the next such moment after `now`."""
+    match = _RESET_TEXT.search(text)
+    if match is None:
+        return None
+    try:
+        zone = ZoneInfo(match["tz"].strip()) if match["tz"] else ZoneInfo("UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        zone = ZoneInfo("UTC")
+    current = datetime.fromtimestamp(time.time() if now is None else now, zone)
+    hour = int(match["hour"]) % 12 + (12 if match["ampm"].lower() == "pm" else 0)
+    candidate = current.replace(hour=hour, minute=int(match["minute"] or 0), second=0,
+                                microsecond=0)
+    if match["month"] and match["month"].lower() in _MONTHS:
+        month = _MONTHS.index(match["month"].lower()) + 1
+        candidate = candidate.replace(month=month, day=int(match["day"]))
+        if candidate <= current:
+            candidate = candidate.replace(year=candidate.year + 1)
+    elif candidate <= current:
+        candidate += timedelta(days=1)
+    return candidate.timestamp()
+
+
+def clock(epoch: float) -> str:
+    """HH:MM in local time (what a user compares with the clock on the wall)."""
+    return datetime.fromtimestamp(epoch).strftime("%H:%M")
+
+
+def limit_name(limit_type: str) -> str:
+    return LIMIT_NAMES.get(limit_type, "usage limit")
+
+
+def describe_rate_limit(event: RateLimitChanged) -> str:
+    """"5-hour limit 95 % used, resets 18:41" — the latest `rate_limit_event` in words."""
+    parts = [limit_name(event.limit_type)]
+    if event.status == "rejected":
+        parts.append("reached")
+    elif event.utilization is not None:
+        parts.append(f"{event.utilization * 100:.0f} % used")
+    elif event.status == "allowed_warning":
+        parts.append("nearly used up")
+    else:
+        parts.append("ok")
+    text = " ".join(parts)
+    if event.resets_at:
+        text += f", resets {clock(event.resets_at)}"
+    return text

@@ -1,0 +1,100 @@
+"""What the loop does when an agent's turn ends in an API fault instead of a reply.
+
+None of these is the agent's fault, so none is a rejection: a login problem pauses at once; a
+usage limit waits for its reset and sends the same prompt again; a transient error is retried
+with backoff, then pauses; a prompt too long gets one fresh session, then pauses. A pause is
+raised as `AgentFault`, which the loop turns into a `paused` transition.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from anima.agents.faults import Fault, FaultKind, clock, limit_name
+from anima.config import Config
+from anima.errors import AnimaError
+
+#: The first wait after a transient error; it doubles up to `api_retry_max_wait_seconds`.
+FIRST_RETRY_WAIT_SECONDS = 15.0
+#: A usage limit whose reset time the CLI did not say is tried again after this long.
+UNKNOWN_RESET_WAIT_SECONDS = 30 * 60.0
+
+
+class AgentFault(AnimaError):
+    """An API fault a human must deal with; the message says what happened and what to do."""
+
+
+class Retry(Enum):
+    SAME_SESSION = "same"
+    FRESH_SESSION = "fresh"
+
+
+#: Called when a usage-limit wait starts (epoch s it ends, the message) and ends (None, "").
+WaitHook = Callable[[float | None, str], None]
+
+
+@dataclass
+class FaultPolicy:
+    """The faults of one prompt: its counters start afresh with every new prompt."""
+
+    config: Config
+    stop: threading.Event  # set by a stop request: every wait ends at once
+    log: Callable[[str], None]
+    on_wait: WaitHook
+    transient_attempts: int = 0
+    fresh_session_tried: bool = False
+    waited_seconds: float = 0.0
+
+    def handle(self, role: str, fault: Fault) -> Retry:
+        """Wait as the fault requires and say how to retry; raise AgentFault to pause."""
+        who = role.capitalize()
+        if fault.kind is FaultKind.AUTH:
+            raise AgentFault(
+                f"{who} cannot use the API: {fault.message or 'authentication failed'} — run "
+                "`claude` and log in, or set ANTHROPIC_API_KEY, then resume")
+        if fault.kind is FaultKind.USAGE_LIMIT:
+            self._wait_for_reset(fault)
+            return Retry.SAME_SESSION
+        if fault.kind is FaultKind.PROMPT_TOO_LONG:
+            if self.fresh_session_tried:
+                raise AgentFault(f"{who}'s prompt is too long even for a fresh session: "
+                                 f"{fault.message}")
+            self.fresh_session_tried = True
+            return Retry.FRESH_SESSION
+        return self._back_off(who, fault)
+
+    def _back_off(self, who: str, fault: Fault) -> Retry:
+        limit = self.config.api_retry_attempts
+        if self.transient_attempts >= limit:
+            raise AgentFault(f"{who}: the API kept failing, {limit + 1} attempts: "
+                             f"{fault.describe()} — resume when it works again")
+        self.transient_attempts += 1
+        delay = min(self.config.api_retry_max_wait_seconds,
+                    FIRST_RETRY_WAIT_SECONDS * 2 ** (self.transient_attempts - 1))
+        self.log(f"{who}: API error, not a reply: {fault.describe()}; sending the prompt again "
+                 f"in {delay:g} s (attempt {self.transient_attempts + 1} of {limit + 1})")
+        self.stop.wait(delay)
+        return Retry.SAME_SESSION
+
+    def _wait_for_reset(self, fault: Fault) -> None:
+        now = time.time()
+        resets_at = fault.resets_at or now + UNKNOWN_RESET_WAIT_SECONDS
+        name = limit_name(fault.limit_type)
+        until = max(resets_at, now) + self.config.usage_limit_margin_seconds
+        max_hours = self.config.max_usage_limit_wait_hours
+        if self.waited_seconds + (until - now) > max_hours * 3600:
+            raise AgentFault(f"{name} reached ({fault.message}); it resets at "
+                             f"{clock(resets_at)}, later than max_usage_limit_wait_hours "
+                             f"({max_hours:g} h) allows: resume after the reset")
+        self.on_wait(until, f"waiting for the usage limit to reset at {clock(resets_at)} "
+                            f"({name}: {fault.message})")
+        started = time.monotonic()
+        try:
+            self.stop.wait(until - now)
+        finally:
+            self.waited_seconds += time.monotonic() - started
+            self.on_wait(None, "")

@@ -1,0 +1,175 @@
+"""An API error is not a reply: the loop against the scripted fake `claude`, whose error turns
+replay lines the real CLIs printed (tests/fixtures/cli_lines)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anima.agents.faults import clock
+from anima.engine import Engine
+from anima.events import Event, Notice, UsageLimitWait
+from anima.store import MilestoneStatus, Verdict
+from tests.conftest import FakeClaude
+from tests.helpers import make_project, milestone_md, record, run_engine, state
+
+ONE = milestone_md("Greeter", ["Greet command"])
+FAST = {"api_retry_max_wait_seconds": 0.05, "usage_limit_margin_seconds": 0.3}
+
+
+@pytest.fixture
+def project(git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> Path:
+    fake_claude.use_env(monkeypatch)
+    return make_project(git_repo, {"m1": ONE}, config=FAST)
+
+
+def log_text(project: Path) -> str:
+    return (project / ".anima" / "logs" / "m1.log").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("version", ["2.1.197", "2.1.330"])
+def test_an_overloaded_api_is_retried_with_the_same_prompt(project: Path, fake_claude: FakeClaude,
+                                                           version: str) -> None:
+    fake_claude.write_script({"developer": [{"replay": f"529-{version}"}],
+                              "acceptor": [{"replay": f"529-{version}"}, {"text": "ACCEPTED"}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert [(i.kind.value, i.verdict) for i in rec.iterations] == [
+        ("feature", Verdict.ACCEPTED), ("final", Verdict.ACCEPTED)]
+    developer, acceptor = fake_claude.prompts("developer"), fake_claude.prompts("acceptor")
+    assert developer[0] == developer[1] and acceptor[0] == acceptor[1]
+    assert not any("restate" in p.lower() for p in developer + acceptor)
+    log = log_text(project)
+    assert "developer: API retry 1/2: 529 overloaded, next in 1 s" in log
+    assert "sending the prompt again" in log
+
+
+def test_transient_errors_past_the_attempts_pause_without_a_rejection(
+        project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer_default": {"replay": "529-2.1.197"}})
+    _, outcome = run_engine(project, api_retry_attempts=2)
+    rec = record(project, "m1")
+    assert outcome.paused == ("m1",) and rec.status is MilestoneStatus.PAUSED
+    assert rec.iterations == [] and rec.consecutive_rejections == 0
+    assert rec.pause_reason is not None and "Repeated 529 Overloaded" in rec.pause_reason
+    assert "3 attempts" in rec.pause_reason
+    assert len(fake_claude.prompts("developer")) == 3
+
+
+@pytest.mark.parametrize("case", ["nologin-2.1.197", "nologin-2.1.330", "401-2.1.330"])
+def test_a_login_problem_pauses_at_once_with_the_cli_words(project: Path,
+                                                            fake_claude: FakeClaude,
+                                                            case: str) -> None:
+    fake_claude.write_script({"developer_default": {"replay": case}})
+    _, outcome = run_engine(project)
+    rec = record(project, "m1")
+    assert outcome.paused == ("m1",) and rec.iterations == []
+    assert rec.consecutive_rejections == 0
+    reason = rec.pause_reason or ""
+    assert ("Not logged in" in reason or "Invalid API key" in reason)
+    assert "log in" in reason and "ANTHROPIC_API_KEY" in reason
+    assert len(fake_claude.prompts("developer")) == 1
+
+
+def test_an_acceptor_without_login_is_not_counted_as_a_review(project: Path,
+                                                              fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"acceptor_default": {"replay": "401-2.1.197"}})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.PAUSED and rec.iterations == []
+    assert len(fake_claude.prompts("acceptor")) == 1
+
+
+def test_a_usage_limit_is_waited_out_then_the_same_prompt_goes_to_the_same_process(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """Neither the turn timeout (1 s here, the wait is longer) nor the rejection counter runs
+    while waiting; state.json, the log and a notification say what is happening."""
+    fake_claude.write_script({"developer": [{"replay": "usage-2.1.330", "resets_in": 3}]})
+    engine = Engine(project, config_overrides={"agent_timeout_seconds": 1.0})
+    events: list[Event] = []
+    engine.bus.subscribe(events.append)
+    seen: list[dict[str, Any]] = []
+    status: list[str] = []
+
+    def watch_state() -> None:
+        while not done.is_set():
+            try:
+                current = state(project)
+            except (OSError, json.JSONDecodeError):
+                continue
+            if current.get("waiting_reason"):
+                seen.append(current)
+                status.append(subprocess.run(
+                    [sys.executable, "-m", "anima", "status", str(project)],
+                    capture_output=True, text=True, timeout=30).stdout)
+                return
+            time.sleep(0.02)
+
+    done = threading.Event()
+    watcher = threading.Thread(target=watch_state)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        engine.run(watch=False, start_all=True)
+    finally:
+        done.set()
+        watcher.join()
+        engine.shutdown()
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.consecutive_rejections == 0
+    assert time.monotonic() - started > 3.0
+    (waits,) = [e for e in events if isinstance(e, UsageLimitWait) and e.until is not None]
+    expected = f"waiting for the usage limit to reset at {clock(waits.until - 0.3)}"
+    assert waits.message.startswith(expected)
+    assert seen and seen[0]["waiting_reason"].startswith(expected) and seen[0]["waiting_until"]
+    assert expected in status[0]
+    assert state(project).get("waiting_reason") is None
+    assert any(isinstance(e, Notice) and e.kind == "waiting" for e in events)
+    assert expected in log_text(project)
+    first, second = fake_claude.entries("developer")[:2]
+    assert first["prompt"] == second["prompt"] and first["pid"] == second["pid"]
+
+
+def test_a_usage_limit_further_away_than_allowed_pauses_naming_it(project: Path,
+                                                                  fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{"replay": "usage-2.1.197", "resets_in": 7200}]})
+    _, outcome = run_engine(project, max_usage_limit_wait_hours=1)
+    rec = record(project, "m1")
+    assert outcome.paused == ("m1",) and rec.iterations == []
+    reason = rec.pause_reason or ""
+    assert "5-hour limit reached" in reason and "max_usage_limit_wait_hours" in reason
+    assert f"resets at {clock(time.time() + 7200)}" in reason
+
+
+def test_a_prompt_too_long_gets_one_fresh_session(project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"acceptor": [{"replay": "toolong-2.1.330"}, {"text": "ACCEPTED"}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    first, second = fake_claude.entries("acceptor")[:2]
+    assert first["prompt"] == second["prompt"]
+    assert second["session_id"] != first["session_id"] and not second["resume"]
+    assert any("too long" in n and "fresh" in n for n in rec.notes)
+
+
+def test_a_prompt_too_long_twice_pauses(project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"acceptor_default": {"replay": "toolong-2.1.197"}})
+    _, outcome = run_engine(project)
+    rec = record(project, "m1")
+    assert outcome.paused == ("m1",) and rec.iterations == []
+    assert "too long even for a fresh session" in (rec.pause_reason or "")
+    assert len(fake_claude.prompts("acceptor")) == 2
+
+
+def test_the_session_model_is_kept_on_the_record(project: Path, fake_claude: FakeClaude) -> None:
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.sessions.developer_model == rec.sessions.acceptor_model == "claude-fake-1"

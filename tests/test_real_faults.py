@@ -1,0 +1,95 @@
+"""API faults with the real `claude` CLI: `anima run --headless` against the Messages API stub
+answering 429 (a subscriber's usage limit), 529 then recovering, and 401."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anima.agents.faults import clock
+from anima.store import MilestoneStatus, Verdict
+from tests.fakes.api_stub import ApiStub, Reply, overloaded, unauthorized, usage_limit_reached
+from tests.helpers import make_project, milestone_md, record
+from tests.test_real_loop import ScriptedModel, _prompts
+
+pytestmark = [pytest.mark.real_claude, pytest.mark.timeout(240)]
+
+
+class AcceptingModel(ScriptedModel):
+    """The Developer as in test_real_loop; the Acceptor accepts at once."""
+
+    def acceptor(self, request: dict[str, Any]) -> Reply:
+        return Reply(text="ACCEPTED")
+
+
+def run_headless(repo: Path, stub: ApiStub, claude: str, env: dict[str, str],
+                 **extra: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, **env, "ANTHROPIC_BASE_URL": stub.url,
+            "ANIMA_CLAUDE_COMMAND": claude, "CLAUDE_CODE_MAX_RETRIES": "1", **extra}
+    for name in ("CLAUDECODE", "IS_SANDBOX"):  # IS_SANDBOX changes how 529s are retried
+        full.pop(name, None)
+    return subprocess.run([sys.executable, "-m", "anima", "run", str(repo), "--headless"],
+                          env=full, capture_output=True, text=True, timeout=200,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def project(git_repo: Path) -> Path:
+    return make_project(git_repo, {"m1": milestone_md("Greeter", ["Greet"])},
+                        config={"agent_timeout_seconds": 90, "usage_limit_margin_seconds": 1,
+                                "api_retry_max_wait_seconds": 0.5,
+                                "summarizer": {"enabled": False}})
+
+
+def test_a_subscriber_usage_limit_is_waited_out(real_claude_bin: str, real_env: dict[str, str],
+                                                project: Path) -> None:
+    env = {k: v for k, v in real_env.items() if k != "ANTHROPIC_API_KEY"}
+    with ApiStub(default=AcceptingModel()) as stub:
+        resets = time.time() + 4
+        stub.push(usage_limit_reached(resets))
+        started = time.monotonic()
+        result = run_headless(project, stub, real_claude_bin, env,
+                              CLAUDE_CODE_OAUTH_TOKEN="sk-ant-oat-test", ANTHROPIC_API_KEY="")
+        first, second = stub.agent_requests()[:2]
+    out = result.stdout
+    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    assert time.monotonic() - started > 4
+    assert f"waiting for the usage limit to reset at {clock(resets)}" in out
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.consecutive_rejections == 0
+    task = _prompts(first)[-1]
+    task = task[task.index("You are working on milestone"):]
+    # The same prompt, sent again in the same session (the request carries both).
+    assert sum(p.count(task) for p in _prompts(second)) == 2, _prompts(second)
+
+
+def test_529s_past_the_cli_retries_are_sent_again(real_claude_bin: str, real_env: dict[str, str],
+                                                  project: Path) -> None:
+    with ApiStub(default=AcceptingModel()) as stub:
+        stub.push(overloaded(), overloaded(), overloaded())
+        result = run_headless(project, stub, real_claude_bin, real_env)
+    out = result.stdout
+    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    assert "developer: API retry 1/1: 529 overloaded, next in" in out
+    assert "sending the prompt again" in out
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert [i.verdict for i in rec.iterations] == [Verdict.ACCEPTED, Verdict.ACCEPTED]
+
+
+def test_an_invalid_key_pauses_at_once(real_claude_bin: str, real_env: dict[str, str],
+                                       project: Path) -> None:
+    with ApiStub(default=unauthorized()) as stub:
+        result = run_headless(project, stub, real_claude_bin, real_env)
+    assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.PAUSED
+    assert rec.iterations == [] and rec.consecutive_rejections == 0
+    assert "Invalid API key" in (rec.pause_reason or "")
+    assert "ANTHROPIC_API_KEY" in (rec.pause_reason or "")
