@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, Protocol
 
 from anima.phases import Phase
@@ -180,6 +181,36 @@ class RateLimitChanged(AgentEvent):
     resets_at: float | None = None
     limit_type: str = ""
     utilization: float | None = None
+
+    def describe(self) -> str:
+        """"5-hour limit 95 % used, resets 18:41" — the usage-limit state in words."""
+        parts = [limit_name(self.limit_type)]
+        if self.status == "rejected":
+            parts.append("reached")
+        elif self.utilization is not None:
+            parts.append(f"{self.utilization * 100:.0f} % used")
+        elif self.status == "allowed_warning":
+            parts.append("nearly used up")
+        else:
+            parts.append("ok")
+        text = " ".join(parts)
+        if self.resets_at:
+            text += f", resets {clock(self.resets_at)}"
+        return text
+
+
+LIMIT_NAMES = {"five_hour": "5-hour limit", "seven_day": "weekly limit",
+               "seven_day_opus": "weekly Opus limit", "seven_day_sonnet": "weekly Sonnet limit",
+               "overage": "extra-usage limit"}
+
+
+def limit_name(limit_type: str) -> str:
+    return LIMIT_NAMES.get(limit_type, "usage limit")
+
+
+def clock(epoch: float) -> str:
+    """HH:MM in local time (what a user compares with the clock on the wall)."""
+    return datetime.fromtimestamp(epoch).strftime("%H:%M")
 
 
 @dataclass(frozen=True)

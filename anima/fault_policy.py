@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from anima.agents.faults import Fault, FaultKind, clock, limit_name
+from anima.agents.faults import Fault, FaultKind
 from anima.config import Config
 from anima.errors import AnimaError
+from anima.events import clock, limit_name
 
 #: The first wait after a transient error; it doubles up to `api_retry_max_wait_seconds`.
 FIRST_RETRY_WAIT_SECONDS = 15.0

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from anima.agents.faults import clock
 from anima.engine import Engine
-from anima.events import Event, Notice, UsageLimitWait
+from anima.events import Event, Notice, UsageLimitWait, clock
 from anima.store import MilestoneStatus, Verdict
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md, record, run_engine, state

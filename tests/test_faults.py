@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from anima.agents.faults import Fault, FaultKind, classify, describe_rate_limit, reset_from_text
+from anima.agents.faults import Fault, FaultKind, classify, reset_from_text
 from anima.agents.protocol import parse_line
 from anima.events import ApiRetry, Event, RateLimitChanged, TurnResult
 
@@ -98,7 +98,7 @@ def test_a_real_reply_is_no_fault_and_a_warning_is_worded(version: str) -> None:
     events = first_turn("warn", version)
     (limit,) = [e for e in events if isinstance(e, RateLimitChanged)]
     assert limit.status == "allowed_warning" and limit.utilization == 0.95
-    assert describe_rate_limit(limit).startswith("5-hour limit 95 % used, resets ")
+    assert limit.describe().startswith("5-hour limit 95 % used, resets ")
     result = events[-1]
     assert isinstance(result, TurnResult) and classify(result, limit) is None
 

@@ -347,3 +347,24 @@ def test_a_failed_milestone_shows_its_error_and_abort_returns_the_tree_to_main(
     review.abort_button.click()  # armed, then confirmed
     app_window.wait_status("m1", "cancelled")
     assert run_git(git_repo, "branch", "--show-current") == "main"
+
+
+def test_a_usage_limit_wait_and_the_limits_show_in_the_window(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    fake.write_script({"developer": [{"replay": "usage-2.1.330", "resets_in": 2}],
+                       "acceptor": [{"replay": "warn-2.1.330", "text": "ACCEPTED"}]})
+    make_project(git_repo, {"m1": milestone_md("Greeter", ["Greet command"])})
+    app = Window(qtbot, tmp_path, usage_limit_margin_seconds=0.5)
+    try:
+        window = app.window
+        window.open_project(git_repo)
+        qtbot.waitUntil(lambda: window.wait_label is not None and window.wait_label.isVisible(),
+                        timeout=15000)
+        assert window.wait_label is not None
+        assert window.wait_label.text().startswith("waiting for the usage limit to reset at ")
+        app.wait_status("m1", "completed")
+        assert not window.wait_label.isVisible()
+        assert "◔ 5-hour limit reached, resets " in app.pane_text("developer")
+        assert "◔ 5-hour limit 95 % used, resets " in app.pane_text("acceptor")
+    finally:
+        app.close()

@@ -338,3 +338,14 @@ def test_the_header_shows_the_context_in_use_and_a_compaction_is_shown(
     deliver([ev.SessionStarted("developer", "s-three", "claude-x")])
     shown(qtbot, pane)
     assert pane.context_label.text() == ""
+
+
+def test_a_stopped_turn_is_not_a_failure_and_cli_retries_show(qtbot, pane: AgentPane,
+                                                              deliver) -> None:
+    deliver([ev.ApiRetry("developer", 3, 10, 4000.0, 529, "overloaded"),
+             ev.TurnResult("developer", "", True, "s", subtype="error_during_execution",
+                           duration_ms=1200, terminal_reason="aborted_streaming")])
+    text = shown(qtbot, pane)
+    assert "⟳ API retry 3/10: 529 overloaded, next in 4 s" in text
+    assert "■ turn stopped" in text and "turn failed" not in text
+    assert pane.state_label.text() == "stopped"

@@ -592,6 +592,14 @@ class AgentPane(QFrame):
                     for i, line in enumerate(shown)]
         if isinstance(event, ev.TurnResult):
             return self._turn_finished(event)
+        if isinstance(event, ev.ApiRetry):
+            return [(("error", f"⟳ {event.describe()}"),)]
+        if isinstance(event, ev.RateLimitChanged):
+            # The latest usage-limit state; "allowed" with nothing to add is not news.
+            if event.status == "allowed" and event.utilization is None:
+                return []
+            key = "meta" if event.status == "allowed" else "error"
+            return [((key, f"◔ {event.describe()}"),)]
         if isinstance(event, ev.RawOutput):
             return [(("raw", _clip(line)),) for line in event.text.rstrip("\n").split("\n")]
         if isinstance(event, ev.SessionStarted):
@@ -640,6 +648,9 @@ class AgentPane(QFrame):
         if event.turn_cost_usd is not None:  # what this turn spent, not the process's total
             parts.append(f"${event.turn_cost_usd:.4f}")
         summary = " · ".join(parts)
+        if event.stopped:  # Anima's own interrupt: not a failure
+            self._set_state("stopped")
+            return [(("meta", f"■ turn stopped · {summary}"),)]
         self._set_state(f"idle · last turn {summary}")
         refused = [(("error", f"⛔ refused by the tool rules: {_clip(d)}"),)
                    for d in event.permission_denials]

@@ -105,6 +105,8 @@ class EngineBridge(QObject):
     check_event = Signal(object)
     #: `Notice` (paused, completed, awaiting_review, failed). GUI thread.
     notice_posted = Signal(object)
+    #: `UsageLimitWait`: the loop waits for a usage limit to reset (or stopped waiting).
+    usage_limit_wait = Signal(object)
     #: A background call finished: (label, result). GUI thread.
     call_finished = Signal(str, object)
 
@@ -138,6 +140,7 @@ class EngineBridge(QObject):
             ev.Notice: self.notice_posted,
             ev.CheckStarted: self.check_event,
             ev.CheckFinished: self.check_event,
+            ev.UsageLimitWait: self.usage_limit_wait,
         }
 
     # --- any thread ---------------------------------------------------------------------------

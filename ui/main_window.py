@@ -74,7 +74,8 @@ log = logging.getLogger(__name__)
 
 MAX_RECENT = 8
 NOTICE_TITLES = {"paused": "Anima paused", "completed": "Milestone completed",
-                 "awaiting_review": "Ready for your review", "failed": "Milestone failed"}
+                 "awaiting_review": "Ready for your review", "failed": "Milestone failed",
+                 "waiting": "Waiting for a usage limit"}
 
 EngineFactory = Callable[[Path], EngineLike]
 
@@ -433,6 +434,7 @@ class MainWindow(QMainWindow):
 
         self.run_controls = RunControls(self)
         self._build_menus()
+        self.wait_label: QLabel | None = None
         self.tray = self._make_tray()
         self.milestone_list.milestone_selected.connect(self._on_milestone_selected)
         self.add_button.clicked.connect(self.choose_milestone_file)
@@ -624,6 +626,7 @@ class MainWindow(QMainWindow):
         bridge.log_line_received.connect(self._on_log_line)
         bridge.error_raised.connect(self._on_error)
         bridge.notice_posted.connect(self._on_notice)
+        bridge.usage_limit_wait.connect(self._on_usage_limit_wait)
         # Replay what the agents said before a restart, then start: in this order, the
         # replayed transcript always comes before the live output.
         bridge.call("Reading the last transcript", engine.last_transcript,
@@ -761,6 +764,16 @@ class MainWindow(QMainWindow):
         self.errors.add(prefix + event.message)
         # A refused request re-enables the decision it came from.
         self.review.setEnabled(True)
+
+    @Slot(object)
+    def _on_usage_limit_wait(self, event: ev.UsageLimitWait) -> None:
+        """A permanent status-bar label while the loop waits for a usage limit to reset."""
+        if self.wait_label is None:
+            self.wait_label = QLabel()
+            self.wait_label.setObjectName("usageLimitWait")
+            self.statusBar().addPermanentWidget(self.wait_label)
+        self.wait_label.setText(event.message.split(" (")[0] if event.until else "")
+        self.wait_label.setVisible(event.until is not None)
 
     @Slot(object)
     def _on_notice(self, event: ev.Notice) -> None:

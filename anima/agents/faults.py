@@ -51,10 +51,6 @@ _TOO_LONG_TEXT = re.compile(r"prompt is too long", re.IGNORECASE)
 _STOPPED_REASONS = {"aborted_streaming", "aborted_tools"}
 _MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 
-LIMIT_NAMES = {"five_hour": "5-hour limit", "seven_day": "weekly limit",
-               "seven_day_opus": "weekly Opus limit", "seven_day_sonnet": "weekly Sonnet limit",
-               "overage": "extra-usage limit"}
-
 
 def classify(result: TurnResult, rate_limit: RateLimitChanged | None = None,
              now: float | None = None) -> Fault | None:
@@ -105,29 +101,3 @@ def reset_from_text(text: str, now: float | None = None) -> float | None:
     elif candidate <= current:
         candidate += timedelta(days=1)
     return candidate.timestamp()
-
-
-def clock(epoch: float) -> str:
-    """HH:MM in local time (what a user compares with the clock on the wall)."""
-    return datetime.fromtimestamp(epoch).strftime("%H:%M")
-
-
-def limit_name(limit_type: str) -> str:
-    return LIMIT_NAMES.get(limit_type, "usage limit")
-
-
-def describe_rate_limit(event: RateLimitChanged) -> str:
-    """"5-hour limit 95 % used, resets 18:41" — the latest `rate_limit_event` in words."""
-    parts = [limit_name(event.limit_type)]
-    if event.status == "rejected":
-        parts.append("reached")
-    elif event.utilization is not None:
-        parts.append(f"{event.utilization * 100:.0f} % used")
-    elif event.status == "allowed_warning":
-        parts.append("nearly used up")
-    else:
-        parts.append("ok")
-    text = " ".join(parts)
-    if event.resets_at:
-        text += f", resets {clock(event.resets_at)}"
-    return text
