@@ -26,21 +26,22 @@ def first_turn(case: str, version: str) -> list[Event]:
     raise AssertionError(f"no result in {case}-{version}")
 
 
-def fault_of(case: str, version: str) -> Fault | None:
+def fault_of(case: str, version: str, kind: FaultKind) -> Fault:
+    """The fault of the captured turn, which must be of `kind`."""
     events = first_turn(case, version)
     limits = [e for e in events if isinstance(e, RateLimitChanged)]
     result = events[-1]
     assert isinstance(result, TurnResult)
-    return classify(result, limits[-1] if limits else None)
+    fault = classify(result, limits[-1] if limits else None)
+    assert fault is not None and fault.kind is kind
+    return fault
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_an_invalid_key_and_no_login_are_auth_faults(version: str) -> None:
-    bad_key = fault_of("401", version)
-    assert bad_key is not None and bad_key.kind is FaultKind.AUTH
+    bad_key = fault_of("401", version, FaultKind.AUTH)
     assert bad_key.message == "Invalid API key · Fix external API key"
-    no_login = fault_of("nologin", version)
-    assert no_login is not None and no_login.kind is FaultKind.AUTH
+    no_login = fault_of("nologin", version, FaultKind.AUTH)
     assert "Not logged in" in no_login.message
 
 
@@ -49,8 +50,7 @@ def test_a_subscriber_429_is_a_usage_limit_with_its_reset(version: str) -> None:
     events = first_turn("usage", version)
     (limit,) = [e for e in events if isinstance(e, RateLimitChanged)]
     assert limit.status == "rejected" and limit.limit_type == "five_hour"
-    fault = fault_of("usage", version)
-    assert fault is not None and fault.kind is FaultKind.USAGE_LIMIT
+    fault = fault_of("usage", version, FaultKind.USAGE_LIMIT)
     assert fault.resets_at == limit.resets_at and fault.limit_type == "five_hour"
     assert fault.message.startswith("You've hit your")
 
@@ -73,15 +73,13 @@ def test_repeated_529s_are_transient_even_with_a_null_status(version: str) -> No
     assert [(r.attempt, r.max_retries, r.error_status, r.error) for r in retries] == [
         (1, 2, 529, "overloaded"), (2, 2, 529, "overloaded")]
     assert retries[0].describe() == "API retry 1/2: 529 overloaded, next in 1 s"
-    fault = fault_of("529", version)
-    assert fault is not None and fault.kind is FaultKind.TRANSIENT
+    fault = fault_of("529", version, FaultKind.TRANSIENT)
     assert "Repeated 529 Overloaded" in fault.message
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_prompt_too_long(version: str) -> None:
-    fault = fault_of("toolong", version)
-    assert fault is not None and fault.kind is FaultKind.PROMPT_TOO_LONG
+    fault = fault_of("toolong", version, FaultKind.PROMPT_TOO_LONG)
     assert fault.status == 400 and fault.message.startswith("Prompt is too long")
 
 
