@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import sys
@@ -130,6 +131,9 @@ class StatusReport(BaseModel):
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    # A short-lived command building a hundred records' objects, none of them in a cycle: the
+    # cyclic collector would only rescan them, a quarter of the command's time.
+    gc.disable()
     paths = _project(args.project)
     config = load_config(paths.config)
     store = Store(paths)
@@ -139,7 +143,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                       requires_human_review=config.requires_human_review, register=False)
     records, problems = scan.records, [str(p) for p in scan.problems]
     if args.json:
-        print(StatusReport(state=state, milestones=records).model_dump_json(indent=2))
+        # As bytes straight to stdout: the str round trip of 8 MB costs as much as the dump.
+        report = StatusReport(state=state, milestones=records)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(StatusReport.__pydantic_serializer__.to_json(report, indent=2)
+                                + b"\n")
+        sys.stdout.buffer.flush()
     else:
         current = state.current_milestone or "-"
         waiting = f"; {state.waiting_reason}" if state.waiting_reason else ""

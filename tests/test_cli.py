@@ -159,3 +159,31 @@ def test_the_example_gitignore_hides_every_runtime_file() -> None:
 
     lines = (example_dir() / ".gitignore").read_text().splitlines()
     assert [p for p in RUNTIME_IGNORES if p not in lines] == []
+
+
+def test_status_json_is_the_records_dump_and_loads_only_what_it_needs(tmp_path: Path) -> None:
+    """Scripts poll `anima status`: the output is the pydantic dump of the state and every
+    record (non-ASCII intact), and a project whose milestones all have records parses no
+    definition (markdown-it costs a tenth of the command)."""
+    assert anima("init", str(tmp_path)).returncode == 0
+    md = tmp_path / "greetings.md"
+    md.write_text(milestone_md("Grüße — ünïcode", ["Grüßen", "Version"]), encoding="utf-8")
+    assert anima("add", str(tmp_path), str(md)).returncode == 0
+    status = subprocess.run(
+        [sys.executable, "-c", "import sys; from anima.cli import main; "
+         "code = main(['status', sys.argv[1], '--json']); "
+         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'markdown_it'), "
+         "file=sys.stderr); sys.exit(code)",
+         str(tmp_path)], capture_output=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert status.stderr.decode().strip() == "[]"
+    from anima.cli import StatusReport
+    from anima.paths import ProjectPaths
+    from anima.store import Store
+
+    store = Store(ProjectPaths(tmp_path))
+    records = [store.load_record(p.stem) for p in sorted(store.paths.milestones.glob("*.json"))]
+    expected = StatusReport(state=store.load_state(), milestones=sorted(
+        records, key=lambda r: (r.created_at, r.id))).model_dump_json(indent=2) + "\n"
+    assert status.stdout.decode("utf-8") == expected
+    assert any(m["title"] == "Grüße — ünïcode" for m in json.loads(status.stdout)["milestones"])
