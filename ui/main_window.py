@@ -11,6 +11,7 @@ thread.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -605,6 +606,7 @@ class MainWindow(QMainWindow):
         self.open_project(self.project)
 
     def _start_engine(self, path: Path) -> None:
+        _freeze_startup_heap()
         try:
             engine = self.engine_factory(path)
         except Exception as e:
@@ -892,3 +894,17 @@ class MainWindow(QMainWindow):
             return
         event.ignore()
         self._stop_engine(then=self.close)
+
+
+def _freeze_startup_heap() -> None:
+    """Exempt what start-up built (modules, Qt wrappers, models; alive as long as the app) from
+    the cyclic collector, once. Otherwise each full collection while a long transcript is read
+    and replayed rescans all of it with the GIL held: 40-100 ms in which the window cannot
+    paint, whichever thread triggered it. Frozen objects are still freed by reference count."""
+    global _heap_frozen
+    if not _heap_frozen:
+        gc.freeze()
+        _heap_frozen = True
+
+
+_heap_frozen = False

@@ -49,8 +49,11 @@ from ui.agent_pane import AgentPane, format_tokens
 if TYPE_CHECKING:
     from anima.engine import Feature, Iteration, MilestoneRecord
 
-#: Transcript events turned into lines per event-loop turn while replaying (~5 ms of work).
-REPLAY_SLICE = 200
+#: GUI-thread time per event-loop turn for turning transcript events into lines while
+#: replaying, in chunks of REPLAY_CHUNK events. A fixed 200 events cost 20-30 ms (their
+#: markdown), which a loaded machine stretched into stalls of 180 ms.
+REPLAY_SLICE_SECONDS = 0.004
+REPLAY_CHUNK = 20
 
 # Which pane is highlighted in which phase.
 ACTIVE_ROLE = {Phase.DEVELOPER: "developer", Phase.RECOVERING: "developer",
@@ -619,9 +622,12 @@ class IterationMonitor(QWidget):
             pane.append_separator("replayed from the transcript")
 
         def step(start: int) -> None:
-            self.feed_agent_events(events[start:start + REPLAY_SLICE])
-            if start + REPLAY_SLICE < len(events):
-                QTimer.singleShot(0, self, lambda: step(start + REPLAY_SLICE))
+            deadline = time.perf_counter() + REPLAY_SLICE_SECONDS
+            while start < len(events) and time.perf_counter() < deadline:
+                self.feed_agent_events(events[start:start + REPLAY_CHUNK])
+                start += REPLAY_CHUNK
+            if start < len(events):
+                QTimer.singleShot(0, self, lambda: step(start))
                 return
             for pane in self.panes.values():
                 pane.append_separator("live")
