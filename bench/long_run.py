@@ -41,6 +41,7 @@ QUEUE_FEATURES = 3
 WARM_UP_ROUND = 5
 RECORDS = 100
 TRANSCRIPT_MB = 50
+REPLAYS = 3
 TARGETS = {"rss_growth_mb": 20.0, "status_ms": 300.0, "replay_worst_stall_ms": 100.0}
 
 
@@ -185,8 +186,9 @@ def write_transcript(repo: Path, milestone_id: str, megabytes: int) -> int:
     return path.stat().st_size
 
 
-def replay_stall(repo: Path) -> tuple[float, int]:
-    """Part 2: open the window on the project as after a restart; worst GUI-thread gap."""
+def replay_stall(repo: Path) -> tuple[float, float, int]:
+    """Part 2: open the window on the project as after a restart; worst GUI-thread gap, in
+    wall time and in the GUI thread's own CPU time (which a loaded machine does not stretch)."""
     from PySide6.QtCore import QElapsedTimer, QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
@@ -216,11 +218,14 @@ def replay_stall(repo: Path) -> tuple[float, int]:
     clock = QElapsedTimer()
     clock.start()
     last = [clock.elapsed()]
+    cpu_gaps: list[float] = []  # the GUI thread's own CPU time between ticks: what load hides
+    last_cpu = [time.thread_time()]
 
     def tick() -> None:
-        now = clock.elapsed()
+        now, cpu = clock.elapsed(), time.thread_time()
         gaps.append(now - last[0])
-        last[0] = now
+        cpu_gaps.append((cpu - last_cpu[0]) * 1000)
+        last[0], last_cpu[0] = now, cpu
 
     timer = QTimer()
     timer.setInterval(1)
@@ -243,7 +248,7 @@ def replay_stall(repo: Path) -> tuple[float, int]:
     while window.engine is not None and time.monotonic() < stop_by:
         app.processEvents()
         time.sleep(0.01)
-    return max(0.0, max(gaps, default=0.0) - 1.0), size
+    return max(0.0, max(gaps, default=0.0) - 1.0), max(cpu_gaps, default=0.0), size
 
 
 def main() -> None:
@@ -252,7 +257,10 @@ def main() -> None:
         base = Path(tmp)
         repo = make_repo(base)
         run = watch_run(base, repo)
-        stall, transcript = replay_stall(repo)
+        replays = [replay_stall(repo) for _ in range(REPLAYS)]
+        stall = statistics.median(r[0] for r in replays)
+        stall_cpu = statistics.median(r[1] for r in replays)
+        transcript = replays[0][2]
         status, status_cpu, listed = status_ms(repo)
     growth = run["rss_end_mb"] - run["rss_warm_mb"]
     print(f"{run['rounds']} rounds in {run['seconds']:.0f} s (the 60-round milestone: "
@@ -264,13 +272,15 @@ def main() -> None:
     print(f"`anima status --json` lists {listed} milestones in {status:.0f} ms, "
           f"{status_cpu:.0f} ms of CPU (medians of 5; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
-    print(f"replayed a {transcript / 2**20:.0f} MB transcript; worst GUI stall {stall:.0f} ms")
+    print(f"replayed a {transcript / 2**20:.0f} MB transcript; worst GUI stall {stall:.0f} ms, "
+          f"{stall_cpu:.0f} ms of the GUI thread's CPU (medians of {REPLAYS})")
     figures = {"rss_growth_mb": growth, "status_ms": status, "replay_worst_stall_ms": stall}
     print(f"BENCH rss_growth_mb={growth:.1f}")
     print(f"BENCH anima_bytes_per_round={run['bytes_per_round_long']:.0f}")
     print(f"BENCH status_ms={status:.0f}")
     print(f"BENCH status_cpu_ms={status_cpu:.0f}")
     print(f"BENCH replay_worst_stall_ms={stall:.0f}")
+    print(f"BENCH replay_worst_stall_cpu_ms={stall_cpu:.0f}")
     missed = [k for k, v in figures.items() if v >= TARGETS[k]]
     print(f"targets: {'all met' if not missed else 'MISSED ' + ', '.join(missed)}; "
           f"{time.monotonic() - started:.0f} s in all")
