@@ -145,10 +145,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         # As bytes straight to stdout: the str round trip of 8 MB costs as much as the dump.
         report = StatusReport(state=state, milestones=records)
-        sys.stdout.flush()
-        sys.stdout.buffer.write(StatusReport.__pydantic_serializer__.to_json(report, indent=2)
-                                + b"\n")
-        sys.stdout.buffer.flush()
+        dump = StatusReport.__pydantic_serializer__.to_json(report, indent=2) + b"\n"
+        buffer = getattr(sys.stdout, "buffer", None)  # None: a caller's in-memory stdout
+        if buffer is None:
+            sys.stdout.write(dump.decode())
+        else:
+            sys.stdout.flush()
+            buffer.write(dump)
+            buffer.flush()
     else:
         current = state.current_milestone or "-"
         waiting = f"; {state.waiting_reason}" if state.waiting_reason else ""
