@@ -176,17 +176,18 @@ def test_interrupt_a_long_turn(make_real: Factory, api_stub: ApiStub) -> None:
 
 def test_side_requests_do_not_consume_the_script(make_real: Factory, api_stub: ApiStub,
                                                  real_env: dict[str, str]) -> None:
-    """With non-essential traffic allowed, a turn that takes a moment also makes the CLI ask
-    for a session title (a request without tools); the stub answers it aside, so scripted
-    replies still line up with the agent's real model calls."""
+    """With non-essential traffic allowed, a turn that takes a moment may also make the CLI
+    ask for a session title (a request without tools: 2.1.197 does, 2.1.330 does not); the
+    stub answers any such request aside, so scripted replies still line up with the agent's
+    real model calls, turn after turn."""
     del real_env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"]
-    answer = "scripted answer " * 12
-    api_stub.push({"text": answer, "chunk_delay": 0.3})
+    answers = ["scripted answer " * 12, "second answer " * 12]
+    api_stub.push(*({"text": a, "chunk_delay": 0.3} for a in answers))
     agent = make_real()
-    assert agent.send("Say hi slowly").text == answer
-    assert len(api_stub.agent_requests()) == 1
+    assert [agent.send(p).text for p in ("Say hi slowly", "Again")] == answers
+    assert len(api_stub.agent_requests()) == 2
     side = [r for r in api_stub.requests if not r.get("tools")]
-    assert side and "title" in system_text(side[0]).lower()
+    assert all("title" in system_text(r).lower() for r in side)
 
 
 def test_a_resume_keeps_the_model_the_session_started_with(make_real: Factory,
