@@ -24,7 +24,11 @@ from tests.fakes.api_stub import ApiStub
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FAKE_CLAUDE = Path(__file__).resolve().parent / "fakes" / "fake_claude.py"
-REAL_INSTALL_HINT = "npm install --prefix .claude-cli @anthropic-ai/claude-code"
+#: Where the README's test command installs the real CLIs: the newest on npm (`@latest`, which
+#: npm otherwise skips on Node < 22) and the oldest version Anima supports.
+REAL_CLI_DIRS = (".claude-cli", ".claude-cli-2.1.197")
+REAL_INSTALL_HINT = ("npm install --prefix .claude-cli @anthropic-ai/claude-code@latest && "
+                     "npm install --prefix .claude-cli-2.1.197 @anthropic-ai/claude-code@2.1.197")
 
 
 # --- the fake claude ----------------------------------------------------------------------
@@ -115,34 +119,58 @@ def api_stub() -> Iterator[ApiStub]:
         yield stub
 
 
-def _is_real_claude(path: str) -> bool:
+def _real_claude_version(path: str) -> str | None:
+    """The CLI's version, or None when `path` is not a working real `claude` (or is the fake)."""
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20,
                              env={k: v for k, v in os.environ.items() if k != "CLAUDECODE"})
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0 and "Fake Claude" not in out.stdout
+        return None
+    if out.returncode != 0 or "Fake Claude" in out.stdout:
+        return None
+    return out.stdout.split()[0] if out.stdout.split() else None
+
+
+def find_real_claudes() -> dict[str, str]:
+    """{version: path} of every real CLI to test against: $ANIMA_REAL_CLAUDE alone when set,
+    else each install of REAL_CLI_DIRS, else `claude` on PATH (never the fake)."""
+    if os.environ.get("ANIMA_REAL_CLAUDE"):
+        candidates = [os.environ["ANIMA_REAL_CLAUDE"]]
+    else:
+        candidates = [str(REPO_ROOT / d / "node_modules" / ".bin" / "claude")
+                      for d in REAL_CLI_DIRS]
+        candidates = [c for c in candidates if os.access(c, os.X_OK)] or \
+            [c for c in [shutil.which("claude")] if c]
+    found: dict[str, str] = {}
+    for candidate in candidates:
+        if os.access(candidate, os.X_OK) and (version := _real_claude_version(candidate)):
+            found.setdefault(version, candidate)
+    return found
 
 
 def find_real_claude() -> str | None:
-    """$ANIMA_REAL_CLAUDE, then .claude-cli/ in the repo, then `claude` on PATH (never the fake)."""
-    candidates = [os.environ.get("ANIMA_REAL_CLAUDE"),
-                  str(REPO_ROOT / ".claude-cli" / "node_modules" / ".bin" / "claude"),
-                  shutil.which("claude")]
-    for candidate in candidates:
-        if candidate and os.access(candidate, os.X_OK) and _is_real_claude(candidate):
-            return candidate
-    return None
+    """The newest real CLI found (benches measure one)."""
+    found = find_real_claudes()
+    return found[max(found, key=_version_key)] if found else None
 
 
-@pytest.fixture(scope="session")
-def real_claude_bin() -> str:
-    found = find_real_claude()
-    if found is None:
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
+
+
+_REAL_CLAUDES = find_real_claudes()
+
+
+@pytest.fixture(scope="session", params=sorted(_REAL_CLAUDES, key=_version_key) or [None],
+                ids=lambda version: f"claude-{version}" if version else "no-claude")
+def real_claude_bin(request: pytest.FixtureRequest) -> str:
+    """Each real CLI installed (the newest on npm and 2.1.197 in CI): every real-CLI test runs
+    against each, since users have either."""
+    if request.param is None:
         if os.environ.get("CI"):
             pytest.fail(f"real claude CLI not installed (CI must install it): {REAL_INSTALL_HINT}")
         pytest.skip(f"real claude CLI not installed: {REAL_INSTALL_HINT}")
-    return found
+    return _REAL_CLAUDES[request.param]
 
 
 def real_claude_env(stub: ApiStub, home: Path) -> dict[str, str]:
