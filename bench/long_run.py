@@ -251,13 +251,21 @@ def replay_stall(repo: Path) -> tuple[float, float, int]:
     return max(0.0, max(gaps, default=0.0) - 1.0), max(cpu_gaps, default=0.0), size
 
 
+def replay_in_subprocess(repo: Path) -> tuple[float, float, int]:
+    """One replay per process: each run opens the window as a fresh start would."""
+    out = subprocess.run([sys.executable, __file__, "--replay", str(repo)], check=True,
+                         capture_output=True, text=True, cwd=REPO).stdout
+    wall, cpu, size = json.loads(out.splitlines()[-1])
+    return wall, cpu, size
+
+
 def main() -> None:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="anima-long-") as tmp:
         base = Path(tmp)
         repo = make_repo(base)
         run = watch_run(base, repo)
-        replays = [replay_stall(repo) for _ in range(REPLAYS)]
+        replays = [replay_in_subprocess(repo) for _ in range(REPLAYS)]
         stall = statistics.median(r[0] for r in replays)
         stall_cpu = statistics.median(r[1] for r in replays)
         transcript = replays[0][2]
@@ -287,4 +295,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--replay"]:
+        print(json.dumps(replay_stall(Path(sys.argv[2]))))
+    else:
+        main()
