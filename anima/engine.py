@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from anima.atomic import write_text_atomic
 from anima.completion import finish_completed, merge_pending
 from anima.config import Config, describe_validation_error, load_config
 from anima.context import ApiTokenCounter
-from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError
+from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError, RecordError
 from anima.events import (
     AgentEvent,
     EngineError,
@@ -61,7 +62,7 @@ from anima.recovery import AgentRegistry, TrackedAgent, reconcile_state, recover
 from anima.scheduler import Agent, MilestoneRun, RunControl
 from anima.store import Feature as Feature  # the records' parts, for the UI's type hints
 from anima.store import Iteration as Iteration
-from anima.store import MilestoneRecord, MilestoneStatus, Scan, Store
+from anima.store import MilestoneRecord, MilestoneStatus, Scan, Store, now
 from anima.summarizer import Summarizer
 from anima.watcher import MilestoneWatcher
 
@@ -142,6 +143,10 @@ class Engine:
         # a periodic scan must never parse a milestone that is still being written.
         self._watching = False
         self._settled: set[str] = set()
+        # Registering writes a new record and publishes it: the watcher's thread (a file
+        # arrived) and the worker's scan must not both do it for the same file, nor may a scan
+        # read before a registration publish after it (it would remove the new record).
+        self._registering = threading.Lock()
         self._reported_problems: set[str] = set()
         # What the subscribers were last told (records by id, problems): a scan publishes only
         # the difference, so an idle project publishes nothing.
@@ -179,7 +184,7 @@ class Engine:
         ensure_gitignore(self.paths)
         # The window lists the milestones even when git (next) says the project can't run.
         self._shown = None
-        self._publish_scan(self._read_milestones(register=True))
+        self._refresh()
         self._repo = GitRepo.open(self.root)
         if not self._recovered:
             self._recover()
@@ -320,7 +325,7 @@ class Engine:
         self._wake.clear()
 
     def _scan(self) -> Scan:
-        scan = self._read_milestones(register=True)
+        scan = self._refresh()
         # Each problem is reported once (watch mode rescans every second), again if it
         # comes back after being fixed.
         current = {str(p) for p in scan.problems}
@@ -329,7 +334,14 @@ class Engine:
         self._reported_problems = current
         for milestone_id in scan.registered:
             self._log(milestone_id, f"registered milestone {milestone_id} (pending)")
-        self._publish_scan(scan)
+        return scan
+
+    def _refresh(self) -> Scan:
+        """Register new files, read every record and publish what changed, as one step
+        against registrations on the watcher's thread."""
+        with self._registering:
+            scan = self._read_milestones(register=True)
+            self._publish_scan(scan)
         return scan
 
     def _publish_scan(self, scan: Scan) -> None:
@@ -453,7 +465,7 @@ class Engine:
             self.bus.publish(EngineError(str(e)))
 
     def add_milestone(self, md: Path) -> str:
-        """Validate and copy a milestone file in; registration follows on the next scan."""
+        """Validate and copy a milestone file in, and register it (pending) at once."""
         md = Path(md)
         milestone_id = validate_milestone_id(md.stem, md)
         load_milestone(md)
@@ -465,8 +477,8 @@ class Engine:
         tmp = target.with_name(f".{target.name}.tmp")
         shutil.copyfile(md, tmp)
         tmp.replace(target)
-        self._settled.add(target.name)  # written whole, atomically: no need to wait for it
-        self._wake.set()
+        # Written whole, atomically: no need to wait for it to settle.
+        self._register(target, now())
         return milestone_id
 
     def start_milestone(self, milestone_id: str) -> None:
@@ -525,10 +537,27 @@ class Engine:
         return read_transcript_tail(self.paths.transcripts(milestone_id), REPLAY_BYTES)
 
     # ------------------------------------------------------------------ helpers
-    def _on_milestone_file(self, path: Path) -> None:
-        """Watcher thread: `path` has settled; the worker registers it on its next scan."""
-        self._settled.add(path.name)
+    def _on_milestone_file(self, path: Path, appeared: datetime) -> None:
+        """Watcher thread: `path` has settled."""
         self._broken.discard(path.stem)
+        self._register(path, appeared)
+
+    def _register(self, md: Path, appeared: datetime) -> None:
+        """Register a milestone file as pending at once, created when it appeared, even while
+        another milestone runs: the queue is the order files arrived in. A file that cannot
+        be registered is left to the worker's next scan, which reports it."""
+        with self._registering:
+            self._settled.add(md.name)
+            try:
+                record = self.store.register(
+                    md, appeared, max_iterations=self.config.max_iterations_per_milestone,
+                    requires_human_review=self.config.requires_human_review)
+            except (MilestoneError, RecordError):
+                record = None
+            if record is not None:  # the window shows it at once
+                self.bus.publish(MilestoneChanged(record.model_copy(deep=True)))
+        if record is not None:
+            self._log(record.id, f"registered milestone {record.id} (pending)")
         self._wake.set()
 
     def _log(self, milestone_id: str | None, text: str) -> None:

@@ -458,6 +458,21 @@ class Store:
             acceptance_criteria=list(definition.acceptance_criteria),
         )
 
+    def register(self, md: Path, created_at: datetime, *, max_iterations: int,
+                 requires_human_review: bool) -> MilestoneRecord | None:
+        """Make the definition `md` a pending milestone created at `created_at` (when the
+        file arrived, so the queue keeps that order); None if it has a record already.
+        Raises MilestoneError for a bad name or file (which is left as it is)."""
+        milestone_id = validate_milestone_id(md.stem, md)
+        if self.paths.milestone_record(milestone_id).exists():
+            return None
+        record = self.new_record(load_milestone(md), milestone_id, created_at,
+                                 max_iterations=max_iterations,
+                                 requires_human_review=requires_human_review)
+        self.save_record(record)
+        log.info("registered milestone %s", milestone_id)
+        return record
+
     def scan(self, *, max_iterations: int, requires_human_review: bool, register: bool = True,
              ready: Callable[[Path], bool] | None = None) -> Scan:
         """Load every record; every `.md` that has none yet is listed as pending (a fresh
@@ -465,7 +480,8 @@ class Store:
         drop files into must not parse a half-written file). Without `register` nothing is
         written. Hidden names (editors' swap and lock files) are not milestones.
 
-        One timestamp serves a whole scan, so files that arrive together start in name order.
+        One timestamp serves a whole scan: files found together (whose arrival nobody saw)
+        start in name order.
         """
         result = Scan()
         if not self.paths.milestones.is_dir():
@@ -477,21 +493,23 @@ class Store:
             milestone_id = md.stem
             try:
                 validate_milestone_id(milestone_id, md)
-                record_path = self.paths.milestone_record(milestone_id)
-                if record_path.exists():
+                if self.paths.milestone_record(milestone_id).exists():
                     result.records.append(self.load_record(milestone_id))
                     continue
                 if ready is not None and not ready(md):
                     continue
-                definition = load_milestone(md)
-                record = self.new_record(definition, milestone_id, stamp,
-                                         max_iterations=max_iterations,
-                                         requires_human_review=requires_human_review)
-                result.records.append(record)
                 if register:
-                    self.save_record(record)
-                    result.registered.append(milestone_id)
-                    log.info("registered milestone %s", milestone_id)
+                    record = self.register(md, stamp, max_iterations=max_iterations,
+                                           requires_human_review=requires_human_review)
+                    if record is None:  # registered by another thread meanwhile
+                        record = self.load_record(milestone_id)
+                    else:
+                        result.registered.append(milestone_id)
+                else:
+                    record = self.new_record(load_milestone(md), milestone_id, stamp,
+                                             max_iterations=max_iterations,
+                                             requires_human_review=requires_human_review)
+                result.records.append(record)
             except (MilestoneError, RecordError) as e:
                 result.problems.append(e)
         # A record whose definition went missing still says where its milestone stands.

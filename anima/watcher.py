@@ -12,7 +12,9 @@ What is reported: regular, non-empty `*.md` files whose name is not hidden (so `
 saved, or moved into the folder (atomic saves via rename included). A file deleted or renamed
 away before it settles is not reported; a file whose (inode, size, mtime) equals what was last
 reported (a chmod, an identical replay) is not reported twice. Files already present at
-`start()` are not reported: the engine scans the folder itself when it starts.
+`start()` are not reported: the engine scans the folder itself when it starts. Each report
+carries when the file appeared (its first event), not when it settled: the queue keeps the
+order in which files arrived.
 
 If the folder does not exist yet, the nearest existing ancestor is watched until it appears;
 the `.md` files found in it then are reported like new ones.
@@ -28,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from watchdog.events import (
@@ -82,6 +85,7 @@ class _Pending:
     sig: Signature | None
     deadline: float
     changed_at: float
+    appeared: datetime
     writing: bool = False
 
 
@@ -108,7 +112,8 @@ class _Handler(FileSystemEventHandler):
 
 
 class MilestoneWatcher:
-    """Watches one milestones folder and calls `on_ready(path)` for each settled `.md` file.
+    """Watches one milestones folder and calls `on_ready(path, appeared)` for each settled
+    `.md` file (`appeared`: the wall-clock time of its first event).
 
     `on_ready` runs on the watcher's own timer thread (never the caller's); its exceptions are
     logged and the watcher carries on. `stop()` joins every thread the watcher started.
@@ -117,7 +122,7 @@ class MilestoneWatcher:
     def __init__(
         self,
         milestones_dir: Path,
-        on_ready: Callable[[Path], None],
+        on_ready: Callable[[Path, datetime], None],
         *,
         debounce: float = 0.4,
     ) -> None:
@@ -222,7 +227,8 @@ class MilestoneWatcher:
             if entry is None:
                 if closed and sig is not None and sig == self._state.reported.get(path):
                     return  # closed without a change since we reported it
-                entry = _Pending(sig=sig, deadline=now + self._debounce, changed_at=now)
+                entry = _Pending(sig=sig, deadline=now + self._debounce, changed_at=now,
+                                 appeared=datetime.now(UTC))
                 self._state.pending[path] = entry
             entry.sig = sig
             entry.deadline = now + self._debounce
@@ -296,7 +302,7 @@ class MilestoneWatcher:
             if sig[1] == 0 or self._state.reported.get(path) == sig:
                 return  # empty (created, not written yet) or already reported as is
             self._state.reported[path] = sig
-        self._safe(self._on_ready, Path(path))
+        self._safe(self._on_ready, Path(path), entry.appeared)
 
     @staticmethod
     def _safe(func: Callable[..., object], *args: object) -> None:

@@ -85,6 +85,38 @@ def test_dropped_milestones_are_started_as_they_arrive(
     assert not (watched / ".anima" / "anima.lock").exists()
 
 
+def test_dropped_milestones_are_registered_at_once_and_start_in_arrival_order(
+        git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    make_project(git_repo, {"m0-first": milestone_md("First", ["Alpha"])})
+    fake_claude.write_script({"developer": [{"auto": True, "delay": 6}]})
+    folder = git_repo / ".anima" / "milestones"
+    runner = Runner(git_repo, fake_claude, "--watch")
+    wait_until(lambda: fake_claude.entries("developer"), what="the first milestone to start")
+
+    # Dropped in this order while m0-first runs; their names sort the other way.
+    for name in ("zz-early", "aa-late"):
+        dropped = time.time()
+        (folder / f"{name}.md").write_text(milestone_md(name, ["Beta"]), encoding="utf-8")
+        wait_until(lambda n=name: (folder / f"{n}.json").exists(), timeout=1.0,
+                   what=f"{name} registered within a second of its drop")
+        rec = record(git_repo, name)
+        assert rec.status is MilestoneStatus.PENDING
+        assert dropped - 0.1 <= rec.created_at.timestamp() <= dropped + 0.5  # when it appeared
+    assert record(git_repo, "m0-first").status is MilestoneStatus.IN_PROGRESS
+    assert "registered milestone aa-late (pending)" in runner.stdout
+
+    for milestone_id in ("m0-first", "zz-early", "aa-late"):
+        wait_until(lambda m=milestone_id: completed(git_repo, m), timeout=60,
+                   what=f"{milestone_id} completed\n{runner.stdout[-3000:]}")
+    early, late = record(git_repo, "zz-early"), record(git_repo, "aa-late")
+    assert early.created_at < late.created_at
+    assert early.completed_at is not None and late.started_at is not None
+    assert late.started_at >= early.completed_at  # earliest first, whatever the names
+    runner.signal(signal.SIGTERM)
+    assert runner.wait(15) == 0, runner.stdout[-2000:] + runner.stderr
+    assert our_processes() == []
+
+
 def test_sigterm_while_a_dropped_milestone_runs_leaves_it_to_resume(
         git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
     make_project(git_repo)

@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ class Recorder:
         self._cond = threading.Condition()
         self.hook: Callable[[Path], None] | None = None
 
-    def __call__(self, path: Path) -> None:
+    def __call__(self, path: Path, _appeared: datetime) -> None:
         content = path.read_text(encoding="utf-8")
         with self._cond:
             self.calls.append((path, content, threading.current_thread().name))
