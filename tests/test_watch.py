@@ -91,29 +91,32 @@ def test_dropped_milestones_are_registered_at_once_and_start_in_arrival_order(
     fake_claude.write_script({"developer": [{"auto": True, "delay": 6}]})
     folder = git_repo / ".anima" / "milestones"
     runner = Runner(git_repo, fake_claude, "--watch")
-    wait_until(lambda: fake_claude.entries("developer"), what="the first milestone to start")
+    try:
+        wait_until(lambda: fake_claude.entries("developer"), what="the first milestone to start")
+        # Dropped in this order while m0-first runs; their names sort the other way.
+        for name in ("zz-early", "aa-late"):
+            dropped = time.time()
+            (folder / f"{name}.md").write_text(milestone_md(name, ["Beta"]), encoding="utf-8")
+            wait_until(lambda n=name: (folder / f"{n}.json").exists(), timeout=1.0,
+                       what=f"{name} registered within a second of its drop")
+            rec = record(git_repo, name)
+            assert rec.status is MilestoneStatus.PENDING
+            assert dropped - 0.1 <= rec.created_at.timestamp() <= dropped + 0.5  # its arrival
+            wait_until(lambda n=name: f"registered milestone {n} (pending)" in runner.stdout,
+                       what=f"{name}'s registration logged")
+        assert record(git_repo, "m0-first").status is MilestoneStatus.IN_PROGRESS
 
-    # Dropped in this order while m0-first runs; their names sort the other way.
-    for name in ("zz-early", "aa-late"):
-        dropped = time.time()
-        (folder / f"{name}.md").write_text(milestone_md(name, ["Beta"]), encoding="utf-8")
-        wait_until(lambda n=name: (folder / f"{n}.json").exists(), timeout=1.0,
-                   what=f"{name} registered within a second of its drop")
-        rec = record(git_repo, name)
-        assert rec.status is MilestoneStatus.PENDING
-        assert dropped - 0.1 <= rec.created_at.timestamp() <= dropped + 0.5  # when it appeared
-    assert record(git_repo, "m0-first").status is MilestoneStatus.IN_PROGRESS
-    assert "registered milestone aa-late (pending)" in runner.stdout
-
-    for milestone_id in ("m0-first", "zz-early", "aa-late"):
-        wait_until(lambda m=milestone_id: completed(git_repo, m), timeout=60,
-                   what=f"{milestone_id} completed\n{runner.stdout[-3000:]}")
-    early, late = record(git_repo, "zz-early"), record(git_repo, "aa-late")
-    assert early.created_at < late.created_at
-    assert early.completed_at is not None and late.started_at is not None
-    assert late.started_at >= early.completed_at  # earliest first, whatever the names
-    runner.signal(signal.SIGTERM)
-    assert runner.wait(15) == 0, runner.stdout[-2000:] + runner.stderr
+        for milestone_id in ("m0-first", "zz-early", "aa-late"):
+            wait_until(lambda m=milestone_id: completed(git_repo, m), timeout=60,
+                       what=f"{milestone_id} completed\n{runner.stdout[-3000:]}")
+        early, late = record(git_repo, "zz-early"), record(git_repo, "aa-late")
+        assert early.created_at < late.created_at
+        assert early.completed_at is not None and late.started_at is not None
+        assert late.started_at >= early.completed_at  # earliest first, whatever the names
+    finally:
+        runner.signal(signal.SIGTERM)
+        code = runner.wait(15)
+    assert code == 0, runner.stdout[-2000:] + runner.stderr
     assert our_processes() == []
 
 
