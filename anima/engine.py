@@ -18,6 +18,7 @@ import shutil
 import sys
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -126,6 +127,7 @@ class Engine:
         self._overrides = config_overrides
         self._repo: GitRepo | None = None
         self._binary: ClaudeBinary | None = None
+        self._claude_probe: Future[ClaudeBinary] | None = None
         self._lock = ProjectLock(self.paths.lock, command=shlex.join(sys.argv))
         self._locked = False
         self._recovered = False
@@ -180,6 +182,7 @@ class Engine:
                             "a kill cut short")
         self.config = open_config(self.paths, self._overrides)
         self.bus.publish(EngineReady(self.config.model_copy(deep=True)))
+        self._start_claude_probe()
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
         ensure_gitignore(self.paths)
         # The window lists the milestones even when git (next) says the project can't run.
@@ -214,10 +217,32 @@ class Engine:
         return self._repo
 
     def claude(self) -> ClaudeBinary:
+        """The CLI (from the probe `prepare` started, else found now). A failed probe is not
+        kept: the next call looks again (the user may install it while Anima watches)."""
         if self._binary is None:
-            self._binary = find_claude(self.config.claude_command)
+            probe, self._claude_probe = self._claude_probe, None
+            self._binary = probe.result() if probe is not None \
+                else find_claude(self.config.claude_command)
             self._log(None, f"using claude {self._binary.version} ({' '.join(self._binary.argv)})")
         return self._binary
+
+    def _start_claude_probe(self) -> None:
+        """Run `claude --version` on a helper thread while recovery and the first scan run:
+        it is a process start of its own (about a second for some CLI versions) on the way
+        to the first prompt."""
+        if self._binary is not None or self._claude_probe is not None:
+            return
+        probe: Future[ClaudeBinary] = Future()
+        command = self.config.claude_command
+
+        def find() -> None:
+            try:
+                probe.set_result(find_claude(command))
+            except Exception as e:  # handed to claude(), which raises it where it used to
+                probe.set_exception(e)
+
+        threading.Thread(target=find, name="anima-claude-probe", daemon=True).start()
+        self._claude_probe = probe
 
     def _make_agent(self, role: str, session_id: str, resume: bool) -> Agent:
         """A started agent, on record in `.anima/agents.json` until it is stopped (so the

@@ -61,6 +61,21 @@ def emit_raw(text: str) -> None:
         sys.stdout.flush()
 
 
+def process_started() -> float | None:
+    """Wall-clock time this process was created (from /proc, to ~10 ms), so a benchmark can
+    tell the agent's own start-up from the time Anima took to start it."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat[stat.rfind(")") + 2:].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+STARTED = process_started()
+
+
 class Args:
     """The subset of the real CLI's flags Anima passes."""
 
@@ -504,7 +519,7 @@ def main() -> int:
         if log_path:
             entry = {"role": role, "session_id": args.session_id, "resume": args.resume,
                      "prompt": prompt, "argv": sys.argv[1:], "pid": os.getpid(), "turn": index,
-                     "cwd": os.getcwd(), "time": time.time()}
+                     "cwd": os.getcwd(), "time": time.time(), "started": STARTED}
             with open(log_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")
         if lost:
