@@ -81,13 +81,14 @@ def milestone(features: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_milestone(features: int, *, on_event=None) -> tuple[MilestoneRun, Clock, Path]:
-    """A real temp repo, the real scheduler, store and git checks; instant agents."""
-    repo = Path(tempfile.mkdtemp(prefix="anima-bench-")) / "repo"
-    repo.mkdir()
+def new_project(repo: Path) -> ProjectPaths:
+    """A new git repo at `repo` (one commit on main) under `anima init`, without the example
+    milestone."""
+    repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.name", "Bench")
     git(repo, "config", "user.email", "bench@example.invalid")
+    git(repo, "config", "commit.gpgsign", "false")
     (repo / "README.md").write_text("# bench\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "chore: start")
@@ -95,6 +96,13 @@ def run_milestone(features: int, *, on_event=None) -> tuple[MilestoneRun, Clock,
     paths = ProjectPaths(repo)
     for md in paths.milestones.glob("*.md"):
         md.unlink()
+    return paths
+
+
+def run_milestone(features: int, *, on_event=None) -> tuple[MilestoneRun, Clock, Path]:
+    """A real temp repo, the real scheduler, store and git checks; instant agents."""
+    repo = Path(tempfile.mkdtemp(prefix="anima-bench-")) / "repo"
+    paths = new_project(repo)
     paths.milestone_md("bench").write_text(milestone(features))
     config = Config(max_iterations_per_milestone=features + 5)
     config.summarizer.enabled = False

@@ -36,19 +36,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from instant import new_project  # noqa: E402
+
 from anima import procfs  # noqa: E402
-from anima.cli import init_project  # noqa: E402
 from anima.errors import AnimaError  # noqa: E402
-from anima.paths import ProjectPaths  # noqa: E402
 from anima.store import MilestoneStatus, Store  # noqa: E402
 
 FAKE = REPO / "tests" / "fakes" / "fake_claude.py"
 DROP_TARGET_S = 1.0
 RESTART_TARGET_S = 3.0
-
-
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
 
 
 def milestone_md(title: str) -> str:
@@ -71,19 +67,8 @@ class Project:
 
     def __init__(self, root: Path, script: dict[str, Any]) -> None:
         self.repo, self.fake = root / "repo", root / "fake"
-        self.repo.mkdir(parents=True)
+        self.paths = new_project(self.repo)
         self.fake.mkdir()
-        git(self.repo, "init", "-q", "-b", "main")
-        git(self.repo, "config", "user.name", "Bench")
-        git(self.repo, "config", "user.email", "bench@example.invalid")
-        git(self.repo, "config", "commit.gpgsign", "false")
-        (self.repo / "README.md").write_text("# bench\n", encoding="utf-8")
-        git(self.repo, "add", "README.md")
-        git(self.repo, "commit", "-q", "-m", "chore: start")
-        init_project(self.repo)
-        self.paths = ProjectPaths(self.repo)
-        for md in self.paths.milestones.glob("*.md"):
-            md.unlink()
         (self.fake / "script.json").write_text(json.dumps(script), encoding="utf-8")
         self.log = self.fake / "prompts.jsonl"
         self.marker = f"FAKE_CLAUDE_STATE={self.fake / 'state'}".encode()
