@@ -9,13 +9,17 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from anima import procfs
+from anima.agents.discovery import find_claude
 from anima.agents.process import AgentProcess
 from anima.agents.profiles import DEVELOPER, profile_for
 from anima.config import Config
 from anima.events import EventBus
 from anima.store import MilestoneStatus
 from tests.conftest import FakeClaude
+from tests.fakes.api_stub import ApiStub
 from tests.helpers import make_project, milestone_md, record
 from tests.test_recovery import (
     Runner,
@@ -55,6 +59,36 @@ def test_stopping_an_agent_stops_what_it_started_in_other_sessions(
     finally:
         agent.stop(grace=2.0)
     wait_until(lambda: not any(alive(p) for p in left), timeout=5, what="the sleepers gone")
+
+
+@pytest.mark.real_claude
+@pytest.mark.timeout(90)
+def test_the_real_cli_runs_bash_outside_the_agents_group_and_stopping_it_stops_all(
+        real_claude_bin: str, real_env: dict[str, str], api_stub: ApiStub,
+        git_repo: Path) -> None:
+    """The fact behind the marker: the real CLI starts each Bash call in a session of its
+    own, so only the inherited environment ties what it starts to the agent."""
+    marker = procfs.agent_marker(git_repo, "m1", DEVELOPER)
+    command = ("setsid sleep 600 >/dev/null 2>&1 & nohup sleep 601 >/dev/null 2>&1 & "
+               "(sleep 602 >/dev/null 2>&1 &)")
+    api_stub.push({"tool_use": {"name": "Bash", "input": {"command": command,
+                                                          "description": "start servers"}}},
+                  "Started.")
+    agent = AgentProcess(DEVELOPER, find_claude(real_claude_bin),
+                         profile_for(DEVELOPER, Config()), git_repo, EventBus(),
+                         session_id=str(uuid.uuid4()), turn_timeout=60, idle_timeout=30,
+                         env=real_env, marker=marker)
+    agent.start()
+    try:
+        assert agent.send("start three servers").text == "Started."
+        left = wait_until(lambda: len(s := [p for p in procfs.marked(marker)
+                                           if procfs.cmdline(p)[:1] == ["sleep"]]) == 3 and s,
+                          what="three sleepers carrying the agent's marker")
+        assert all(procfs.pgid(p) != agent.pid for p in left)
+    finally:
+        agent.stop(grace=3.0)
+        leaked = procfs.stop_marked(marker)
+    assert leaked == []
 
 
 def test_nothing_the_developer_started_outlives_the_milestone(
