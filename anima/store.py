@@ -392,7 +392,8 @@ class Scan:
 
 
 class Store:
-    """Reads and writes one project's records. Not thread-safe: one engine worker owns it."""
+    """Reads and writes one project's records. Not thread-safe: one engine worker writes them,
+    except new registrations, which the engine serializes with its scans."""
 
     def __init__(self, paths: ProjectPaths) -> None:
         self.paths = paths
