@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from anima.engine import Engine
+from anima.events import Event, MilestoneChanged, MilestoneRemoved
 from anima.store import MilestoneStatus
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md, record
@@ -118,6 +120,32 @@ def test_dropped_milestones_are_registered_at_once_and_start_in_arrival_order(
         code = runner.wait(15)
     assert code == 0, runner.stdout[-2000:] + runner.stderr
     assert our_processes() == []
+
+
+def test_the_window_is_told_of_a_dropped_milestone_at_once_while_another_runs(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_claude.use_env(monkeypatch)
+    fake_claude.write_script({"developer": [{"hang": True}]})
+    make_project(git_repo, {"m0-first": milestone_md("First", ["Alpha"])})
+    published: list[Event] = []
+    engine = Engine(git_repo)
+    engine.bus.subscribe(published.append)
+    engine.start()
+    try:
+        wait_until(lambda: fake_claude.entries("developer"), what="the first milestone to start")
+        (git_repo / ".anima" / "milestones" / "m1-next.md").write_text(
+            milestone_md("Next", ["Beta"]), encoding="utf-8")
+        wait_until(lambda: any(isinstance(e, MilestoneChanged) and e.record.id == "m1-next"
+                               for e in published), timeout=1.5,
+                   what="m1-next published within a second of its drop")
+        shown = next(e.record for e in published
+                     if isinstance(e, MilestoneChanged) and e.record.id == "m1-next")
+        assert shown.status is MilestoneStatus.PENDING
+        time.sleep(1.5)  # the engine's rescans do not take it back
+        assert not [e for e in published if isinstance(e, MilestoneRemoved)]
+        assert record(git_repo, "m0-first").status is MilestoneStatus.IN_PROGRESS
+    finally:
+        engine.shutdown()
 
 
 def test_sigterm_while_a_dropped_milestone_runs_leaves_it_to_resume(
