@@ -250,8 +250,8 @@ def _action_bus(paths: ProjectPaths) -> EventBus:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     paths = _project(args.project)
-    from anima import actions
     from anima.lock import ProjectLock
+    from anima.loop import actions
 
     config = load_config(paths.config)
     with ProjectLock(paths.lock, command=f"anima resume {args.id}"):
@@ -265,10 +265,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_approve(args: argparse.Namespace) -> int:
     paths = _project(args.project)
-    from anima import actions
     from anima.engine import ensure_gitignore
     from anima.git_ops import GitRepo
     from anima.lock import ProjectLock
+    from anima.loop import actions
 
     config = load_config(paths.config)
     with ProjectLock(paths.lock, command=f"anima approve {args.id}"):
@@ -282,9 +282,9 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 def cmd_abort(args: argparse.Namespace) -> int:
     paths = _project(args.project)
-    from anima import actions
     from anima.git_ops import GitRepo
     from anima.lock import ProjectLock
+    from anima.loop import actions
 
     config = load_config(paths.config)
     with ProjectLock(paths.lock, command=f"anima abort {args.id}"):

@@ -5,7 +5,7 @@ same loop on a worker thread, and sends requests (resume, approve, stop…) that
 carries out between milestones. Everything the engine does is published on its bus.
 
 One engine per project: `prepare()` takes `.anima/anima.lock` before anything else, then
-repairs what a dead predecessor left behind (`anima.recovery`), so an in_progress milestone
+repairs what a dead predecessor left behind (`anima.loop.recovery`), so an in_progress milestone
 resumes exactly where it stopped.
 """
 
@@ -26,13 +26,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from anima import actions, procfs
+from anima import procfs
 from anima.agents.discovery import ClaudeBinary, find_claude
 from anima.agents.process import AgentProcess
 from anima.agents.profiles import profile_for
 from anima.agents.protocol import describe_tool
 from anima.atomic import write_text_atomic
-from anima.completion import finish_completed, merge_pending
 from anima.config import Config, describe_validation_error, load_config
 from anima.context import ApiTokenCounter
 from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError, RecordError
@@ -55,12 +54,16 @@ from anima.guard import put_back_interrupted
 from anima.journal import Journal, read_transcript_tail
 from anima.lock import ProjectLock
 from anima.logsetup import configure_logging, log_event
+from anima.loop import actions
+from anima.loop.completion import finish_completed, merge_pending
+from anima.loop.recovery import AgentRegistry, TrackedAgent, recover_project
+from anima.loop.run import MilestoneRun
+from anima.loop.seats import Agent, RunControl
+from anima.loop.state import reconcile_state
 from anima.milestone_md import load_milestone, validate_milestone_id
 from anima.paths import ProjectPaths
 from anima.phases import Phase
 from anima.prompts import PromptBuilder
-from anima.recovery import AgentRegistry, TrackedAgent, reconcile_state, recover_project
-from anima.scheduler import Agent, MilestoneRun, RunControl
 from anima.store import Feature as Feature  # the records' parts, for the UI's type hints
 from anima.store import Iteration as Iteration
 from anima.store import MilestoneRecord, MilestoneStatus, Scan, Store, now

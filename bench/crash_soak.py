@@ -44,8 +44,8 @@ sys.path.insert(0, str(REPO))
 
 from anima.cli import init_project  # noqa: E402
 from anima.errors import AnimaError  # noqa: E402
+from anima.loop.state import expected_state  # noqa: E402
 from anima.paths import ProjectPaths  # noqa: E402
-from anima.recovery import expected_state  # noqa: E402
 from anima.store import (  # noqa: E402
     MergeState,
     MilestoneRecord,

@@ -18,9 +18,10 @@ from anima.cli import init_project  # noqa: E402
 from anima.config import Config  # noqa: E402
 from anima.events import EventBus, TurnResult  # noqa: E402
 from anima.git_ops import GitRepo  # noqa: E402
+from anima.loop.run import MilestoneRun  # noqa: E402
+from anima.loop.seats import RunControl  # noqa: E402
 from anima.paths import ProjectPaths  # noqa: E402
 from anima.prompts import PromptBuilder  # noqa: E402
-from anima.scheduler import MilestoneRun, RunControl  # noqa: E402
 from anima.store import Store  # noqa: E402
 from anima.summarizer import Summarizer  # noqa: E402
 

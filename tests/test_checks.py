@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from anima import procfs
-from anima.checks import run_check
 from anima.cli import HeadlessPrinter
 from anima.engine import Engine
+from anima.loop.checks import run_check
 from anima.store import MilestoneStatus, RoundKind, Verdict
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine

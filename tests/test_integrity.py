@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from anima.actions import resume
 from anima.config import Config
 from anima.engine import Engine
+from anima.loop.actions import resume
 from anima.paths import ProjectPaths
 from anima.store import MilestoneStatus, Store, Verdict
 from tests.conftest import FakeClaude, run_git

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from anima.phases import TRANSITIONS, IllegalTransition, Phase, check_transition
+from anima.loop.phases import TRANSITIONS, IllegalTransition, check_transition
+from anima.phases import Phase
 
 LEGAL = [
     (Phase.IDLE, Phase.STARTING), (Phase.IDLE, Phase.RECOVERING),

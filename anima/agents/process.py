@@ -71,7 +71,7 @@ _PR_SET_PDEATHSIG = 1
 def _die_with_anima() -> None:
     """In the child before exec: SIGTERM when Anima dies, even by SIGKILL, so an agent never
     goes on working (committing!) with nobody reading it. Linux only; elsewhere the next
-    start stops leftovers (anima.recovery)."""
+    start stops leftovers (anima.loop.recovery)."""
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 

@@ -36,7 +36,7 @@ from anima.errors import AgentCrashed, TurnTimeout
 from anima.git_ops import GitRepo
 from anima.paths import ProjectPaths
 from anima.prompts import render
-from anima.store import MilestoneRecord, MilestoneStatus, State, StateStatus, Store, now
+from anima.store import MilestoneRecord, now
 
 # A temp file of an atomic write older than this belongs to a dead writer.
 _STALE_TEMP_SECONDS = 5.0
@@ -327,28 +327,6 @@ def recover_project(paths: ProjectPaths, registry: AgentRegistry,
 
 def session_ids(records: list[MilestoneRecord]) -> set[str]:
     return {s for r in records for s in (r.sessions.developer, r.sessions.acceptor) if s}
-
-
-def expected_state(records: list[MilestoneRecord]) -> State:
-    """What state.json says while no loop drives the project: paused (naming the milestone)
-    while one waits for a human after a pause, else sleeping, naming the milestone that an
-    interruption left in progress (the next start resumes it), if any."""
-    paused = next((r for r in records if r.status is MilestoneStatus.PAUSED), None)
-    if paused is not None:
-        return State(status=StateStatus.PAUSED, current_milestone=paused.id)
-    active = next((r for r in records if r.status is MilestoneStatus.IN_PROGRESS), None)
-    return State(status=StateStatus.SLEEPING, current_milestone=active.id if active else None)
-
-
-def reconcile_state(store: Store, records: list[MilestoneRecord]) -> bool:
-    """Make state.json agree with the records (a kill may fall between the two writes, a
-    run may end while nothing is driven). Returns True if it was rewritten."""
-    want = expected_state(records)
-    state = store.load_state()
-    if (state.status, state.current_milestone) == (want.status, want.current_milestone):
-        return False
-    store.save_state(want)
-    return True
 
 
 # --------------------------------------------------------------------------- the milestone

@@ -2,21 +2,23 @@
 
 Shared by the CLI (`anima resume`, `anima approve`, `anima abort`) and the app's review
 panel, so both follow exactly the same rules. Each action validates the status against the
-scheduler's transition table, updates the record and state.json atomically, and says what it
-did.
+loop's transition table (anima.loop.phases), updates the record and state.json atomically,
+and says what it did.
 """
 
 from __future__ import annotations
 
-from anima.completion import begin_completion, finish_completed
 from anima.config import Config
 from anima.errors import ActionError
 from anima.events import EventBus, LogLine, MilestoneChanged
 from anima.git_ops import GitRepo
-from anima.phases import Phase, check_transition
-from anima.recovery import reconcile_state, return_to_main
+from anima.loop.completion import begin_completion, finish_completed
+from anima.loop.limits import LIMITS
+from anima.loop.phases import RESTING_PHASE, check_transition
+from anima.loop.recovery import return_to_main
+from anima.loop.state import reconcile_state
+from anima.phases import Phase
 from anima.redact import redact
-from anima.scheduler import RESTING_PHASE
 from anima.store import HumanNote, MilestoneRecord, MilestoneStatus, Store, now
 
 
@@ -55,10 +57,9 @@ def resume(store: Store, config: Config, milestone_id: str, note: str = "",
     note = _clean_note(note)
     record = store.load_record(milestone_id)
     _require(record, Phase.RECOVERING, MilestoneStatus.PAUSED, MilestoneStatus.FAILED)
-    if record.rounds >= record.max_iterations:
-        record.max_iterations = record.rounds + config.max_iterations_per_milestone
+    for limit in LIMITS:
+        limit.lift(record, config)
     record.status = MilestoneStatus.IN_PROGRESS
-    record.consecutive_rejections = 0
     record.pause_reason = None
     record.error = None
     _add_note(record, note)

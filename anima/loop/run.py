@@ -5,28 +5,18 @@ checks → Acceptor review → ACCEPTED / REJECTED → … → ALL_FEATURES_COMP
 acceptance. Every phase change and every finished round is written to the milestone record
 (atomically) before the next action, so a kill at any instant resumes correctly: a round is
 appended to `iterations` only when its verdict is known, and a round in flight is redone.
-What a restart finds (wrong branch, dirty tree) is handled by `anima.recovery`.
+What a restart finds (wrong branch, dirty tree) is handled by `anima.loop.recovery`.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-import uuid
-from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Protocol
 
 from anima import procfs
-from anima.agents.faults import classify
 from anima.agents.profiles import ACCEPTOR, DEVELOPER
-from anima.checks import CheckCancelled, display, run_check
-from anima.completion import begin_completion, finish_completed
 from anima.config import Config
-from anima.errors import AgentCrashed, AnimaError, ProjectError, SessionLost, TurnTimeout
+from anima.errors import AgentCrashed, AnimaError, ProjectError, TurnTimeout
 from anima.events import (
     ApiRetry,
     CheckFinished,
@@ -41,18 +31,21 @@ from anima.events import (
     RateLimitChanged,
     SessionStarted,
     ToolUse,
-    TurnResult,
-    UsageLimitWait,
-    VerdictReached,
 )
-from anima.fault_policy import AgentFault, FaultPolicy, Retry
+from anima.fault_policy import AgentFault
 from anima.git_ops import GitRepo, TreeSnapshot
 from anima.guard import TurnFindings, TurnGuard, put_back
-from anima.phases import RUNNING, TRANSITIONS, Phase, check_transition
+from anima.loop.checks import CheckCancelled, display, run_check
+from anima.loop.completion import begin_completion, finish_completed
+from anima.loop.ledger import Ledger
+from anima.loop.limits import LIMITS, REJECTIONS
+from anima.loop.phases import STATUS_OF, TRANSITIONS, check_transition
+from anima.loop.recovery import recover_milestone, return_to_main
+from anima.loop.seats import AgentFactory, RunControl, Seats, Stopped
+from anima.loop.state import reconcile_state, write_state
+from anima.phases import RUNNING, Phase
 from anima.prompts import DeveloperContext, PromptBuilder, check_outcome, check_passed, render
-from anima.recovery import expected_state, recover_milestone, return_to_main
 from anima.redact import redact
-from anima.remotes import RefMap, pushed, remote_refs
 from anima.reports import (
     DeveloperReport,
     ReportKind,
@@ -64,101 +57,22 @@ from anima.store import (
     CheckRun,
     ContextUse,
     FeatureStatus,
-    Iteration,
     MilestoneRecord,
     MilestoneStatus,
-    Rollover,
     RoundKind,
-    State,
     StateStatus,
     Store,
-    Usage,
     Verdict,
     now,
 )
-from anima.summarizer import RoundDigest, Summarizer, SummaryResult, fallback_summary
+from anima.summarizer import Summarizer
 
 log = logging.getLogger(__name__)
-
-
-
-#: The milestone status that goes with a phase (None: the status does not change).
-_STATUS_OF: dict[Phase, MilestoneStatus] = {
-    Phase.STARTING: MilestoneStatus.IN_PROGRESS,
-    Phase.RECOVERING: MilestoneStatus.IN_PROGRESS,
-    Phase.PAUSED: MilestoneStatus.PAUSED,
-    Phase.AWAITING_REVIEW: MilestoneStatus.AWAITING_REVIEW,
-    Phase.COMPLETED: MilestoneStatus.COMPLETED,
-    Phase.FAILED: MilestoneStatus.FAILED,
-    Phase.CANCELLED: MilestoneStatus.CANCELLED,
-}
-
-
-#: The phase a milestone rests in while no loop drives it, by status (a human acts on these).
-RESTING_PHASE: dict[MilestoneStatus, Phase] = {
-    MilestoneStatus.PENDING: Phase.IDLE,
-    MilestoneStatus.PAUSED: Phase.PAUSED,
-    MilestoneStatus.AWAITING_REVIEW: Phase.AWAITING_REVIEW,
-    MilestoneStatus.FAILED: Phase.FAILED,
-    MilestoneStatus.COMPLETED: Phase.COMPLETED,
-    MilestoneStatus.CANCELLED: Phase.CANCELLED,
-}
-
-
-class Agent(Protocol):
-    """What the loop needs of an agent process (anima.agents.process.AgentProcess)."""
-
-    @property
-    def session_id(self) -> str: ...
-
-    def send(self, prompt: str) -> TurnResult: ...
-
-    def interrupt(self, timeout: float = 10.0) -> None: ...
-
-    def stop(self, grace: float = 5.0) -> None: ...
-
-
-#: (role, session_id, resume) -> a started agent.
-AgentFactory = Callable[[str, str, bool], Agent]
-
-
-class RunControl:
-    """Requests from outside the worker thread: stop now, or pause after this round."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.pause_after_round = threading.Event()
-        self.stop_reason = ""
-
-
-class _Stopped(Exception):
-    """Internal: a stop was requested while a turn was running; leave without recording."""
 
 
 class _ChecksCannotStart(Exception):
     """Internal: `check_command` cannot run at all (a configuration error, not the
     Developer's fault): pause without recording the round, which is redone on resume."""
-
-
-@dataclass
-class _Round:
-    """A round in flight. It only reaches the record once its verdict is known."""
-
-    round: int
-    kind: RoundKind
-    started_at: datetime
-    previous_head: str
-    feature: str | None = None
-    commit: str | None = None
-    changed_files: list[str] = field(default_factory=list)
-    report: str = ""
-    usage: Usage = field(default_factory=Usage)
-    cost_usd: float = 0.0
-    tool_calls: int = 0
-    auto_committed: bool = False
-    notes: list[str] = field(default_factory=list)
-    check: CheckRun | None = None
-    context: dict[str, ContextUse] = field(default_factory=dict)
 
 
 class MilestoneRun:
@@ -177,27 +91,17 @@ class MilestoneRun:
         self.summarizer = summarizer
         self.control = control
         self.phase = Phase.IDLE
-        self._agents: dict[str, Agent] = {}
-        self._round: _Round | None = None
         self._recovery_log: str | None = None
-        # Usage of turns outside a round (the clean-up turn after a restart): it goes into the
-        # next round, so the record's totals always equal the sum of its iterations.
-        self._carry = Usage()
-        self._carry_cost = 0.0
-        self._idle = threading.Event()  # set while no agent turn is in flight
-        self._idle.set()
-        self._pending_summaries: list[tuple[int, Future[SummaryResult]]] = []
-        # Each live session's context after its last turn (None until it has had one).
-        self._context: dict[str, ContextUse] = {}
-        self._fresh_developer: str | None = None  # why the next Developer session is fresh
+        self.ledger = Ledger(record, config, bus, summarizer, self._save, self._log)
+        self.seats = Seats(record=record, store=store, root=repo.root, config=config,
+                           make_agent=agents, bus=bus, control=control, ledger=self.ledger,
+                           save=self._save, log_line=self._log, request_pause=self._request_pause)
         self._guard = TurnGuard(store.paths, repo, record.id)
         # What the Developer's turns did that they may not: the round is rejected for it.
         self._guarded: list[str] = []
         # Pause before the next round, and why: a main the Developer moved, a push that got
         # past the tool rules.
         self._pause_request: str | None = None
-        # The latest `rate_limit_event` per role: a rejected one explains the next 429.
-        self._rate_limits: dict[str, RateLimitChanged] = {}
         self._unsubscribe = bus.subscribe(self._on_event)
 
     # ------------------------------------------------------------------ the loop
@@ -213,12 +117,12 @@ class MilestoneRun:
                 return self.phase
             self._begin()
             while True:
-                self._apply_summaries()
+                self.ledger.apply_summaries()
                 if self.control.stop.is_set():
                     return self.phase
                 if (reason := self._pause_reason()) is not None:
                     return self._pause(reason)
-                self._roll_over()
+                self.seats.roll_over(new_feature=self._next_kind() is RoundKind.FEATURE)
                 report = self._developer_round()
                 if report is None:  # rejected before review (git check, timeout, unreadable)
                     continue
@@ -227,7 +131,7 @@ class MilestoneRun:
                         return self._complete()
                     continue  # final rejection: back to the Developer, not counted
                 self._review(report)  # ACCEPTED or REJECTED, recorded with its counters
-        except _Stopped:
+        except Stopped:
             self._log(f"stopped during {self.phase}: {self.control.stop_reason or 'shutdown'}")
             return self.phase
         except (_ChecksCannotStart, AgentFault) as e:  # not the agent's doing
@@ -240,8 +144,8 @@ class MilestoneRun:
                 raise
             return self._fail(e)
         finally:
-            self._stop_agents()
-            self._apply_summaries(wait=True)
+            self.seats.stop_all()
+            self.ledger.apply_summaries(wait=True)
             self._unsubscribe()
 
     # ------------------------------------------------------------------ phases
@@ -250,7 +154,7 @@ class MilestoneRun:
         check_transition(self.phase, target)
         previous, self.phase = self.phase, target
         self.record.phase = target
-        if (status := _STATUS_OF.get(target)) is not None:
+        if (status := STATUS_OF.get(target)) is not None:
             self.record.status = status
         self._save()
         self._log(f"phase {previous} → {target}" + (f": {reason}" if reason else ""))
@@ -269,7 +173,7 @@ class MilestoneRun:
         # Set while the loop runs; cleared when it leaves for a human (pause, review,
         # completion). Any other ending — a kill, a shutdown — resumes with recovery context.
         rec.interrupted = True
-        self._set_state(StateStatus.AWAKE, rec.id)
+        write_state(self.store, StateStatus.AWAKE, rec.id)
         self._save()
 
     def _start_branch(self) -> None:
@@ -288,7 +192,7 @@ class MilestoneRun:
 
     def _recover(self) -> None:
         """Continue an in_progress milestone: right branch, clean tree, recovery context for
-        the first Developer prompt (anima.recovery does the work)."""
+        the first Developer prompt (anima.loop.recovery does the work)."""
         rec = self.record
         on_disk = rec.phase
         # A phase that was active when Anima stopped is over; a human's phase is the origin.
@@ -309,12 +213,9 @@ class MilestoneRun:
         kind = self._next_kind()
         self._back_on_branch()
         self._follow_main()
-        self._round = rnd = _Round(round=rec.rounds + 1, kind=kind, started_at=now(),
-                                   previous_head=self.repo.head(), usage=self._carry,
-                                   cost_usd=self._carry_cost)
-        self._carry, self._carry_cost = Usage(), 0.0
+        rnd = self.ledger.open(kind, self.repo.head())
         note = next((n for n in rec.human_notes if not n.delivered), None)
-        fresh = self._fresh_developer
+        fresh = self.seats.fresh_developer
         ctx = DeveloperContext(fix_reason=last.reason if fix and last else None,
                                failed_check=last.check if fix and last and last.check
                                and not last.check.passed else None,
@@ -330,17 +231,17 @@ class MilestoneRun:
         try:
             text = self._turn(DEVELOPER, self.prompts.developer(rec, ctx))
         except (TurnTimeout, AgentCrashed) as e:
-            self._reject(f"Developer {self._failure(e)}")
+            self._reject(f"Developer {self.seats.failure(e)}")
             return None
         if note is not None:
             note.delivered = True
-        self._recovery_log = self._fresh_developer = None
+        self._recovery_log = self.seats.fresh_developer = None
         report = parse_developer_report(text)
         if report is None:
             try:
                 text = self._turn(DEVELOPER, render("developer_restate", round=rnd.round))
             except (TurnTimeout, AgentCrashed) as e:
-                self._reject(f"Developer {self._failure(e)}")
+                self._reject(f"Developer {self.seats.failure(e)}")
                 return None
             report = parse_developer_report(text)
         if report is None:
@@ -368,38 +269,6 @@ class MilestoneRun:
             else RoundKind.FEATURE
 
     # ------------------------------------------------------------------ sessions
-    def _roll_over(self) -> None:
-        """Between rounds: end a session whose context passed `context_rollover_percent` (and,
-        with `session_per_feature`, the Developer's before each new feature), so the CLI never
-        has to compact on its own. The fresh Developer session's first prompt carries the
-        iteration history (seed 000); the Acceptor's prompts carry everything anyway."""
-        limit = self.config.context_rollover_percent
-        for role in (DEVELOPER, ACCEPTOR):
-            use = self._context.get(role)
-            if use is not None and limit is not None and use.percent >= limit:
-                self._start_fresh(role, use, f"context at {use.percent:.0f}% of the "
-                                             f"{use.window // 1000}k window (limit {limit:g}%)")
-        if self.config.session_per_feature and self._next_kind() is RoundKind.FEATURE and \
-                self.record.rounds > 0 and self.record.sessions.developer is not None:
-            self._start_fresh(DEVELOPER, self._context.get(DEVELOPER),
-                              "a new feature (session_per_feature)")
-
-    def _start_fresh(self, role: str, use: ContextUse | None, reason: str) -> None:
-        """Note the rollover and forget the session (persisted first), then stop its process;
-        the next turn starts a new session, which a restart then resumes."""
-        rec = self.record
-        rec.rollovers.append(Rollover(
-            round=rec.rounds + 1, role=role, tokens=use.tokens if use else 0,
-            window=use.window if use else 0, reason=reason,
-            old_session=getattr(rec.sessions, role), at=now()))
-        setattr(rec.sessions, role, None)
-        self._context.pop(role, None)
-        if role == DEVELOPER:
-            self._fresh_developer = reason
-        self._save()
-        self._drop_agent(role)
-        self._log(f"{role}: fresh session from round {rec.rounds + 1}: {reason}")
-
     def _back_on_branch(self) -> None:
         """The Developer has a shell: if it left the milestone branch, return before a round."""
         branch = self.record.branch_name
@@ -410,7 +279,7 @@ class MilestoneRun:
 
     def _unreported_commit(self) -> str | None:
         """A report without a Commit field: the newest commit made on the branch this round."""
-        rec, rnd = self.record, self._round
+        rec, rnd = self.record, self.ledger.round
         assert rnd is not None
         tip = self.repo.resolve(f"refs/heads/{rec.branch_name}")
         if tip is None or tip == rnd.previous_head:
@@ -430,7 +299,7 @@ class MilestoneRun:
         """Accepted history is append-only: if an accepted commit left the branch (amend,
         reset, rebase), reject the round and put the branch back to the last accepted commit,
         keeping what the Developer had under a ref."""
-        rec, rnd = self.record, self._round
+        rec, rnd = self.record, self.ledger.round
         assert rnd is not None and rec.branch_name
         accepted = self._accepted_commits()
         tip = self.repo.resolve(f"refs/heads/{rec.branch_name}")
@@ -517,7 +386,7 @@ class MilestoneRun:
 
     def _check_commit(self, report: DeveloperReport) -> DeveloperReport | None:
         """Git is the truth: verify the reported commit before any Acceptor token is spent."""
-        rec, rnd = self.record, self._round
+        rec, rnd = self.record, self.ledger.round
         assert rnd is not None
         rnd.feature = report.feature
         if (f := rec.feature(report.feature)) is not None and f.status is not FeatureStatus.DONE:
@@ -563,7 +432,7 @@ class MilestoneRun:
     def _checks_failed(self, report: DeveloperReport) -> bool:
         """Run `check_command` on the round's commit; a failure rejects the round before any
         Acceptor token is spent. False also when no check is configured."""
-        rnd = self._round
+        rnd = self.ledger.round
         command = self.config.check_command
         if command is None or rnd is None:
             return False
@@ -576,7 +445,7 @@ class MilestoneRun:
                                marker=procfs.agent_marker(self.repo.root, self.record.id,
                                                           "checks"))
         except CheckCancelled as e:
-            raise _Stopped from e
+            raise Stopped from e
         finally:
             self._undo_changes(snapshot, "the checks")
         self.bus.publish(CheckFinished(self.record.id, rnd.round, shown, result.passed,
@@ -601,7 +470,7 @@ class MilestoneRun:
 
     # ------------------------------------------------------------------ Acceptor
     def _review(self, report: DeveloperReport) -> None:
-        rec, rnd = self.record, self._round
+        rec, rnd = self.record, self.ledger.round
         assert rnd is not None and rnd.commit is not None
         self.enter(Phase.ACCEPTOR, f"reviewing {rnd.commit[:7]}",
                    deadline=time.time() + self.config.agent_timeout_seconds)
@@ -613,10 +482,10 @@ class MilestoneRun:
         verdict = self._acceptor_verdict(prompt)
         if verdict is None:
             return
-        self._finish(verdict)
+        self.ledger.finish(verdict)
 
     def _final_acceptance(self, report: DeveloperReport) -> ReviewVerdict:
-        rec, rnd = self.record, self._round
+        rec, rnd = self.record, self.ledger.round
         assert rnd is not None
         rnd.kind = RoundKind.FINAL
         rnd.commit = self.repo.head()
@@ -629,11 +498,11 @@ class MilestoneRun:
             rec, report=report.text, commits=commits, checks=self._checks_text()))
         if verdict is None:
             return ReviewVerdict(accepted=False, reason=rec.iterations[-1].reason)
-        self._finish(verdict, persist=not verdict.accepted)  # accepted: `_complete` writes it
+        self.ledger.finish(verdict, persist=not verdict.accepted)  # accepted: `_complete` writes it
         return verdict
 
     def _checks_text(self) -> str:
-        check = self._round.check if self._round is not None else None
+        check = self.ledger.round.check if self.ledger.round is not None else None
         return check_passed(check) if check is not None else ""
 
     def _acceptor_verdict(self, prompt: str) -> ReviewVerdict | None:
@@ -650,7 +519,7 @@ class MilestoneRun:
             finally:
                 self._undo_changes(snapshot, "the Acceptor")
         except (TurnTimeout, AgentCrashed) as e:
-            self._reject(f"Acceptor {self._failure(e)}")
+            self._reject(f"Acceptor {self.seats.failure(e)}")
             return None
         if verdict is None:
             self._reject("unreadable verdict: the Acceptor's reply had neither ACCEPTED nor "
@@ -662,91 +531,17 @@ class MilestoneRun:
         undone = self.repo.restore(snapshot)
         undone += [f"the human's {d} put back" for d in put_back(self.store.paths,
                                                                  self._guard.copy)]
-        if undone and self._round is not None:
+        if undone and self.ledger.round is not None:
             note = f"{who} changed the repository; undone: " + "; ".join(undone)
-            self._round.notes.append(note)
+            self.ledger.round.notes.append(note)
             self._log(note)
 
     # ------------------------------------------------------------------ verdicts
     def _reject(self, reason: str) -> None:
         """Record a rejection; what the Developer's turns did that they may not comes first."""
         guarded, self._guarded = self._guarded, []
-        self._finish(ReviewVerdict(accepted=False,
+        self.ledger.finish(ReviewVerdict(accepted=False,
                                    reason="; ".join(r for r in [*guarded, reason] if r)))
-
-    def _finish(self, verdict: ReviewVerdict, persist: bool = True) -> None:
-        """Record the round with its verdict and counters, in one atomic write (or, without
-        `persist`, in the next one: the transition that the verdict brings)."""
-        rec, rnd = self.record, self._round
-        assert rnd is not None
-        final = rnd.kind is RoundKind.FINAL
-        feature = rec.feature(rnd.feature)
-        if verdict.accepted:
-            if not final:
-                rec.consecutive_rejections = 0
-                rec.iteration_count += 1
-                if feature is not None:
-                    feature.status = FeatureStatus.DONE
-        elif not final:  # a final-acceptance rejection is not a consecutive rejection
-            rec.consecutive_rejections += 1
-        if feature is not None:
-            feature.rounds += 1
-            feature.tool_calls += rnd.tool_calls
-            if rnd.commit and rnd.commit not in feature.commits and rnd.kind is not \
-                    RoundKind.FINAL:
-                feature.commits.append(rnd.commit)
-        digest = RoundDigest(round=rnd.round, kind=rnd.kind.value, feature=rnd.feature,
-                             commit=rnd.commit, changed_files=rnd.changed_files,
-                             verdict="accepted" if verdict.accepted else "rejected",
-                             reason=verdict.reason, report=rnd.report)
-        iteration = Iteration(
-            round=rnd.round, kind=rnd.kind, feature=rnd.feature, commit=rnd.commit,
-            changed_files=rnd.changed_files, summary=fallback_summary(digest),
-            verdict=Verdict.ACCEPTED if verdict.accepted else Verdict.REJECTED,
-            reason=verdict.reason, tokens=rnd.usage.total, usage=rnd.usage,
-            cost_usd=rnd.cost_usd, tool_calls=rnd.tool_calls, auto_committed=rnd.auto_committed,
-            notes=rnd.notes, context=dict(rnd.context), check=rnd.check, started_at=rnd.started_at,
-            ended_at=now())
-        rec.iterations.append(iteration)
-        rec.tokens_used += rnd.usage.total
-        rec.usage = rec.usage + rnd.usage
-        rec.cost_usd += rnd.cost_usd
-        if persist:
-            self._save()
-        self._round = None
-        word = "ACCEPTED" if verdict.accepted else f"REJECTED: {verdict.reason}"
-        self._log(f"round {rnd.round} ({rnd.kind}{' ' + rnd.feature if rnd.feature else ''}) "
-                  f"{word}")
-        self.bus.publish(VerdictReached(rec.id, rnd.round, rnd.kind.value, verdict.accepted,
-                                        verdict.reason))
-        if self.config.summarizer.enabled:
-            self._pending_summaries.append((len(rec.iterations) - 1,
-                                            self.summarizer.submit(digest)))
-
-    def _apply_summaries(self, wait: bool = False) -> None:
-        """Fold finished background summaries into the record (they never block a round)."""
-        pending, changed = [], False
-        for index, future in self._pending_summaries:
-            if not future.done() and not wait:
-                pending.append((index, future))
-                continue
-            try:
-                result = future.result(timeout=self.config.summarizer.timeout_seconds + 5)
-            except Exception:
-                log.exception("summary failed")
-                continue
-            it = self.record.iterations[index]
-            it.summary = result.text
-            it.usage = it.usage + result.usage  # a round's cost includes its summary
-            it.tokens += result.usage.total
-            self.record.usage = self.record.usage + result.usage
-            self.record.tokens_used += result.usage.total
-            self.record.cost_usd += result.cost_usd
-            it.cost_usd += result.cost_usd
-            changed = True
-        self._pending_summaries = pending
-        if changed:
-            self._save()
 
     # ------------------------------------------------------------------ endings
     def _pause_reason(self) -> str | None:
@@ -755,37 +550,23 @@ class MilestoneRun:
         if (request := self._pause_request) is not None:
             self._pause_request = None
             return request
-        if self.record.consecutive_rejections >= self.config.max_consecutive_rejections:
-            return self._rejection_pause_reason()
-        if (limit := self._limit_reached()) is not None:
-            return limit
+        for limit in LIMITS:
+            if (reason := limit.reached(self.record, self.config)) is not None:
+                if limit is REJECTIONS and (f := self.record.feature(
+                        self.record.iterations[-1].feature)):
+                    f.status = FeatureStatus.BLOCKED
+                return reason
         if self.control.pause_after_round.is_set():
             self.control.pause_after_round.clear()
             return "paused by you after the round"
         return None
-
-    def _limit_reached(self) -> str | None:
-        rec = self.record
-        if rec.rounds >= rec.max_iterations:
-            return f"round limit reached: {rec.rounds} of {rec.max_iterations} rounds used"
-        budget = self.config.max_budget_usd
-        if budget is not None and rec.cost_usd >= budget:
-            return f"budget reached: ${rec.cost_usd:.2f} of ${budget:.2f} spent"
-        return None
-
-    def _rejection_pause_reason(self) -> str:
-        reasons = [it.reason for it in self.record.iterations[-self.record.consecutive_rejections:]]
-        if f := self.record.feature(self.record.iterations[-1].feature):
-            f.status = FeatureStatus.BLOCKED
-        return (f"{self.record.consecutive_rejections} consecutive rejections; last: "
-                + reasons[-1])
 
     def _pause(self, reason: str) -> Phase:
         reason = redact(reason)  # it may quote git's output, not only redacted agent text
         self.record.pause_reason = reason
         self.record.interrupted = False
         self.enter(Phase.PAUSED, reason)
-        self._set_state(StateStatus.PAUSED, self.record.id)
+        write_state(self.store, StateStatus.PAUSED, self.record.id)
         self.bus.publish(Notice(self.record.id, "paused", f"{self.record.title}: {reason}"))
         return self.phase
 
@@ -796,19 +577,19 @@ class MilestoneRun:
         rec = self.record
         log.error("milestone %s failed during %s", rec.id, self.phase, exc_info=error)
         text = redact(f"{type(error).__name__}: {error}")
-        self._round = None
+        self.ledger.round = None
         rec.error = text
         rec.notes.append(f"failed during {self.phase}: {text}")
         self.enter(Phase.FAILED, f"unexpected error: {text}")
         self._log("details in .anima/logs/anima.log; `anima resume` retries the milestone")
         if rec.main_branch is not None:
-            self._stop_agents()  # no agent may write in the tree while it is put away
+            self.seats.stop_all()  # no agent may write in the tree while it is put away
             try:
                 return_to_main(rec, self.repo, rec.main_branch, self._log)
                 self._save()
             except AnimaError as e:
                 self._log(f"could not return the tree to {rec.main_branch}: {e}")
-        self.store.save_state(expected_state(self.store.load_records()))
+        reconcile_state(self.store, self.store.load_records())
         self.bus.publish(Notice(rec.id, "failed", f"{rec.title} failed: {text}"))
         return self.phase
 
@@ -819,7 +600,7 @@ class MilestoneRun:
         rec.interrupted = False
         if rec.requires_human_review:
             self.enter(Phase.AWAITING_REVIEW, "final acceptance passed; waiting for your review")
-            self._set_state(StateStatus.SLEEPING, None)
+            write_state(self.store, StateStatus.SLEEPING, None)
             self.bus.publish(Notice(rec.id, "awaiting_review",
                                     f"{rec.title} passed final acceptance: review it"))
             return self.phase
@@ -828,185 +609,44 @@ class MilestoneRun:
         finish_completed(rec, self.store, self.repo, self.config, self.bus)
         return self.phase
 
-    # ------------------------------------------------------------------ agents
-    def _agent(self, role: str) -> Agent:
-        agent = self._agents.get(role)
-        if agent is not None:
-            return agent
-        sessions = self.record.sessions
-        session_id = getattr(sessions, role)
-        resume = session_id is not None
-        if session_id is None:
-            session_id = str(uuid.uuid4())
-            setattr(sessions, role, session_id)
-            self._save()  # the session id is known before the process can write anything
-        agent = self.make_agent(role, session_id, resume)
-        self._agents[role] = agent
-        return agent
-
-    def _fresh_session(self, role: str, note: str) -> None:
-        setattr(self.record.sessions, role, None)
-        setattr(self.record.sessions, f"{role}_model", None)
-        self.record.notes.append(note)
-        self._log(note)
-        self._drop_agent(role)
-
-    def _drop_agent(self, role: str) -> None:
-        agent = self._agents.pop(role, None)
-        if agent is not None:
-            agent.stop()
-
     def _turn(self, role: str, prompt: str) -> str:
         """One turn; a Developer's is guarded (see anima.guard)."""
         if role != DEVELOPER:
-            return self._agent_turn(role, prompt)
+            return self.seats.turn(role, prompt)
         self._guard.begin(self.record.main_branch or self.repo.main_branch(
             self.config.main_branch))
         try:
-            return self._agent_turn(role, prompt)
+            return self.seats.turn(role, prompt)
         finally:
             self._after_developer_turn(self._guard.end())
 
-    def _agent_turn(self, role: str, prompt: str) -> str:
-        """One turn, with the seed's failure handling around it.
+    def stop(self, reason: str = "", grace: float = 3.0) -> None:
+        """From any thread: end the running turn and leave the loop without recording it."""
+        self.seats.stop(reason, grace)
 
-        A lost session is replaced by a fresh one; a crash restarts the agent on its session
-        and retries once; a timeout stops the agent (the next turn resumes its session).
-        """
-        crashed = False
-        faults = FaultPolicy(self.config, self.control.stop, self._log, self._usage_wait)
-        while True:
-            self._idle.clear()  # before the stop check: `stop()` waits on it (no lost wake-up)
-            refs = None if self.config.allow_push else remote_refs(self.repo.root)
-            try:
-                if self.control.stop.is_set():
-                    raise _Stopped
-                agent = self._agent(role)
-                result = agent.send(prompt)
-                if self.control.stop.is_set():  # an interrupted turn's result: not an answer
-                    raise _Stopped
-            except SessionLost as e:
-                self._fresh_session(role, f"{role} session could not be resumed ({e}); "
-                                          "started a fresh one")
-                continue
-            except (TurnTimeout, AgentCrashed) as e:
-                self._drop_agent(role)
-                if self.control.stop.is_set():
-                    raise _Stopped from e
-                if isinstance(e, TurnTimeout):
-                    self._log(f"{role} timed out: {e}")
-                    raise
-                self._log(f"{role} crashed: {e} {e.stderr_tail[-300:]}")
-                if crashed:
-                    raise
-                crashed = True
-                continue
-            finally:
-                self._idle.set()
-                if refs is not None:
-                    self._check_pushes(role, refs)
-            self._account(result)
-            fault = classify(result, self._rate_limits.get(role))
-            if fault is None:
-                return result.text
-            if faults.handle(role, fault) is Retry.FRESH_SESSION:
-                self._fresh_session(role, f"{role}: the prompt is too long for its session "
-                                          f"({fault.message}); started a fresh one")
-
-    def _usage_wait(self, until: float | None, message: str) -> None:
-        """state.json, the log, the window and a notification say the loop waits (or not)."""
-        rec = self.record
-        if until is None:
-            self._set_state(StateStatus.AWAKE, rec.id)
-            self._log("the usage limit has reset: sending the prompt again")
-        else:
-            self.store.save_state(State(status=StateStatus.AWAKE, current_milestone=rec.id,
-                                        waiting_until=datetime.fromtimestamp(until, UTC),
-                                        waiting_reason=message))
-            self._log(message)
-            self.bus.publish(Notice(rec.id, "waiting", f"{rec.title}: {message}"))
-        self.bus.publish(UsageLimitWait(rec.id, until, message))
-
-    def _check_pushes(self, role: str, before: RefMap) -> None:
-        """A push the tool rules missed: say so in the round's notes and pause after it."""
-        moved = pushed(self.repo.root, before)
-        if not moved:
-            return
-        what = (f"the {role} pushed although pushing is not allowed (allow_push is off): "
-                + "; ".join(moved) + ". Check the remote, then resume.")
-        self._pause_request = what
-        if self._round is not None:
-            self._round.notes.append(what)
-        self._log(what)
-
-    def _account(self, result: TurnResult) -> None:
-        """Add what the turn spent (`usage` is per turn; the agent works out the cost), and
-        what the tool rules refused to the round's notes."""
-        usage = Usage.from_api(result.usage)
-        spent = result.turn_cost_usd or 0.0
-        if result.permission_denials:
-            refused = (f"the {result.role}'s tool rules refused: "
-                       + "; ".join(result.permission_denials))
-            self._log(refused)
-            if self._round is not None:
-                self._round.notes.append(refused)
-        if self._round is not None:
-            self._round.usage = self._round.usage + usage
-            self._round.cost_usd += spent
-        else:
-            self._carry = self._carry + usage
-            self._carry_cost += spent
-
-    @staticmethod
-    def _failure(e: AnimaError) -> str:
-        if isinstance(e, TurnTimeout):
-            return f"timed out: {e}"
-        if isinstance(e, AgentCrashed):
-            tail = f" (stderr: {e.stderr_tail.strip()[-200:]})" if e.stderr_tail.strip() else ""
-            return f"crashed twice in this round: {e}{tail}"
-        return str(e)
-
-    def _stop_agents(self) -> None:
-        for role in list(self._agents):
-            self._drop_agent(role)
+    def _request_pause(self, reason: str) -> None:
+        """Pause before the next round (a push that got past the tool rules)."""
+        self._pause_request = reason
 
     def pause_now(self, reason: str) -> Phase:
         """After a stop by the user: the round in flight is dropped and redone on resume."""
-        self._round = None
+        self.ledger.round = None
         return self._pause(reason)
 
-    def stop(self, reason: str = "", grace: float = 3.0) -> None:
-        """From any thread: end the running turn and leave the loop without recording it.
-
-        The turn is interrupted first, so the CLI ends it properly and its session can be
-        resumed; an agent that has not let go of the turn after `grace` seconds is stopped.
-        The worker then stops both agents on its way out. Returns within ~2 × grace.
-        """
-        self.control.stop_reason = reason
-        self.control.stop.set()
-        agents = list(self._agents.values())
-        for agent in agents:
-            agent.interrupt(timeout=grace)  # returns at once when no turn runs
-        if self._idle.wait(grace):
-            return
-        self._log(f"an agent did not answer the interrupt within {grace:g}s; stopping it")
-        for agent in agents:
-            agent.stop(grace=1.0)
-
     def _on_event(self, event: object) -> None:
-        if isinstance(event, ToolUse) and event.role == DEVELOPER and self._round is not None:
-            self._round.tool_calls += 1
+        if isinstance(event, ToolUse) and event.role == DEVELOPER and self.ledger.round is not None:
+            self.ledger.round.tool_calls += 1
         elif isinstance(event, ContextUsage):
             use = ContextUse(tokens=event.tokens, window=event.window)
-            self._context[event.role] = use
-            if self._round is not None:
-                self._round.context[event.role] = use
+            self.seats.context[event.role] = use
+            if self.ledger.round is not None:
+                self.ledger.round.context[event.role] = use
         elif isinstance(event, Compacted):
             after = f" → {event.post_tokens}" if event.post_tokens is not None else ""
             self._log(f"{event.role}: the CLI compacted its context by itself "
                       f"({event.trigger}): {event.pre_tokens}{after} tokens")
         elif isinstance(event, RateLimitChanged):
-            self._rate_limits[event.role] = event
+            self.seats.rate_limits[event.role] = event
         elif isinstance(event, ApiRetry):
             self._log(f"{event.role}: {event.describe()}")
         elif (isinstance(event, SessionStarted) and event.model
@@ -1018,9 +658,6 @@ class MilestoneRun:
     def _save(self) -> None:
         self.store.save_record(self.record)
         self.bus.publish(MilestoneChanged(self.record.model_copy(deep=True)))
-
-    def _set_state(self, status: StateStatus, milestone_id: str | None) -> None:
-        self.store.save_state(State(status=status, current_milestone=milestone_id))
 
     def _log(self, text: str) -> None:
         self.bus.publish(LogLine(self.record.id, text))

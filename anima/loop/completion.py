@@ -16,7 +16,8 @@ from anima.config import Config
 from anima.errors import AnimaError
 from anima.events import EventBus, LogLine, MilestoneChanged, Notice
 from anima.git_ops import GitRepo
-from anima.recovery import reconcile_state, stash_changes
+from anima.loop.recovery import stash_changes
+from anima.loop.state import reconcile_state
 from anima.store import MergeInfo, MergeState, MilestoneRecord, MilestoneStatus, Store, now
 
 

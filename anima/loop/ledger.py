@@ -1,0 +1,173 @@
+"""The round in flight and its verdict: what a round spent (tokens, cost, tool calls, context),
+recorded on the milestone in one atomic write once its verdict is known, with its counters and
+background summary. A round in flight never reaches the record, so a kill redoes it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from anima.config import Config
+from anima.events import EventBus, TurnResult, VerdictReached
+from anima.reports import ReviewVerdict
+from anima.store import (
+    CheckRun,
+    ContextUse,
+    FeatureStatus,
+    Iteration,
+    MilestoneRecord,
+    RoundKind,
+    Usage,
+    Verdict,
+    now,
+)
+from anima.summarizer import RoundDigest, Summarizer, SummaryResult, fallback_summary
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Round:
+    """A round in flight. It only reaches the record once its verdict is known."""
+
+    round: int
+    kind: RoundKind
+    started_at: datetime
+    previous_head: str
+    feature: str | None = None
+    commit: str | None = None
+    changed_files: list[str] = field(default_factory=list)
+    report: str = ""
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    tool_calls: int = 0
+    auto_committed: bool = False
+    notes: list[str] = field(default_factory=list)
+    check: CheckRun | None = None
+    context: dict[str, ContextUse] = field(default_factory=dict)
+
+
+class Ledger:
+    """The round in flight (`round`, None between rounds) and the accounting around it."""
+
+    def __init__(self, record: MilestoneRecord, config: Config, bus: EventBus,
+                 summarizer: Summarizer, save: Callable[[], None],
+                 log_line: Callable[[str], None]) -> None:
+        self.record = record
+        self.config = config
+        self.bus = bus
+        self.summarizer = summarizer
+        self._save = save
+        self._log = log_line
+        self.round: Round | None = None
+        # Usage of turns outside a round (the clean-up turn after a restart): it goes into the
+        # next round, so the record's totals always equal the sum of its iterations.
+        self._carry = Usage()
+        self._carry_cost = 0.0
+        self._pending_summaries: list[tuple[int, Future[SummaryResult]]] = []
+
+    def open(self, kind: RoundKind, previous_head: str) -> Round:
+        """Start the next round; it carries what was spent since the last one."""
+        self.round = Round(round=self.record.rounds + 1, kind=kind, started_at=now(),
+                           previous_head=previous_head, usage=self._carry,
+                           cost_usd=self._carry_cost)
+        self._carry, self._carry_cost = Usage(), 0.0
+        return self.round
+
+    def note(self, text: str) -> None:
+        """A note on the round in flight (none between rounds), and in the log."""
+        if self.round is not None:
+            self.round.notes.append(text)
+        self._log(text)
+
+    def account(self, result: TurnResult) -> None:
+        """Add what the turn spent (`usage` is per turn; the agent works out the cost), and
+        what the tool rules refused to the round's notes."""
+        usage = Usage.from_api(result.usage)
+        spent = result.turn_cost_usd or 0.0
+        if result.permission_denials:
+            self.note(f"the {result.role}'s tool rules refused: "
+                      + "; ".join(result.permission_denials))
+        if self.round is not None:
+            self.round.usage = self.round.usage + usage
+            self.round.cost_usd += spent
+        else:
+            self._carry = self._carry + usage
+            self._carry_cost += spent
+
+    def finish(self, verdict: ReviewVerdict, persist: bool = True) -> None:
+        """Record the round with its verdict and counters, in one atomic write (or, without
+        `persist`, in the next one: the transition that the verdict brings)."""
+        rec, rnd = self.record, self.round
+        assert rnd is not None
+        final = rnd.kind is RoundKind.FINAL
+        feature = rec.feature(rnd.feature)
+        if verdict.accepted:
+            if not final:
+                rec.consecutive_rejections = 0
+                rec.iteration_count += 1
+                if feature is not None:
+                    feature.status = FeatureStatus.DONE
+        elif not final:  # a final-acceptance rejection is not a consecutive rejection
+            rec.consecutive_rejections += 1
+        if feature is not None:
+            feature.rounds += 1
+            feature.tool_calls += rnd.tool_calls
+            if rnd.commit and rnd.commit not in feature.commits and rnd.kind is not \
+                    RoundKind.FINAL:
+                feature.commits.append(rnd.commit)
+        digest = RoundDigest(round=rnd.round, kind=rnd.kind.value, feature=rnd.feature,
+                             commit=rnd.commit, changed_files=rnd.changed_files,
+                             verdict="accepted" if verdict.accepted else "rejected",
+                             reason=verdict.reason, report=rnd.report)
+        iteration = Iteration(
+            round=rnd.round, kind=rnd.kind, feature=rnd.feature, commit=rnd.commit,
+            changed_files=rnd.changed_files, summary=fallback_summary(digest),
+            verdict=Verdict.ACCEPTED if verdict.accepted else Verdict.REJECTED,
+            reason=verdict.reason, tokens=rnd.usage.total, usage=rnd.usage,
+            cost_usd=rnd.cost_usd, tool_calls=rnd.tool_calls, auto_committed=rnd.auto_committed,
+            notes=rnd.notes, context=dict(rnd.context), check=rnd.check, started_at=rnd.started_at,
+            ended_at=now())
+        rec.iterations.append(iteration)
+        rec.tokens_used += rnd.usage.total
+        rec.usage = rec.usage + rnd.usage
+        rec.cost_usd += rnd.cost_usd
+        if persist:
+            self._save()
+        self.round = None
+        word = "ACCEPTED" if verdict.accepted else f"REJECTED: {verdict.reason}"
+        self._log(f"round {rnd.round} ({rnd.kind}{' ' + rnd.feature if rnd.feature else ''}) "
+                  f"{word}")
+        self.bus.publish(VerdictReached(rec.id, rnd.round, rnd.kind.value, verdict.accepted,
+                                        verdict.reason))
+        if self.config.summarizer.enabled:
+            self._pending_summaries.append((len(rec.iterations) - 1,
+                                            self.summarizer.submit(digest)))
+
+    def apply_summaries(self, wait: bool = False) -> None:
+        """Fold finished background summaries into the record (they never block a round)."""
+        pending, changed = [], False
+        for index, future in self._pending_summaries:
+            if not future.done() and not wait:
+                pending.append((index, future))
+                continue
+            try:
+                result = future.result(timeout=self.config.summarizer.timeout_seconds + 5)
+            except Exception:
+                log.exception("summary failed")
+                continue
+            it = self.record.iterations[index]
+            it.summary = result.text
+            it.usage = it.usage + result.usage  # a round's cost includes its summary
+            it.tokens += result.usage.total
+            self.record.usage = self.record.usage + result.usage
+            self.record.tokens_used += result.usage.total
+            self.record.cost_usd += result.cost_usd
+            it.cost_usd += result.cost_usd
+            changed = True
+        self._pending_summaries = pending
+        if changed:
+            self._save()

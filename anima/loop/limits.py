@@ -1,0 +1,66 @@
+"""The limits that pause a milestone before another round. Each is one object that says
+whether it is reached (and why, in the pause reason's words) and what a human's resume lifts,
+so the loop and `anima resume` read the same rules (OpenHands' control flags)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from anima.config import Config
+from anima.store import MilestoneRecord
+
+
+class Limit(Protocol):
+    """A reason to pause between rounds."""
+
+    def reached(self, record: MilestoneRecord, config: Config) -> str | None:
+        """The pause reason if the limit is reached, else None."""
+        ...
+
+    def lift(self, record: MilestoneRecord, config: Config) -> None:
+        """What a human's resume does about it (a budget is raised in the config instead)."""
+        ...
+
+
+class Rejections:
+    """`max_consecutive_rejections` rejections in a row; a resume starts the count again."""
+
+    def reached(self, record: MilestoneRecord, config: Config) -> str | None:
+        count = record.consecutive_rejections
+        if count < config.max_consecutive_rejections:
+            return None
+        return f"{count} consecutive rejections; last: {record.iterations[-1].reason}"
+
+    def lift(self, record: MilestoneRecord, config: Config) -> None:
+        record.consecutive_rejections = 0
+
+
+class Rounds:
+    """The milestone's round limit; a resume grants another `max_iterations_per_milestone`."""
+
+    def reached(self, record: MilestoneRecord, config: Config) -> str | None:
+        if record.rounds < record.max_iterations:
+            return None
+        return f"round limit reached: {record.rounds} of {record.max_iterations} rounds used"
+
+    def lift(self, record: MilestoneRecord, config: Config) -> None:
+        if record.rounds >= record.max_iterations:
+            record.max_iterations = record.rounds + config.max_iterations_per_milestone
+
+
+class Budget:
+    """`max_budget_usd` spent on the milestone; the human raises it in .anima/config.json."""
+
+    def reached(self, record: MilestoneRecord, config: Config) -> str | None:
+        budget = config.max_budget_usd
+        if budget is None or record.cost_usd < budget:
+            return None
+        return f"budget reached: ${record.cost_usd:.2f} of ${budget:.2f} spent"
+
+    def lift(self, record: MilestoneRecord, config: Config) -> None:
+        """Nothing to lift on the record: the budget is the config's."""
+
+
+REJECTIONS = Rejections()
+#: In the order the loop checks them (the seed's three stops).
+LIMITS: tuple[Limit, ...] = (REJECTIONS, Rounds(), Budget())

@@ -1,0 +1,60 @@
+"""Which phase may follow which, and the milestone status that goes with each: every status
+change, the loop's and the human's, goes through `check_transition`."""
+
+from __future__ import annotations
+
+from anima.errors import AnimaError
+from anima.phases import Phase
+from anima.store import MilestoneStatus
+
+STOPS = frozenset({Phase.PAUSED, Phase.FAILED})
+
+#: Which phase may follow which. Anything else is a bug and raises IllegalTransition.
+TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    Phase.IDLE: frozenset({Phase.STARTING, Phase.RECOVERING, Phase.FAILED,
+                           Phase.CANCELLED}),  # IDLE is also a pending milestone's phase
+    Phase.STARTING: frozenset({Phase.DEVELOPER}) | STOPS,
+    Phase.RECOVERING: frozenset({Phase.DEVELOPER}) | STOPS,
+    Phase.DEVELOPER: frozenset({Phase.DEVELOPER, Phase.ACCEPTOR, Phase.FINAL_ACCEPTANCE})
+    | STOPS,
+    Phase.ACCEPTOR: frozenset({Phase.DEVELOPER}) | STOPS,
+    Phase.FINAL_ACCEPTANCE: frozenset({Phase.DEVELOPER, Phase.COMPLETED,
+                                       Phase.AWAITING_REVIEW}) | STOPS,
+    Phase.PAUSED: frozenset({Phase.RECOVERING, Phase.CANCELLED}),
+    Phase.AWAITING_REVIEW: frozenset({Phase.COMPLETED, Phase.RECOVERING, Phase.CANCELLED}),
+    Phase.COMPLETED: frozenset(),
+    Phase.FAILED: frozenset({Phase.RECOVERING, Phase.CANCELLED}),
+    Phase.CANCELLED: frozenset(),
+}
+
+
+
+#: The milestone status that goes with a phase (None: the status does not change).
+STATUS_OF: dict[Phase, MilestoneStatus] = {
+    Phase.STARTING: MilestoneStatus.IN_PROGRESS,
+    Phase.RECOVERING: MilestoneStatus.IN_PROGRESS,
+    Phase.PAUSED: MilestoneStatus.PAUSED,
+    Phase.AWAITING_REVIEW: MilestoneStatus.AWAITING_REVIEW,
+    Phase.COMPLETED: MilestoneStatus.COMPLETED,
+    Phase.FAILED: MilestoneStatus.FAILED,
+    Phase.CANCELLED: MilestoneStatus.CANCELLED,
+}
+
+#: The phase a milestone rests in while no loop drives it, by status (a human acts on these).
+RESTING_PHASE: dict[MilestoneStatus, Phase] = {
+    MilestoneStatus.PENDING: Phase.IDLE,
+    MilestoneStatus.PAUSED: Phase.PAUSED,
+    MilestoneStatus.AWAITING_REVIEW: Phase.AWAITING_REVIEW,
+    MilestoneStatus.FAILED: Phase.FAILED,
+    MilestoneStatus.COMPLETED: Phase.COMPLETED,
+    MilestoneStatus.CANCELLED: Phase.CANCELLED,
+}
+
+
+class IllegalTransition(AnimaError):
+    pass
+
+
+def check_transition(current: Phase, target: Phase) -> None:
+    if target not in TRANSITIONS[current]:
+        raise IllegalTransition(f"illegal scheduler transition {current} → {target}")

@@ -1,0 +1,243 @@
+"""The two agent seats of a milestone: a session per role (started, resumed, replaced when
+lost, rolled over when its context fills), one turn at a time with the seed's failure handling
+around it (a crash restarts and retries once, a timeout stops the agent, faults of the API go
+through anima.fault_policy), and a stop from any thread."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from anima.agents.faults import classify
+from anima.agents.profiles import ACCEPTOR, DEVELOPER
+from anima.config import Config
+from anima.errors import AgentCrashed, AnimaError, SessionLost, TurnTimeout
+from anima.events import EventBus, Notice, RateLimitChanged, TurnResult, UsageLimitWait
+from anima.fault_policy import FaultPolicy, Retry
+from anima.loop.ledger import Ledger
+from anima.loop.state import write_state
+from anima.remotes import RefMap, pushed, remote_refs
+from anima.store import ContextUse, MilestoneRecord, Rollover, StateStatus, Store, now
+
+
+class Agent(Protocol):
+    """What the loop needs of an agent process (anima.agents.process.AgentProcess)."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    def send(self, prompt: str) -> TurnResult: ...
+
+    def interrupt(self, timeout: float = 10.0) -> None: ...
+
+    def stop(self, grace: float = 5.0) -> None: ...
+
+
+#: (role, session_id, resume) -> a started agent.
+AgentFactory = Callable[[str, str, bool], Agent]
+
+
+class RunControl:
+    """Requests from outside the worker thread: stop now, or pause after this round."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.pause_after_round = threading.Event()
+        self.stop_reason = ""
+
+
+class Stopped(Exception):
+    """A stop was requested while a turn was running; leave without recording."""
+
+
+class Seats:
+    """The Developer's and the Acceptor's agents, started on demand."""
+
+    def __init__(self, *, record: MilestoneRecord, store: Store, root: Path, config: Config,
+                 make_agent: AgentFactory, bus: EventBus, control: RunControl, ledger: Ledger,
+                 save: Callable[[], None], log_line: Callable[[str], None],
+                 request_pause: Callable[[str], None]) -> None:
+        self.record = record
+        self.store = store
+        self.root = root
+        self.config = config
+        self.make_agent = make_agent
+        self.bus = bus
+        self.control = control
+        self.ledger = ledger
+        self._save = save
+        self._log = log_line
+        self._request_pause = request_pause
+        self._agents: dict[str, Agent] = {}
+        self.idle = threading.Event()  # set while no agent turn is in flight
+        self.idle.set()
+        # Each live session's context after its last turn (None until it has had one).
+        self.context: dict[str, ContextUse] = {}
+        self.fresh_developer: str | None = None  # why the next Developer session is fresh
+        # The latest `rate_limit_event` per role: a rejected one explains the next 429.
+        self.rate_limits: dict[str, RateLimitChanged] = {}
+
+    # ------------------------------------------------------------------ sessions
+    def roll_over(self, new_feature: bool) -> None:
+        """Between rounds: end a session whose context passed `context_rollover_percent` (and,
+        with `session_per_feature`, the Developer's before each new feature), so the CLI never
+        has to compact on its own. The fresh Developer session's first prompt carries the
+        iteration history (seed 000); the Acceptor's prompts carry everything anyway."""
+        limit = self.config.context_rollover_percent
+        for role in (DEVELOPER, ACCEPTOR):
+            use = self.context.get(role)
+            if use is not None and limit is not None and use.percent >= limit:
+                self._start_fresh(role, use, f"context at {use.percent:.0f}% of the "
+                                             f"{use.window // 1000}k window (limit {limit:g}%)")
+        if self.config.session_per_feature and new_feature and \
+                self.record.rounds > 0 and self.record.sessions.developer is not None:
+            self._start_fresh(DEVELOPER, self.context.get(DEVELOPER),
+                              "a new feature (session_per_feature)")
+
+    def _start_fresh(self, role: str, use: ContextUse | None, reason: str) -> None:
+        """Note the rollover and forget the session (persisted first), then stop its process;
+        the next turn starts a new session, which a restart then resumes."""
+        rec = self.record
+        rec.rollovers.append(Rollover(
+            round=rec.rounds + 1, role=role, tokens=use.tokens if use else 0,
+            window=use.window if use else 0, reason=reason,
+            old_session=getattr(rec.sessions, role), at=now()))
+        setattr(rec.sessions, role, None)
+        self.context.pop(role, None)
+        if role == DEVELOPER:
+            self.fresh_developer = reason
+        self._save()
+        self.drop(role)
+        self._log(f"{role}: fresh session from round {rec.rounds + 1}: {reason}")
+
+    def _agent(self, role: str) -> Agent:
+        agent = self._agents.get(role)
+        if agent is not None:
+            return agent
+        sessions = self.record.sessions
+        session_id = getattr(sessions, role)
+        resume = session_id is not None
+        if session_id is None:
+            session_id = str(uuid.uuid4())
+            setattr(sessions, role, session_id)
+            self._save()  # the session id is known before the process can write anything
+        agent = self.make_agent(role, session_id, resume)
+        self._agents[role] = agent
+        return agent
+
+    def _fresh_session(self, role: str, note: str) -> None:
+        setattr(self.record.sessions, role, None)
+        setattr(self.record.sessions, f"{role}_model", None)
+        self.record.notes.append(note)
+        self._log(note)
+        self.drop(role)
+
+    def drop(self, role: str) -> None:
+        agent = self._agents.pop(role, None)
+        if agent is not None:
+            agent.stop()
+
+    def stop_all(self) -> None:
+        for role in list(self._agents):
+            self.drop(role)
+
+    # ------------------------------------------------------------------ turns
+    def turn(self, role: str, prompt: str) -> str:
+        """One turn, with the seed's failure handling around it.
+
+        A lost session is replaced by a fresh one; a crash restarts the agent on its session
+        and retries once; a timeout stops the agent (the next turn resumes its session).
+        """
+        crashed = False
+        faults = FaultPolicy(self.config, self.control.stop, self._log, self._usage_wait)
+        while True:
+            self.idle.clear()  # before the stop check: `stop()` waits on it (no lost wake-up)
+            refs = None if self.config.allow_push else remote_refs(self.root)
+            try:
+                if self.control.stop.is_set():
+                    raise Stopped
+                agent = self._agent(role)
+                result = agent.send(prompt)
+                if self.control.stop.is_set():  # an interrupted turn's result: not an answer
+                    raise Stopped
+            except SessionLost as e:
+                self._fresh_session(role, f"{role} session could not be resumed ({e}); "
+                                          "started a fresh one")
+                continue
+            except (TurnTimeout, AgentCrashed) as e:
+                self.drop(role)
+                if self.control.stop.is_set():
+                    raise Stopped from e
+                if isinstance(e, TurnTimeout):
+                    self._log(f"{role} timed out: {e}")
+                    raise
+                self._log(f"{role} crashed: {e} {e.stderr_tail[-300:]}")
+                if crashed:
+                    raise
+                crashed = True
+                continue
+            finally:
+                self.idle.set()
+                if refs is not None:
+                    self._check_pushes(role, refs)
+            self.ledger.account(result)
+            fault = classify(result, self.rate_limits.get(role))
+            if fault is None:
+                return result.text
+            if faults.handle(role, fault) is Retry.FRESH_SESSION:
+                self._fresh_session(role, f"{role}: the prompt is too long for its session "
+                                          f"({fault.message}); started a fresh one")
+
+    def _usage_wait(self, until: float | None, message: str) -> None:
+        """state.json, the log, the window and a notification say the loop waits (or not)."""
+        rec = self.record
+        if until is None:
+            write_state(self.store, StateStatus.AWAKE, rec.id)
+            self._log("the usage limit has reset: sending the prompt again")
+        else:
+            write_state(self.store, StateStatus.AWAKE, rec.id,
+                        waiting_until=datetime.fromtimestamp(until, UTC), waiting_reason=message)
+            self._log(message)
+            self.bus.publish(Notice(rec.id, "waiting", f"{rec.title}: {message}"))
+        self.bus.publish(UsageLimitWait(rec.id, until, message))
+
+    def _check_pushes(self, role: str, before: RefMap) -> None:
+        """A push the tool rules missed: say so in the round's notes and pause after it."""
+        moved = pushed(self.root, before)
+        if not moved:
+            return
+        what = (f"the {role} pushed although pushing is not allowed (allow_push is off): "
+                + "; ".join(moved) + ". Check the remote, then resume.")
+        self._request_pause(what)
+        self.ledger.note(what)
+
+    @staticmethod
+    def failure(e: AnimaError) -> str:
+        if isinstance(e, TurnTimeout):
+            return f"timed out: {e}"
+        if isinstance(e, AgentCrashed):
+            tail = f" (stderr: {e.stderr_tail.strip()[-200:]})" if e.stderr_tail.strip() else ""
+            return f"crashed twice in this round: {e}{tail}"
+        return str(e)
+
+    def stop(self, reason: str = "", grace: float = 3.0) -> None:
+        """From any thread: end the running turn and leave the loop without recording it.
+
+        The turn is interrupted first, so the CLI ends it properly and its session can be
+        resumed; an agent that has not let go of the turn after `grace` seconds is stopped.
+        The worker then stops both agents on its way out. Returns within ~2 × grace.
+        """
+        self.control.stop_reason = reason
+        self.control.stop.set()
+        agents = list(self._agents.values())
+        for agent in agents:
+            agent.interrupt(timeout=grace)  # returns at once when no turn runs
+        if self.idle.wait(grace):
+            return
+        self._log(f"an agent did not answer the interrupt within {grace:g}s; stopping it")
+        for agent in agents:
+            agent.stop(grace=1.0)
