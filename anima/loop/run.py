@@ -18,23 +18,18 @@ from anima.agents.profiles import ACCEPTOR, DEVELOPER
 from anima.config import Config
 from anima.errors import AgentCrashed, AnimaError, ProjectError, TurnTimeout
 from anima.events import (
-    ApiRetry,
     CheckFinished,
     CheckStarted,
-    Compacted,
-    ContextUsage,
     EventBus,
     LogLine,
     MilestoneChanged,
     Notice,
     PhaseChanged,
-    RateLimitChanged,
-    SessionStarted,
-    ToolUse,
 )
 from anima.fault_policy import AgentFault
 from anima.git_ops import GitRepo, TreeSnapshot
-from anima.guard import TurnFindings, TurnGuard, put_back
+from anima.guard import TurnGuard, put_back
+from anima.loop.branch import BranchKeeper
 from anima.loop.checks import CheckCancelled, display, run_check
 from anima.loop.completion import begin_completion, finish_completed
 from anima.loop.ledger import Ledger
@@ -55,7 +50,6 @@ from anima.reports import (
 )
 from anima.store import (
     CheckRun,
-    ContextUse,
     FeatureStatus,
     MilestoneRecord,
     MilestoneStatus,
@@ -97,12 +91,13 @@ class MilestoneRun:
                            make_agent=agents, bus=bus, control=control, ledger=self.ledger,
                            save=self._save, log_line=self._log, request_pause=self._request_pause)
         self._guard = TurnGuard(store.paths, repo, record.id)
-        # What the Developer's turns did that they may not: the round is rejected for it.
-        self._guarded: list[str] = []
+        self.branch = BranchKeeper(record=record, repo=repo, guard=self._guard,
+                                   ledger=self.ledger, save=self._save, log_line=self._log,
+                                   request_pause=self._request_pause)
         # Pause before the next round, and why: a main the Developer moved, a push that got
         # past the tool rules.
         self._pause_request: str | None = None
-        self._unsubscribe = bus.subscribe(self._on_event)
+        self._unsubscribe = bus.subscribe(self.seats.on_event)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Phase:
@@ -168,7 +163,7 @@ class MilestoneRun:
             self._start_branch()
         else:
             if (findings := self._guard.resume_interrupted()) is not None:
-                self._after_developer_turn(findings)
+                self.branch.after_developer_turn(findings)
             self._recover()
         # Set while the loop runs; cleared when it leaves for a human (pause, review,
         # completion). Any other ending — a kill, a shutdown — resumes with recovery context.
@@ -211,8 +206,8 @@ class MilestoneRun:
         last = rec.iterations[-1] if rec.iterations else None
         fix = last is not None and last.verdict is Verdict.REJECTED
         kind = self._next_kind()
-        self._back_on_branch()
-        self._follow_main()
+        self.branch.back_on_branch()
+        self.branch.follow_main()
         rnd = self.ledger.open(kind, self.repo.head())
         note = next((n for n in rec.human_notes if not n.delivered), None)
         fresh = self.seats.fresh_developer
@@ -250,14 +245,18 @@ class MilestoneRun:
                          "to restate it")
             return None
         rnd.report = report.text
-        if self._history_rewritten():
+        if (rewritten := self.branch.history_rewritten()) is not None:
+            self._reject(rewritten)
             return None
-        if self._guarded:
+        if self.branch.guarded:
             self._reject("")
             return None
         if report.kind is ReportKind.ALL_COMPLETE:
             return report
-        if self._check_commit(report) is None or self._checks_failed(report):
+        if (wrong := self.branch.check_commit(report)) is not None:
+            self._reject(wrong)
+            return None
+        if self._checks_failed(report):
             return None
         return report
 
@@ -269,165 +268,6 @@ class MilestoneRun:
             else RoundKind.FEATURE
 
     # ------------------------------------------------------------------ sessions
-    def _back_on_branch(self) -> None:
-        """The Developer has a shell: if it left the milestone branch, return before a round."""
-        branch = self.record.branch_name
-        current = self.repo.current_branch()
-        if branch and current != branch:
-            self.repo.switch(branch)
-            self._log(f"the tree was on {current or 'a detached HEAD'}; back on {branch}")
-
-    def _unreported_commit(self) -> str | None:
-        """A report without a Commit field: the newest commit made on the branch this round."""
-        rec, rnd = self.record, self.ledger.round
-        assert rnd is not None
-        tip = self.repo.resolve(f"refs/heads/{rec.branch_name}")
-        if tip is None or tip == rnd.previous_head:
-            return None
-        rnd.notes.append(f"the report named no commit; reviewing {tip[:7]}, the newest of the "
-                         f"commits made on {rec.branch_name} this round")
-        self._log(rnd.notes[-1])
-        return tip
-
-    def _accepted_commits(self) -> list[str]:
-        """The commits of the accepted feature rounds, oldest first."""
-        return list(dict.fromkeys(it.commit for it in self.record.iterations
-                                  if it.verdict is Verdict.ACCEPTED and it.commit
-                                  and it.kind is not RoundKind.FINAL))
-
-    def _history_rewritten(self) -> bool:
-        """Accepted history is append-only: if an accepted commit left the branch (amend,
-        reset, rebase), reject the round and put the branch back to the last accepted commit,
-        keeping what the Developer had under a ref."""
-        rec, rnd = self.record, self.ledger.round
-        assert rnd is not None and rec.branch_name
-        accepted = self._accepted_commits()
-        tip = self.repo.resolve(f"refs/heads/{rec.branch_name}")
-        missing = [c for c in accepted if tip is None or not self.repo.is_ancestor(c, tip)]
-        if not missing:
-            return False
-        if self.repo.current_branch() == rec.branch_name:
-            self.repo.commit_leftovers(f"chore(anima): uncommitted work of round {rnd.round}, "
-                                       "kept before the branch is put back")
-            tip = self.repo.head()
-        ref = f"refs/anima/rewritten/{rec.id}/{rnd.round}"
-        if tip is not None:
-            self.repo.keep_ref(ref, tip)
-        last = accepted[-1]
-        self.repo.reset_branch(rec.branch_name, last)
-        gone = ", ".join(c[:7] for c in missing)
-        note = (f"history was rewritten: accepted commit(s) {gone} are no longer on "
-                f"{rec.branch_name}; Anima put {rec.branch_name} back to {last[:7]}, the last "
-                f"accepted commit" + (f", and kept what you had under {ref}" if tip else ""))
-        rnd.notes.append(note)
-        self._log(note)
-        self._reject(note + f". Accepted commits must stay as they are: add new commits on top "
-                            f"of {last[:7]} (you can cherry-pick from {ref}).")
-        return True
-
-    # ------------------------------------------------------------------ guard
-    def _after_developer_turn(self, findings: TurnFindings) -> None:
-        """Undo what a Developer turn may not do, and say so; the round is rejected for it."""
-        rec = self.record
-        problems: list[str] = []
-        if findings.definitions:
-            self._log("put back the human's " + ", ".join(findings.definitions))
-            problems.append("the round changed definitions only the human may change: "
-                            + ", ".join(findings.definitions)
-                            + "; Anima put the human's versions back")
-        if (reverted := self._revert_branch_definitions(findings.head_before)) is not None:
-            problems.append(reverted)
-        main = rec.main_branch or ""
-        if findings.main_after and findings.developer_moved_main:
-            ref = f"refs/anima/foreign-main/{rec.id}/{rec.rounds + 1}"
-            self.repo.keep_ref(ref, findings.main_after)
-            listed = ", ".join(f"{c[:7]} {subject}" for c, subject in findings.main_commits[:5])
-            moved = (f"the Developer moved {main} from {findings.main_before[:7]} to "
-                     f"{findings.main_after[:7]}" + (f" ({listed})" if listed else ""))
-            problems.append(f"{moved}; only the human may change {main}")
-            self._pause_request = (f"{moved}; kept under {ref}. Anima left {main} as it is: put "
-                                   f"it where you want it, then resume (Anima takes {main} as "
-                                   "you leave it)")
-            self._log(self._pause_request)
-        elif findings.main_after:
-            self._follow_main()
-        self._guarded += problems
-
-    def _revert_branch_definitions(self, turn_began_at: str) -> str | None:
-        """Commits of the turn on the milestone branch that change the human's definitions
-        (compared with Anima's copy) are undone by a commit of Anima's, so main never gets
-        them."""
-        rec = self.record
-        if not turn_began_at or self.repo.current_branch() != rec.branch_name:
-            return None
-        changed = self.repo.anima_changes(turn_began_at, self.repo.head(), self._guard.copy)
-        if not changed:
-            return None
-        paths = [path for path, _ in changed]
-        commit = self.repo.commit_anima_revert(
-            turn_began_at, paths, "chore(anima): put back the human's definitions")
-        note = (f"commits on {rec.branch_name} changed {', '.join(paths)}, which only the human "
-                f"may change; Anima committed {commit[:7]} putting them back")
-        self._log(note)
-        return note
-
-    def _follow_main(self) -> None:
-        """main moved by someone other than the Developer is the new reference: the milestone
-        goes on and merges on top of it at completion."""
-        rec = self.record
-        tip = self.repo.resolve(f"refs/heads/{rec.main_branch}") if rec.main_branch else None
-        if tip is None or tip == rec.main_head:
-            return
-        self._log(f"{rec.main_branch} moved from {(rec.main_head or '?')[:7]} to {tip[:7]}, not "
-                  "by the Developer: it is the new reference, and the milestone merges on top "
-                  "of it at completion")
-        rec.main_head = tip
-        self._save()
-
-    def _check_commit(self, report: DeveloperReport) -> DeveloperReport | None:
-        """Git is the truth: verify the reported commit before any Acceptor token is spent."""
-        rec, rnd = self.record, self.ledger.round
-        assert rnd is not None
-        rnd.feature = report.feature
-        if (f := rec.feature(report.feature)) is not None and f.status is not FeatureStatus.DONE:
-            f.status = FeatureStatus.IN_PROGRESS
-        leftover = self.repo.commit_leftovers(
-            f"chore(anima): commit uncommitted work of round {rnd.round}"
-            + (f" ({report.feature})" if report.feature else ""))
-        if leftover:
-            rnd.auto_committed = True
-            rnd.notes.append(f"Anima committed the Developer's uncommitted changes as "
-                             f"{leftover[:7]}")
-            self._log(rnd.notes[-1])
-        reported = self.repo.resolve(report.commit) if report.commit else None
-        # Anima's own commit of the leftovers sits on top of whatever the Developer named.
-        commit = leftover or reported or (None if report.commit else self._unreported_commit())
-        accepted = self._accepted_commits()
-        if report.commit and reported is None:
-            problems = [f"the reported commit {report.commit} does not exist in the repository"]
-        elif commit is None:
-            problems = [f"the report names no commit hash and nothing was committed on "
-                        f"{rec.branch_name} this round"]
-        elif accepted and self.repo.is_ancestor(commit, accepted[-1]):
-            problems = [f"commit {commit[:7]} is already part of the accepted history (the last "
-                        f"accepted commit is {accepted[-1][:7]}), so it is not new work: commit "
-                        f"this round's work as new commits on top of {accepted[-1][:7]} and "
-                        "report the newest one"]
-        else:
-            problems = self.repo.check_developer_commit(
-                commit, branch=rec.branch_name or "", base_commit=rec.base_commit or "",
-                main=rec.main_branch or "", main_head=rec.main_head or "",
-                definitions=self._guard.copy)
-        if problems:
-            self._reject("git check failed: " + "; ".join(problems))
-            return None
-        assert commit is not None
-        rnd.commit = commit
-        rnd.changed_files = self.repo.changed_files_between(rnd.previous_head, commit)
-        self._log(f"commit {commit[:7]} verified on {rec.branch_name} "
-                  f"({len(rnd.changed_files)} files)")
-        return report
-
     # ------------------------------------------------------------------ the project's checks
     def _checks_failed(self, report: DeveloperReport) -> bool:
         """Run `check_command` on the round's commit; a failure rejects the round before any
@@ -539,7 +379,7 @@ class MilestoneRun:
     # ------------------------------------------------------------------ verdicts
     def _reject(self, reason: str) -> None:
         """Record a rejection; what the Developer's turns did that they may not comes first."""
-        guarded, self._guarded = self._guarded, []
+        guarded = self.branch.take_guarded()
         self.ledger.finish(ReviewVerdict(accepted=False,
                                    reason="; ".join(r for r in [*guarded, reason] if r)))
 
@@ -618,7 +458,7 @@ class MilestoneRun:
         try:
             return self.seats.turn(role, prompt)
         finally:
-            self._after_developer_turn(self._guard.end())
+            self.branch.after_developer_turn(self._guard.end())
 
     def stop(self, reason: str = "", grace: float = 3.0) -> None:
         """From any thread: end the running turn and leave the loop without recording it."""
@@ -632,27 +472,6 @@ class MilestoneRun:
         """After a stop by the user: the round in flight is dropped and redone on resume."""
         self.ledger.round = None
         return self._pause(reason)
-
-    def _on_event(self, event: object) -> None:
-        if isinstance(event, ToolUse) and event.role == DEVELOPER and self.ledger.round is not None:
-            self.ledger.round.tool_calls += 1
-        elif isinstance(event, ContextUsage):
-            use = ContextUse(tokens=event.tokens, window=event.window)
-            self.seats.context[event.role] = use
-            if self.ledger.round is not None:
-                self.ledger.round.context[event.role] = use
-        elif isinstance(event, Compacted):
-            after = f" → {event.post_tokens}" if event.post_tokens is not None else ""
-            self._log(f"{event.role}: the CLI compacted its context by itself "
-                      f"({event.trigger}): {event.pre_tokens}{after} tokens")
-        elif isinstance(event, RateLimitChanged):
-            self.seats.rate_limits[event.role] = event
-        elif isinstance(event, ApiRetry):
-            self._log(f"{event.role}: {event.describe()}")
-        elif (isinstance(event, SessionStarted) and event.model
-              and getattr(self.record.sessions, event.role, None) == event.session_id):
-            # Persisted with the next save; a resume passes it again (design.md, "Resume").
-            setattr(self.record.sessions, f"{event.role}_model", event.model)
 
     # ------------------------------------------------------------------ persistence
     def _save(self) -> None:

@@ -16,7 +16,18 @@ from anima.agents.faults import classify
 from anima.agents.profiles import ACCEPTOR, DEVELOPER
 from anima.config import Config
 from anima.errors import AgentCrashed, AnimaError, SessionLost, TurnTimeout
-from anima.events import EventBus, Notice, RateLimitChanged, TurnResult, UsageLimitWait
+from anima.events import (
+    ApiRetry,
+    Compacted,
+    ContextUsage,
+    EventBus,
+    Notice,
+    RateLimitChanged,
+    SessionStarted,
+    ToolUse,
+    TurnResult,
+    UsageLimitWait,
+)
 from anima.fault_policy import FaultPolicy, Retry
 from anima.loop.ledger import Ledger
 from anima.loop.state import write_state
@@ -214,6 +225,28 @@ class Seats:
                 + "; ".join(moved) + ". Check the remote, then resume.")
         self._request_pause(what)
         self.ledger.note(what)
+
+    def on_event(self, event: object) -> None:
+        """What the agents' events tell the seats and the round in flight."""
+        if isinstance(event, ToolUse) and event.role == DEVELOPER and self.ledger.round:
+            self.ledger.round.tool_calls += 1
+        elif isinstance(event, ContextUsage):
+            use = ContextUse(tokens=event.tokens, window=event.window)
+            self.context[event.role] = use
+            if self.ledger.round is not None:
+                self.ledger.round.context[event.role] = use
+        elif isinstance(event, Compacted):
+            after = f" → {event.post_tokens}" if event.post_tokens is not None else ""
+            self._log(f"{event.role}: the CLI compacted its context by itself "
+                      f"({event.trigger}): {event.pre_tokens}{after} tokens")
+        elif isinstance(event, RateLimitChanged):
+            self.rate_limits[event.role] = event
+        elif isinstance(event, ApiRetry):
+            self._log(f"{event.role}: {event.describe()}")
+        elif (isinstance(event, SessionStarted) and event.model
+              and getattr(self.record.sessions, event.role, None) == event.session_id):
+            # Persisted with the next save; a resume passes it again (design.md, "Resume").
+            setattr(self.record.sessions, f"{event.role}_model", event.model)
 
     @staticmethod
     def failure(e: AnimaError) -> str:

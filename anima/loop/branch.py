@@ -1,0 +1,193 @@
+"""The milestone branch around a Developer round: back on it before the round, main followed
+when someone else moved it, the reported commit verified (git is the truth), accepted history
+kept append-only, and what a Developer turn may not do (the human's definitions, main) undone
+and turned into the round's rejection."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from anima.git_ops import GitRepo
+from anima.guard import TurnFindings, TurnGuard
+from anima.loop.ledger import Ledger
+from anima.reports import DeveloperReport
+from anima.store import FeatureStatus, MilestoneRecord, RoundKind, Verdict
+
+
+class BranchKeeper:
+    """The git side of a round; the loop turns what it finds into rejections and pauses."""
+
+    def __init__(self, *, record: MilestoneRecord, repo: GitRepo, guard: TurnGuard,
+                 ledger: Ledger, save: Callable[[], None], log_line: Callable[[str], None],
+                 request_pause: Callable[[str], None]) -> None:
+        self.record = record
+        self.repo = repo
+        self.guard = guard
+        self.ledger = ledger
+        self._save = save
+        self._log = log_line
+        self._request_pause = request_pause
+        # What the Developer's turns did that they may not: the round is rejected for it.
+        self.guarded: list[str] = []
+
+    def take_guarded(self) -> list[str]:
+        """The problems found since the last rejection, which then starts with them."""
+        guarded, self.guarded = self.guarded, []
+        return guarded
+
+    def back_on_branch(self) -> None:
+        """The Developer has a shell: if it left the milestone branch, return before a round."""
+        branch = self.record.branch_name
+        current = self.repo.current_branch()
+        if branch and current != branch:
+            self.repo.switch(branch)
+            self._log(f"the tree was on {current or 'a detached HEAD'}; back on {branch}")
+
+    def _unreported_commit(self) -> str | None:
+        """A report without a Commit field: the newest commit made on the branch this round."""
+        rec, rnd = self.record, self.ledger.round
+        assert rnd is not None
+        tip = self.repo.resolve(f"refs/heads/{rec.branch_name}")
+        if tip is None or tip == rnd.previous_head:
+            return None
+        rnd.notes.append(f"the report named no commit; reviewing {tip[:7]}, the newest of the "
+                         f"commits made on {rec.branch_name} this round")
+        self._log(rnd.notes[-1])
+        return tip
+
+    def accepted_commits(self) -> list[str]:
+        """The commits of the accepted feature rounds, oldest first."""
+        return list(dict.fromkeys(it.commit for it in self.record.iterations
+                                  if it.verdict is Verdict.ACCEPTED and it.commit
+                                  and it.kind is not RoundKind.FINAL))
+
+    def history_rewritten(self) -> str | None:
+        """Accepted history is append-only: if an accepted commit left the branch (amend,
+        reset, rebase), put the branch back to the last accepted commit, keeping what the
+        Developer had under a ref, and say why the round is rejected."""
+        rec, rnd = self.record, self.ledger.round
+        assert rnd is not None and rec.branch_name
+        accepted = self.accepted_commits()
+        tip = self.repo.resolve(f"refs/heads/{rec.branch_name}")
+        missing = [c for c in accepted if tip is None or not self.repo.is_ancestor(c, tip)]
+        if not missing:
+            return None
+        if self.repo.current_branch() == rec.branch_name:
+            self.repo.commit_leftovers(f"chore(anima): uncommitted work of round {rnd.round}, "
+                                       "kept before the branch is put back")
+            tip = self.repo.head()
+        ref = f"refs/anima/rewritten/{rec.id}/{rnd.round}"
+        if tip is not None:
+            self.repo.keep_ref(ref, tip)
+        last = accepted[-1]
+        self.repo.reset_branch(rec.branch_name, last)
+        gone = ", ".join(c[:7] for c in missing)
+        note = (f"history was rewritten: accepted commit(s) {gone} are no longer on "
+                f"{rec.branch_name}; Anima put {rec.branch_name} back to {last[:7]}, the last "
+                f"accepted commit" + (f", and kept what you had under {ref}" if tip else ""))
+        rnd.notes.append(note)
+        self._log(note)
+        return (note + f". Accepted commits must stay as they are: add new commits on top "
+                       f"of {last[:7]} (you can cherry-pick from {ref}).")
+
+    def after_developer_turn(self, findings: TurnFindings) -> None:
+        """Undo what a Developer turn may not do, and say so; the round is rejected for it."""
+        rec = self.record
+        problems: list[str] = []
+        if findings.definitions:
+            self._log("put back the human's " + ", ".join(findings.definitions))
+            problems.append("the round changed definitions only the human may change: "
+                            + ", ".join(findings.definitions)
+                            + "; Anima put the human's versions back")
+        if (reverted := self._revert_branch_definitions(findings.head_before)) is not None:
+            problems.append(reverted)
+        main = rec.main_branch or ""
+        if findings.main_after and findings.developer_moved_main:
+            ref = f"refs/anima/foreign-main/{rec.id}/{rec.rounds + 1}"
+            self.repo.keep_ref(ref, findings.main_after)
+            listed = ", ".join(f"{c[:7]} {subject}" for c, subject in findings.main_commits[:5])
+            moved = (f"the Developer moved {main} from {findings.main_before[:7]} to "
+                     f"{findings.main_after[:7]}" + (f" ({listed})" if listed else ""))
+            problems.append(f"{moved}; only the human may change {main}")
+            request = (f"{moved}; kept under {ref}. Anima left {main} as it is: put it where "
+                       f"you want it, then resume (Anima takes {main} as you leave it)")
+            self._request_pause(request)
+            self._log(request)
+        elif findings.main_after:
+            self.follow_main()
+        self.guarded += problems
+
+    def _revert_branch_definitions(self, turn_began_at: str) -> str | None:
+        """Commits of the turn on the milestone branch that change the human's definitions
+        (compared with Anima's copy) are undone by a commit of Anima's, so main never gets
+        them."""
+        rec = self.record
+        if not turn_began_at or self.repo.current_branch() != rec.branch_name:
+            return None
+        changed = self.repo.anima_changes(turn_began_at, self.repo.head(), self.guard.copy)
+        if not changed:
+            return None
+        paths = [path for path, _ in changed]
+        commit = self.repo.commit_anima_revert(
+            turn_began_at, paths, "chore(anima): put back the human's definitions")
+        note = (f"commits on {rec.branch_name} changed {', '.join(paths)}, which only the human "
+                f"may change; Anima committed {commit[:7]} putting them back")
+        self._log(note)
+        return note
+
+    def follow_main(self) -> None:
+        """main moved by someone other than the Developer is the new reference: the milestone
+        goes on and merges on top of it at completion."""
+        rec = self.record
+        tip = self.repo.resolve(f"refs/heads/{rec.main_branch}") if rec.main_branch else None
+        if tip is None or tip == rec.main_head:
+            return
+        self._log(f"{rec.main_branch} moved from {(rec.main_head or '?')[:7]} to {tip[:7]}, not "
+                  "by the Developer: it is the new reference, and the milestone merges on top "
+                  "of it at completion")
+        rec.main_head = tip
+        self._save()
+
+    def check_commit(self, report: DeveloperReport) -> str | None:
+        """Git is the truth: verify the reported commit before any Acceptor token is spent.
+        Returns why the round is rejected, or None when the commit is the round's."""
+        rec, rnd = self.record, self.ledger.round
+        assert rnd is not None
+        rnd.feature = report.feature
+        if (f := rec.feature(report.feature)) is not None and f.status is not FeatureStatus.DONE:
+            f.status = FeatureStatus.IN_PROGRESS
+        leftover = self.repo.commit_leftovers(
+            f"chore(anima): commit uncommitted work of round {rnd.round}"
+            + (f" ({report.feature})" if report.feature else ""))
+        if leftover:
+            rnd.auto_committed = True
+            rnd.notes.append(f"Anima committed the Developer's uncommitted changes as "
+                             f"{leftover[:7]}")
+            self._log(rnd.notes[-1])
+        reported = self.repo.resolve(report.commit) if report.commit else None
+        # Anima's own commit of the leftovers sits on top of whatever the Developer named.
+        commit = leftover or reported or (None if report.commit else self._unreported_commit())
+        accepted = self.accepted_commits()
+        if report.commit and reported is None:
+            problems = [f"the reported commit {report.commit} does not exist in the repository"]
+        elif commit is None:
+            problems = [f"the report names no commit hash and nothing was committed on "
+                        f"{rec.branch_name} this round"]
+        elif accepted and self.repo.is_ancestor(commit, accepted[-1]):
+            problems = [f"commit {commit[:7]} is already part of the accepted history (the last "
+                        f"accepted commit is {accepted[-1][:7]}), so it is not new work: commit "
+                        f"this round's work as new commits on top of {accepted[-1][:7]} and "
+                        "report the newest one"]
+        else:
+            problems = self.repo.check_developer_commit(
+                commit, branch=rec.branch_name or "", base_commit=rec.base_commit or "",
+                main=rec.main_branch or "", main_head=rec.main_head or "",
+                definitions=self.guard.copy)
+        if problems:
+            return "git check failed: " + "; ".join(problems)
+        assert commit is not None
+        rnd.commit = commit
+        rnd.changed_files = self.repo.changed_files_between(rnd.previous_head, commit)
+        self._log(f"commit {commit[:7]} verified on {rec.branch_name} "
+                  f"({len(rnd.changed_files)} files)")
+        return None
