@@ -13,7 +13,7 @@ from typing import TextIO
 
 from pydantic import BaseModel
 
-from anima.agents.protocol import describe_tool
+from anima.agents.claude.protocol import describe_tool
 from anima.config import load_config
 from anima.errors import (
     ActionError,

@@ -27,10 +27,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from anima import procfs
-from anima.agents.discovery import ClaudeBinary, find_claude
+from anima.agents.claude.dialect import CLAUDE
+from anima.agents.claude.discovery import ClaudeBinary, find_claude
+from anima.agents.claude.profiles import profile_for
+from anima.agents.claude.protocol import describe_tool
 from anima.agents.process import AgentProcess
-from anima.agents.profiles import profile_for
-from anima.agents.protocol import describe_tool
 from anima.atomic import write_text_atomic
 from anima.config import Config, describe_validation_error, load_config
 from anima.context import ApiTokenCounter
@@ -432,7 +433,8 @@ class Engine:
         assert self.summarizer is not None
         run = MilestoneRun(record=record, store=self.store, repo=self.repo, config=self.config,
                            prompts=prompts, agents=self._make_agent, bus=self.bus,
-                           summarizer=self.summarizer, control=self._control)
+                           summarizer=self.summarizer, control=self._control,
+                           dialect=CLAUDE)
         self._run = run
         if self._shutdown.is_set():  # a stop that came before the run existed
             run.stop("shutdown")

@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from anima.agents.claude.dialect import CLAUDE  # noqa: E402
 from anima.cli import init_project  # noqa: E402
 from anima.config import Config  # noqa: E402
 from anima.events import EventBus, TurnResult  # noqa: E402
@@ -119,5 +120,6 @@ def run_milestone(features: int, *, on_event=None) -> tuple[MilestoneRun, Clock,
         prompts=PromptBuilder(paths, budget_tokens=config.context_budget_tokens,
                               recent_in_full=config.recent_rounds_in_full),
         agents=lambda role, sid, resume: InstantAgent(role, repo, clock, sid),
-        bus=bus, summarizer=Summarizer(config.summarizer, env={}), control=RunControl())
+        bus=bus, summarizer=Summarizer(config.summarizer, env={}), control=RunControl(),
+        dialect=CLAUDE)
     return run, clock, repo

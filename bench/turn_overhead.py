@@ -24,10 +24,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from anima.agents.discovery import ClaudeBinary, find_claude  # noqa: E402
+from anima.agents.claude.discovery import ClaudeBinary, find_claude  # noqa: E402
+from anima.agents.claude.profiles import DEVELOPER, profile_for  # noqa: E402
+from anima.agents.claude.protocol import build_argv  # noqa: E402
 from anima.agents.process import AgentProcess  # noqa: E402
-from anima.agents.profiles import DEVELOPER, profile_for  # noqa: E402
-from anima.agents.protocol import build_argv  # noqa: E402
 from anima.config import Config  # noqa: E402
 from anima.errors import AgentNotFound  # noqa: E402
 from anima.events import EventBus  # noqa: E402

@@ -19,7 +19,7 @@ import pytest
 # Qt runs headless in the suite (CI has no display); set before any Qt import.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from anima.agents.discovery import ClaudeBinary, find_claude
+from anima.agents.claude.discovery import ClaudeBinary, find_claude
 from tests.fakes.api_stub import ApiStub
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from anima.agents.discovery import INSTALL_HINT, find_claude
+from anima.agents.claude.discovery import INSTALL_HINT, find_claude
+from anima.agents.claude.profiles import ACCEPTOR, DEVELOPER, profile_for
 from anima.agents.process import AgentProcess
-from anima.agents.profiles import ACCEPTOR, DEVELOPER, profile_for
 from anima.config import Config
 from anima.errors import AgentCrashed, AgentError, AgentNotFound, SessionLost, TurnTimeout
 from anima.events import (

@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from anima.agents.profiles import ACCEPTOR, DEVELOPER, load_system_prompt, profile_for
-from anima.agents.protocol import (
+from anima.agents.claude.profiles import ACCEPTOR, DEVELOPER, load_system_prompt, profile_for
+from anima.agents.claude.protocol import (
     ContextMeter,
-    LineFramer,
     build_argv,
     interrupt_request,
     parse_line,
     user_message,
 )
+from anima.agents.transport import LineFramer
 from anima.config import Config, RoleConfig
 from anima.events import (
     AssistantText,

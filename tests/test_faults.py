@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from anima.agents.faults import Fault, FaultKind, classify, reset_from_text
-from anima.agents.protocol import parse_line
+from anima.agents.claude.faults import Fault, FaultKind, classify, reset_from_text
+from anima.agents.claude.protocol import parse_line
 from anima.events import ApiRetry, Event, RateLimitChanged, TurnResult
 
 CLI_LINES = Path(__file__).resolve().parent / "fixtures" / "cli_lines"

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from anima import procfs
-from anima.agents.discovery import find_claude
+from anima.agents.claude.discovery import find_claude
+from anima.agents.claude.profiles import DEVELOPER, profile_for
 from anima.agents.process import AgentProcess
-from anima.agents.profiles import DEVELOPER, profile_for
 from anima.config import Config
 from anima.events import EventBus
 from anima.store import MilestoneStatus

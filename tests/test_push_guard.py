@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from anima.agents.profiles import DEVELOPER, PUSH_RULES, profile_for
-from anima.agents.protocol import build_argv
+from anima.agents.claude.profiles import DEVELOPER, PUSH_RULES, profile_for
+from anima.agents.claude.protocol import build_argv
 from anima.config import Config
 from anima.store import MilestoneStatus
 from tests.conftest import FakeClaude, run_git

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from anima.agents.discovery import find_claude
+from anima.agents.claude.discovery import find_claude
+from anima.agents.claude.profiles import ACCEPTOR, DEVELOPER, profile_for
 from anima.agents.process import AgentProcess
-from anima.agents.profiles import ACCEPTOR, DEVELOPER, profile_for
 from anima.config import Config
 from anima.errors import SessionLost
 from anima.events import Event, EventBus, SessionStarted, ToolResult, ToolUse, TurnResult

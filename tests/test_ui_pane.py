@@ -15,7 +15,7 @@ from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QApplication
 
 from anima import events as ev
-from anima.agents.protocol import describe_tool
+from anima.agents.claude.protocol import describe_tool
 from ui.agent_pane import AgentPane, render_markdown
 from ui.bridge import EngineBridge
 

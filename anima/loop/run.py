@@ -14,10 +14,12 @@ import logging
 import time
 
 from anima import procfs
-from anima.agents.profiles import ACCEPTOR, DEVELOPER
+from anima.agents.dialect import Dialect
 from anima.config import Config
 from anima.errors import AgentCrashed, AnimaError, ProjectError, TurnTimeout
 from anima.events import (
+    ACCEPTOR,
+    DEVELOPER,
     CheckFinished,
     CheckStarted,
     EventBus,
@@ -74,7 +76,7 @@ class MilestoneRun:
 
     def __init__(self, *, record: MilestoneRecord, store: Store, repo: GitRepo, config: Config,
                  prompts: PromptBuilder, agents: AgentFactory, bus: EventBus,
-                 summarizer: Summarizer, control: RunControl) -> None:
+                 summarizer: Summarizer, control: RunControl, dialect: Dialect) -> None:
         self.record = record
         self.store = store
         self.repo = repo
@@ -88,8 +90,9 @@ class MilestoneRun:
         self._recovery_log: str | None = None
         self.ledger = Ledger(record, config, bus, summarizer, self._save, self._log)
         self.seats = Seats(record=record, store=store, root=repo.root, config=config,
-                           make_agent=agents, bus=bus, control=control, ledger=self.ledger,
-                           save=self._save, log_line=self._log, request_pause=self._request_pause)
+                           make_agent=agents, dialect=dialect, bus=bus, control=control,
+                           ledger=self.ledger, save=self._save, log_line=self._log,
+                           request_pause=self._request_pause)
         self._guard = TurnGuard(store.paths, repo, record.id)
         self.branch = BranchKeeper(record=record, repo=repo, guard=self._guard,
                                    ledger=self.ledger, save=self._save, log_line=self._log,

@@ -12,11 +12,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from anima.agents.faults import classify
-from anima.agents.profiles import ACCEPTOR, DEVELOPER
+from anima.agents.dialect import Dialect
 from anima.config import Config
 from anima.errors import AgentCrashed, AnimaError, SessionLost, TurnTimeout
 from anima.events import (
+    ACCEPTOR,
+    DEVELOPER,
     ApiRetry,
     Compacted,
     ContextUsage,
@@ -69,7 +70,8 @@ class Seats:
     """The Developer's and the Acceptor's agents, started on demand."""
 
     def __init__(self, *, record: MilestoneRecord, store: Store, root: Path, config: Config,
-                 make_agent: AgentFactory, bus: EventBus, control: RunControl, ledger: Ledger,
+                 make_agent: AgentFactory, dialect: Dialect, bus: EventBus,
+                 control: RunControl, ledger: Ledger,
                  save: Callable[[], None], log_line: Callable[[str], None],
                  request_pause: Callable[[str], None]) -> None:
         self.record = record
@@ -77,6 +79,7 @@ class Seats:
         self.root = root
         self.config = config
         self.make_agent = make_agent
+        self.dialect = dialect
         self.bus = bus
         self.control = control
         self.ledger = ledger
@@ -196,7 +199,7 @@ class Seats:
                 if refs is not None:
                     self._check_pushes(role, refs)
             self.ledger.account(result)
-            fault = classify(result, self.rate_limits.get(role))
+            fault = self.dialect.classify(result, self.rate_limits.get(role))
             if fault is None:
                 return result.text
             if faults.handle(role, fault) is Retry.FRESH_SESSION:

@@ -93,45 +93,6 @@ def interrupt_request(request_id: str) -> bytes:
                   "request": {"subtype": "interrupt"}})
 
 
-class LineFramer:
-    """Splits a byte stream into lines on `\\n` only, whatever the read boundaries.
-
-    Bytes are joined once per completed line, so a multi-MB line arriving in 64 KB reads costs
-    linear time, not quadratic.
-    """
-
-    def __init__(self) -> None:
-        self._parts: list[bytes] = []
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """Return the lines completed by `data` (without their `\\n`; a trailing `\\r` kept)."""
-        lines: list[bytes] = []
-        start = 0
-        while True:
-            nl = data.find(b"\n", start)
-            if nl < 0:
-                break
-            self._parts.append(data[start:nl])
-            lines.append(b"".join(self._parts))
-            self._parts.clear()
-            start = nl + 1
-        if start < len(data):
-            self._parts.append(data[start:])
-        return lines
-
-    def flush(self) -> bytes | None:
-        """The unterminated tail at end of stream, if any."""
-        if not self._parts:
-            return None
-        tail = b"".join(self._parts)
-        self._parts.clear()
-        return tail
-
-    @property
-    def pending_bytes(self) -> int:
-        return sum(len(p) for p in self._parts)
-
-
 def clean_text(raw: str) -> str:
     """Strip ANSI escapes and carriage returns a terminal-minded program may print."""
     return _ANSI_RE.sub("", raw).replace("\r", "")

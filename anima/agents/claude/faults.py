@@ -10,34 +10,11 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from anima.agents.dialect import Fault, FaultKind
 from anima.events import RateLimitChanged, TurnResult
-
-
-class FaultKind(StrEnum):
-    STOPPED = "stopped"  # Anima's own interrupt ended the turn
-    AUTH = "auth"  # not logged in, bad or expired key
-    USAGE_LIMIT = "usage_limit"  # a subscriber's limit is used up until its reset
-    PROMPT_TOO_LONG = "prompt_too_long"
-    TRANSIENT = "transient"  # overloaded, 5xx, a plain 429, a dropped connection, the unknown
-
-
-@dataclass(frozen=True)
-class Fault:
-    kind: FaultKind
-    message: str  # the CLI's own words
-    status: int | None = None
-    resets_at: float | None = None  # usage limit: epoch seconds, when known
-    limit_type: str = ""  # usage limit: "five_hour", "seven_day", …
-
-    def describe(self) -> str:
-        status = f"{self.status} " if self.status else ""
-        return f"{self.kind.value.replace('_', ' ')} ({status}{self.message or 'no detail'})"
-
 
 _AUTH_TYPES = {"authentication_error", "permission_error"}
 _AUTH_TEXT = re.compile(r"not logged in|invalid api key|/login\b|oauth token|"

@@ -1,0 +1,328 @@
+"""One agent CLI process in pseudo-terminals: start, a reader thread that frames its output
+into lines, a stop in steps (stdin closed, SIGTERM, SIGKILL, then whatever it left running),
+and how it ended (`ProcessOutcome`, as qutebrowser's). Nothing here knows a wire format or a
+turn: that is the dialect's and `anima.agents.process`'s.
+
+The process writes stdout and stderr to two pseudo-terminals (so the CLI behaves as in a
+terminal and nothing is block-buffered) and reads from a pipe on stdin (with a TTY on stdin,
+`claude -p` refuses to start). The reader drains both terminals all the time: a stalled reader
+would deadlock the CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import logging
+import os
+import select
+import signal
+import struct
+import subprocess
+import termios
+import threading
+import time
+import tty
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from anima import procfs
+from anima.errors import AgentCrashed
+
+log = logging.getLogger(__name__)
+
+_READ_SIZE = 1 << 16
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    """libc's prctl, loaded in the parent: the child between fork and exec may only call it."""
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name, use_errno=True).prctl if name else None
+    except (OSError, AttributeError):  # not Linux
+        return None
+
+
+_PRCTL = _load_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_anima() -> None:
+    """In the child before exec: SIGTERM when Anima dies, even by SIGKILL, so an agent never
+    goes on working (committing!) with nobody reading it. Linux only; elsewhere the next
+    start stops leftovers (anima.loop.recovery)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+
+
+def _open_raw_pty() -> tuple[int, int]:
+    """A pty pair in raw mode: no echo, no `\\n`→`\\r\\n`, no line discipline surprises."""
+    master, slave = os.openpty()
+    tty.setraw(slave, termios.TCSANOW)
+    # A wide terminal, so nothing a terminal-minded program prints gets wrapped.
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 250, 0, 0))
+    return master, slave
+
+
+class LineFramer:
+    """Splits a byte stream into lines on `\\n` only, whatever the read boundaries.
+
+    Bytes are joined once per completed line, so a multi-MB line arriving in 64 KB reads costs
+    linear time, not quadratic.
+    """
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Return the lines completed by `data` (without their `\\n`; a trailing `\\r` kept)."""
+        lines: list[bytes] = []
+        start = 0
+        while True:
+            nl = data.find(b"\n", start)
+            if nl < 0:
+                break
+            self._parts.append(data[start:nl])
+            lines.append(b"".join(self._parts))
+            self._parts.clear()
+            start = nl + 1
+        if start < len(data):
+            self._parts.append(data[start:])
+        return lines
+
+    def flush(self) -> bytes | None:
+        """The unterminated tail at end of stream, if any."""
+        if not self._parts:
+            return None
+        tail = b"".join(self._parts)
+        self._parts.clear()
+        return tail
+
+    @property
+    def pending_bytes(self) -> int:
+        return sum(len(p) for p in self._parts)
+
+
+@dataclass(frozen=True)
+class ProcessOutcome:
+    """How an agent process ended: its exit code, whether Anima asked it to stop, and the end
+    of what it said on stderr (what a user needs to see why it died)."""
+
+    exit_code: int | None
+    expected: bool
+    stderr_tail: str
+
+    @property
+    def reason(self) -> str:
+        if self.expected:
+            return "stopped by Anima"
+        if self.exit_code is None:
+            return "output closed"
+        if self.exit_code < 0:
+            return f"killed by signal {-self.exit_code}"
+        return f"exited with code {self.exit_code}"
+
+
+#: (is_stdout, line) for each complete line the process wrote.
+LineHandler = Callable[[bool, bytes], None]
+
+
+class PtyProcess:
+    """Owns one child process and its reader thread. `cond` is shared with the owner: the
+    reader sets `eof` and `last_activity` under it and notifies it."""
+
+    def __init__(self, name: str, cond: threading.Condition, on_line: LineHandler,
+                 on_died: Callable[[], None], marker: str | None = None) -> None:
+        self.name = name
+        self.cond = cond
+        self._on_line = on_line
+        self._on_died = on_died
+        self.marker = marker
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._pgid: int | None = None
+        self._out_fd: int | None = None
+        self._err_fd: int | None = None
+        self._wake_r: int | None = None
+        self._wake_w: int | None = None
+        self._reader: threading.Thread | None = None
+        self.eof = False
+        self.last_activity = 0.0
+        self.stopping = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+        """Spawn the process in its own session (so one signal reaches it and all its tools)."""
+        with self.cond:
+            self.eof = False
+        self.stopping = False
+        out_master, out_slave = _open_raw_pty()
+        err_master, err_slave = _open_raw_pty()
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=out_slave,
+                stderr=err_slave,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+                # The signal follows the thread that forks: the engine's worker (or the
+                # headless main thread), which lives as long as the agents it drives.
+                preexec_fn=_die_with_anima,
+            )
+        except OSError as e:
+            for fd in (out_master, out_slave, err_master, err_slave):
+                os.close(fd)
+            raise AgentCrashed(f"{self.name} agent could not start: {e}", None, "") from e
+        finally:
+            # The child holds its own copies; ours would keep the terminals open past its exit.
+            for fd in (out_slave, err_slave):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._pgid = self.proc.pid  # start_new_session: the child leads its own group
+        self._out_fd, self._err_fd = out_master, err_master
+        self._wake_r, self._wake_w = os.pipe()
+        assert self.proc.stdin is not None
+        os.set_blocking(self.proc.stdin.fileno(), False)
+        self.last_activity = time.monotonic()
+        self._reader = threading.Thread(
+            target=self._read_loop, name=f"agent-{self.name}-reader", daemon=True
+        )
+        self._reader.start()
+
+    def stop(self, grace: float) -> None:
+        """End the process in steps and reap it: close stdin, wait, SIGTERM, wait, SIGKILL.
+
+        Closing stdin lets the CLI finish writing its session file (resuming needs it); the
+        signals go to the whole process group so no tool the agent started is left behind.
+        """
+        proc = self.proc
+        if proc is None:
+            return
+        self.stopping = True
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        if not self.wait(grace):
+            self.signal_group(signal.SIGTERM)
+            if not self.wait(grace):
+                self.signal_group(signal.SIGKILL)
+                self.wait(10.0)
+        self.kill_stragglers()
+        self.close_reader()
+
+    def wait(self, timeout: float) -> bool:
+        assert self.proc is not None
+        try:
+            self.proc.wait(timeout=max(timeout, 0.0))
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        if self._pgid is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._pgid, sig)
+
+    def _group_alive(self) -> bool:
+        """Whether any member of the child's process group still runs (zombies don't count:
+        orphans are reaped by init, which may take a moment)."""
+        if self._pgid is None:
+            return False
+        try:
+            os.killpg(self._pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return bool(procfs.group_members(self._pgid))
+
+    def kill_stragglers(self) -> None:
+        """Tools the agent left running go with it: those in its group, and (the CLI runs
+        each Bash call in a session of its own) every process that carries its marker."""
+        if self._group_alive():
+            self.signal_group(signal.SIGTERM)
+            deadline = time.monotonic() + 1.0
+            while self._group_alive() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if self._group_alive():
+                self.signal_group(signal.SIGKILL)
+        if self.marker is not None and (left := procfs.stop_marked(self.marker, grace=1.0)):
+            log.info("%s agent: stopped %d process(es) it left running (pids %s)", self.name,
+                     len(left), ", ".join(map(str, left)))
+
+    def close_reader(self) -> None:
+        if self._wake_w is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"x")
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout=5.0)
+        for name in ("_out_fd", "_err_fd", "_wake_r", "_wake_w"):
+            fd = getattr(self, name)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, name, None)
+        self._reader = None
+
+    def _read_loop(self) -> None:
+        """Drain stdout and stderr until both close; never blocks on anything but select."""
+        out_fd, err_fd, wake = self._out_fd, self._err_fd, self._wake_r
+        assert out_fd is not None and err_fd is not None and wake is not None
+        framers = {out_fd: LineFramer(), err_fd: LineFramer()}
+        open_fds = {out_fd, err_fd}
+        try:
+            while open_fds:
+                ready, _, _ = select.select([*open_fds, wake], [], [])
+                if wake in ready:
+                    break
+                for fd in ready:
+                    try:
+                        data = os.read(fd, _READ_SIZE)
+                    except OSError as e:
+                        if e.errno != errno.EIO:  # EIO: the child closed its end of the pty
+                            log.warning("%s agent: read failed: %s", self.name, e)
+                        data = b""
+                    if not data:
+                        open_fds.discard(fd)
+                        tail = framers[fd].flush()
+                        if tail:
+                            self._on_line(fd == out_fd, tail)
+                        continue
+                    with self.cond:
+                        self.last_activity = time.monotonic()
+                    for line in framers[fd].feed(data):
+                        self._on_line(fd == out_fd, line)
+        except Exception:  # a reader that dies silently would hang every later turn
+            log.exception("%s agent reader failed", self.name)
+        finally:
+            with self.cond:
+                self.eof = True
+                self.cond.notify_all()
+        self._note_unexpected_exit()
+
+    def _note_unexpected_exit(self) -> None:
+        """Output closed without stop(): if the process is gone, say so at once (a death
+        between turns would otherwise surface only at the next send)."""
+        proc = self.proc
+        if proc is None or self.stopping:
+            return
+        try:
+            proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            return
+        if not self.stopping:
+            self._on_died()
