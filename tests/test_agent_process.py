@@ -269,6 +269,9 @@ def test_crash_mid_turn_raises_agent_crashed_with_stderr_tail(
     assert not agent.alive
     (exited,) = recorder.of(AgentExited)
     assert exited.exit_code == 7 and not exited.expected
+    assert "developer agent exited with code 7 during a turn" in str(err.value)
+    assert agent.outcome is not None and agent.outcome.exit_code == 7
+    assert "fake claude crashed on purpose" in agent.outcome.stderr_tail
     assert any("Traceback" in e.text for e in recorder.of(RawOutput))
 
 
@@ -282,8 +285,10 @@ def test_death_between_turns_is_published_and_send_raises(make_agent: Factory,
         time.sleep(0.02)
     (exited,) = recorder.of(AgentExited)
     assert exited.exit_code == -9 and not exited.expected
-    with pytest.raises(AgentCrashed):
+    # The outcome says how it ended in words, not as a negative exit code.
+    with pytest.raises(AgentCrashed, match="developer agent killed by signal 9 during a turn"):
         agent.send("anyone?")
+    assert agent.outcome is not None and agent.outcome.reason == "killed by signal 9"
     assert len(recorder.of(AgentExited)) == 1
 
 

@@ -349,10 +349,10 @@ class AgentProcess:
         self._io.kill_stragglers()
         self._io.close_reader()
         self._publish_exit(expected=False)
-        raise AgentCrashed(
-            f"{self.role} agent exited with code {proc.returncode} during a turn",
-            proc.returncode, self.stderr_tail,
-        )
+        outcome = self.outcome
+        assert outcome is not None
+        raise AgentCrashed(f"{self.role} agent {outcome.reason} during a turn",
+                           outcome.exit_code, outcome.stderr_tail)
 
     def _abort_turn(self) -> None:
         """Interrupt the stuck turn; stop the process if it does not answer in time."""
