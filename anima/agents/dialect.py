@@ -24,7 +24,7 @@ class FaultKind(StrEnum):
 
 @dataclass(frozen=True)
 class Fault:
-    """An error result, typed: the loop acts on it (anima.fault_policy), never replies to it."""
+    """An error result, typed: the loop acts on it (anima.loop.fault_policy), never answers it."""
 
     kind: FaultKind
     message: str  # the CLI's own words

@@ -28,12 +28,12 @@ from anima.events import (
     Notice,
     PhaseChanged,
 )
-from anima.fault_policy import AgentFault
 from anima.git_ops import GitRepo, TreeSnapshot
 from anima.guard import TurnGuard, put_back
 from anima.loop.branch import BranchKeeper
 from anima.loop.checks import CheckCancelled, display, run_check
 from anima.loop.completion import begin_completion, finish_completed
+from anima.loop.fault_policy import AgentFault
 from anima.loop.ledger import Ledger
 from anima.loop.limits import LIMITS, REJECTIONS
 from anima.loop.phases import STATUS_OF, TRANSITIONS, check_transition

@@ -1,7 +1,7 @@
 """The two agent seats of a milestone: a session per role (started, resumed, replaced when
 lost, rolled over when its context fills), one turn at a time with the seed's failure handling
 around it (a crash restarts and retries once, a timeout stops the agent, faults of the API go
-through anima.fault_policy), and a stop from any thread."""
+through anima.loop.fault_policy), and a stop from any thread."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from anima.events import (
     TurnResult,
     UsageLimitWait,
 )
-from anima.fault_policy import FaultPolicy, Retry
+from anima.loop.fault_policy import FaultPolicy, Retry
 from anima.loop.ledger import Ledger
 from anima.loop.state import write_state
 from anima.remotes import RefMap, pushed, remote_refs
