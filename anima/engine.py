@@ -11,6 +11,7 @@ resumes exactly where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import shlex
@@ -18,7 +19,7 @@ import shutil
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -339,6 +340,10 @@ class Engine:
             if self._thread.is_alive():
                 log.warning("engine worker still busy after %ss; releasing the lock anyway",
                             timeout)
+        if (probe := self._claude_probe) is not None:
+            # Its `claude --version` must not outlive Anima (nothing would reap it).
+            with contextlib.suppress(TimeoutError, CancelledError):
+                probe.exception(timeout)
         if self.summarizer is not None:
             self.summarizer.close()
         self.journal.detach()
