@@ -174,6 +174,23 @@ def test_a_check_that_cannot_start_pauses_the_milestone(
     assert "[anima] checks: `no-such-checker-xyz` could not start" in result.stdout
 
 
+def test_a_round_cut_short_by_a_pause_keeps_what_it_spent(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Developer's turn cost real money before the checks could not start: the round is
+    redone on resume, but its spend stays in the record's totals (and so in the budget)."""
+    fake_claude.use_env(monkeypatch)
+    fake_claude.write_script({"developer_default": {"auto": True, "cost_usd": 0.25}})
+    project = make_project(git_repo, {"m1": TWO},
+                           config={"check_command": ["no-such-checker-xyz"]})
+    result = anima("run", str(project), "--headless")
+    assert result.returncode == 3, result.stdout + result.stderr
+    rec = record(project, "m1")
+    assert rec.iterations == []
+    assert rec.cost_usd == pytest.approx(0.25, rel=0.01)
+    assert rec.tokens_used > 0
+    assert any("round 1 was dropped" in note and "$0.2500" in note for note in rec.notes)
+
+
 def test_headless_output_shows_the_checks(project: Path, fake_claude: FakeClaude) -> None:
     out = StringIO()
     engine = Engine(project, config_overrides={"check_command": "echo all good"})

@@ -98,6 +98,23 @@ class Ledger:
             self._carry = self._carry + usage
             self._carry_cost += spent
 
+    def drop(self, why: str) -> None:
+        """Leave the round in flight unrecorded (it is redone), but keep what it spent: the
+        record's totals and the budget count every real spend, even a round a stop, a pause
+        or a failure cut short. Saved by the caller's next write."""
+        rnd, rec = self.round, self.record
+        usage = (rnd.usage if rnd is not None else Usage()) + self._carry
+        cost = (rnd.cost_usd if rnd is not None else 0.0) + self._carry_cost
+        self.round, self._carry, self._carry_cost = None, Usage(), 0.0
+        if usage.total == 0 and cost == 0:
+            return
+        rec.tokens_used += usage.total
+        rec.usage = rec.usage + usage
+        rec.cost_usd += cost
+        what = f"round {rnd.round}" if rnd is not None else "the turns since the last round"
+        rec.notes.append(f"{what} was dropped ({why}); its ${cost:.4f} and {usage.total} "
+                         "tokens stay in the milestone's totals")
+
     def finish(self, verdict: ReviewVerdict, persist: bool = True) -> None:
         """Record the round with its verdict and counters, in one atomic write (or, without
         `persist`, in the next one: the transition that the verdict brings)."""

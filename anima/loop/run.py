@@ -130,7 +130,10 @@ class MilestoneRun:
                     continue  # final rejection: back to the Developer, not counted
                 self._review(report)  # ACCEPTED or REJECTED, recorded with its counters
         except Stopped:
-            self._log(f"stopped during {self.phase}: {self.control.stop_reason or 'shutdown'}")
+            why = self.control.stop_reason or "shutdown"
+            self.ledger.drop(f"stopped: {why}")
+            self._save()
+            self._log(f"stopped during {self.phase}: {why}")
             return self.phase
         except (_ChecksCannotStart, AgentFault) as e:  # not the agent's doing
             return self.pause_now(str(e))
@@ -420,7 +423,7 @@ class MilestoneRun:
         rec = self.record
         log.error("milestone %s failed during %s", rec.id, self.phase, exc_info=error)
         text = redact(f"{type(error).__name__}: {error}")
-        self.ledger.round = None
+        self.ledger.drop(f"failed: {text}")
         rec.error = text
         rec.notes.append(f"failed during {self.phase}: {text}")
         self.enter(Phase.FAILED, f"unexpected error: {text}")
@@ -472,8 +475,9 @@ class MilestoneRun:
         self._pause_request = reason
 
     def pause_now(self, reason: str) -> Phase:
-        """After a stop by the user: the round in flight is dropped and redone on resume."""
-        self.ledger.round = None
+        """After a stop by the user or a fault that is nobody's doing: the round in flight is
+        dropped and redone on resume (what it spent stays in the totals)."""
+        self.ledger.drop(reason)
         return self._pause(reason)
 
     # ------------------------------------------------------------------ persistence
