@@ -342,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
     logfile = _configure_logging(args)
     try:
-        return args.fn(args)
+        code: int = args.fn(args)
+        return code
     except (ConfigError, ProjectError, MilestoneError, RecordError, AgentNotFound,
             ActionError) as e:
         print(f"anima: {e}", file=sys.stderr)

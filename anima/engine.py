@@ -68,7 +68,8 @@ from anima.phases import Phase
 from anima.prompts import PromptBuilder
 from anima.store import Feature as Feature  # the records' parts, for the UI's type hints
 from anima.store import Iteration as Iteration
-from anima.store import MilestoneRecord, MilestoneStatus, Scan, Store, now
+from anima.store import MilestoneRecord as MilestoneRecord
+from anima.store import MilestoneStatus, Scan, Store, now
 from anima.summarizer import Summarizer
 from anima.watcher import MilestoneWatcher
 

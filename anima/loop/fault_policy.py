@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from anima.agents.claude.faults import Fault, FaultKind
+from anima.agents.dialect import Fault, FaultKind
 from anima.config import Config
 from anima.errors import AnimaError
 from anima.events import clock, limit_name
