@@ -21,6 +21,7 @@ See tests/conftest.py (FakeClaude) and the turn keys in `run_turn`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import re
@@ -397,9 +398,9 @@ def replay(turn: Turn, spec: dict[str, Any], inp: Input) -> bool:
             inp.wait(float(spec["retry_delay"]))
         if kind == "rate_limit_event" and resets is not None:
             info = obj["rate_limit_info"]
-            info["resetsAt"] = int(resets)
+            info["resetsAt"] = math.ceil(resets)
             for window in (info.get("unifiedWindows") or {}).values():
-                window["resetsAt"] = int(resets)
+                window["resetsAt"] = math.ceil(resets)
         if kind == "result":
             if not obj.get("is_error"):
                 return False
