@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from anima.agents.claude.protocol import describe_tool
 from anima.config import load_config
+from anima.engine.project import init_project
 from anima.errors import (
     ActionError,
     AgentNotFound,
@@ -39,7 +40,6 @@ from anima.events import (
 )
 from anima.logsetup import configure_logging, log_event
 from anima.paths import ProjectPaths
-from anima.project import init_project
 from anima.redact import redact
 from anima.store import MergeState, MilestoneRecord, State, Store
 
@@ -110,7 +110,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from anima.engine import Engine
+    from anima.engine.facade import Engine
 
     paths = _project(args.project)
     engine = Engine(paths.root)
@@ -189,7 +189,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Drive the project headless. SIGTERM / Ctrl+C stop politely: the turn is interrupted,
     both agents stop within seconds, the milestone stays in_progress and the next start
     resumes it; the exit code is then 128 + the signal (130, 143) so scripts can tell."""
-    from anima.engine import Engine
+    from anima.engine.facade import Engine
 
     paths = _project(args.project)
     engine = Engine(paths.root)
@@ -265,7 +265,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_approve(args: argparse.Namespace) -> int:
     paths = _project(args.project)
-    from anima.engine import ensure_gitignore
+    from anima.engine.project import ensure_gitignore
     from anima.git_ops import GitRepo
     from anima.lock import ProjectLock
     from anima.loop import actions

@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from anima.engine import Engine  # noqa: E402
+from anima.engine.facade import Engine  # noqa: E402
 from anima.events import Compacted, Event, EventBus, PhaseChanged  # noqa: E402
 from tests.conftest import find_real_claude, real_claude_env, run_git  # noqa: E402
 from tests.fakes.api_stub import (  # noqa: E402

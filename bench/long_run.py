@@ -192,7 +192,7 @@ def replay_stall(repo: Path) -> tuple[float, float, int]:
     from PySide6.QtCore import QElapsedTimer, QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from anima.engine import Engine
+    from anima.engine.facade import Engine
     from ui.app import load_style_sheet
     from ui.main_window import MainWindow
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from anima.engine import Engine
+from anima.engine.facade import Engine
+from anima.engine.project import init_project
 from anima.paths import ProjectPaths
-from anima.project import init_project
 from anima.store import MilestoneRecord, Store
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from anima.engine import Engine
+from anima.engine.facade import Engine
 from anima.events import Event, Notice, UsageLimitWait, clock
 from anima.store import MilestoneStatus, Verdict
 from tests.conftest import FakeClaude

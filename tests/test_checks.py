@@ -17,7 +17,7 @@ import pytest
 
 from anima import procfs
 from anima.cli import HeadlessPrinter
-from anima.engine import Engine
+from anima.engine.facade import Engine
 from anima.loop.checks import run_check
 from anima.store import MilestoneStatus, RoundKind, Verdict
 from tests.conftest import FakeClaude, run_git

@@ -154,8 +154,7 @@ def test_usage_errors_exit_2() -> None:
 
 
 def test_the_example_gitignore_hides_every_runtime_file() -> None:
-    from anima.engine import RUNTIME_IGNORES
-    from anima.project import example_dir
+    from anima.engine.project import RUNTIME_IGNORES, example_dir
 
     lines = (example_dir() / ".gitignore").read_text().splitlines()
     assert [p for p in RUNTIME_IGNORES if p not in lines] == []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from anima.engine import Engine
+from anima.engine.facade import Engine
 from anima.events import Compacted, ContextUsage, EventBus, LogLine
 from anima.store import MilestoneStatus, RoundKind
 from tests.conftest import FakeClaude

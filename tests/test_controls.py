@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from anima.engine import Engine
+from anima.engine.facade import Engine
 from anima.events import EngineError, Event, PhaseChanged
 from anima.store import MilestoneStatus
 from tests.conftest import FakeClaude

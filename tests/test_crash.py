@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from anima.engine import Engine
+from anima.engine.facade import Engine
 from anima.events import Event, PhaseChanged
 from anima.store import MilestoneStatus, RoundKind
 from tests.conftest import FakeClaude

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from anima.config import Config
-from anima.engine import Engine
+from anima.engine.facade import Engine
 from anima.loop.actions import resume
 from anima.paths import ProjectPaths
 from anima.store import MilestoneStatus, Store, Verdict

@@ -13,7 +13,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QElapsedTimer, QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent
 
-from anima.engine import Engine
+from anima.engine.facade import Engine
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record
 from ui.main_window import MainWindow
@@ -234,7 +234,7 @@ def test_missing_claude_is_shown_in_the_window(qtbot, git_repo: Path, tmp_path: 
 def test_not_a_git_repo_is_reported(qtbot, tmp_path: Path, app_window) -> None:
     folder = tmp_path / "plain"
     folder.mkdir()
-    from anima.project import init_project
+    from anima.engine.project import init_project
 
     init_project(folder)
     app_window.window.open_project(folder)

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QLabel
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from anima.engine import Engine
+from anima.engine.facade import Engine
 from anima.events import AgentEvent, EventBus, ToolUse
 from anima.paths import ProjectPaths
 from anima.store import MilestoneStatus, Store

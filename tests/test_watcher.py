@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from anima.engine.watcher import MilestoneWatcher
 from anima.milestone_md import is_milestone_name
-from anima.watcher import MilestoneWatcher
 
 DEBOUNCE = 0.3
 TIMEOUT = 5.0

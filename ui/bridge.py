@@ -24,7 +24,7 @@ from PySide6.QtCore import QMetaMethod, QObject, Qt, QTimer, Signal, SignalInsta
 from anima import events as ev
 
 if TYPE_CHECKING:
-    from anima.engine import MilestoneRecord
+    from anima.engine.facade import MilestoneRecord
 
 log = logging.getLogger(__name__)
 

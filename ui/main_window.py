@@ -60,16 +60,16 @@ from PySide6.QtWidgets import (
 )
 
 from anima import events as ev
+from anima.engine.project import init_project
 from anima.paths import resource
 from anima.phases import Phase
-from anima.project import init_project
 from ui.agent_pane import tool_button
 from ui.bridge import EngineBridge, EngineLike
 from ui.monitor import STATUS_COLORS, IterationMonitor, enum_text
 from ui.review import ReviewPanel, RunControls
 
 if TYPE_CHECKING:
-    from anima.engine import MilestoneRecord
+    from anima.engine.facade import MilestoneRecord
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ EngineFactory = Callable[[Path], EngineLike]
 
 
 def default_engine_factory(root: Path) -> EngineLike:
-    from anima.engine import Engine
+    from anima.engine.facade import Engine
 
     return Engine(root)
 

@@ -47,7 +47,7 @@ from anima.phases import PHASE_TEXT, RUNNING, Phase
 from ui.agent_pane import AgentPane, format_tokens
 
 if TYPE_CHECKING:
-    from anima.engine import Feature, Iteration, MilestoneRecord
+    from anima.engine.facade import Feature, Iteration, MilestoneRecord
 
 #: GUI-thread time per event-loop turn for turning transcript events into lines while
 #: replaying, in chunks of REPLAY_CHUNK events. A fixed 200 events cost 20-30 ms (their

@@ -27,7 +27,7 @@ from anima.phases import RUNNING, Phase
 from ui.monitor import enum_text, set_style_state
 
 if TYPE_CHECKING:
-    from anima.engine import MilestoneRecord
+    from anima.engine.facade import MilestoneRecord
 
 ABORT_CONFIRM_MS = 4000
 

@@ -1,4 +1,5 @@
-"""The `claude` agent layer: discovery, the stream-json protocol, role profiles, the process.
+"""The agents: a `Dialect` per agent CLI (`dialect.py`; `claude/` is the one so far), the pty
+transport (`transport.py`) and the turns (`process.py`), redaction where events enter.
 
 Nothing is imported here: `anima status` needs only the protocol's pure functions, and the
 process layer (ctypes, ptys) would add to its start-up for nothing.

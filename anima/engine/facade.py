@@ -11,7 +11,6 @@ resumes exactly where it stopped.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import shlex
@@ -19,24 +18,18 @@ import shutil
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import CancelledError, Future
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from anima import procfs
-from anima.agents.claude.dialect import CLAUDE
-from anima.agents.claude.discovery import ClaudeBinary, find_claude
-from anima.agents.claude.profiles import profile_for
-from anima.agents.claude.protocol import describe_tool
-from anima.agents.process import AgentProcess
-from anima.atomic import write_text_atomic
-from anima.config import Config, describe_validation_error, load_config
+from anima.config import Config
 from anima.context import ApiTokenCounter
-from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError, RecordError
+from anima.engine.agents import DIALECT, AgentFactory
+from anima.engine.outcome import RunOutcome
+from anima.engine.project import ensure_gitignore, open_config
+from anima.engine.watcher import MilestoneWatcher
+from anima.errors import AnimaError, MilestoneError, ProjectError, RecordError
 from anima.events import (
     AgentEvent,
     EngineError,
@@ -45,7 +38,6 @@ from anima.events import (
     EventBus,
     LogLine,
     MilestoneChanged,
-    MilestonePublisher,
     MilestoneRemoved,
     MilestonesScanned,
     ProblemReported,
@@ -58,7 +50,7 @@ from anima.lock import ProjectLock
 from anima.logsetup import configure_logging, log_event
 from anima.loop import actions
 from anima.loop.completion import finish_completed, merge_pending
-from anima.loop.recovery import AgentRegistry, TrackedAgent, recover_project
+from anima.loop.recovery import AgentRegistry, recover_project
 from anima.loop.run import MilestoneRun
 from anima.loop.seats import Agent, RunControl
 from anima.loop.state import reconcile_state
@@ -71,53 +63,11 @@ from anima.store import Iteration as Iteration
 from anima.store import MilestoneRecord as MilestoneRecord
 from anima.store import MilestoneStatus, Scan, Store, now
 from anima.summarizer import Summarizer
-from anima.watcher import MilestoneWatcher
 
 log = logging.getLogger(__name__)
 
 #: How much of a transcript a restarted window replays: more lines than its panes keep.
 REPLAY_BYTES = 4 * 2**20
-
-#: What `.anima/.gitignore` must hold so Anima's runtime files never dirty the tree, and
-#: editors' swap and lock files (a human editing a milestone in vim while the Developer runs
-#: `git add -A`) never reach a commit, where the `.anima/` check would reject it.
-RUNTIME_IGNORES = ("milestones/*.json", "state.json", "logs/", "transcripts/", "anima.lock",
-                   "agents.json", "turn_guard.json", ".kept/", "*.tmp", ".*.tmp", ".*.swp",
-                   ".*.swo", ".#*", "*~")
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    """How a headless run ended: which milestones wait for a human."""
-
-    paused: tuple[str, ...]
-    awaiting_review: tuple[str, ...]
-    problems: tuple[str, ...]
-    #: Still in_progress: a stop (signal, window closed) interrupted them; the next start
-    #: resumes them.
-    in_progress: tuple[str, ...] = ()
-    #: Ended by an unexpected error (in the record and the log); `anima resume` retries.
-    failed: tuple[str, ...] = ()
-
-
-def ensure_gitignore(paths: ProjectPaths) -> None:
-    """Add the runtime ignores that are missing (never removes what the user wrote)."""
-    existing = paths.gitignore.read_text(encoding="utf-8").splitlines() \
-        if paths.gitignore.exists() else []
-    missing = [p for p in RUNTIME_IGNORES if p not in existing]
-    if missing:
-        text = "\n".join([*existing, "# Anima's runtime files", *missing]) + "\n"
-        write_text_atomic(paths.gitignore, text)
-
-
-def open_config(paths: ProjectPaths, overrides: dict[str, Any] | None = None) -> Config:
-    config = load_config(paths.config)
-    if not overrides:
-        return config
-    try:
-        return Config.model_validate({**config.model_dump(), **overrides})
-    except ValidationError as e:
-        raise ConfigError(describe_validation_error(paths.config, e)) from e
 
 
 class Engine:
@@ -132,12 +82,12 @@ class Engine:
         self.config = Config()
         self._overrides = config_overrides
         self._repo: GitRepo | None = None
-        self._binary: ClaudeBinary | None = None
-        self._claude_probe: Future[ClaudeBinary] | None = None
         self._lock = ProjectLock(self.paths.lock, command=shlex.join(sys.argv))
         self._locked = False
         self._recovered = False
         self._registry = AgentRegistry(self.paths)
+        self.agents = AgentFactory(self.root, self.bus, self._registry,
+                                   lambda text: self._log(None, text))
         self._commands: queue.Queue[Callable[[], object]] = queue.Queue()
         self._wake = threading.Event()
         self._shutdown = threading.Event()
@@ -186,9 +136,9 @@ class Engine:
         for line in put_back_interrupted(self.paths):
             self._log(None, f"put back the human's {line}, changed by a Developer turn that "
                             "a kill cut short")
-        self.config = open_config(self.paths, self._overrides)
+        self.config = self.agents.config = open_config(self.paths, self._overrides)
         self.bus.publish(EngineReady(self.config.model_copy(deep=True)))
-        self._start_claude_probe()
+        self.agents.start_probe()
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
         ensure_gitignore(self.paths)
         # The window lists the milestones even when git (next) says the project can't run.
@@ -222,50 +172,9 @@ class Engine:
             self._repo = GitRepo.open(self.root)
         return self._repo
 
-    def claude(self) -> ClaudeBinary:
-        """The CLI (from the probe `prepare` started, else found now). A failed probe is not
-        kept: the next call looks again (the user may install it while Anima watches)."""
-        if self._binary is None:
-            probe, self._claude_probe = self._claude_probe, None
-            self._binary = probe.result() if probe is not None \
-                else find_claude(self.config.claude_command)
-            self._log(None, f"using claude {self._binary.version} ({' '.join(self._binary.argv)})")
-        return self._binary
-
-    def _start_claude_probe(self) -> None:
-        """Run `claude --version` on a helper thread while recovery and the first scan run:
-        it is a process start of its own (about a second for some CLI versions) on the way
-        to the first prompt."""
-        if self._binary is not None or self._claude_probe is not None:
-            return
-        probe: Future[ClaudeBinary] = Future()
-        command = self.config.claude_command
-
-        def find() -> None:
-            try:
-                probe.set_result(find_claude(command))
-            except Exception as e:  # handed to claude(), which raises it where it used to
-                probe.set_exception(e)
-
-        threading.Thread(target=find, name="anima-claude-probe", daemon=True).start()
-        self._claude_probe = probe
-
     def _make_agent(self, role: str, session_id: str, resume: bool) -> Agent:
-        """A started agent, on record in `.anima/agents.json` until it is stopped (so the
-        next run stops it if this one is killed)."""
-        run = self._run
-        milestone_id = run.record.id if run else None
-        model = getattr(run.record.sessions, f"{role}_model", None) if run else None
-        publisher = MilestonePublisher(
-            self.bus, milestone_id, lambda e: describe_tool(e.tool, e.input, self.root))
-        agent = AgentProcess(role, self.claude(), profile_for(role, self.config), self.root,
-                             publisher,
-                             session_id=session_id, resume=resume, session_model=model,
-                             turn_timeout=self.config.agent_timeout_seconds,
-                             idle_timeout=self.config.agent_idle_timeout_seconds,
-                             marker=procfs.agent_marker(self.root, milestone_id, role))
-        agent.start()
-        return TrackedAgent(agent, self._registry, milestone_id)
+        return self.agents.make(self._run.record if self._run else None, role, session_id,
+                                resume)
 
     # ------------------------------------------------------------------ the loop
     def run(self, *, watch: bool = False, start_all: bool = False) -> RunOutcome:
@@ -341,10 +250,7 @@ class Engine:
             if self._thread.is_alive():
                 log.warning("engine worker still busy after %ss; releasing the lock anyway",
                             timeout)
-        if (probe := self._claude_probe) is not None:
-            # Its `claude --version` must not outlive Anima (nothing would reap it).
-            with contextlib.suppress(TimeoutError, CancelledError):
-                probe.exception(timeout)
+        self.agents.wait_for_probe(timeout)
         if self.summarizer is not None:
             self.summarizer.close()
         self.journal.detach()
@@ -428,7 +334,7 @@ class Engine:
 
     def _drive(self, record: MilestoneRecord) -> Phase:
         # A missing CLI is reported before anything changes; its version goes on record.
-        record.claude_version = self.claude().version
+        record.claude_version = self.agents.claude().version
         self.journal.open(record.id, max_bytes=int(self.config.transcript_max_mb * 2**20))
         self._control = RunControl()
         counter = ApiTokenCounter(self.config.summarizer.model) \
@@ -440,7 +346,7 @@ class Engine:
         run = MilestoneRun(record=record, store=self.store, repo=self.repo, config=self.config,
                            prompts=prompts, agents=self._make_agent, bus=self.bus,
                            summarizer=self.summarizer, control=self._control,
-                           dialect=CLAUDE)
+                           dialect=DIALECT)
         self._run = run
         if self._shutdown.is_set():  # a stop that came before the run existed
             run.stop("shutdown")
@@ -468,14 +374,7 @@ class Engine:
     def _ended(self, scan: Scan) -> RunOutcome:
         """Nothing is driven any more: state.json says so, as the records do."""
         reconcile_state(self.store, scan.records)
-        return RunOutcome(
-            failed=tuple(r.id for r in scan.records if r.status is MilestoneStatus.FAILED),
-            paused=tuple(r.id for r in scan.records if r.status is MilestoneStatus.PAUSED),
-            awaiting_review=tuple(r.id for r in scan.records
-                                  if r.status is MilestoneStatus.AWAITING_REVIEW),
-            problems=tuple(str(p) for p in scan.problems),
-            in_progress=tuple(r.id for r in scan.records
-                              if r.status is MilestoneStatus.IN_PROGRESS))
+        return RunOutcome.of(scan.records, [str(p) for p in scan.problems])
 
     # ------------------------------------------------------------------ requests
     def _submit(self, fn: Callable[[], object]) -> None:

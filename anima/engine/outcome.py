@@ -1,0 +1,31 @@
+"""How a headless run ended: what `anima run` reports and turns into its exit code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from anima.store import MilestoneRecord, MilestoneStatus
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a headless run ended: which milestones wait for a human."""
+
+    paused: tuple[str, ...]
+    awaiting_review: tuple[str, ...]
+    problems: tuple[str, ...]
+    #: Still in_progress: a stop (signal, window closed) interrupted them; the next start
+    #: resumes them.
+    in_progress: tuple[str, ...] = ()
+    #: Ended by an unexpected error (in the record and the log); `anima resume` retries.
+    failed: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, records: list[MilestoneRecord], problems: list[str]) -> RunOutcome:
+        """What the records say once nothing is driven any more."""
+        def having(status: MilestoneStatus) -> tuple[str, ...]:
+            return tuple(r.id for r in records if r.status is status)
+
+        return cls(failed=having(MilestoneStatus.FAILED), paused=having(MilestoneStatus.PAUSED),
+                   awaiting_review=having(MilestoneStatus.AWAITING_REVIEW),
+                   problems=tuple(problems), in_progress=having(MilestoneStatus.IN_PROGRESS))

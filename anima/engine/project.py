@@ -1,0 +1,70 @@
+"""Creating a project's `.anima/` from the shipped example, and opening it: its config and the
+runtime ignores.
+
+Below both front ends: `anima init` and the app's "Initialise Anima here" call the same code,
+and neither has to import the other for it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from anima.atomic import write_text_atomic
+from anima.config import Config, describe_validation_error, load_config
+from anima.errors import AnimaError, ConfigError, ProjectError
+from anima.paths import ProjectPaths
+
+#: What `.anima/.gitignore` must hold so Anima's runtime files never dirty the tree, and
+#: editors' swap and lock files (a human editing a milestone in vim while the Developer runs
+#: `git add -A`) never reach a commit, where the `.anima/` check would reject it.
+RUNTIME_IGNORES = ("milestones/*.json", "state.json", "logs/", "transcripts/", "anima.lock",
+                   "agents.json", "turn_guard.json", ".kept/", "*.tmp", ".*.tmp", ".*.swp",
+                   ".*.swo", ".#*", "*~")
+
+
+def example_dir() -> Path:
+    """The shipped `.anima.example/` (a source checkout and a wheel install both work)."""
+    spec = importlib.util.find_spec("anima_example")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        if Path(location, "config.json").is_file():
+            return Path(location)
+    raise AnimaError("the example .anima/ is missing from this installation; reinstall anima")
+
+
+def init_project(root: Path) -> Path:
+    """Create `.anima/` from the example. Never overwrites anything."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ProjectError(f"{root} is not a folder")
+    paths = ProjectPaths(root)
+    if paths.anima.exists():
+        raise ProjectError(f"{paths.anima} already exists; nothing was changed")
+    source = example_dir()
+    shutil.copytree(source, paths.anima, ignore=shutil.ignore_patterns(
+        "__pycache__", "*.pyc", "README.md", "__init__.py"))
+    return paths.anima
+
+
+def ensure_gitignore(paths: ProjectPaths) -> None:
+    """Add the runtime ignores that are missing (never removes what the user wrote)."""
+    existing = paths.gitignore.read_text(encoding="utf-8").splitlines() \
+        if paths.gitignore.exists() else []
+    missing = [p for p in RUNTIME_IGNORES if p not in existing]
+    if missing:
+        text = "\n".join([*existing, "# Anima's runtime files", *missing]) + "\n"
+        write_text_atomic(paths.gitignore, text)
+
+
+def open_config(paths: ProjectPaths, overrides: dict[str, Any] | None = None) -> Config:
+    config = load_config(paths.config)
+    if not overrides:
+        return config
+    try:
+        return Config.model_validate({**config.model_dump(), **overrides})
+    except ValidationError as e:
+        raise ConfigError(describe_validation_error(paths.config, e)) from e
