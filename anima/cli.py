@@ -40,7 +40,7 @@ from anima.events import (
 )
 from anima.logsetup import configure_logging, log_event
 from anima.paths import ProjectPaths
-from anima.redact import redact
+from anima.text.redact import redact
 from anima.store import MergeState, MilestoneRecord, State, Store
 
 # The engine, git and the lock are imported by the commands that use them: `anima status` is

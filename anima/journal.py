@@ -29,7 +29,7 @@ from anima.events import (
     LogLine,
 )
 from anima.paths import ProjectPaths
-from anima.redact import redact
+from anima.text.redact import redact
 
 TRANSCRIPT = "events.jsonl"
 ROTATED_TRANSCRIPT = "events.1.jsonl"

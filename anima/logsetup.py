@@ -15,7 +15,7 @@ from pathlib import Path
 
 from anima.events import EngineError, Event, LogLine
 from anima.paths import ProjectPaths
-from anima.redact import redact
+from anima.text.redact import redact
 
 LOG_NAME = "anima.log"
 _MAX_BYTES = 2_000_000

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from anima.context import (
+from anima.text.context import (
     ApiTokenCounter,
     FileCache,
     Section,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from anima.context import estimate_tokens
 from anima.store import FeatureStatus, MilestoneStatus, Verdict
+from anima.text.context import estimate_tokens
 from tests.conftest import FakeClaude, run_git
 from tests.fakes.api_stub import ApiStub
 from tests.helpers import make_project, milestone_md, record, run_engine

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from anima.agents.redaction import AgentRedactor
 from anima.events import AssistantText, EventBus, LogLine, RawOutput, ToolResult, ToolUse
 from anima.journal import Journal, read_transcript, read_transcript_tail, transcript_files
 from anima.paths import ProjectPaths
+from anima.text.redact import AgentRedactor
 
 KEY = "sk-ant-api03-" + "Kq3Lm4Np5R" * 6
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from anima.redact import REDACTED, LineRedactor, is_secret_key, redact, redact_data
+from anima.text.redact import REDACTED, LineRedactor, is_secret_key, redact, redact_data
 
 ANT = "sk-ant-api03-" + "a1B2c3D4e5" * 8
 OPENAI = "sk-" + "Ab3dEf6hIj" * 5

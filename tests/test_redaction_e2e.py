@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from anima.redact import REDACTED
 from anima.store import MilestoneStatus, RoundKind, Verdict
+from anima.text.redact import REDACTED
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md, record
 

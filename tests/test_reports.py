@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from anima.reports import ReportKind, parse_developer_report, parse_verdict
+from anima.text.formats import ReportKind, parse_developer_report, parse_verdict
 
 SEED_FORMAT = """## Implementation Report — Round 4
 
@@ -110,3 +110,21 @@ def test_a_completion_report_claims_the_tests_passed_in_its_own_words() -> None:
                                     "- Everything is done; all 40 tests pass.\n")
     assert report is not None
     assert report.claimed_tests_passed() == "Everything is done; all 40 tests pass."
+
+
+def test_each_format_reads_a_reply_written_as_its_own_instruction_says() -> None:
+    """The instruction, the parser and the pane's matcher of a format are one object, so a
+    reply that follows the instruction is read and highlighted as that format."""
+    from anima.text.formats import DEVELOPER_REPORT, VERDICT
+
+    told = DEVELOPER_REPORT.instruction(round=3)
+    assert "## Implementation Report — Round 3" in told and "ALL_FEATURES_COMPLETE" in told
+    report = DEVELOPER_REPORT.parse("## Implementation Report — Round 3\n\n"
+                                    "**Feature**: F2 — login\n**Commit**: " + "a" * 40 + "\n")
+    assert report is not None and report.feature == "F2" and report.round == 3
+    assert DEVELOPER_REPORT.match("## **ALL_FEATURES_COMPLETE**") == "ALL_FEATURES_COMPLETE"
+    told = VERDICT.instruction(accepted_note="", reason="why")
+    assert "`ACCEPTED`" in told and "`REJECTED: <why>`" in told
+    assert VERDICT.parse("looks good\nREJECTED: no tests") == \
+        type(VERDICT.parse("ACCEPTED"))(accepted=False, reason="no tests")
+    assert VERDICT.match("**REJECTED**: no tests") == (False, "no tests")

@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from anima.config import SummarizerConfig
-from anima.redact import REDACTED
 from anima.store import Usage
-from anima.summarizer import (
+from anima.text.redact import REDACTED
+from anima.text.summarizer import (
     PRICES_PER_MTOK,
     RoundDigest,
     Summarizer,

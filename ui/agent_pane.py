@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from anima import events as ev
-from anima.reports import match_verdict
+from anima.text.formats import DEVELOPER_REPORT, VERDICT
 
 FLUSH_INTERVAL_MS = 16
 DEFAULT_MAX_LINES = 20_000
@@ -73,7 +73,6 @@ COLORS = {
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _LIST_ITEM = re.compile(r"^(\s*)[-*+]\s+(.*)$")
 _INLINE = re.compile(r"(\*\*[^*\n]+\*\*|__[^_\n]+__|`[^`\n]+`)")
-_SIGNAL_WORD = re.compile(r"^[\s#>*_`-]*(ALL_FEATURES_COMPLETE)\b")
 
 Run = tuple[str, str]  # (format key, text without a newline)
 Line = tuple[Run, ...]  # tuples, not lists: the GC stops tracking them
@@ -138,7 +137,7 @@ def render_markdown(text: str) -> list[Line]:
             continue
         # Cheap tests first: most lines are plain prose and skip every regex.
         upper = line.upper()
-        if ("CCEPTED" in upper or "EJECTED" in upper) and (verdict := match_verdict(line)):
+        if ("CCEPTED" in upper or "EJECTED" in upper) and (verdict := VERDICT.match(line)):
             accepted, rest = verdict
             word, key = ("ACCEPTED", "accepted") if accepted else ("REJECTED", "rejected")
             append(((key, f"{word}: {rest}" if rest else word),))
@@ -149,8 +148,8 @@ def render_markdown(text: str) -> list[Line]:
         if first in "-*+" and (item := _LIST_ITEM.match(line)):
             append((("text", item.group(1) + "  • "), *_inline_runs(item.group(2), "text")))
             continue
-        if "ALL_FEATURES_COMPLETE" in line and _SIGNAL_WORD.match(line):
-            append((("milestone", line.strip().strip("*_`# ")),))
+        if signal := DEVELOPER_REPORT.match(line):
+            append((("milestone", signal),))
             continue
         append(_inline_runs(line, "text"))
     return lines

@@ -3,7 +3,7 @@ a turn timeout and an idle timeout), interrupt, stop, restart.
 
 The process itself (ptys, the reader thread, stopping in steps) is `anima.agents.transport`;
 its wire format is the `Dialect` (`anima.agents.claude` by default). Each line the reader
-frames is parsed into typed events, redacted (`anima.agents.redaction`) before anything else
+frames is parsed into typed events, redacted (`anima.text.redact`) before anything else
 sees them. The calling thread writes each prompt to stdin without blocking forever, then waits
 for the turn's result.
 """
@@ -26,10 +26,10 @@ from anima.agents.claude.dialect import CLAUDE
 from anima.agents.claude.discovery import ClaudeBinary
 from anima.agents.claude.profiles import RoleProfile
 from anima.agents.dialect import Dialect
-from anima.agents.redaction import AgentRedactor
 from anima.agents.transport import ProcessOutcome, PtyProcess
 from anima.errors import AgentCrashed, AgentError, SessionLost, TurnTimeout
 from anima.events import AgentExited, Publisher, RawOutput, SessionStarted, TurnResult
+from anima.text.redact import AgentRedactor
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from anima import procfs
-from anima.redact import LineRedactor
+from anima.text.redact import LineRedactor
 
 #: Exit codes of `sh -c` when the command is missing (127) or not executable (126).
 _SHELL_CANNOT_START = {126: "not executable", 127: "command not found"}

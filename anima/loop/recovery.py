@@ -35,7 +35,7 @@ from anima.atomic import write_text_atomic
 from anima.errors import AgentCrashed, TurnTimeout
 from anima.git_ops import GitRepo
 from anima.paths import ProjectPaths
-from anima.prompts import render
+from anima.text.prompts import render
 from anima.store import MilestoneRecord, now
 
 # A temp file of an atomic write older than this belongs to a dead writer.

@@ -41,9 +41,9 @@ from anima.loop.recovery import recover_milestone, return_to_main
 from anima.loop.seats import AgentFactory, RunControl, Seats, Stopped
 from anima.loop.state import reconcile_state, write_state
 from anima.phases import RUNNING, Phase
-from anima.prompts import DeveloperContext, PromptBuilder, check_outcome, check_passed, render
-from anima.redact import redact
-from anima.reports import (
+from anima.text.prompts import DeveloperContext, PromptBuilder, check_outcome, check_passed, render
+from anima.text.redact import redact
+from anima.text.formats import (
     DeveloperReport,
     ReportKind,
     ReviewVerdict,
@@ -61,7 +61,7 @@ from anima.store import (
     Verdict,
     now,
 )
-from anima.summarizer import Summarizer
+from anima.text.summarizer import Summarizer
 
 log = logging.getLogger(__name__)
 

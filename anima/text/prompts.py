@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from functools import cache
 from string import Template
 
-from anima.context import (
+from anima.paths import ProjectPaths, resource
+from anima.store import CheckRun, FeatureStatus, Iteration, MilestoneRecord, Verdict
+from anima.text.context import (
     ApiTokenCounter,
     FileCache,
     Section,
@@ -20,8 +22,7 @@ from anima.context import (
     estimate_tokens,
     fit_to_budget,
 )
-from anima.paths import ProjectPaths, resource
-from anima.store import CheckRun, FeatureStatus, Iteration, MilestoneRecord, Verdict
+from anima.text.formats import DEVELOPER_REPORT, VERDICT
 
 SUMMARY_LINE_CHARS = 90
 # Shares of the budget one pasted piece may take before the whole prompt is fitted: a 2 MB
@@ -221,7 +222,8 @@ class PromptBuilder:
             Section("checklist", checklist(record), None),
             Section("feedback", "\n".join(feedback), None),
             Section("task", render("developer_task", task=task.strip(), branch=record.branch_name,
-                                   round=round_no), None),
+                                   report_format=DEVELOPER_REPORT.instruction(round=round_no)),
+                    None),
         ]
         return self._fit([s for s in sections if s and s.text.strip()])
 
@@ -255,7 +257,9 @@ class PromptBuilder:
                                 branch=record.branch_name, soul=self.soul(),
                                 feature_label=label, commit=commit,
                                 previous_head=previous_head, base_commit=record.base_commit,
-                                checks=checks)
+                                checks=checks, verdict_format=VERDICT.instruction(
+                                    accepted_note="", reason="the specific reason, citing which "
+                                    "criterion or standard is not met"))
 
     def acceptor_final(self, record: MilestoneRecord, *, report: str, commits: str,
                        checks: str = "") -> str:
@@ -272,4 +276,7 @@ class PromptBuilder:
                                 milestone_id=record.id, branch=record.branch_name,
                                 soul=self.soul(),
                                 checklist=checklist(record).split("\n", 1)[1].strip(),
-                                base_commit=record.base_commit, checks=checks)
+                                base_commit=record.base_commit, checks=checks,
+                                verdict_format=VERDICT.instruction(
+                                    accepted_note=" — every criterion is met",
+                                    reason="each unmet criterion and why"))

@@ -22,10 +22,10 @@ from string import Template
 from typing import Any
 
 from anima.config import SummarizerConfig
-from anima.context import clip
 from anima.paths import resource
-from anima.redact import redact
 from anima.store import Usage
+from anima.text.context import clip
+from anima.text.redact import redact
 
 log = logging.getLogger(__name__)
 

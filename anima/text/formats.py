@@ -1,4 +1,9 @@
-"""Reading what the agents reply: the Developer's report and the Acceptor's verdict.
+"""The formats the agents reply in: the Developer's report and the Acceptor's verdict.
+
+Each format is one object (`DEVELOPER_REPORT`, `VERDICT`) that owns the three things that must
+agree: the instruction the prompt gives the agent (a template in `resources/prompts/format_*.md`),
+the parser the loop reads the reply with, and the matcher the agent pane highlights lines with.
+A new format is a new object here and a new template; nothing else restates it.
 
 Real models wrap the formats in Markdown, bold, code fences and chatter, so parsing looks
 for the fields, not for an exact layout. `None` means "could not read it": the scheduler
@@ -8,8 +13,14 @@ then asks the agent once to restate.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cache
+from string import Template
+from typing import Generic, TypeVar
+
+from anima.paths import resource
 
 _DECORATION = re.compile(r"\*+|(?<!\w)__|__(?!\w)|[`>#]+")
 _FEATURE_ID = re.compile(r"\bF(\d+)\b")
@@ -28,6 +39,7 @@ _VERDICT = re.compile(
     r"^\W*(?:(?:final\s+)?verdict\s*[:：]\s*\W*)?(ACCEPTED|REJECTED)\b\W*?(?:[:：\-—–]\s*(.*))?$",
     re.IGNORECASE,
 )
+_COMPLETION_LINE = re.compile(r"^[\s#>*_`-]*(ALL_FEATURES_COMPLETE)\b")
 
 
 class ReportKind(StrEnum):
@@ -170,3 +182,38 @@ def parse_verdict(text: str) -> ReviewVerdict | None:
         reason = "\n".join([first, *(x.rstrip() for x in lines[i + 1:])]).strip()
         found = ReviewVerdict(accepted=False, reason=reason or "(no reason given)")
     return found
+
+
+def match_completion(line: str) -> str | None:
+    """The completion signal line (`## ALL_FEATURES_COMPLETE`) without its decoration, or None."""
+    if "ALL_FEATURES_COMPLETE" not in line or not _COMPLETION_LINE.match(line):
+        return None
+    return line.strip().strip("*_`# ")
+
+
+@cache
+def _template(name: str) -> Template:
+    return Template(resource("prompts", f"format_{name}.md").read_text(encoding="utf-8"))
+
+
+P = TypeVar("P")
+M = TypeVar("M")
+
+
+@dataclass(frozen=True)
+class ReplyFormat(Generic[P, M]):
+    """One reply format: what the agent is told, how the reply is read, how a line is shown."""
+
+    name: str
+    parse: Callable[[str], P | None]
+    match: Callable[[str], M | None]
+
+    def instruction(self, **values: object) -> str:
+        """The format's instruction for a prompt, from `resources/prompts/format_<name>.md`."""
+        return _template(self.name).substitute({k: str(v) for k, v in values.items()}).strip()
+
+
+DEVELOPER_REPORT: ReplyFormat[DeveloperReport, str] = ReplyFormat(
+    "developer_report", parse_developer_report, match_completion)
+VERDICT: ReplyFormat[ReviewVerdict, tuple[bool, str]] = ReplyFormat(
+    "verdict", parse_verdict, match_verdict)
