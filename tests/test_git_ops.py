@@ -13,7 +13,7 @@ import pytest
 from anima.errors import GitError
 from anima.git_ops import GitRepo, MergeOutcome, TreeSnapshot
 
-GITIGNORE = "*.json\n!config.json\nstate.json\nlogs/\ntranscripts/\nanima.lock\n"
+GITIGNORE = "*.json\n!config.json\nstate.json\nlogs/\ntranscripts/\nanima.lock\nanima.flock\n"
 BRANCH = "milestone/m1"
 
 

@@ -101,7 +101,8 @@ def test_acquire_writes_record_and_release_removes_it(lock_path: Path) -> None:
     assert not lock.held
     assert lock.holder() is None
     lock.release()  # twice is harmless
-    assert list(lock_path.parent.iterdir()) == []  # no temp files left behind
+    # Only the permanent flock file stays: no temp files left behind.
+    assert list(lock_path.parent.iterdir()) == [lock_path.with_suffix(".flock")]
 
 
 def test_context_manager_and_reacquire(lock_path: Path) -> None:
@@ -190,17 +191,17 @@ def test_garbage_lock_file_is_taken_over(lock_path: Path, garbage: str) -> None:
     assert not lock_path.exists()
 
 
-def test_release_leaves_someone_elses_lock_alone(lock_path: Path) -> None:
+def test_deleting_the_record_does_not_free_the_lock(lock_path: Path) -> None:
+    """The record only names the holder; the flock on the permanent file is the lock."""
     lock = ProjectLock(lock_path)
     lock.acquire()
-    # Someone deletes our file and a new Anima creates its own in its place.
     lock_path.unlink()
-    other = ProjectLock(lock_path, command="other")
-    other.acquire()
+    with pytest.raises(LockError, match="names no holder"):
+        ProjectLock(lock_path, command="other").acquire()
+    assert lock.held
     lock.release()
-    assert lock_path.exists() and record(lock_path)["command"] == "other"
-    other.release()
-    assert not lock_path.exists()
+    with ProjectLock(lock_path, command="other"):
+        assert record(lock_path)["command"] == "other"
 
 
 def test_forked_child_release_keeps_parents_lock(lock_path: Path) -> None:

@@ -23,8 +23,8 @@ from anima.paths import ProjectPaths
 #: editors' swap and lock files (a human editing a milestone in vim while the Developer runs
 #: `git add -A`) never reach a commit, where the `.anima/` check would reject it.
 RUNTIME_IGNORES = ("milestones/*.json", "state.json", "logs/", "transcripts/", "anima.lock",
-                   "agents.json", "turn_guard.json", ".kept/", "*.tmp", ".*.tmp", ".*.swp",
-                   ".*.swo", ".#*", "*~")
+                   "anima.flock", "agents.json", "turn_guard.json", ".kept/", "*.tmp", ".*.tmp",
+                   ".*.swp", ".*.swo", ".#*", "*~")
 
 
 def example_dir() -> Path:
