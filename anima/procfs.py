@@ -19,6 +19,7 @@ import hashlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 #: The environment variable that marks an agent's whole process tree.
@@ -171,25 +172,43 @@ def stop_marked(prefix: str, grace: float = _GRACE) -> list[int]:
     return sorted(signalled)
 
 
+def signal_group(group: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, sig)
+
+
+def group_alive(group: int) -> bool:
+    """Whether a member of process group `group` still runs (zombies don't count: orphans
+    are reaped by init, which may take a moment). `killpg(0)` answers "none" without a scan."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return bool(group_members(group))
+
+
 def stop_group(leader: int, grace: float = _GRACE) -> None:
-    """SIGTERM the whole process group `leader` leads, then SIGKILL what is left. A process
-    that does not lead its group is signalled alone."""
-    group = leader if pgid(leader) == leader else None
+    """Stop the whole process group `leader` leads; a process that does not lead its group
+    is stopped alone."""
+    if pgid(leader) == leader:
+        stop_process_group(leader, grace)
+    else:
+        _stop(lambda sig: _signal(leader, sig), lambda: alive(leader), grace)
 
-    def signal_all(sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if group is not None:
-                os.killpg(group, sig)
-            else:
-                os.kill(leader, sig)
 
-    def remaining() -> bool:
-        return bool(group_members(group)) if group is not None else alive(leader)
+def stop_process_group(group: int, grace: float = _GRACE) -> None:
+    """SIGTERM every process in `group`, then SIGKILL what is left after `grace` seconds."""
+    _stop(lambda sig: signal_group(group, sig), lambda: group_alive(group), grace)
 
+
+def _stop(send: Callable[[signal.Signals], None], remaining: Callable[[], bool],
+          grace: float) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        signal_all(sig)
+        if not remaining():
+            return
+        send(sig)
         deadline = time.monotonic() + grace
         while remaining() and time.monotonic() < deadline:
             time.sleep(_POLL)
-        if not remaining():
-            return

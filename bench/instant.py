@@ -22,8 +22,8 @@ from anima.git_ops import GitRepo  # noqa: E402
 from anima.loop.run import MilestoneRun  # noqa: E402
 from anima.loop.seats import RunControl  # noqa: E402
 from anima.paths import ProjectPaths  # noqa: E402
-from anima.text.prompts import PromptBuilder  # noqa: E402
 from anima.store import Store  # noqa: E402
+from anima.text.prompts import PromptBuilder  # noqa: E402
 from anima.text.summarizer import Summarizer  # noqa: E402
 
 UNCHECKED = re.compile(r"^\s*-?\s*\[( |/|!)\]\s+(F\d+)\b", re.MULTILINE)

@@ -232,34 +232,14 @@ class PtyProcess:
             return False
 
     def signal_group(self, sig: signal.Signals) -> None:
-        if self._pgid is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._pgid, sig)
-
-    def _group_alive(self) -> bool:
-        """Whether any member of the child's process group still runs (zombies don't count:
-        orphans are reaped by init, which may take a moment)."""
-        if self._pgid is None:
-            return False
-        try:
-            os.killpg(self._pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return bool(procfs.group_members(self._pgid))
+        if self._pgid is not None:
+            procfs.signal_group(self._pgid, sig)
 
     def kill_stragglers(self) -> None:
         """Tools the agent left running go with it: those in its group, and (the CLI runs
         each Bash call in a session of its own) every process that carries its marker."""
-        if self._group_alive():
-            self.signal_group(signal.SIGTERM)
-            deadline = time.monotonic() + 1.0
-            while self._group_alive() and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if self._group_alive():
-                self.signal_group(signal.SIGKILL)
+        if self._pgid is not None:
+            procfs.stop_process_group(self._pgid, grace=1.0)
         if self.marker is not None and (left := procfs.stop_marked(self.marker, grace=1.0)):
             log.info("%s agent: stopped %d process(es) it left running (pids %s)", self.name,
                      len(left), ", ".join(map(str, left)))

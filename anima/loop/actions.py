@@ -18,8 +18,8 @@ from anima.loop.phases import RESTING_PHASE, check_transition
 from anima.loop.recovery import return_to_main
 from anima.loop.state import reconcile_state
 from anima.phases import Phase
-from anima.text.redact import redact
 from anima.store import HumanNote, MilestoneRecord, MilestoneStatus, Store, now
+from anima.text.redact import redact
 
 
 def _require(record: MilestoneRecord, target: Phase, *allowed: MilestoneStatus) -> None:

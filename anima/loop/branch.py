@@ -10,8 +10,8 @@ from collections.abc import Callable
 from anima.git_ops import GitRepo
 from anima.guard import TurnFindings, TurnGuard
 from anima.loop.ledger import Ledger
-from anima.text.formats import DeveloperReport
 from anima.store import FeatureStatus, MilestoneRecord, RoundKind, Verdict
+from anima.text.formats import DeveloperReport
 
 
 class BranchKeeper:

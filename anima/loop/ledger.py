@@ -12,7 +12,6 @@ from datetime import datetime
 
 from anima.config import Config
 from anima.events import EventBus, TurnResult, VerdictReached
-from anima.text.formats import ReviewVerdict
 from anima.store import (
     CheckRun,
     ContextUse,
@@ -24,6 +23,7 @@ from anima.store import (
     Verdict,
     now,
 )
+from anima.text.formats import ReviewVerdict
 from anima.text.summarizer import RoundDigest, Summarizer, SummaryResult, fallback_summary
 
 log = logging.getLogger(__name__)

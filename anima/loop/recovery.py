@@ -35,8 +35,8 @@ from anima.atomic import write_text_atomic
 from anima.errors import AgentCrashed, TurnTimeout
 from anima.git_ops import GitRepo
 from anima.paths import ProjectPaths
-from anima.text.prompts import render
 from anima.store import MilestoneRecord, now
+from anima.text.prompts import render
 
 # A temp file of an atomic write older than this belongs to a dead writer.
 _STALE_TEMP_SECONDS = 5.0

@@ -41,15 +41,6 @@ from anima.loop.recovery import recover_milestone, return_to_main
 from anima.loop.seats import AgentFactory, RunControl, Seats, Stopped
 from anima.loop.state import reconcile_state, write_state
 from anima.phases import RUNNING, Phase
-from anima.text.prompts import DeveloperContext, PromptBuilder, check_outcome, check_passed, render
-from anima.text.redact import redact
-from anima.text.formats import (
-    DeveloperReport,
-    ReportKind,
-    ReviewVerdict,
-    parse_developer_report,
-    parse_verdict,
-)
 from anima.store import (
     CheckRun,
     FeatureStatus,
@@ -61,6 +52,15 @@ from anima.store import (
     Verdict,
     now,
 )
+from anima.text.formats import (
+    DeveloperReport,
+    ReportKind,
+    ReviewVerdict,
+    parse_developer_report,
+    parse_verdict,
+)
+from anima.text.prompts import DeveloperContext, PromptBuilder, check_outcome, check_passed, render
+from anima.text.redact import redact
 from anima.text.summarizer import Summarizer
 
 log = logging.getLogger(__name__)
