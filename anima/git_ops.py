@@ -819,10 +819,9 @@ class GitRepo:
 
     def _quit_in_progress(self) -> list[str]:
         """Forget a merge/rebase/cherry-pick left half done (index and files stay for now)."""
-        gitdir = Path(self._repo.git_dir)
         done: list[str] = []
         for marker, command, label in _IN_PROGRESS:
-            if os.path.lexists(gitdir / marker):
+            if os.path.lexists(self.git_dir / marker):
                 code, _, err = self._run(list(command), check=False)
                 if code != 0 and marker == "rebase-apply":
                     code, _, err = self._run(["am", "--quit"], check=False)
@@ -897,7 +896,7 @@ class GitRepo:
     def private_dir(self) -> Path:
         """A folder inside the git directory: no git command (clean, stash, checkout) of the
         Developer's touches it, unlike anything in the working tree."""
-        return Path(self._repo.git_dir) / "anima"
+        return self.git_dir / "anima"
 
     def head_visits_since(self, since: float) -> set[str]:
         """Commits this working tree's HEAD pointed at since `since` (Unix time), from its
@@ -1051,10 +1050,33 @@ class GitRepo:
             check=False,
         )
 
+    @property
+    def git_dir(self) -> Path:
+        """The repository's git directory (`.git`, or elsewhere for a worktree)."""
+        return Path(self._repo.git_dir)
+
+    def settle_interrupted_merge(self, main_branches: set[str]) -> str | None:
+        """A `git merge` that died with Anima (its stdout pipe closes: SIGPIPE) leaves MERGE_HEAD.
+
+        If the merge commit was made, only the bookkeeping is left: `merge --quit` forgets it.
+        A merge into a main branch that was not committed is Anima's own (`merge_on_complete`;
+        the Developer never works on main): `merge --abort`, and the completion redoes it. A
+        merge on a milestone branch is the Developer's unfinished work: left to its clean-up.
+        """
+        if not os.path.lexists(self.git_dir / "MERGE_HEAD"):
+            return None
+        if self._run(["merge-base", "--is-ancestor", "MERGE_HEAD", "HEAD"], check=False)[0] == 0:
+            self._run(["merge", "--quit"], check=False)
+            return "a merge committed by the previous run had left its state behind: cleared it"
+        if (branch := self.current_branch()) in main_branches:
+            self._run(["merge", "--abort"], check=False)
+            return f"an unfinished merge into {branch} was aborted (the completion redoes it)"
+        return None
+
     def _merge_failed(self, branch: str, main: str, out: bytes, err: str) -> MergeOutcome:
         _, names, _ = self._run(["diff", "--name-only", "-z", "--diff-filter=U"], check=False)
         conflicts = [os.fsdecode(p) for p in names.split(b"\0") if p]
-        if os.path.lexists(Path(self._repo.git_dir) / "MERGE_HEAD"):
+        if os.path.lexists(self.git_dir / "MERGE_HEAD"):
             self._run(
                 ["merge", "--abort"],
                 what=f"Merging {branch} into {main} failed and could not be aborted in {self.root}",

@@ -389,7 +389,7 @@ def test_a_kill_right_after_the_third_rejection_pauses_instead_of_a_fourth_round
 def test_a_merge_cut_short_by_the_kill_is_settled(git_repo: Path) -> None:
     """The runner's `git merge` dies with it (SIGPIPE on its output): committed → the
     leftover state is cleared; not committed, on main → aborted (the completion redoes it)."""
-    from anima.loop.recovery import git_dir, settle_interrupted_merge
+    from anima.git_ops import GitRepo
 
     run_git(git_repo, "switch", "-q", "-c", "milestone/m1")
     (git_repo / "f.txt").write_text("f\n", encoding="utf-8")
@@ -397,18 +397,19 @@ def test_a_merge_cut_short_by_the_kill_is_settled(git_repo: Path) -> None:
     run_git(git_repo, "commit", "-q", "-m", "feat: f")
     tip = run_git(git_repo, "rev-parse", "HEAD")
     run_git(git_repo, "switch", "-q", "main")
-    gdir = git_dir(git_repo)
+    repo = GitRepo.open(git_repo)
+    gdir = repo.git_dir
 
     run_git(git_repo, "merge", "-q", "--no-ff", "--no-commit", "milestone/m1")
     assert (gdir / "MERGE_HEAD").exists()
-    note = settle_interrupted_merge(git_repo, gdir, {"main"})
+    note = repo.settle_interrupted_merge({"main"})
     assert note and "aborted" in note and not (gdir / "MERGE_HEAD").exists()
     assert run_git(git_repo, "status", "--porcelain") == ""
 
     run_git(git_repo, "merge", "-q", "--no-ff", "-m", "Merge", "milestone/m1")
     head = run_git(git_repo, "rev-parse", "HEAD")
     (gdir / "MERGE_HEAD").write_text(tip + "\n", encoding="utf-8")  # git died after the commit
-    note = settle_interrupted_merge(git_repo, gdir, {"main"})
+    note = repo.settle_interrupted_merge({"main"})
     assert note and "cleared" in note and not (gdir / "MERGE_HEAD").exists()
     assert run_git(git_repo, "rev-parse", "HEAD") == head
-    assert settle_interrupted_merge(git_repo, gdir, {"main"}) is None
+    assert repo.settle_interrupted_merge({"main"}) is None

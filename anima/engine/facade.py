@@ -153,7 +153,8 @@ class Engine:
     def _recover(self) -> None:
         """After a crash: stop leftover agents, clean up files, finish a cut-short merge,
         make state.json agree with the records. Cheap and silent when nothing is wrong."""
-        for line in recover_project(self.paths, self._registry, self.store.load_records()):
+        for line in recover_project(self.paths, self._registry, self.store.load_records(),
+                                    self.repo):
             self._log(None, line)
         # The human's files a cut-short switch kept aside come back before the definitions
         # are read (a milestone whose .md is aside would otherwise look unregistered).

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -223,31 +222,6 @@ def clear_stale_index_lock(root: Path, git_dir: Path) -> str | None:
     return f"removed a stale {lock} left by a git command killed with the previous run"
 
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
-                          check=False, stdin=subprocess.DEVNULL)
-
-
-def settle_interrupted_merge(root: Path, git_dir: Path, main_branches: set[str]) -> str | None:
-    """A `git merge` that died with Anima (its stdout pipe closes: SIGPIPE) leaves MERGE_HEAD.
-
-    If the merge commit was made, only the bookkeeping is left: `merge --quit` forgets it.
-    A merge into a main branch that was not committed is Anima's own (`merge_on_complete`;
-    the Developer never works on main): `merge --abort`, and the completion redoes it. A
-    merge on a milestone branch is the Developer's unfinished work: left to its clean-up.
-    """
-    if not (git_dir / "MERGE_HEAD").exists():
-        return None
-    if _git(root, "merge-base", "--is-ancestor", "MERGE_HEAD", "HEAD").returncode == 0:
-        _git(root, "merge", "--quit")
-        return "a merge committed by the previous run had left its state behind: cleared it"
-    branch = _git(root, "symbolic-ref", "--quiet", "--short", "HEAD").stdout.strip()
-    if branch in main_branches:
-        _git(root, "merge", "--abort")
-        return f"an unfinished merge into {branch} was aborted (the completion redoes it)"
-    return None
-
-
 def remove_stale_temps(paths: ProjectPaths) -> list[Path]:
     """Temp files of atomic writes (records, state, the lock) whose writer died mid-write."""
     removed = []
@@ -291,15 +265,8 @@ def repair_torn_tail(path: Path) -> bool:
         return False
 
 
-def git_dir(root: Path) -> Path:
-    """The repository's git directory (`.git`, or elsewhere for a worktree)."""
-    out = subprocess.run(["git", "rev-parse", "--absolute-git-dir"], cwd=root,
-                         capture_output=True, text=True, check=False)
-    return Path(out.stdout.strip()) if out.returncode == 0 else root / ".git"
-
-
 def recover_project(paths: ProjectPaths, registry: AgentRegistry,
-                    records: list[MilestoneRecord]) -> list[str]:
+                    records: list[MilestoneRecord], repo: GitRepo) -> list[str]:
     """Everything a dead Anima may have left, fixed in a safe order; returns log lines.
 
     Agents first (a leftover Developer could still be committing while we look), then the
@@ -309,11 +276,10 @@ def recover_project(paths: ProjectPaths, registry: AgentRegistry,
     if still := wait_for_git(paths.root):
         lines.append(f"git still busy in the project after {_GIT_WAIT:g}s (pids "
                      f"{', '.join(map(str, still))}); going on")
-    gdir = git_dir(paths.root)
-    if (note := clear_stale_index_lock(paths.root, gdir)) is not None:
+    if (note := clear_stale_index_lock(paths.root, repo.git_dir)) is not None:
         lines.append(note)
     mains = {r.main_branch for r in records if r.main_branch} or {"main", "master"}
-    if (note := settle_interrupted_merge(paths.root, gdir, mains)) is not None:
+    if (note := repo.settle_interrupted_merge(mains)) is not None:
         lines.append(note)
     for tmp in remove_stale_temps(paths):
         lines.append(f"removed {tmp.name}, left by an interrupted write")
