@@ -40,8 +40,8 @@ from anima.events import (
 )
 from anima.logsetup import configure_logging, log_event
 from anima.paths import ProjectPaths
-from anima.text.redact import redact
 from anima.store import MergeState, MilestoneRecord, State, Store
+from anima.text.redact import redact
 
 # The engine, git and the lock are imported by the commands that use them: `anima status` is
 # what scripts poll, and importing the whole engine would double its start-up time.

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from anima.text.context import estimate_tokens
 from anima.engine.project import init_project
 from anima.paths import ProjectPaths
-from anima.text.prompts import DeveloperContext, PromptBuilder
 from anima.store import FeatureStatus, Iteration, MilestoneRecord, RoundKind, Store, Verdict
+from anima.text.context import estimate_tokens
+from anima.text.prompts import DeveloperContext, PromptBuilder
 from tests.helpers import milestone_md
 
 

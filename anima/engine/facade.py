@@ -24,7 +24,6 @@ from typing import Any
 
 from anima import procfs
 from anima.config import Config
-from anima.text.context import ApiTokenCounter
 from anima.engine.agents import DIALECT, AgentFactory
 from anima.engine.outcome import RunOutcome
 from anima.engine.project import ensure_gitignore, open_config
@@ -57,11 +56,12 @@ from anima.loop.state import reconcile_state
 from anima.milestone_md import load_milestone, validate_milestone_id
 from anima.paths import ProjectPaths
 from anima.phases import Phase
-from anima.text.prompts import PromptBuilder
 from anima.store import Feature as Feature  # the records' parts, for the UI's type hints
 from anima.store import Iteration as Iteration
 from anima.store import MilestoneRecord as MilestoneRecord
 from anima.store import MilestoneStatus, Scan, Store, now
+from anima.text.context import ApiTokenCounter
+from anima.text.prompts import PromptBuilder
 from anima.text.summarizer import Summarizer
 
 log = logging.getLogger(__name__)
