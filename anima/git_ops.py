@@ -994,25 +994,53 @@ class GitRepo:
         )
         return [os.fsdecode(p) for p in out.split(b"\0") if p]
 
-    def show(self, commit: str) -> str:
-        """`git show --stat -p` of a commit, for the UI's diff view."""
-        checked = self._checked_rev(commit) or "<invalid>"
+    def diff_bytes(self, old: str, new: str, *options: str) -> bytes:
+        """`git diff <options> old new` as raw bytes: the Changes view's numstat and patch.
+
+        Prefixes, colour, external and textconv drivers are pinned so a user's git config
+        cannot change the format the parser reads.
+        """
         _, out, _ = self._run(
             [
                 "-c",
                 "core.quotepath=false",
-                "show",
-                "--stat",
-                "-p",
+                "diff",
                 "--no-color",
                 "--no-ext-diff",
-                "--no-show-signature",
-                f"{checked}^{{commit}}",
+                "--no-textconv",
+                "--no-relative",
+                "-M",
+                "--src-prefix=a/",
+                "--dst-prefix=b/",
+                *options,
+                f"{self._rev_arg(old)}^{{commit}}",
+                f"{self._rev_arg(new)}^{{commit}}",
                 "--",
             ],
-            what=f"Cannot show commit {commit} in {self.root}",
+            what=f"Cannot diff {_short(old)}..{_short(new)} in {self.root}",
         )
-        return out.decode(errors="replace")
+        return out
+
+    def merge_of(self, commit: str, into: str) -> str | None:
+        """The merge commit on `into` whose second parent is `commit` (the milestone's merge)."""
+        full = self.resolve(commit)
+        code, out, _ = self._run(
+            [
+                "rev-list",
+                "--merges",
+                "--parents",
+                "--ancestry-path",
+                "--reverse",
+                f"{self._rev_arg(commit)}..{self._rev_arg(into, 'branch name')}",
+                "--",
+            ],
+            check=False,
+        )
+        for line in os.fsdecode(out).splitlines() if code == 0 else []:
+            merge, *parents = line.split()
+            if full in parents[1:]:
+                return merge
+        return None
 
     # ------------------------------------------------------------------------ merging
 

@@ -544,7 +544,7 @@ def test_restore_is_cheap_when_nothing_changed(repo: GitRepo, reviewed: TreeSnap
 # ----------------------------------------------------------------------------- history
 
 
-def test_logs_changed_files_and_show(root: Path, repo: GitRepo, milestone: dict[str, str]) -> None:
+def test_logs_changed_files_and_diff(root: Path, repo: GitRepo, milestone: dict[str, str]) -> None:
     write(root, "src/second.py", "s = 2\n")
     second = commit_all(root, "feat: F2")
     log = repo.branch_log(milestone["base_commit"], BRANCH)
@@ -556,10 +556,10 @@ def test_logs_changed_files_and_show(root: Path, repo: GitRepo, milestone: dict[
         "src/feature.py",
         "src/second.py",
     ]
-    text = repo.show(second)
-    assert "feat: F2" in text and "src/second.py | 1 +" in text and "+s = 2" in text
-    with pytest.raises(GitError, match="Cannot show commit nope"):
-        repo.show("nope")
+    text = repo.diff_bytes(milestone["commit"], second, "-p").decode()
+    assert "b/src/second.py" in text and "+s = 2" in text
+    with pytest.raises(GitError, match="Cannot diff nope"):
+        repo.diff_bytes("nope", second)
     assert repo.is_ancestor(milestone["base_commit"], second)
     assert not repo.is_ancestor(second, milestone["base_commit"])
 

@@ -28,6 +28,7 @@ from anima.engine.agents import DIALECT, AgentFactory
 from anima.engine.outcome import RunOutcome
 from anima.engine.project import ensure_gitignore, open_config
 from anima.engine.watcher import MilestoneWatcher
+from anima.diffs import ChangeSet, milestone_changes
 from anima.errors import AnimaError, MilestoneError, ProjectError, RecordError
 from anima.events import (
     AgentEvent,
@@ -440,6 +441,17 @@ class Engine:
         self._submit(lambda: actions.abort(self.store, self.repo, self.config, milestone_id,
                                            self.bus))
 
+    def add_comment(self, milestone_id: str, path: str, line: int, text: str) -> None:
+        """Comments are written at once (not queued behind a running milestone): the
+        milestone they belong to waits for the human, so no run writes its record."""
+        comments.add_comment(self.store, milestone_id, path, line, text, self.bus)
+
+    def edit_comment(self, milestone_id: str, comment_id: str, text: str) -> None:
+        comments.edit_comment(self.store, milestone_id, comment_id, text, self.bus)
+
+    def remove_comment(self, milestone_id: str, comment_id: str) -> None:
+        comments.remove_comment(self.store, milestone_id, comment_id, self.bus)
+
     def pause_after_round(self) -> None:
         self._control.pause_after_round.set()
 
@@ -455,8 +467,9 @@ class Engine:
         registering new files is the worker's job."""
         return self._read_milestones(register=False).records
 
-    def show_commit(self, commit: str) -> str:
-        return self.repo.show(commit)
+    def changes(self, milestone_id: str, round_no: int | None = None) -> ChangeSet:
+        """The milestone's whole change, or one round's commit, for the Changes view."""
+        return milestone_changes(self.repo, self.store.load_record(milestone_id), round_no)
 
     def last_transcript(self) -> tuple[str | None, list[AgentEvent]]:
         """The current milestone (state.json) and the newest events of its transcript: what a
