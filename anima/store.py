@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
-RECORD_SCHEMA_VERSION = 6
+RECORD_SCHEMA_VERSION = 7
 STATE_SCHEMA_VERSION = 2
 
 
@@ -195,6 +195,16 @@ class MergeState(StrEnum):
     FAILED = "failed"  # not merged: `detail` says why (a conflict, a dirty tree, …)
 
 
+class ReviewComment(_Model):
+    """A reviewer's remark on one line of the milestone's diff, kept until it is sent."""
+
+    id: str
+    path: str
+    line: int
+    text: str
+    at: datetime
+
+
 class MergeInfo(_Model):
     """The merge into main of a completed milestone. `pending` is on disk before the merge
     starts, so a kill in between is finished by the next start, never forgotten."""
@@ -232,6 +242,7 @@ class MilestoneRecord(_Model):
     phase: Phase = Phase.IDLE
     pause_reason: str | None = None
     human_notes: list[HumanNote] = Field(default_factory=list)
+    comments: list[ReviewComment] = Field(default_factory=list)  # unsent line comments
     interrupted: bool = False
     merge: MergeInfo | None = None
     error: str | None = None  # why the milestone is `failed` (an unexpected error)
@@ -318,6 +329,11 @@ def _state_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "waiting_until": None, "waiting_reason": None}
 
 
+def _record_v6_to_v7(data: dict[str, Any]) -> dict[str, Any]:
+    """v7 added `comments` (line comments awaiting their Resume / Request changes)."""
+    return {**data, "comments": []}
+
+
 #: (kind of file, version) -> the step to version + 1. Each step is pure and small.
 _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("record", 1): _record_v1_to_v2,
@@ -325,6 +341,7 @@ _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] =
     ("record", 3): _record_v3_to_v4,
     ("record", 4): _record_v4_to_v5,
     ("record", 5): _record_v5_to_v6,
+    ("record", 6): _record_v6_to_v7,
     ("state", 1): _state_v1_to_v2,
 }
 

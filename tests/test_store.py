@@ -160,7 +160,7 @@ def test_a_version_1_record_is_migrated_and_a_newer_one_refused(store: Store) ->
     (record,) = scan(store).records
     data = json.loads(store.paths.milestone_record("m1").read_text())
     assert data["schema_version"] == RECORD_SCHEMA_VERSION
-    for key in ("claude_version", "rollovers", "error"):
+    for key in ("claude_version", "rollovers", "error", "comments"):
         del data[key]
     data["sessions"] = {"developer": "d-1", "acceptor": None}
     data["schema_version"] = 1  # as the first Anima wrote it
@@ -168,6 +168,7 @@ def test_a_version_1_record_is_migrated_and_a_newer_one_refused(store: Store) ->
     migrated = store.load_record("m1")
     assert migrated.schema_version == RECORD_SCHEMA_VERSION and migrated.claude_version is None
     assert migrated.sessions.developer == "d-1" and migrated.sessions.developer_model is None
+    assert migrated.comments == []
     assert migrated.features == record.features
     data["schema_version"] = RECORD_SCHEMA_VERSION + 1
     store.paths.milestone_record("m1").write_text(json.dumps(data))
@@ -185,11 +186,13 @@ def test_a_version_2_record_gains_context_and_rollovers(store: Store) -> None:
     store.save_record(record)
     data = json.loads(store.paths.milestone_record("m1").read_text())
     del data["rollovers"], data["iterations"][0]["context"], data["iterations"][0]["check"]
+    del data["comments"]
     data["schema_version"] = 2
     store.paths.milestone_record("m1").write_text(json.dumps(data))
     migrated = store.load_record("m1")
     assert migrated.schema_version == RECORD_SCHEMA_VERSION
     assert migrated.rollovers == [] and migrated.iterations[0].context == {}
+    assert migrated.comments == []  # v6
 
 
 @pytest.mark.parametrize(("merge", "completed_at", "state"), [

@@ -8,6 +8,7 @@ and says what it did.
 
 from __future__ import annotations
 
+from anima import comments
 from anima.config import Config
 from anima.errors import ActionError
 from anima.events import EventBus, LogLine, MilestoneChanged
@@ -54,9 +55,15 @@ def resume(store: Store, config: Config, milestone_id: str, note: str = "",
 
     A milestone paused at its round limit gets another `max_iterations_per_milestone` rounds.
     """
-    note = _clean_note(note)
-    record = store.load_record(milestone_id)
-    _require(record, Phase.RECOVERING, MilestoneStatus.PAUSED, MilestoneStatus.FAILED)
+    with comments.LOCK:
+        record = store.load_record(milestone_id)
+        _require(record, Phase.RECOVERING, MilestoneStatus.PAUSED, MilestoneStatus.FAILED)
+        note = _clean_note(comments.take_comments(record, note))
+        return _resume(store, config, record, note, bus)
+
+
+def _resume(store: Store, config: Config, record: MilestoneRecord, note: str,
+            bus: EventBus | None) -> MilestoneRecord:
     for limit in LIMITS:
         limit.lift(record, config)
     record.status = MilestoneStatus.IN_PROGRESS
@@ -71,15 +78,17 @@ def resume(store: Store, config: Config, milestone_id: str, note: str = "",
 
 def request_changes(store: Store, milestone_id: str, note: str,
                     bus: EventBus | None = None) -> MilestoneRecord:
-    """awaiting_review → in_progress with the human's note as the next round's feedback."""
-    note = _clean_note(note)
-    if not note:
-        raise ActionError("say which changes you want: the note goes to the Developer")
-    record = store.load_record(milestone_id)
-    _require(record, Phase.RECOVERING, MilestoneStatus.AWAITING_REVIEW)
-    record.status = MilestoneStatus.IN_PROGRESS
-    _add_note(record, note)
-    store.save_record(record)
+    """awaiting_review → in_progress with the human's note (and line comments) as feedback."""
+    with comments.LOCK:
+        record = store.load_record(milestone_id)
+        _require(record, Phase.RECOVERING, MilestoneStatus.AWAITING_REVIEW)
+        note = _clean_note(comments.take_comments(record, note))
+        if not note:
+            raise ActionError("say which changes you want (a note or a comment on a line): "
+                              "it goes to the Developer")
+        record.status = MilestoneStatus.IN_PROGRESS
+        _add_note(record, note)
+        store.save_record(record)
     _publish(bus, record, f"changes requested: {note}")
     return record
 
