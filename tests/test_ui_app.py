@@ -17,7 +17,6 @@ from anima.engine.facade import Engine
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record
 from ui.main_window import MainWindow
-from ui.monitor import CommitDialog
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("propagateSizeHints")]
@@ -115,13 +114,17 @@ def test_a_whole_milestone_runs_and_the_window_shows_it_without_blocking(
     # "completed (merge pending)" while the merge into main runs, then merged.
     qtbot.waitUntil(lambda: window.milestone_list.summaries() == [
         f"Greeter — completed · 2/2 · ${record(git_repo, 'm1').cost_usd:.2f}"], timeout=5000)
-    # Double-clicking a commit shows `git show` in a dialog.
-    shown: list[str] = []
-    window.monitor.commit_requested.connect(shown.append)
-    monitor.history.doubleClicked.emit(index)
-    assert shown == [rows[0].commit]
-    qtbot.waitUntil(lambda: any("feat: F1" in d.view.toPlainText()
-                                for d in window.findChildren(CommitDialog)), timeout=5000)
+    # A single click on a round shows that round's commit in the Changes tab.
+    changes = window.changes
+    monitor.history.clicked.emit(index)
+    assert window.tabs.currentWidget() is changes
+    qtbot.waitUntil(lambda: changes.summary.text().startswith("round 1: "), timeout=5000)
+    assert changes.current_file is not None and changes.diff.toPlainText()
+    # The whole milestone, once merged, is what the merge brought into main.
+    changes.range.setCurrentIndex(0)
+    changes.range.activated.emit(0)
+    qtbot.waitUntil(lambda: changes.summary.text().startswith("the merge into main: "),
+                    timeout=5000)
 
 
 def test_three_rejections_pause_then_a_note_resumes_and_a_restart_replays(

@@ -15,6 +15,7 @@ from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
 from anima.paths import resource
+from ui.diff_view import warm_up_lexers
 from ui.main_window import MainWindow, app_icon
 
 ORGANIZATION = "Anima"
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if project is not None:
         window.open_project(project)
     window.show()
+    warm_up_lexers()
 
     # Ctrl+C in the terminal closes the window (and so stops the agents) instead of being
     # swallowed while Qt's event loop holds the interpreter.

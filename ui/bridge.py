@@ -4,7 +4,7 @@ The engine publishes events synchronously on whatever thread produced them (its 
 agent's reader thread). `EngineBridge` subscribes once, queues each event, and re-emits it as a
 Qt signal on the GUI thread. Events are coalesced: a flood of agent output costs one wake-up per
 drain, not one queued Qt call per event, and a drain is time-boxed so the event loop keeps
-breathing. Engine calls that may block (resume, approve, add, show_commit…) run on one worker
+breathing. Engine calls that may block (resume, approve, add, changes…) run on one worker
 thread and report back through the same queue. No widget is ever touched off the GUI thread.
 """
 
@@ -24,6 +24,7 @@ from PySide6.QtCore import QMetaMethod, QObject, Qt, QTimer, Signal, SignalInsta
 from anima import events as ev
 
 if TYPE_CHECKING:
+    from anima.diffs import ChangeSet
     from anima.engine.facade import MilestoneRecord
 
 log = logging.getLogger(__name__)
@@ -48,9 +49,12 @@ class EngineLike(Protocol):
     def pause_after_round(self) -> None: ...
     def stop_now(self) -> None: ...
     def records(self) -> list[MilestoneRecord]: ...
-    def show_commit(self, commit: str) -> str: ...
     def transcript(self, milestone_id: str) -> list[ev.AgentEvent]: ...
     def last_transcript(self) -> tuple[str | None, list[ev.AgentEvent]]: ...
+    def changes(self, milestone_id: str, round_no: int | None = None) -> ChangeSet: ...
+    def add_comment(self, milestone_id: str, path: str, line: int, text: str) -> None: ...
+    def edit_comment(self, milestone_id: str, comment_id: str, text: str) -> None: ...
+    def remove_comment(self, milestone_id: str, comment_id: str) -> None: ...
 
 
 class _Call:
@@ -295,10 +299,17 @@ class EngineBridge(QObject):
     def stop_now(self) -> None:
         self.call("Stop now", lambda: self._engine().stop_now())
 
-    def show_commit(self, commit: str, on_done: Callable[[str], None],
-                    on_error: Callable[[BaseException], None] | None = None) -> None:
-        self.call(f"git show {commit[:7]}", lambda: self._engine().show_commit(commit),
-                  on_done=on_done, on_error=on_error)
+    def add_comment(self, milestone_id: str, path: str, line: int, text: str) -> None:
+        self.call(f"Saving a comment on {path}:{line}",
+                  lambda: self._engine().add_comment(milestone_id, path, line, text))
+
+    def edit_comment(self, milestone_id: str, comment_id: str, text: str) -> None:
+        self.call("Saving a comment",
+                  lambda: self._engine().edit_comment(milestone_id, comment_id, text))
+
+    def remove_comment(self, milestone_id: str, comment_id: str) -> None:
+        self.call("Removing a comment",
+                  lambda: self._engine().remove_comment(milestone_id, comment_id))
 
     def records(self, on_done: Callable[[list[MilestoneRecord]], None]) -> None:
         self.call("Reading milestones", lambda: self._engine().records(), on_done=on_done)

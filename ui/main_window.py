@@ -55,6 +55,7 @@ from PySide6.QtWidgets import (
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QSystemTrayIcon,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -65,6 +66,8 @@ from anima.paths import resource
 from anima.phases import Phase
 from ui.agent_pane import tool_button
 from ui.bridge import EngineBridge, EngineLike
+from ui.changes_view import ChangesView
+from ui.diff_view import prepare_lexers
 from ui.monitor import STATUS_COLORS, IterationMonitor, enum_text
 from ui.review import ReviewPanel, RunControls
 
@@ -397,7 +400,13 @@ class MainWindow(QMainWindow):
         monitor_layout.setContentsMargins(0, 0, 0, 0)
         monitor_layout.setSpacing(0)
         monitor_layout.addWidget(self.review)
-        monitor_layout.addWidget(self.monitor, 1)
+        self.changes = ChangesView(self)
+        self.tabs = QTabWidget(self)
+        self.tabs.setObjectName("mainTabs")
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(self.monitor, "Monitor")
+        self.tabs.addTab(self.changes, "Changes")
+        monitor_layout.addWidget(self.tabs, 1)
 
         self.no_project = EmptyState(
             "No project open",
@@ -439,7 +448,15 @@ class MainWindow(QMainWindow):
         self.tray = self._make_tray()
         self.milestone_list.milestone_selected.connect(self._on_milestone_selected)
         self.add_button.clicked.connect(self.choose_milestone_file)
-        self.monitor.commit_requested.connect(self.show_commit)
+        self.monitor.history.round_selected.connect(self._on_round_selected)
+        self.changes.load_requested.connect(self._load_changes)
+        self.changes.comment_added.connect(
+            lambda mid, path, line, text: self.bridge and self.bridge.add_comment(mid, path, line,
+                                                                                   text))
+        self.changes.comment_edited.connect(
+            lambda mid, cid, text: self.bridge and self.bridge.edit_comment(mid, cid, text))
+        self.changes.comment_removed.connect(
+            lambda mid, cid: self.bridge and self.bridge.remove_comment(mid, cid))
         self.review.resume_requested.connect(self._on_resume_requested)
         self.review.abort_requested.connect(self._on_abort_requested)
         self.review.approve_requested.connect(self._on_approve_requested)
@@ -754,6 +771,23 @@ class MainWindow(QMainWindow):
     def _show_selected(self, record: MilestoneRecord | None) -> None:
         self.monitor.show_record(record)
         self.review.show_record(record)
+        self.changes.show_record(record)
+
+    @Slot(int)
+    def _on_round_selected(self, round_no: int) -> None:
+        self.changes.show_round(round_no)
+        self.tabs.setCurrentWidget(self.changes)
+
+    @Slot(str, object)
+    def _load_changes(self, milestone_id: str, round_no: int | None) -> None:
+        """Compute the diff off the GUI thread; the view drops an answer it no longer wants."""
+        engine = self.engine
+        if self.bridge is not None and engine is not None:
+            self.bridge.call(
+                f"Reading the changes of {milestone_id}",
+                lambda: prepare_lexers(engine.changes(milestone_id, round_no)),
+                on_done=lambda cs: self.changes.show_changes(milestone_id, round_no, cs),
+                on_error=lambda e: self.changes.show_error(milestone_id, round_no, e))
 
     @Slot(object)
     def _on_log_line(self, event: ev.LogLine) -> None:
@@ -841,18 +875,6 @@ class MainWindow(QMainWindow):
         if self.bridge is not None:
             self.bridge.stop_now()
             self.statusBar().showMessage("Stopping the agents…", 8000)
-
-    @Slot(str)
-    def show_commit(self, commit: str) -> None:
-        from ui.monitor import CommitDialog
-
-        dialog = CommitDialog(commit, self)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        if self.bridge is not None:
-            self.bridge.show_commit(commit, on_done=dialog.show_text, on_error=dialog.show_error)
-        else:
-            dialog.show_text("No project open.")
-        dialog.show()
 
     # --- drag and drop ----------------------------------------------------------------------
     @staticmethod

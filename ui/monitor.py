@@ -26,15 +26,12 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QBrush, QColor, QFont, QFontDatabase
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QDialog,
-    QDialogButtonBox,
     QFrame,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QListWidget,
     QListWidgetItem,
-    QPlainTextEdit,
     QSplitter,
     QTableView,
     QVBoxLayout,
@@ -383,7 +380,7 @@ class RoundHistoryModel(QAbstractTableModel):
             if it.summary:
                 lines.append(f"Summary: {it.summary}")
             if it.commit:
-                lines.append(f"Commit {it.commit} — double-click to show it")
+                lines.append(f"Commit {it.commit} — click to show its changes")
             if it.changed_files:
                 lines.append("Changed: " + ", ".join(it.changed_files[:12]))
             if it.check is not None:
@@ -421,10 +418,10 @@ class RoundHistoryModel(QAbstractTableModel):
 
 
 class RoundHistory(QTableView):
-    """The rounds of a milestone; double-click a row with a commit to see it."""
+    """The rounds of a milestone; a click on a row with a commit shows its changes."""
 
-    #: The user asked to see a commit (full hash). GUI thread.
-    commit_requested = Signal(str)
+    #: The user chose a round with a commit (its number). GUI thread.
+    round_selected = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -443,7 +440,7 @@ class RoundHistory(QTableView):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(RoundHistoryModel.COLUMNS.index("Verdict"),
                                     QHeaderView.ResizeMode.Stretch)
-        self.doubleClicked.connect(self._on_double_clicked)
+        self.clicked.connect(self._on_clicked)
 
     def show_iterations(self, iterations: list[Iteration]) -> None:
         at_end = self.verticalScrollBar().value() >= self.verticalScrollBar().maximum()
@@ -452,36 +449,9 @@ class RoundHistory(QTableView):
             self.scrollToBottom()
 
     @Slot(QModelIndex)
-    def _on_double_clicked(self, index: QModelIndex) -> None:
-        commit = self.history.data(index, Qt.ItemDataRole.UserRole)
-        if commit:
-            self.commit_requested.emit(commit)
-
-
-class CommitDialog(QDialog):
-    """`git show` of one commit in a monospace, read-only view."""
-
-    def __init__(self, commit: str, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("commitDialog")
-        self.setWindowTitle(f"Commit {commit[:10]}")
-        self.resize(900, 640)
-        self.view = QPlainTextEdit(self)
-        self.view.setReadOnly(True)
-        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        self.view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-        self.view.setPlainText(f"Loading {commit}…")
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
-        buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.view)
-        layout.addWidget(buttons)
-
-    def show_text(self, text: str) -> None:
-        self.view.setPlainText(text)
-
-    def show_error(self, error: BaseException) -> None:
-        self.view.setPlainText(f"Could not show the commit:\n{error}")
+    def _on_clicked(self, index: QModelIndex) -> None:
+        if self.history.data(index, Qt.ItemDataRole.UserRole):
+            self.round_selected.emit(self.history.rows[index.row()].round)
 
 
 class IterationMonitor(QWidget):
@@ -490,9 +460,6 @@ class IterationMonitor(QWidget):
     It shows one milestone's record (`show_record`) and the live agents (`feed_agent_events`);
     the scheduler's phase decides which pane is highlighted.
     """
-
-    #: Forwarded from the round history. GUI thread.
-    commit_requested = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -504,7 +471,6 @@ class IterationMonitor(QWidget):
         self.checklist = FeatureChecklist(self)
         self.history = RoundHistory(self)
         self.phase_bar = PhaseBar(self)
-        self.history.commit_requested.connect(self.commit_requested)
 
         self.pane_splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.pane_splitter.setChildrenCollapsible(False)
