@@ -102,7 +102,7 @@ def test_a_whole_milestone_runs_and_the_window_shows_it_without_blocking(
     assert "ACCEPTED" in acceptor and "✔ Final acceptance ACCEPTED" in acceptor
     assert monitor.header.title.text() == "Greeter"
     assert monitor.header.features.value.text() == "2 / 2"
-    assert monitor.header.round.value.text().startswith("2 / ")
+    assert monitor.header.round.value.text().startswith("3 / ")  # the limit counts all rounds
     assert monitor.header.rejections.value.text() == "0 / 3"
     assert monitor.header.cost.value.text().startswith("$")
     assert monitor.checklist.lines()[0].startswith("[x]  F1  Greet command")
@@ -157,7 +157,8 @@ def test_three_rejections_pause_then_a_note_resumes_and_a_restart_replays(
         review.resume_button.click()
         w2.wait_status("m1", "completed", timeout=30000)
         assert any("Add a test for the empty name" in p for p in fake.prompts("developer"))
-        assert not w2.window.review.isVisible()
+        assert w2.window.review.mode == "completed"  # the panel now says merged or why not
+        assert not w2.window.review.resume_button.isVisible()
     finally:
         w2.close()
 

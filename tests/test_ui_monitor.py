@@ -7,12 +7,14 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+from PySide6.QtWidgets import QApplication, QMessageBox
+
 from anima import events as ev
-from anima.store import CheckRun, Feature, Iteration, MilestoneRecord
+from anima.store import CheckRun, Feature, Iteration, MergeInfo, MilestoneRecord
 from ui.monitor import IterationMonitor
 from ui.review import ReviewPanel
 
@@ -20,6 +22,22 @@ pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("propagateSizeHints")]
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def answer_dialog(button: str) -> list[str]:
+    """Click `button` of the next modal dialog once it is open; collects its text."""
+    asked: list[str] = []
+
+    def answer() -> None:
+        box = QApplication.activeModalWidget()
+        if not isinstance(box, QMessageBox):
+            QTimer.singleShot(10, answer)
+            return
+        asked.append(f"{box.text()} {box.informativeText()}")
+        next(b for b in box.buttons() if b.text().replace("&", "") == button).click()
+
+    QTimer.singleShot(0, answer)
+    return asked
 
 
 def make_record(status: str = "in_progress", rejections: int = 2) -> MilestoneRecord:
@@ -48,7 +66,7 @@ def test_header_checklist_and_history_show_the_record(qtbot) -> None:
     monitor.show_record(make_record())
     header = monitor.header
     assert header.title.text() == "Greeter"
-    assert header.round.value.text() == "1 / 20"
+    assert header.round.value.text() == "3 / 20"  # rounds run: what the limit counts
     assert header.rejections.value.text() == "2 / 3"
     assert header.rejections.value.property("level") == "warn"
     assert header.features.value.text() == "1 / 3"
@@ -120,9 +138,16 @@ def test_review_panel_for_a_paused_milestone(qtbot) -> None:
     panel.setEnabled(True)  # it was refused: the window hands the decision back
     aborted: list[str] = []
     panel.abort_requested.connect(aborted.append)
+    asked = answer_dialog("Cancel")
     panel.abort_button.click()
-    assert aborted == [] and panel.abort_button.text() == "Click again to abort"
+    assert aborted == [] and "cancelled for good" in asked[0]
+    answer_dialog("Abort milestone")
     panel.abort_button.click()
     assert aborted == ["m1"]
-    panel.show_record(make_record("completed", 0))
-    assert panel.mode == "hidden"
+    done = make_record("completed", 0)
+    done.merge = MergeInfo(merged=False, detail="merging milestone/m1 into main conflicts in "
+                                                "a.py; the merge was aborted")
+    panel.show_record(done)
+    assert panel.mode == "completed" and panel.reason.text().startswith("Not merged: merging")
+    assert not any(b.isVisible() for b in (panel.resume_button, panel.abort_button,
+                                           panel.approve_button, panel.changes_button))

@@ -185,9 +185,11 @@ class MilestoneHeader(QFrame):
         self.status.setText(status.replace("_", " "))
         self.status.show()
         set_style_state(self.status, "status", status)
-        self.round.set(f"{record.iteration_count} / {record.max_iterations}",
-                       tooltip=f"{record.iteration_count} accepted rounds; at most "
-                               f"{record.max_iterations} ({len(record.iterations)} rounds run)")
+        # The round limit counts every round run (accepted or not), so the header does too.
+        self.round.set(f"{len(record.iterations)} / {record.max_iterations}",
+                       tooltip=f"{len(record.iterations)} rounds run, {record.iteration_count} "
+                               f"of them accepted; the milestone pauses after "
+                               f"{record.max_iterations}")
         k, limit = record.consecutive_rejections, self.max_rejections
         level = "bad" if k >= limit else "warn" if k and k >= limit - 1 else \
             "note" if k else "normal"
@@ -208,7 +210,10 @@ class MilestoneHeader(QFrame):
         record = self._record
         if record is None:
             return
-        seconds = _seconds_between(record.started_at, record.completed_at)
+        end = record.completed_at
+        if end is None and enum_text(record.status) != "in_progress" and record.iterations:
+            end = record.iterations[-1].ended_at  # paused or waiting: the clock stops
+        seconds = _seconds_between(record.started_at, end)
         self.elapsed.set("—" if seconds is None else format_duration(seconds))
 
 
@@ -225,6 +230,7 @@ class PhaseBar(QFrame):
         self.dot.setObjectName("phaseDot")
         self.label = QLabel(PHASE_TEXT[Phase.IDLE], self)
         self.label.setObjectName("phaseLabel")
+        self.label.setWordWrap(True)  # a long pause reason wraps; it never widens the window
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.countdown = QLabel("", self)
         self.countdown.setObjectName("countdown")

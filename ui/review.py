@@ -2,8 +2,10 @@
 
 `ReviewPanel` says why a milestone stopped (its pause reason and the last rejection reasons)
 and offers the one or two decisions that make sense: Resume (with a note to the Developer) or
-Abort for a paused milestone; Approve or Request changes for one awaiting review. It only emits
-requests; `MainWindow` sends them to the engine through the bridge. `RunControls` holds the
+Abort (after a confirmation dialog) for a paused milestone; Approve or Request changes for one
+awaiting review; a completed one says whether it was merged. Line comments left in the Changes
+view go with Resume and Request changes. It only emits requests; `MainWindow` sends them to the
+engine through the bridge. `RunControls` holds the
 toolbar's "Pause after this round" and "Stop now".
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QFrame,
@@ -24,12 +26,11 @@ from PySide6.QtWidgets import (
 )
 
 from anima.phases import RUNNING, Phase
+from ui.dialogs import confirm
 from ui.monitor import enum_text, set_style_state
 
 if TYPE_CHECKING:
     from anima.engine.facade import MilestoneRecord
-
-ABORT_CONFIRM_MS = 4000
 
 
 class ReviewPanel(QFrame):
@@ -37,7 +38,7 @@ class ReviewPanel(QFrame):
 
     #: (milestone id, note) — resume a paused milestone. GUI thread.
     resume_requested = Signal(str, str)
-    #: milestone id — cancel it for good (confirmed by a second click). GUI thread.
+    #: milestone id — cancel it for good (confirmed in a dialog). GUI thread.
     abort_requested = Signal(str)
     #: milestone id — accept an awaiting_review milestone. GUI thread.
     approve_requested = Signal(str)
@@ -50,7 +51,9 @@ class ReviewPanel(QFrame):
         super().__init__(parent)
         self.setObjectName("reviewPanel")
         self.milestone_id: str | None = None
+        self.title = ""
         self.mode = "hidden"
+        self.comment_count = 0
         self.heading = QLabel(self)
         self.heading.setObjectName("reviewHeading")
         self.reason = QLabel(self)
@@ -87,10 +90,6 @@ class ReviewPanel(QFrame):
         layout.addWidget(self.note)
         layout.addLayout(buttons)
 
-        self._abort_armed = QTimer(self)
-        self._abort_armed.setSingleShot(True)
-        self._abort_armed.setInterval(ABORT_CONFIRM_MS)
-        self._abort_armed.timeout.connect(self._disarm_abort)
         self.resume_button.clicked.connect(self._on_resume_clicked)
         self.abort_button.clicked.connect(self._on_abort_clicked)
         self.approve_button.clicked.connect(self._on_approve_clicked)
@@ -106,16 +105,20 @@ class ReviewPanel(QFrame):
         if record is not None and status == "pending":
             self._show_pending(record)
             return
+        if record is not None and status == "completed":
+            self._show_completed(record)
+            return
         if record is None or status not in ("paused", "awaiting_review", "failed"):
             self.milestone_id, self.mode = None, "hidden"
             self.hide()
             return
-        # The same decision, updated (a rescan, a new cost figure): a request in flight, an
-        # armed Abort and the note stay as they are.
+        # The same decision, updated (a rescan, a new cost figure): a request in flight and the
+        # note stay as they are.
         new_decision = record.id != self.milestone_id or status != self.mode
         if new_decision:
             self.note.clear()  # a new decision: don't carry an old note over
-        self.milestone_id, self.mode = record.id, status
+        self.milestone_id, self.mode, self.title = record.id, status, record.title
+        self.comment_count = len(record.comments)
         set_style_state(self, "mode", status)
         paused = status in ("paused", "failed")
         if status == "failed":
@@ -133,7 +136,8 @@ class ReviewPanel(QFrame):
             self.reason.setText(f"{record.features_done}/{len(record.features)} features, "
                                 f"{len(record.iterations)} rounds, ${record.cost_usd:.2f}. "
                                 "Approve to complete it (and merge), or request changes.")
-            self.note.setPlaceholderText("What should change? (required to request changes)")
+            self.note.setPlaceholderText("What should change? (a note or comments on lines in "
+                                         "the Changes tab, to request changes)")
         reasons = last_rejections(record, limit=3)
         self.rejections.setText("\n".join(f"✘ Round {r}: {why}" for r, why in reasons)
                                 if reasons else "")
@@ -145,8 +149,24 @@ class ReviewPanel(QFrame):
             self._show_buttons(self.approve_button, self.changes_button)
         self._on_note_changed()
         if new_decision:
-            self._disarm_abort()
             self.setEnabled(True)
+        self.show()
+
+    def _show_completed(self, record: MilestoneRecord) -> None:
+        """The merge result of a completed milestone: merged, or why not."""
+        self.milestone_id, self.mode = record.id, "completed"
+        set_style_state(self, "mode", "completed")
+        self.heading.setText(f"{record.title} is completed")
+        merge = record.merge
+        if merge is None:
+            self.reason.setText("Not merged (merge_on_complete is off): its branch "
+                                f"{record.branch_name} is kept for you to merge.")
+        else:
+            self.reason.setText(("Merged: " if merge.merged else "Not merged: ") + merge.detail)
+        self.rejections.hide()
+        self.note.hide()
+        self._show_buttons()
+        self.setEnabled(True)
         self.show()
 
     def _show_pending(self, record: MilestoneRecord) -> None:
@@ -175,7 +195,7 @@ class ReviewPanel(QFrame):
 
     @Slot()
     def _on_note_changed(self) -> None:
-        self.changes_button.setEnabled(bool(self.note_text))
+        self.changes_button.setEnabled(bool(self.note_text) or self.comment_count > 0)
 
     @Slot()
     def _on_resume_clicked(self) -> None:
@@ -185,21 +205,18 @@ class ReviewPanel(QFrame):
 
     @Slot()
     def _on_abort_clicked(self) -> None:
-        if not self.milestone_id:
+        milestone_id = self.milestone_id
+        if not milestone_id:
             return
-        if not self._abort_armed.isActive():
-            # A second click within a few seconds confirms; no modal dialog in the way.
-            self.abort_button.setText("Click again to abort")
-            self._abort_armed.start()
+        if not confirm(self.window(), "Abort milestone",
+                       f"Abort “{self.title}”? It is cancelled for good.",
+                       "Abort milestone",
+                       "Its branch and commits are kept; the working tree goes back to the "
+                       "main branch. Unsent comments are dropped."):
             return
-        self._disarm_abort()
-        self.setEnabled(False)
-        self.abort_requested.emit(self.milestone_id)
-
-    @Slot()
-    def _disarm_abort(self) -> None:
-        self._abort_armed.stop()
-        self.abort_button.setText("Abort milestone")
+        if milestone_id == self.milestone_id:  # still the one shown after the dialog
+            self.setEnabled(False)
+            self.abort_requested.emit(milestone_id)
 
     @Slot()
     def _on_start_clicked(self) -> None:
@@ -215,7 +232,7 @@ class ReviewPanel(QFrame):
 
     @Slot()
     def _on_changes_clicked(self) -> None:
-        if self.milestone_id and self.note_text:
+        if self.milestone_id and (self.note_text or self.comment_count):
             self.setEnabled(False)
             self.changes_requested.emit(self.milestone_id, self.note_text)
 

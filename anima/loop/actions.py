@@ -119,6 +119,7 @@ def abort(store: Store, repo: GitRepo, config: Config, milestone_id: str,
     record.status = MilestoneStatus.CANCELLED
     record.phase = Phase.CANCELLED
     record.interrupted = False
+    record.comments = []  # never sent: nobody will read them
     store.save_record(record)
     reconcile_state(store, store.load_records())
     _publish(bus, record, "; ".join(["cancelled by you", *lines]))

@@ -1,0 +1,62 @@
+"""Deciding from one place: the paused view at a laptop's size, Abort, the merge result."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QPoint, QRect
+
+from tests.conftest import FakeClaude, run_git
+from tests.helpers import make_project
+from tests.test_ui_app import TWO, Window
+from tests.test_ui_monitor import answer_dialog
+
+pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
+              pytest.mark.qt_log_ignore("propagateSizeHints")]
+
+LONG_REASON = ("make_greeting(None) returns 'Hello, None!' instead of raising ValueError, and "
+               "the CLI prints a traceback for an empty --name; add tests for both edge cases")
+
+
+@pytest.fixture
+def fake(fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> FakeClaude:
+    fake_claude.use_env(monkeypatch)
+    return fake_claude
+
+
+def test_a_long_rejection_reason_fits_1024_by_700_and_abort_asks_first(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    assert len(LONG_REASON) > 150
+    make_project(git_repo, {"m1": TWO})
+    no = {"text": f"REJECTED: {LONG_REASON}"}
+    fake.write_script({"acceptor": [no, no, no]})
+    w = Window(qtbot, tmp_path)
+    window = w.window
+    try:
+        window.open_project(git_repo)
+        w.wait_status("m1", "paused")
+        review = window.review
+        qtbot.waitUntil(review.isVisible, timeout=5000)
+        window.resize(1024, 700)
+        qtbot.waitUntil(lambda: window.width() == 1024, timeout=3000)
+        assert window.minimumSizeHint().width() <= 1024
+        assert LONG_REASON in window.monitor.phase_bar.text
+        resume = review.resume_button
+        corner = resume.mapTo(window, QPoint(resume.width(), resume.height()))
+        assert resume.isVisible() and QRect(0, 0, 1024, 700).contains(corner)
+
+        # Abort asks in a real dialog; Cancel keeps the milestone, the button then aborts.
+        asked = answer_dialog("Cancel")
+        review.abort_button.click()
+        assert "cancelled for good" in asked[0] and w.status_of("m1") == "paused"
+        answer_dialog("Abort milestone")
+        review.abort_button.click()
+        w.wait_status("m1", "cancelled")
+        assert run_git(git_repo, "branch", "--show-current").strip() == "main"
+    finally:
+        w.close()

@@ -1,0 +1,20 @@
+"""Confirmation dialogs for the decisions that cannot be taken back."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QMessageBox, QWidget
+
+
+def confirm(parent: QWidget | None, title: str, text: str, action: str,
+            detail: str = "") -> bool:
+    """A modal question with `action` and Cancel (the default, so Enter does no harm)."""
+    box = QMessageBox(QMessageBox.Icon.Warning, title, text, parent=parent)
+    box.setObjectName("confirmDialog")
+    if detail:
+        box.setInformativeText(detail)
+    accept = box.addButton(action, QMessageBox.ButtonRole.AcceptRole)
+    cancel = box.addButton(QMessageBox.StandardButton.Cancel)
+    box.setDefaultButton(cancel)
+    box.setEscapeButton(cancel)
+    box.exec()
+    return box.clickedButton() is accept
