@@ -349,3 +349,24 @@ def test_a_stopped_turn_is_not_a_failure_and_cli_retries_show(qtbot, pane: Agent
     assert "⟳ API retry 3/10: 529 overloaded, next in 4 s" in text
     assert "■ turn stopped" in text and "turn failed" not in text
     assert pane.state_label.text() == "stopped"
+
+
+def test_a_stop_and_failed_turns_are_said_in_plain_words(qtbot, pane, deliver) -> None:
+    def turn(subtype: str) -> list[ev.Event]:
+        return [ev.AssistantText("developer", "working"),
+                ev.TurnResult("developer", "", True, "s", subtype=subtype)]
+
+    deliver(turn("success"))  # an error result the CLI labels "success"
+    pane.note_stop_requested()  # between turns: nothing to stop in this pane
+    deliver(turn("error_during_execution")[:1])
+    pane.note_stop_requested()  # the human's Stop now, mid-turn
+    deliver(turn("error_during_execution")[1:])
+    deliver([*turn("error_during_execution"),
+             ev.AgentExited("developer", -15, "", expected=True)])
+    text = shown(qtbot, pane)
+    assert "✗ the turn ended with an error" in text
+    assert "turn stopped by you" in text
+    assert line_color(pane, "turn stopped by you") != "#c5221f"
+    assert "✗ the turn broke off while it was running" in text  # not a stop: still red
+    assert "agent stopped (exit code -15)" in text
+    assert "turn failed (" not in text

@@ -53,6 +53,13 @@ REASON_PREVIEW_LINES = 60
 THINKING_PREVIEW_LINES = 4
 
 ROLE_TITLES = {"developer": "Developer", "acceptor": "Acceptor"}
+# A failed turn's `subtype` in plain words (the CLI's names mean little to a reader).
+TURN_ERRORS = {
+    "success": "the turn ended with an error",
+    "error_during_execution": "the turn broke off while it was running",
+    "error_max_turns": "the turn reached its step limit",
+    "error_max_budget_usd": "the turn reached its spending limit",
+}
 
 # Colours of the transcript (the style sheet cannot reach character formats).
 COLORS = {
@@ -455,6 +462,7 @@ class AgentPane(QFrame):
         self._seconds_per_line = 20e-6
         self._last_kind = ""
         self._session_id = ""
+        self._stop_requested = False
 
         self.title = QLabel(ROLE_TITLES.get(role, role.title()), self)
         self.title.setObjectName("paneTitle")
@@ -533,6 +541,10 @@ class AgentPane(QFrame):
     def append_separator(self, text: str) -> None:
         """A quiet rule between rounds, so a long transcript keeps its structure."""
         self._queue([(("text", ""),), (("separator", f"──── {text} ────"),)])
+
+    def note_stop_requested(self) -> None:
+        """The human stopped the agents: a running turn's error result is their stop."""
+        self._stop_requested = self._turn_started is not None
 
     def clear(self) -> None:
         self._pending.clear()
@@ -647,16 +659,19 @@ class AgentPane(QFrame):
         if event.turn_cost_usd is not None:  # what this turn spent, not the process's total
             parts.append(f"${event.turn_cost_usd:.4f}")
         summary = " · ".join(parts)
+        stopped, self._stop_requested = self._stop_requested, False
         if event.stopped:  # Anima's own interrupt: not a failure
             self._set_state("stopped")
-            return [(("meta", f"■ turn stopped · {summary}"),)]
+            return [(("meta", f"■ turn stopped{' by you' if stopped else ''} · {summary}"),)]
         self._set_state(f"idle · last turn {summary}")
         refused = [(("error", f"⛔ refused by the tool rules: {_clip(d)}"),)
                    for d in event.permission_denials]
+        if event.is_error and stopped:
+            return [*refused, (("meta", f"turn stopped by you · {summary}"),)]
         if event.is_error:
             detail = f" — {_clip(event.text, 300)}" if event.text else ""
-            return [*refused, (("error", f"✗ turn failed ({event.subtype}){detail}"),),
-                    (("meta", summary),)]
+            words = TURN_ERRORS.get(event.subtype, f"the turn failed ({event.subtype})")
+            return [*refused, (("error", f"✗ {words}{detail}"),), (("meta", summary),)]
         return [*refused, (("meta", f"✓ turn done · {summary}"),)]
 
     def _exited(self, event: ev.AgentExited) -> list[Line]:
@@ -664,7 +679,7 @@ class AgentPane(QFrame):
         self._clock.stop()
         if event.expected:
             self._set_state("stopped")
-            return [(("meta", f"■ process exited ({event.exit_code})"),)]
+            return [(("meta", f"agent stopped (exit code {event.exit_code})"),)]
         self._set_state("crashed")
         lines: list[Line] = [(("error", f"✗ process exited unexpectedly "
                                         f"(exit code {event.exit_code})"),)]
