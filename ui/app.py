@@ -7,6 +7,7 @@ and on exit shuts the engine down so no agent outlives the window.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from PySide6.QtWidgets import QApplication
 from anima.paths import resource
 from ui.diff_view import warm_up_lexers
 from ui.main_window import MainWindow, app_icon
+from ui.platform_check import platform_problem
 
 ORGANIZATION = "Anima"
 APPLICATION = "Anima"
@@ -48,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep settings in this ini file instead of the user's settings")
     args = parser.parse_args(argv)
 
+    if QApplication.instance() is None:
+        problem = platform_problem(os.environ)
+        if problem is not None:
+            print(f"anima: {problem}", file=sys.stderr)
+            return 2
     app = QApplication.instance() or QApplication([sys.argv[0], *argv])
     assert isinstance(app, QApplication)
     app.setOrganizationName(ORGANIZATION)
