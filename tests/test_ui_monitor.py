@@ -106,7 +106,7 @@ def test_phase_bar_follows_the_scheduler_and_counts_down(qtbot) -> None:
     monitor = IterationMonitor()
     qtbot.addWidget(monitor)
     expected = {"developer": "Waiting for Developer", "acceptor": "Waiting for Acceptor",
-                "final_acceptance": "Final acceptance", "recovering": "Recovering after a restart",
+                "final_acceptance": "Final acceptance", "recovering": "Resuming",
                 "completed": "Completed", "awaiting_review": "Awaiting your review"}
     for phase, text in expected.items():
         monitor.on_phase_changed(ev.PhaseChanged("m1", phase, "idle"))

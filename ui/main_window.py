@@ -42,6 +42,7 @@ from PySide6.QtGui import (
     QPainter,
 )
 from PySide6.QtWidgets import (
+    QApplication,
     QFileDialog,
     QFrame,
     QHBoxLayout,
@@ -67,6 +68,8 @@ from anima.phases import Phase
 from ui.agent_pane import tool_button
 from ui.bridge import EngineBridge, EngineLike
 from ui.changes_view import ChangesView
+from ui.desktop import install_help_menu, save_transcript
+from ui.dialogs import confirm
 from ui.diff_view import prepare_lexers
 from ui.monitor import STATUS_COLORS, IterationMonitor, enum_text
 from ui.review import ReviewPanel, RunControls
@@ -483,6 +486,10 @@ class MainWindow(QMainWindow):
         self.add_action.setShortcut(QKeySequence("Ctrl+M"))
         self.add_action.triggered.connect(self.choose_milestone_file)
         file_menu.addAction(self.add_action)
+        self.save_transcript_action = QAction("&Save transcript…", self)
+        self.save_transcript_action.setToolTip("Save the focused agent pane's transcript")
+        self.save_transcript_action.triggered.connect(self._save_transcript)
+        file_menu.addAction(self.save_transcript_action)
         file_menu.addSeparator()
         quit_action = QAction("&Quit", self)
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
@@ -498,6 +505,19 @@ class MainWindow(QMainWindow):
         toolbar.addSeparator()
         toolbar.addAction(self.run_controls.pause_action)
         toolbar.addAction(self.run_controls.stop_action)
+        install_help_menu(self, lambda: getattr(getattr(self.engine, "config", None),
+                                                "claude_command", None))
+
+    @Slot()
+    def _save_transcript(self) -> None:
+        """The pane holding the focus, else the one whose agent is working, else Developer."""
+        panes = self.monitor.panes
+        focused = next((p for p in panes.values() if p.isAncestorOf(QApplication.focusWidget())),
+                       None) if QApplication.focusWidget() else None
+        pane = focused or next((p for p in panes.values() if p.active), panes["developer"])
+        saved = save_transcript(self, pane.role, pane.plain_text(), self.project)
+        if saved is not None:
+            self.statusBar().showMessage(f"Saved the {pane.role}'s transcript to {saved}", 8000)
 
     def _make_tray(self) -> QSystemTrayIcon | None:
         if not QSystemTrayIcon.isSystemTrayAvailable():
@@ -580,7 +600,8 @@ class MainWindow(QMainWindow):
             self._stop_engine(then=lambda: self.open_project(path))
             return
         self.project = path
-        self._remember_project(path)
+        if path.is_dir():  # a mistyped or placeholder path is not "the last project"
+            self._remember_project(path)
         self.setWindowTitle(f"Anima — {path.name}")
         self.errors.clear()
         self._records.clear()
@@ -814,7 +835,9 @@ class MainWindow(QMainWindow):
     @Slot(object)
     def _on_notice(self, event: ev.Notice) -> None:
         title = NOTICE_TITLES.get(event.kind, "Anima")
-        self.statusBar().showMessage(f"{title}: {event.message}", 15000)
+        # "X is completed" says it all; the title is for the tray, where it stands apart.
+        text = event.message if event.kind == "completed" else f"{title}: {event.message}"
+        self.statusBar().showMessage(text, 15000)
         if self.tray is not None:
             self.tray.showMessage(title, event.message, app_icon(), 10000)
 
@@ -872,6 +895,12 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_stop_requested(self) -> None:
+        if self.bridge is None or not confirm(
+                self, "Stop now", "Stop both agents now?", "Stop now",
+                "The current round is interrupted and redone when you resume the milestone."):
+            return
+        for pane in self.monitor.panes.values():
+            pane.note_stop_requested()
         if self.bridge is not None:
             self.bridge.stop_now()
             self.statusBar().showMessage("Stopping the agents…", 8000)
@@ -915,6 +944,8 @@ class MainWindow(QMainWindow):
             event.accept()
             return
         event.ignore()
+        for pane in self.monitor.panes.values():
+            pane.note_stop_requested()
         self._stop_engine(then=self.close)
 
 

@@ -1,0 +1,68 @@
+"""Help → About, saving a pane's transcript, Stop now asks first."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtWidgets import QApplication, QFileDialog
+
+from anima import events as ev
+from tests.conftest import FakeClaude
+from ui.desktop import AboutBox
+from ui.main_window import MainWindow
+
+pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
+              pytest.mark.qt_log_ignore("propagateSizeHints")]
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> MainWindow:
+    w = MainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+def menu_action(window: MainWindow, menu: str, text: str):
+    bar = window.menuBar()
+    top = next(a.menu() for a in bar.actions() if a.text().replace("&", "") == menu)
+    return next(a for a in top.actions() if a.text().replace("&", "") == text)
+
+
+def test_about_names_anima_and_the_claude_version(qtbot, window: MainWindow,
+                                                  fake_claude: FakeClaude,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_claude.use_env(monkeypatch)
+    menu_action(window, "Help", "About Anima").trigger()
+    box = window.findChild(AboutBox)
+    assert box is not None and "Anima 0.1.0" in box.text()
+    qtbot.waitUntil(lambda: "9.9.9 (Fake Claude)" in box.text(), timeout=10000)
+    box.close()
+    assert menu_action(window, "Help", "Read the README").isEnabled()
+
+
+def test_save_transcript_writes_the_pane_text(qtbot, window: MainWindow, tmp_path: Path) -> None:
+    pane = window.monitor.panes["acceptor"]
+    pane.feed(ev.AssistantText("acceptor", "The change does what it says.\n\nACCEPTED"))
+    pane.flush()
+    pane.view.setFocus()
+    target = tmp_path / "review.txt"
+
+    def answer() -> None:
+        dialog = QApplication.activeModalWidget()
+        if not isinstance(dialog, QFileDialog):
+            QTimer.singleShot(10, answer)
+            return
+        dialog.selectFile(str(target))
+        dialog.accept()
+
+    QTimer.singleShot(0, answer)
+    window.save_transcript_action.trigger()
+    assert "ACCEPTED" in target.read_text(encoding="utf-8")
+    assert "acceptor" in window.statusBar().currentMessage()

@@ -1,0 +1,100 @@
+"""What a desktop user expects of the window: a Help menu with About, saving a transcript.
+
+`install_help_menu` adds Help → About Anima (Anima's version and `claude --version`, probed off
+the GUI thread) and Help → Read the README (the one beside the sources). `save_transcript`
+writes a pane's text to a file the user picks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QUrl, Signal
+from PySide6.QtGui import QAction, QDesktopServices
+from PySide6.QtWidgets import QFileDialog, QMainWindow, QMessageBox, QWidget
+
+import anima
+from anima.atomic import write_text_atomic
+
+
+def anima_version() -> str:
+    try:
+        return version("anima")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def readme_path() -> Path | None:
+    """The README beside the sources (a checkout or an editable install), if there is one."""
+    path = Path(anima.__file__).resolve().parent.parent / "README.md"
+    return path if path.is_file() else None
+
+
+class _ClaudeProbe(QObject):
+    """Runs `claude --version` on a thread; `found` arrives on the GUI thread."""
+
+    found = Signal(str)
+
+    def start(self, command: str | None) -> None:
+        def probe() -> None:
+            from anima.agents.discovery import find_claude
+            from anima.errors import AnimaError
+
+            try:
+                self.found.emit(find_claude(command).version)
+            except AnimaError as e:
+                self.found.emit(f"not found ({str(e).splitlines()[0]})")
+
+        threading.Thread(target=probe, name="claude-version", daemon=True).start()
+
+
+class AboutBox(QMessageBox):
+    """Anima's version and the `claude` it would run; the latter filled in when known."""
+
+    def __init__(self, parent: QWidget | None, claude_command: str | None) -> None:
+        super().__init__(parent)
+        self.setObjectName("aboutBox")
+        self.setWindowTitle("About Anima")
+        self.setIcon(QMessageBox.Icon.Information)
+        self.claude = "checking…"
+        self._probe = _ClaudeProbe(self)
+        self._probe.found.connect(self._on_found)
+        self._show_text()
+        self._probe.start(claude_command)
+
+    def _on_found(self, text: str) -> None:
+        self.claude = text
+        self._show_text()
+
+    def _show_text(self) -> None:
+        self.setText(f"<b>Anima {anima_version()}</b><br>Runs a project milestone by milestone "
+                     f"with a Developer and an Acceptor Claude Code agent.<br><br>"
+                     f"claude --version: {self.claude}")
+
+
+def install_help_menu(window: QMainWindow, claude_command: Callable[[], str | None]) -> None:
+    """Help → About Anima, Help → Read the README. `claude_command()` names the CLI to probe."""
+    menu = window.menuBar().addMenu("&Help")
+    about = QAction("&About Anima", window)
+    about.triggered.connect(lambda: AboutBox(window, claude_command()).open())
+    readme = QAction("Read the &README", window)
+    path = readme_path()
+    readme.setEnabled(path is not None)
+    if path is not None:
+        readme.triggered.connect(lambda: QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))))
+    menu.addAction(about)
+    menu.addAction(readme)
+
+
+def save_transcript(parent: QWidget, role: str, text: str, folder: Path | None) -> Path | None:
+    """Ask where, then write `text` atomically; the chosen path, or None if cancelled."""
+    start = str((folder or Path.home()) / f"{role}-transcript.txt")
+    name, _ = QFileDialog.getSaveFileName(parent, f"Save the {role}'s transcript", start,
+                                          "Text files (*.txt);;All files (*)")
+    if not name:
+        return None
+    write_text_atomic(Path(name), text)
+    return Path(name)
