@@ -27,7 +27,7 @@ RUNNING = frozenset({Phase.STARTING, Phase.RECOVERING, Phase.DEVELOPER, Phase.AC
 PHASE_TEXT: dict[Phase, str] = {
     Phase.IDLE: "Idle",
     Phase.STARTING: "Starting the agents…",
-    Phase.RECOVERING: "Recovering after a restart",
+    Phase.RECOVERING: "Resuming",  # after a restart, or a human's Resume: the reason says which
     Phase.DEVELOPER: "Waiting for Developer",
     Phase.ACCEPTOR: "Waiting for Acceptor",
     Phase.FINAL_ACCEPTANCE: "Final acceptance",
