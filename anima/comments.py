@@ -1,9 +1,10 @@
 """A reviewer's comments on lines of a milestone's diff, kept in its record until sent.
 
 Comments are left while the milestone waits for the human (paused or awaiting review), so no
-run is writing the record meanwhile; their text is redacted like a note; one lock serialises them with Resume and Request changes
-(which take them, see `actions`), as the window writes from its own worker thread. Sent
-comments go to the Developer as `path:line — comment` items after the human's note.
+run is writing the record meanwhile; one lock serialises them with Resume and Request changes
+(which take them, see `actions`), as the window writes from its own worker thread. Their text
+is redacted like a note's. Sent comments go to the Developer as `path:line — comment` items
+after the human's note.
 """
 
 from __future__ import annotations
