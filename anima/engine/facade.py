@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from anima import procfs
+from anima import comments, procfs, rewind
 from anima.config import Config
 from anima.engine.agents import DIALECT, AgentFactory
 from anima.engine.outcome import RunOutcome
@@ -428,6 +428,12 @@ class Engine:
         self._broken.discard(milestone_id)
         self._submit(lambda: actions.resume(self.store, self.config, milestone_id, note,
                                             self.bus))
+
+    def continue_from_round(self, milestone_id: str, round_no: int, note: str = "") -> None:
+        """Put a paused milestone's branch back to an accepted round, then resume it."""
+        self._broken.discard(milestone_id)
+        self._submit(lambda: rewind.continue_from_round(self.store, self.repo, self.config,
+                                                        milestone_id, round_no, note, self.bus))
 
     def approve(self, milestone_id: str) -> None:
         self._submit(lambda: actions.approve(self.store, self.repo, self.config, milestone_id,

@@ -1,0 +1,65 @@
+""""Continue from round N": put a paused milestone's branch back to an accepted round, resume.
+
+When the last rounds went astray, the reviewer picks an accepted round; the milestone branch is
+moved back to that round's commit and the milestone resumes from there. Nothing is lost: the
+commits dropped from the branch stay reachable under `refs/anima/dropped/<id>/<n>`, the
+rounds stay in the record's history, and a note on the record says what was done. Features
+whose commits were all dropped go back to pending so the Developer does them again.
+"""
+
+from __future__ import annotations
+
+from anima import comments
+from anima.loop import actions
+from anima.config import Config
+from anima.errors import AnimaError
+from anima.events import EventBus
+from anima.git_ops import GitRepo
+from anima.store import FeatureStatus, MilestoneRecord, MilestoneStatus, Store, Verdict
+
+DROPPED_REFS = "refs/anima/dropped"
+
+
+class RewindError(AnimaError):
+    """The milestone cannot continue from that round."""
+
+
+def accepted_rounds(record: MilestoneRecord) -> list[int]:
+    """Rounds a paused milestone can continue from: accepted, with a commit."""
+    return [it.round for it in record.iterations
+            if it.verdict is Verdict.ACCEPTED and it.commit]
+
+
+def continue_from_round(store: Store, repo: GitRepo, config: Config, milestone_id: str,
+                        round_no: int, note: str = "",
+                        bus: EventBus | None = None) -> MilestoneRecord:
+    """Move the milestone branch back to round `round_no`'s commit, record it, then resume."""
+    with comments.LOCK:
+        record = store.load_record(milestone_id)
+        if record.status is not MilestoneStatus.PAUSED:
+            raise RewindError(f"milestone {milestone_id!r} is {record.status.value}, not paused")
+        if round_no not in accepted_rounds(record) or not record.branch_name:
+            raise RewindError(f"round {round_no} of {milestone_id} is not an accepted round "
+                              f"with a commit; choose one of {accepted_rounds(record)}")
+        target = next(it.commit for it in record.iterations if it.round == round_no)
+        assert target is not None
+        head = repo.branch_head(record.branch_name)
+        if not repo.is_ancestor(target, head):
+            raise RewindError(f"round {round_no}'s commit {target[:7]} is not on "
+                              f"{record.branch_name} any more; nothing was changed")
+        kept_under = f"{DROPPED_REFS}/{milestone_id}/{len(record.notes) + 1}"
+        if head != target:
+            repo.keep_ref(kept_under, head)
+            repo.move_branch(record.branch_name, target)
+        for feature in record.features:
+            kept = [c for c in feature.commits if repo.is_ancestor(c, target)]
+            if kept != feature.commits:
+                feature.commits = kept
+                if feature.status is FeatureStatus.DONE or not kept:
+                    feature.status = FeatureStatus.IN_PROGRESS if kept else FeatureStatus.PENDING
+        record.notes.append(
+            f"continued from round {round_no}: {record.branch_name} put back to {target[:7]}"
+            + (f"; the dropped commits (up to {head[:7]}) are kept under {kept_under}"
+               if head != target else ""))
+        store.save_record(record)
+        return actions.resume(store, config, milestone_id, note, bus)

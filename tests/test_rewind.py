@@ -1,0 +1,51 @@
+""""Continue from round N": the branch goes back to an accepted round, nothing is lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from anima.config import Config
+from anima.git_ops import GitRepo
+from anima.paths import ProjectPaths
+from anima.rewind import RewindError, accepted_rounds, continue_from_round
+from anima.store import FeatureStatus, MilestoneStatus, Store
+from tests.conftest import FakeClaude, run_git
+from tests.helpers import make_project, milestone_md, record, run_engine
+
+OK = {"auto": True}
+NO = {"text": "REJECTED: F3 is wrong"}
+
+
+def test_continue_from_an_accepted_round_keeps_the_dropped_commits(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_claude.use_env(monkeypatch)
+    fake_claude.write_script({"acceptor": [OK, OK, NO, NO, NO]})
+    make_project(git_repo, {"m1": milestone_md("Three", ["One", "Two", "Three"])})
+    run_engine(git_repo, summarizer={"enabled": False})
+    paused = record(git_repo, "m1")
+    assert paused.status is MilestoneStatus.PAUSED
+    assert accepted_rounds(paused) == [1, 2]
+    round1, old_head = paused.iterations[0].commit, paused.iterations[-1].commit
+    store, repo = Store(ProjectPaths(git_repo)), GitRepo.open(git_repo)
+
+    with pytest.raises(RewindError, match="not an accepted round"):
+        continue_from_round(store, repo, Config(), "m1", 3)
+    resumed = continue_from_round(store, repo, Config(), "m1", 1, "F2 again, smaller")
+
+    assert resumed.status is MilestoneStatus.IN_PROGRESS
+    assert run_git(git_repo, "rev-parse", "milestone/m1").strip() == round1
+    kept = run_git(git_repo, "for-each-ref", "--format=%(refname) %(objectname)",
+                   "refs/anima/dropped/").split()
+    assert kept == ["refs/anima/dropped/m1/1", old_head]
+    assert [f.status for f in resumed.features] == [FeatureStatus.DONE, FeatureStatus.PENDING,
+                                                    FeatureStatus.PENDING]
+    assert "continued from round 1" in resumed.notes[-1]
+    assert "refs/anima/dropped/m1/1" in resumed.notes[-1]
+
+    run_engine(git_repo, summarizer={"enabled": False})
+    done = record(git_repo, "m1")
+    assert done.status is MilestoneStatus.COMPLETED
+    assert any("F2 again, smaller" in p for p in fake_claude.prompts("developer"))
+    assert repo.is_ancestor(round1, "main")
