@@ -46,3 +46,20 @@ def test_a_placeholder_path_is_not_remembered_as_the_last_project(qtbot, tmp_pat
     window.open_project(Path("/path/to/your/project"))
     assert any("does not exist" in m for m in window.errors.messages)
     assert window.last_project() is None and window.recent_projects() == []
+
+
+@pytest.mark.qt_log_ignore("propagateSizeHints")
+def test_a_folder_that_is_not_a_git_repository_is_refused_before_writing(
+        qtbot, tmp_path: Path) -> None:
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    window = MainWindow(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(window)
+    window.open_project(folder)
+    assert window.pages.currentWidget() is window.no_anima
+    assert "is not a git repository" in window.no_anima.text.text()
+    assert not window.init_button.isEnabled()
+    window._on_init_clicked()  # even if asked (a stale page): refused
+    assert not (folder / ".anima").exists()
+    assert any("Cannot initialise Anima" in m for m in window.errors.messages)

@@ -12,7 +12,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QPoint, QRect
 
 from tests.conftest import FakeClaude, run_git
-from tests.helpers import make_project
+from tests.helpers import make_project, milestone_md
 from tests.test_ui_app import TWO, Window
 from tests.test_ui_monitor import answer_dialog
 
@@ -58,5 +58,32 @@ def test_a_long_rejection_reason_fits_1024_by_700_and_abort_asks_first(
         review.abort_button.click()
         w.wait_status("m1", "cancelled")
         assert run_git(git_repo, "branch", "--show-current").strip() == "main"
+    finally:
+        w.close()
+
+
+def test_continue_from_an_accepted_round_in_the_window(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    make_project(git_repo, {"m1": milestone_md("Three", ["One", "Two", "Three"])})
+    no = {"text": "REJECTED: F3 is wrong"}
+    fake.write_script({"acceptor": [{"auto": True}, {"auto": True}, no, no, no]})
+    w = Window(qtbot, tmp_path)
+    try:
+        w.window.open_project(git_repo)
+        w.wait_status("m1", "paused", timeout=30000)
+        review = w.window.review
+        qtbot.waitUntil(review.continue_button.isVisible, timeout=5000)
+        labels = [a.text() for a in review.continue_menu.actions()]
+        assert [label.split(" · ")[0] for label in labels] == ["Round 1", "Round 2"]
+        round1 = w.window._records["m1"].iterations[0].commit
+        asked = answer_dialog("Continue from round 1")
+        review.continue_menu.actions()[0].trigger()
+        assert "Put the branch back to round 1" in asked[0]
+        w.wait_status("m1", "completed", timeout=30000)
+        assert "continued from round 1" in w.window._records["m1"].notes[0]
+        assert run_git(git_repo, "for-each-ref", "--format=%(refname)", "refs/anima/dropped/")
+        qtbot.waitUntil(lambda: w.window._records["m1"].merge is not None, timeout=10000)
+        assert w.window._records["m1"].merge.merged
+        assert run_git(git_repo, "merge-base", "--is-ancestor", round1, "main") == ""
     finally:
         w.close()

@@ -62,7 +62,7 @@ from PySide6.QtWidgets import (
 )
 
 from anima import events as ev
-from anima.engine.project import init_project
+from anima.engine.project import git_problem, init_project
 from anima.paths import resource
 from anima.phases import Phase
 from ui.agent_pane import tool_button
@@ -465,6 +465,10 @@ class MainWindow(QMainWindow):
         self.review.approve_requested.connect(self._on_approve_requested)
         self.review.changes_requested.connect(self._on_changes_requested)
         self.review.start_requested.connect(self._on_start_requested)
+        self.review.continue_requested.connect(
+            lambda mid, n, note: self.bridge and self.bridge.call(
+                f"Continuing {mid} from round {n}",
+                lambda: self.engine and self.engine.continue_from_round(mid, n, note)))
         self.run_controls.pause_requested.connect(self._on_pause_requested)
         self.run_controls.stop_requested.connect(self._on_stop_requested)
         self.statusBar().showMessage("Ready")
@@ -619,7 +623,11 @@ class MainWindow(QMainWindow):
         if self.project is None:
             self.pages.setCurrentWidget(self.no_project)
         elif self.engine is None:
+            problem = git_problem(self.project)
+            self.init_button.setEnabled(problem is None)
             self.no_anima.text.setText(
+                f"Anima needs a git repository with a first commit: {problem}. Nothing was "
+                "written." if problem else
                 f"{self.project} has no .anima/ folder. Initialising creates it with a "
                 "commented example configuration, a soul.md for your quality standards and an "
                 "example milestone; nothing else in the folder is touched.")
@@ -633,6 +641,10 @@ class MainWindow(QMainWindow):
     @Slot()
     def _on_init_clicked(self) -> None:
         if self.project is None:
+            return
+        problem = git_problem(self.project)
+        if problem is not None:  # refused before anything is written
+            self.errors.add(f"Cannot initialise Anima in {self.project}: {problem}")
             return
         init = self._init_project or init_project
         try:

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QPlainTextEdit,
     QPushButton,
     QVBoxLayout,
@@ -44,6 +45,8 @@ class ReviewPanel(QFrame):
     approve_requested = Signal(str)
     #: (milestone id, note) — send an awaiting_review milestone back to the Developer.
     changes_requested = Signal(str, str)
+    #: (milestone id, round, note) — put the branch back to that accepted round and resume.
+    continue_requested = Signal(str, int, str)
     #: milestone id — start a pending milestone (needed when `auto_start` is off). GUI thread.
     start_requested = Signal(str)
 
@@ -73,13 +76,18 @@ class ReviewPanel(QFrame):
         self.approve_button = QPushButton("Approve", self)
         self.approve_button.setObjectName("primaryButton")
         self.changes_button = QPushButton("Request changes", self)
+        self.continue_button = QPushButton("Continue from round…", self)
+        self.continue_button.setToolTip("Put the branch back to an accepted round (the later "
+                                        "commits are kept under a ref) and resume from there")
+        self.continue_menu = QMenu(self.continue_button)
+        self.continue_button.setMenu(self.continue_menu)
         self.start_button = QPushButton("Start", self)
         self.start_button.setObjectName("primaryButton")
         self.start_button.setToolTip("Start this milestone as soon as no other one is running")
         buttons = QHBoxLayout()
         buttons.addStretch(1)
-        for button in (self.abort_button, self.changes_button, self.approve_button,
-                       self.resume_button, self.start_button):
+        for button in (self.abort_button, self.continue_button, self.changes_button,
+                       self.approve_button, self.resume_button, self.start_button):
             buttons.addWidget(button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(14, 10, 14, 10)
@@ -144,7 +152,9 @@ class ReviewPanel(QFrame):
         self.rejections.setVisible(bool(reasons))
         self.note.show()
         if paused:
-            self._show_buttons(self.resume_button, self.abort_button)
+            self._fill_continue_menu(record)
+            self._show_buttons(self.resume_button, self.abort_button,
+                               *([self.continue_button] if self.continue_menu.actions() else []))
         else:
             self._show_buttons(self.approve_button, self.changes_button)
         self._on_note_changed()
@@ -186,8 +196,31 @@ class ReviewPanel(QFrame):
 
     def _show_buttons(self, *visible: QPushButton) -> None:
         for button in (self.resume_button, self.abort_button, self.approve_button,
-                       self.changes_button, self.start_button):
+                       self.changes_button, self.start_button, self.continue_button):
             button.setVisible(button in visible)
+
+    def _fill_continue_menu(self, record: Any) -> None:
+        self.continue_menu.clear()
+        last = record.iterations[-1].round if record.iterations else 0
+        for it in record.iterations:
+            if enum_text(it.verdict) == "accepted" and it.commit and it.round != last:
+                action = self.continue_menu.addAction(
+                    f"Round {it.round} · {it.feature or ''} · {it.commit[:7]}")
+                action.triggered.connect(lambda _c=False, n=it.round: self._on_continue(n))
+
+    def _on_continue(self, round_no: int) -> None:
+        milestone_id = self.milestone_id
+        if not milestone_id or not confirm(
+                self.window(), "Continue from an earlier round",
+                f"Put the branch back to round {round_no} and resume from there?",
+                f"Continue from round {round_no}",
+                "The later commits leave the branch but stay reachable under "
+                f"refs/anima/dropped/{milestone_id}/; features they implemented are done "
+                "again. Your note goes to the Developer."):
+            return
+        if milestone_id == self.milestone_id:
+            self.setEnabled(False)
+            self.continue_requested.emit(milestone_id, round_no, self.note_text)
 
     @property
     def note_text(self) -> str:

@@ -16,7 +16,8 @@ from pydantic import ValidationError
 
 from anima.atomic import write_text_atomic
 from anima.config import Config, describe_validation_error, load_config
-from anima.errors import AnimaError, ConfigError, ProjectError
+from anima.errors import AnimaError, ConfigError, GitError, ProjectError
+from anima.git_ops import GitRepo
 from anima.paths import ProjectPaths
 
 #: What `.anima/.gitignore` must hold so Anima's runtime files never dirty the tree, and
@@ -34,6 +35,15 @@ def example_dir() -> Path:
         if Path(location, "config.json").is_file():
             return Path(location)
     raise AnimaError("the example .anima/ is missing from this installation; reinstall anima")
+
+
+def git_problem(folder: Path) -> str | None:
+    """Why `folder` cannot be a managed project (not a repository, no commit yet), or None."""
+    try:
+        GitRepo.open(folder).close()
+    except GitError as e:
+        return str(e)
+    return None
 
 
 def init_project(root: Path) -> Path:
