@@ -67,6 +67,13 @@ class AgentFactory:
         threading.Thread(target=find, name="anima-claude-probe", daemon=True).start()
         self._claude_probe = probe
 
+    def use_config(self, config: Config) -> None:
+        """A reloaded config: another `claude_command` is looked up again at the next start."""
+        if config.claude_command != self.config.claude_command:
+            self.wait_for_probe(10)  # its process ends before it is dropped
+            self._binary, self._claude_probe = None, None
+        self.config = config
+
     def wait_for_probe(self, timeout: float) -> None:
         """Its `claude --version` must not outlive Anima (nothing would reap it)."""
         if (probe := self._claude_probe) is not None:

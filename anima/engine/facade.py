@@ -71,6 +71,15 @@ log = logging.getLogger(__name__)
 REPLAY_BYTES = 4 * 2**20
 
 
+def file_stamp(path: Path) -> tuple[int, int] | None:
+    """(mtime in ns, size) of a file, None when it is missing: enough to notice a save."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 class Engine:
     """Drives one managed project. Not reentrant: one engine per project per process."""
 
@@ -116,6 +125,7 @@ class Engine:
         self.journal = Journal(self.paths, self.bus)
         self.summarizer: Summarizer | None = None
         self._unlog: Callable[[], None] | None = None
+        self._config_stamp: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ set-up
     def prepare(self) -> None:
@@ -137,7 +147,9 @@ class Engine:
         for line in put_back_interrupted(self.paths):
             self._log(None, f"put back the human's {line}, changed by a Developer turn that "
                             "a kill cut short")
+        stamp = file_stamp(self.paths.config)  # before reading: an edit meanwhile is seen
         self.config = self.agents.config = open_config(self.paths, self._overrides)
+        self._config_stamp = stamp
         self.bus.publish(EngineReady(self.config.model_copy(deep=True)))
         self.agents.start_probe()
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
@@ -187,7 +199,8 @@ class Engine:
         pending milestones even when `auto_start` is off (an explicit `anima run`).
         """
         self._start_all = start_all
-        self.prepare()
+        if not self._prepared(watch):
+            return self._outcome(self._read_milestones(register=False))
         if watch:
             self._watcher = MilestoneWatcher(self.paths.milestones, self._on_milestone_file)
             self._watcher.start()
@@ -197,6 +210,7 @@ class Engine:
         try:
             while not self._shutdown.is_set():
                 self._drain_commands()
+                self._reload_config()
                 scan = self._scan()
                 record = self._next(scan)
                 if record is None:
@@ -221,6 +235,45 @@ class Engine:
             if self._watcher is not None:
                 self._watcher.stop()
                 self._watcher = None
+
+    def _prepared(self, watch: bool) -> bool:
+        """`prepare()`; when watching, a broken config.json is reported and read again once
+        the user saves it (the window's banner says to edit it: that must be enough)."""
+        while True:
+            stamp = file_stamp(self.paths.config)
+            try:
+                self.prepare()
+                return True
+            except ConfigError as e:
+                if not watch:
+                    raise
+                self.bus.publish(EngineError(f"{e}; Anima reads it again when you save it"))
+            while file_stamp(self.paths.config) == stamp:
+                if self._shutdown.is_set():
+                    return False
+                self._wait()
+
+    def _reload_config(self) -> None:
+        """Before the next start: a config.json saved since it was read takes effect; an
+        invalid one is reported once and the settings read before are kept."""
+        stamp = file_stamp(self.paths.config)
+        if stamp == self._config_stamp:
+            return
+        self._config_stamp = stamp
+        try:
+            config = open_config(self.paths, self._overrides)
+        except ConfigError as e:
+            self.bus.publish(EngineError(f"{e}; the settings read before stay in use"))
+            return
+        if config == self.config:  # saved unchanged (or put back by a branch switch)
+            return
+        self.agents.use_config(config)
+        if config.summarizer != self.config.summarizer and self.summarizer is not None:
+            self.summarizer.close()
+            self.summarizer = Summarizer(config.summarizer)
+        self.config = config
+        self.bus.publish(EngineReady(config.model_copy(deep=True)))
+        self._log(None, f"{self.paths.config} changed: settings reloaded")
 
     def start(self, *, watch: bool = True) -> None:
         """Run the loop on a worker thread; problems arrive as EngineError events."""
