@@ -151,3 +151,13 @@ def test_review_panel_for_a_paused_milestone(qtbot) -> None:
     assert panel.mode == "completed" and panel.reason.text().startswith("Not merged: merging")
     assert not any(b.isVisible() for b in (panel.resume_button, panel.abort_button,
                                            panel.approve_button, panel.changes_button))
+
+
+def test_elapsed_stops_while_the_milestone_waits(qtbot) -> None:
+    monitor = IterationMonitor()
+    qtbot.addWidget(monitor)
+    monitor.show_record(make_record("paused", 3))
+    # Started at T0, the last round ended at T0 + 75 s: a pause does not keep counting.
+    assert monitor.header.elapsed.value.text() == "1:15"
+    monitor.show_record(make_record("in_progress", 0))
+    assert monitor.header.elapsed.value.text() != "1:15"  # running: counts up to now

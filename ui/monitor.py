@@ -212,7 +212,7 @@ class MilestoneHeader(QFrame):
             return
         end = record.completed_at
         if end is None and enum_text(record.status) != "in_progress" and record.iterations:
-            end = record.iterations[-1].ended_at  # paused or waiting: the clock stops
+            end = max(it.ended_at for it in record.iterations)  # waiting: the clock stops
         seconds = _seconds_between(record.started_at, end)
         self.elapsed.set("—" if seconds is None else format_duration(seconds))
 
