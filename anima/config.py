@@ -66,6 +66,8 @@ class Config(_Strict):
     merge_on_complete: bool = True
     main_branch: str | None = Field(None, description="null = detect main, then master")
     claude_command: str | None = Field(None, description="null = $ANIMA_CLAUDE_COMMAND or PATH")
+    notify_command: str | None = Field(
+        None, description="shell command run for each notice, the event as JSON on stdin")
     developer: RoleConfig = Field(default_factory=_developer_default)
     acceptor: RoleConfig = Field(default_factory=_acceptor_default)
     summarizer: SummarizerConfig = Field(default_factory=SummarizerConfig)

@@ -55,6 +55,7 @@ from anima.loop.run import MilestoneRun
 from anima.loop.seats import Agent, RunControl
 from anima.loop.state import reconcile_state
 from anima.milestone_md import load_milestone, validate_milestone_id
+from anima.notify import NotifyCommand
 from anima.paths import ProjectPaths
 from anima.phases import Phase
 from anima.store import Feature as Feature  # the records' parts, for the UI's type hints
@@ -125,6 +126,7 @@ class Engine:
         self.journal = Journal(self.paths, self.bus)
         self.summarizer: Summarizer | None = None
         self._unlog: Callable[[], None] | None = None
+        self._notify: NotifyCommand | None = None
         self._config_stamp: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ set-up
@@ -150,6 +152,7 @@ class Engine:
         stamp = file_stamp(self.paths.config)  # before reading: an edit meanwhile is seen
         self.config = self.agents.config = open_config(self.paths, self._overrides)
         self._config_stamp = stamp
+        self._apply_notify_command()
         self.bus.publish(EngineReady(self.config.model_copy(deep=True)))
         self.agents.start_probe()
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
@@ -272,8 +275,18 @@ class Engine:
             self.summarizer.close()
             self.summarizer = Summarizer(config.summarizer)
         self.config = config
+        self._apply_notify_command()
         self.bus.publish(EngineReady(config.model_copy(deep=True)))
         self._log(None, f"{self.paths.config} changed: settings reloaded")
+
+    def _apply_notify_command(self) -> None:
+        """Listen for notices with the configured `notify_command` (or stop listening)."""
+        command = self.config.notify_command
+        if self._notify is not None and self._notify.command != command:
+            self._notify.close()
+            self._notify = None
+        if command and self._notify is None:
+            self._notify = NotifyCommand(self.bus, command, str(self.root))
 
     def start(self, *, watch: bool = True) -> None:
         """Run the loop on a worker thread; problems arrive as EngineError events."""
@@ -308,6 +321,8 @@ class Engine:
         self.agents.wait_for_probe(timeout)
         if self.summarizer is not None:
             self.summarizer.close()
+        if self._notify is not None:
+            self._notify.close()
         self.journal.detach()
         if self._unlog is not None:
             self._unlog()

@@ -1,0 +1,58 @@
+"""`notify_command`: run the user's command for each notice, the event as JSON on stdin.
+
+So a paused milestone, one awaiting review or a completed one reaches a phone or a chat while
+nobody watches the window (`curl` to a webhook, `notify-send`, a mail script…). The command
+runs through the shell, off the engine's thread, at most `NOTIFY_TIMEOUT_SECONDS` each; a
+failure is logged on the milestone's log, never raised into the loop.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from datetime import UTC, datetime
+
+from anima.events import Event, EventBus, LogLine, Notice
+
+NOTIFY_TIMEOUT_SECONDS = 30.0
+
+
+def notice_json(notice: Notice, project: str) -> str:
+    return json.dumps({"event": notice.kind, "milestone": notice.milestone_id,
+                       "message": notice.message, "project": project,
+                       "at": datetime.now(UTC).isoformat(timespec="seconds")})
+
+
+class NotifyCommand:
+    """Subscribes to a bus; each `Notice` runs `command` with its JSON on stdin."""
+
+    def __init__(self, bus: EventBus, command: str, project: str) -> None:
+        self.bus, self.command, self.project = bus, command, project
+        self._threads: list[threading.Thread] = []
+        self._unsubscribe = bus.subscribe(self._on_event)
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, Notice):
+            thread = threading.Thread(target=self._run, args=(event,), name="notify-command",
+                                      daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _run(self, notice: Notice) -> None:
+        try:
+            done = subprocess.run(self.command, shell=True, input=notice_json(notice, self.project),
+                                  text=True, capture_output=True, timeout=NOTIFY_TIMEOUT_SECONDS,
+                                  check=False)
+            problem = f"exited {done.returncode}: {done.stderr.strip()[-300:]}" \
+                if done.returncode else ""
+        except (OSError, subprocess.TimeoutExpired) as e:
+            problem = str(e)
+        if problem:
+            self.bus.publish(LogLine(notice.milestone_id, f"notify_command failed: {problem}"))
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop listening; wait a little for commands still running."""
+        self._unsubscribe()
+        for thread in self._threads:
+            thread.join(timeout)
