@@ -994,24 +994,6 @@ class GitRepo:
         )
         return [os.fsdecode(p) for p in out.split(b"\0") if p]
 
-    def keep_ref(self, ref: str, commit: str) -> None:
-        """Point `ref` (under refs/anima/) at `commit`, so it stays reachable."""
-        if not ref.startswith("refs/anima/"):
-            raise GitError(f"{ref!r} is not one of Anima's refs (refs/anima/…)")
-        self._run(["update-ref", ref, self._rev_arg(commit)],
-                  what=f"Cannot keep {_short(commit)} under {ref} in {self.root}")
-
-    def move_branch(self, branch: str, commit: str) -> None:
-        """Put `branch` back to `commit`; when it is checked out, the tree follows, and local
-        changes a reset would lose make it refuse (`git reset --keep`)."""
-        target = self._rev_arg(commit)
-        if self.current_branch() == branch:
-            self._run(["reset", "-q", "--keep", target],
-                      what=f"Cannot move {branch} back to {_short(commit)} in {self.root}")
-        else:
-            self._run(["branch", "-f", "--", self._rev_arg(branch, "branch name"), target],
-                      what=f"Cannot move {branch} back to {_short(commit)} in {self.root}")
-
     def diff_bytes(self, old: str, new: str, *options: str) -> bytes:
         """`git diff <options> old new` as raw bytes: the Changes view's numstat and patch.
 

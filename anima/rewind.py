@@ -49,8 +49,9 @@ def continue_from_round(store: Store, repo: GitRepo, config: Config, milestone_i
                               f"{record.branch_name} any more; nothing was changed")
         kept_under = f"{DROPPED_REFS}/{milestone_id}/{len(record.notes) + 1}"
         if head != target:
+            repo.ensure_clean()  # the reset must not take a human's edits with it
             repo.keep_ref(kept_under, head)
-            repo.move_branch(record.branch_name, target)
+            repo.reset_branch(record.branch_name, target)
         for feature in record.features:
             kept = [c for c in feature.commits if repo.is_ancestor(c, target)]
             if kept != feature.commits:
