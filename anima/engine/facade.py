@@ -203,7 +203,7 @@ class Engine:
         """
         self._start_all = start_all
         if not self._prepared(watch):
-            return self._outcome(self._read_milestones(register=False))
+            return self._ended(self._read_milestones(register=False))
         if watch:
             self._watcher = MilestoneWatcher(self.paths.milestones, self._on_milestone_file)
             self._watcher.start()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from anima import comments
 from anima.config import Config
-from anima.errors import ActionError, AnimaError
+from anima.errors import ActionError
 from anima.events import EventBus, LogLine, MilestoneChanged
 from anima.git_ops import GitRepo
 from anima.loop.completion import begin_completion, finish_completed
