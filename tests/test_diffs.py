@@ -7,7 +7,15 @@ from pathlib import Path
 
 from anima.diffs import diff_between, milestone_changes
 from anima.git_ops import GitRepo
-from anima.store import Iteration, MergeInfo, MilestoneRecord, MilestoneStatus, RoundKind, Verdict
+from anima.store import (
+    Iteration,
+    MergeInfo,
+    MergeState,
+    MilestoneRecord,
+    MilestoneStatus,
+    RoundKind,
+    Verdict,
+)
 from tests.conftest import run_git
 
 
@@ -90,7 +98,7 @@ def test_completed_milestone_shows_what_its_merge_brought_into_main(git_repo: Pa
     (git_repo / "later.txt").write_text("after the merge\n")
     commit_all(git_repo, "later")
     record = a_record(base, status=MilestoneStatus.COMPLETED,
-                      merge=MergeInfo(merged=True, detail="merged"))
+                      merge=MergeInfo(state=MergeState.MERGED, merged=True, detail="merged"))
 
     merged = milestone_changes(GitRepo.open(git_repo), record)
 

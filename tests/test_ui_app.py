@@ -16,6 +16,7 @@ from PySide6.QtGui import QDropEvent
 from anima.engine.facade import Engine
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record
+from tests.test_ui_monitor import answer_dialog
 from ui.main_window import MainWindow
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
@@ -348,8 +349,8 @@ def test_a_failed_milestone_shows_its_error_and_abort_returns_the_tree_to_main(
     assert review.heading.text().startswith("Failed — ")
     assert "milestone/m1" in review.reason.text() and "anima.log" in review.reason.text()
     assert review.resume_button.isVisible() and review.abort_button.isVisible()
+    answer_dialog("Abort milestone")  # a real confirmation dialog
     review.abort_button.click()
-    review.abort_button.click()  # armed, then confirmed
     app_window.wait_status("m1", "cancelled")
     assert run_git(git_repo, "branch", "--show-current") == "main"
 

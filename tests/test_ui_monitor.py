@@ -14,7 +14,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from anima import events as ev
-from anima.store import CheckRun, Feature, Iteration, MergeInfo, MilestoneRecord
+from anima.store import CheckRun, Feature, Iteration, MergeInfo, MergeState, MilestoneRecord
 from ui.monitor import IterationMonitor
 from ui.review import ReviewPanel
 
@@ -145,8 +145,9 @@ def test_review_panel_for_a_paused_milestone(qtbot) -> None:
     panel.abort_button.click()
     assert aborted == ["m1"]
     done = make_record("completed", 0)
-    done.merge = MergeInfo(merged=False, detail="merging milestone/m1 into main conflicts in "
-                                                "a.py; the merge was aborted")
+    done.merge = MergeInfo(state=MergeState.FAILED, merged=False,
+                           detail="merging milestone/m1 into main conflicts in "
+                                   "a.py; the merge was aborted")
     panel.show_record(done)
     assert panel.mode == "completed" and panel.reason.text().startswith("Not merged: merging")
     assert not any(b.isVisible() for b in (panel.resume_button, panel.abort_button,

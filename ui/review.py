@@ -172,7 +172,9 @@ class ReviewPanel(QFrame):
             self.reason.setText("Not merged (merge_on_complete is off): its branch "
                                 f"{record.branch_name} is kept for you to merge.")
         else:
-            self.reason.setText(("Merged: " if merge.merged else "Not merged: ") + merge.detail)
+            words = {"merged": "Merged: ", "pending": "Merging into main… "}.get(
+                enum_text(merge.state), "Not merged: ")
+            self.reason.setText(words + merge.detail)
         self.rejections.hide()
         self.note.hide()
         self._show_buttons()
