@@ -1,6 +1,6 @@
 """The window is fed by what changed: an idle project moves nothing on screen, and what the
-user is in the middle of (an armed Abort, a request in flight, a dismissed banner) survives the
-engine's rescans. The real MainWindow and the real engine in a temp git repo."""
+user is in the middle of (an open Abort dialog, a request in flight, a dismissed banner)
+survives the engine's rescans. The real MainWindow and the real engine in a temp git repo."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from PySide6.QtWidgets import QLabel
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication, QLabel, QMessageBox
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -122,8 +123,8 @@ def test_the_banner_goes_when_the_bad_file_is_fixed(qtbot, git_repo: Path, fake:
         w.close()
 
 
-def test_an_armed_abort_survives_the_rescans(qtbot, git_repo: Path, fake: FakeClaude,
-                                             tmp_path: Path) -> None:
+def test_an_open_abort_dialog_survives_the_rescans(qtbot, git_repo: Path, fake: FakeClaude,
+                                                   tmp_path: Path) -> None:
     paused_project(git_repo)
     w = Window(qtbot, tmp_path)
     try:
@@ -131,11 +132,18 @@ def test_an_armed_abort_survives_the_rescans(qtbot, git_repo: Path, fake: FakeCl
         review = w.window.review
         qtbot.waitUntil(review.isVisible, timeout=10000)
         qtbot.keyClicks(review.note, "half-written note")
-        review.abort_button.click()
-        qtbot.wait(1500)  # a rescan or two, well inside the confirmation window
-        assert review.abort_button.text() == "Click again to abort"
-        assert review.note.toPlainText() == "half-written note"
-        review.abort_button.click()
+        seen: list[tuple[str, str]] = []
+
+        def after_rescans() -> None:  # a rescan or two while the user reads the question
+            box = QApplication.activeModalWidget()
+            assert isinstance(box, QMessageBox)
+            seen.append((box.text(), review.note.toPlainText()))
+            next(b for b in box.buttons() if b.text().replace("&", "") == "Abort milestone"
+                 ).click()
+
+        QTimer.singleShot(RESCANS_MS, after_rescans)
+        review.abort_button.click()  # the dialog's own event loop runs until the click
+        assert seen and "Abort" in seen[0][0] and seen[0][1] == "half-written note"
         w.wait_status("m1", "cancelled")
     finally:
         w.close()

@@ -516,8 +516,9 @@ class MainWindow(QMainWindow):
     def _save_transcript(self) -> None:
         """The pane holding the focus, else the one whose agent is working, else Developer."""
         panes = self.monitor.panes
-        focused = next((p for p in panes.values() if p.isAncestorOf(QApplication.focusWidget())),
-                       None) if QApplication.focusWidget() else None
+        focus = QApplication.focusWidget()
+        focused = next((p for p in panes.values() if p.isAncestorOf(focus)),
+                       None) if focus is not None else None
         pane = focused or next((p for p in panes.values() if p.active), panes["developer"])
         saved = save_transcript(self, pane.role, pane.plain_text(), self.project)
         if saved is not None:

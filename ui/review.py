@@ -201,7 +201,7 @@ class ReviewPanel(QFrame):
                        self.changes_button, self.start_button, self.continue_button):
             button.setVisible(button in visible)
 
-    def _fill_continue_menu(self, record: Any) -> None:
+    def _fill_continue_menu(self, record: MilestoneRecord) -> None:
         self.continue_menu.clear()
         last = record.iterations[-1].round if record.iterations else 0
         for it in record.iterations:
