@@ -8,8 +8,8 @@ import pytest
 
 from anima.config import Config
 from anima.git_ops import GitRepo
+from anima.loop.rewind import RewindError, accepted_rounds, continue_from_round
 from anima.paths import ProjectPaths
-from anima.rewind import RewindError, accepted_rounds, continue_from_round
 from anima.store import FeatureStatus, MilestoneStatus, Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine

@@ -40,7 +40,7 @@ class _ClaudeProbe(QObject):
 
     def start(self, command: str | None) -> None:
         def probe() -> None:
-            from anima.agents.discovery import find_claude
+            from anima.agents.claude.discovery import find_claude
             from anima.errors import AnimaError
 
             try:

@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from anima import comments, procfs, rewind
+from anima import comments, procfs
 from anima.config import Config
 from anima.engine.agents import DIALECT, AgentFactory
 from anima.engine.outcome import RunOutcome
@@ -48,7 +48,7 @@ from anima.guard import put_back_interrupted
 from anima.journal import Journal, read_transcript_tail
 from anima.lock import ProjectLock
 from anima.logsetup import configure_logging, log_event
-from anima.loop import actions
+from anima.loop import actions, rewind
 from anima.loop.completion import finish_completed, merge_pending
 from anima.loop.recovery import AgentRegistry, recover_project
 from anima.loop.run import MilestoneRun

@@ -10,11 +10,11 @@ whose commits were all dropped go back to pending so the Developer does them aga
 from __future__ import annotations
 
 from anima import comments
-from anima.loop import actions
 from anima.config import Config
 from anima.errors import AnimaError
 from anima.events import EventBus
 from anima.git_ops import GitRepo
+from anima.loop import actions
 from anima.store import FeatureStatus, MilestoneRecord, MilestoneStatus, Store, Verdict
 
 DROPPED_REFS = "refs/anima/dropped"
