@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from anima import actions, comments
+from anima import comments
 from anima.config import Config
+from anima.loop import actions
 from anima.paths import ProjectPaths
 from anima.store import MilestoneStatus, Store
 from tests.helpers import milestone_md
