@@ -24,12 +24,12 @@ from typing import Any
 
 from anima import comments, procfs
 from anima.config import Config
+from anima.diffs import ChangeSet, milestone_changes
 from anima.engine.agents import DIALECT, AgentFactory
 from anima.engine.outcome import RunOutcome
 from anima.engine.project import ensure_gitignore, open_config
 from anima.engine.watcher import MilestoneWatcher
-from anima.diffs import ChangeSet, milestone_changes
-from anima.errors import AnimaError, MilestoneError, ProjectError, RecordError
+from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError, RecordError
 from anima.events import (
     AgentEvent,
     EngineError,
