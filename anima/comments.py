@@ -14,9 +14,9 @@ import uuid
 
 from anima.errors import AnimaError
 from anima.events import EventBus, MilestoneChanged
-from anima.prompts import render
-from anima.redact import redact
 from anima.store import MilestoneRecord, MilestoneStatus, ReviewComment, Store, now
+from anima.text.prompts import render
+from anima.text.redact import redact
 
 #: Held while a record's comments are read and rewritten (here and in `actions`).
 LOCK = threading.RLock()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from anima.engine import Engine
+from anima.engine.facade import Engine
 from anima.events import EngineError, Event
 from anima.store import MilestoneStatus
 from tests.conftest import FakeClaude

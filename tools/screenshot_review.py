@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QSettings, Qt
     from PySide6.QtWidgets import QApplication
 
-    from anima.engine import Engine
+    from anima.engine.facade import Engine
     from ui.app import load_style_sheet
     from ui.main_window import MainWindow
 
