@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from anima.engine.facade import Engine  # noqa: E402
 from anima.events import Compacted, Event, EventBus, PhaseChanged  # noqa: E402
-from tests.conftest import find_real_claude, real_claude_env, run_git  # noqa: E402
+from tests.conftest import find_real_claude, init_repo, real_claude_env  # noqa: E402
 from tests.fakes.api_stub import (  # noqa: E402
     ApiStub,
     Reply,
@@ -99,19 +99,9 @@ def data_file(round_no: int, k: int) -> str:
 
 
 def make_repo(base: Path) -> Path:
-    repo = base / "repo"
-    repo.mkdir()
-    run_git(repo, "init", "-q", "-b", "main")
-    run_git(repo, "config", "user.name", "Anima Bench")
-    run_git(repo, "config", "user.email", "bench@example.invalid")
-    run_git(repo, "config", "commit.gpgsign", "false")
-    (repo / "data").mkdir()
-    for n in range(1, ROUNDS + 2):
-        for k in range(FILES_PER_ROUND):
-            body = "".join(f"r{n:02d}f{k} {i:05d} {LINE}\n" for i in range(LINES_PER_FILE))
-            (repo / data_file(n, k)).write_text(body, encoding="utf-8")
-    run_git(repo, "add", "-A")
-    run_git(repo, "commit", "-q", "-m", "chore: data files")
+    repo = init_repo(base / "repo", {
+        data_file(n, k): "".join(f"r{n:02d}f{k} {i:05d} {LINE}\n" for i in range(LINES_PER_FILE))
+        for n in range(1, ROUNDS + 2) for k in range(FILES_PER_ROUND)})
     features = [f"Part {i}" for i in range(1, ROUNDS + 1)]
     return make_project(repo, {"growth": milestone_md("Growth", features)})
 

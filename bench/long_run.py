@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from tests.conftest import FAKE_CLAUDE, run_git  # noqa: E402
+from tests.conftest import FAKE_CLAUDE, init_repo  # noqa: E402
 from tests.helpers import make_project, milestone_md  # noqa: E402
 
 LONG_ROUNDS = 60
@@ -56,15 +56,7 @@ def du(path: Path) -> int:
 
 
 def make_repo(base: Path) -> Path:
-    repo = base / "repo"
-    repo.mkdir()
-    run_git(repo, "init", "-q", "-b", "main")
-    run_git(repo, "config", "user.name", "Anima Bench")
-    run_git(repo, "config", "user.email", "bench@example.invalid")
-    run_git(repo, "config", "commit.gpgsign", "false")
-    (repo / "README.md").write_text("# long run\n", encoding="utf-8")
-    run_git(repo, "add", "-A")
-    run_git(repo, "commit", "-q", "-m", "chore: initial commit")
+    repo = init_repo(base / "repo", {"README.md": "# long run\n"})
     features = [f"Part {i}" for i in range(1, LONG_ROUNDS)]  # + the final round = 60
     return make_project(repo, {"a-long": milestone_md("Long", features)},
                         config={"max_iterations_per_milestone": LONG_ROUNDS + 5,

@@ -98,14 +98,21 @@ def run_git(repo: Path, *args: str) -> str:
 @pytest.fixture
 def git_repo(tmp_path: Path) -> Path:
     """A repo with one commit on `main`; identity set locally, so commits work anywhere."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
+    return init_repo(tmp_path / "repo", {"README.md": "# test project\n"})
+
+
+def init_repo(repo: Path, files: dict[str, str]) -> Path:
+    """A new repo at `repo` whose first commit on `main` holds `files`; identity set locally,
+    so commits work anywhere (tests and benches alike)."""
+    repo.mkdir(parents=True)
     run_git(repo, "init", "-q", "-b", "main")
     run_git(repo, "config", "user.name", "Anima Test")
     run_git(repo, "config", "user.email", "anima-test@example.invalid")
     run_git(repo, "config", "commit.gpgsign", "false")
-    (repo / "README.md").write_text("# test project\n", encoding="utf-8")
-    run_git(repo, "add", "README.md")
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text, encoding="utf-8")
+    run_git(repo, "add", "-A")
     run_git(repo, "commit", "-q", "-m", "chore: initial commit")
     return repo
 
