@@ -16,7 +16,8 @@ from PySide6.QtWidgets import QApplication
 
 from anima import events as ev
 from anima.agents.claude.protocol import describe_tool
-from ui.agent_pane import AgentPane, render_markdown
+from ui.agent_pane import AgentPane
+from ui.transcript import render_markdown
 from ui.bridge import EngineBridge
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),

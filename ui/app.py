@@ -17,8 +17,9 @@ from PySide6.QtWidgets import QApplication
 
 from anima.paths import resource
 from ui.diff_view import warm_up_lexers
-from ui.main_window import MainWindow, app_icon
+from ui.main_window import MainWindow
 from ui.platform_check import platform_problem
+from ui.window_chrome import app_icon
 
 ORGANIZATION = "Anima"
 APPLICATION = "Anima"

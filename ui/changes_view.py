@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import (
-    QAbstractTableModel,
     QItemSelectionModel,
     QModelIndex,
     QPersistentModelIndex,
@@ -42,18 +41,19 @@ from PySide6.QtWidgets import (
 
 from anima.diffs import ChangeSet, DiffRow, FileDiff
 from ui.diff_view import DiffView
-from ui.monitor import enum_text
+from ui.formatting import enum_text
+from ui.table_model import ColumnModel
 
 COMMENTABLE = ("paused", "awaiting_review")
-COLUMNS = ("File", "+", "−")
-
 
 def fold_reason(diff: FileDiff) -> str:
     return "generated file" if diff.generated else "whitespace-only change"
 
 
-class FileTableModel(QAbstractTableModel):
+class FileTableModel(ColumnModel):
     """One row per changed file: path (greyed when folded), lines added, lines removed."""
+
+    COLUMNS = ("File", "+", "−")
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -66,15 +66,6 @@ class FileTableModel(QAbstractTableModel):
 
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self.files)
-
-    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation,
-                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return COLUMNS[section]
-        return None
 
     def data(self, index: QModelIndex | QPersistentModelIndex,
              role: int = Qt.ItemDataRole.DisplayRole) -> Any:

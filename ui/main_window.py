@@ -2,7 +2,8 @@
 
 A project is opened through File → Open…, the recent-projects menu, the command line, or
 automatically (the last one) on start; all remembered in `QSettings`, whose organisation and
-application names the caller chooses (tests pass a temporary ini file). A folder without
+application names the caller chooses (tests pass a temporary ini file). Menus, tray, settings
+and drops are `ui.window_chrome`'s. A folder without
 `.anima/` gets an empty state offering to initialise it. Errors the engine reports — not a
 git repository, `claude` missing, a malformed milestone — are listed in a banner at the top of
 the window until dismissed. The engine is only ever called through `EngineBridge`, off the GUI
@@ -17,45 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import (
-    QAbstractListModel,
-    QByteArray,
-    QModelIndex,
-    QPersistentModelIndex,
-    QRect,
-    QSettings,
-    QSize,
-    Qt,
-    Signal,
-    Slot,
-)
-from PySide6.QtGui import (
-    QAction,
-    QCloseEvent,
-    QColor,
-    QDragEnterEvent,
-    QDragMoveEvent,
-    QDropEvent,
-    QFont,
-    QIcon,
-    QKeySequence,
-    QPainter,
-)
+from PySide6.QtCore import QSettings, Qt, Signal, Slot
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
-    QApplication,
-    QFileDialog,
     QFrame,
-    QHBoxLayout,
     QLabel,
-    QListView,
-    QMainWindow,
     QPushButton,
     QSplitter,
     QStackedWidget,
-    QStyle,
-    QStyledItemDelegate,
-    QStyleOptionViewItem,
-    QSystemTrayIcon,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -63,26 +33,22 @@ from PySide6.QtWidgets import (
 
 from anima import events as ev
 from anima.engine.project import git_problem, init_project
-from anima.paths import resource
 from anima.phases import Phase
-from ui.agent_pane import tool_button
+from ui.banner import EmptyState, ErrorBanner
 from ui.bridge import EngineBridge, EngineLike
 from ui.changes_view import ChangesView
-from ui.desktop import install_help_menu, save_transcript
 from ui.dialogs import confirm
 from ui.diff_view import prepare_lexers
-from ui.monitor import STATUS_COLORS, IterationMonitor, enum_text
+from ui.formatting import enum_text
+from ui.milestone_list import MilestoneList
+from ui.monitor import IterationMonitor
 from ui.review import ReviewPanel, RunControls
+from ui.window_chrome import WindowChrome, app_icon
 
 if TYPE_CHECKING:
     from anima.engine.facade import MilestoneRecord
 
 log = logging.getLogger(__name__)
-
-MAX_RECENT = 8
-NOTICE_TITLES = {"paused": "Anima paused", "completed": "Milestone completed",
-                 "awaiting_review": "Ready for your review", "failed": "Milestone failed",
-                 "waiting": "Waiting for a usage limit"}
 
 EngineFactory = Callable[[Path], EngineLike]
 
@@ -93,272 +59,7 @@ def default_engine_factory(root: Path) -> EngineLike:
     return Engine(root)
 
 
-def app_icon() -> QIcon:
-    icon = resource("icons", "anima.svg")
-    return QIcon(str(icon)) if icon.is_file() else QIcon()
-
-
-# --- the sidebar -------------------------------------------------------------------------------
-
-
-class MilestoneListModel(QAbstractListModel):
-    """Milestone records in scheduling order; one row each."""
-
-    RecordRole = Qt.ItemDataRole.UserRole + 1
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.records: list[MilestoneRecord] = []
-
-    def set_records(self, records: list[MilestoneRecord]) -> None:
-        if [r.id for r in records] == [r.id for r in self.records]:
-            self.records = list(records)
-            if records:
-                self.dataChanged.emit(self.index(0), self.index(len(records) - 1))
-            return
-        self.beginResetModel()
-        self.records = list(records)
-        self.endResetModel()
-
-    def remove_record(self, milestone_id: str) -> None:
-        row = self.row_of(milestone_id)
-        if row >= 0:
-            self.beginRemoveRows(QModelIndex(), row, row)
-            del self.records[row]
-            self.endRemoveRows()
-
-    def update_record(self, record: MilestoneRecord) -> None:
-        for row, old in enumerate(self.records):
-            if old.id == record.id:
-                self.records[row] = record
-                self.dataChanged.emit(self.index(row), self.index(row))
-                return
-        self.beginInsertRows(QModelIndex(), len(self.records), len(self.records))
-        self.records.append(record)
-        self.endInsertRows()
-
-    def row_of(self, milestone_id: str) -> int:
-        return next((i for i, r in enumerate(self.records) if r.id == milestone_id), -1)
-
-    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.records)
-
-    def data(self, index: QModelIndex | QPersistentModelIndex,
-             role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid():
-            return None
-        record = self.records[index.row()]
-        if role == Qt.ItemDataRole.DisplayRole:
-            return record.title
-        if role == self.RecordRole:
-            return record
-        if role == Qt.ItemDataRole.ToolTipRole:
-            details = [record.pause_reason, record.error,
-                       f"merge: {enum_text(record.merge.state)} — {record.merge.detail}"
-                       if record.merge else None]
-            reason = "".join(f"\n{d}" for d in details if d)
-            return f"{record.id} — {enum_text(record.status).replace('_', ' ')}{reason}"
-        return None
-
-
-def milestone_summary(record: MilestoneRecord) -> str:
-    """'in progress · 3/9 · $1.24' — the sidebar's second line."""
-    status = enum_text(record.status).replace("_", " ")
-    if record.merge is not None and enum_text(record.merge.state) != "merged":
-        status += f" (merge {enum_text(record.merge.state)})"
-    return f"{status} · {record.features_done}/{len(record.features)} · ${record.cost_usd:.2f}"
-
-
-class MilestoneDelegate(QStyledItemDelegate):
-    """Two lines per milestone: its title, then status (coloured), progress and cost."""
-
-    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
-                 ) -> QSize:
-        height = option.fontMetrics.height()
-        return QSize(200, height * 2 + 18)
-
-    def paint(self, painter: QPainter, option: QStyleOptionViewItem,
-              index: QModelIndex | QPersistentModelIndex) -> None:
-        record = index.data(MilestoneListModel.RecordRole)
-        if record is None:
-            return
-        painter.save()
-        selected = bool(option.state & QStyle.StateFlag.State_Selected)
-        rect: QRect = option.rect
-        if selected:
-            painter.fillRect(rect, QColor("#e7eefc"))
-            painter.fillRect(QRect(rect.left(), rect.top(), 3, rect.height()), QColor("#2f6feb"))
-        elif option.state & QStyle.StateFlag.State_MouseOver:
-            painter.fillRect(rect, QColor("#f3f4f6"))
-        status = enum_text(record.status)
-        color = QColor(STATUS_COLORS.get(status, "#6e7781"))
-        metrics = option.fontMetrics
-        line = metrics.height()
-        x = rect.left() + 14
-        width = rect.width() - 24
-        title_font = QFont(option.font)
-        title_font.setBold(True)
-        painter.setFont(title_font)
-        painter.setPen(QColor("#1f2328"))
-        title = painter.fontMetrics().elidedText(record.title, Qt.TextElideMode.ElideRight,
-                                                 width)
-        painter.drawText(QRect(x, rect.top() + 6, width, line), Qt.AlignmentFlag.AlignLeft
-                         | Qt.AlignmentFlag.AlignVCenter, title)
-        painter.setFont(option.font)
-        # A status dot, then the summary in the status colour.
-        dot_y = rect.top() + 8 + line + line // 2
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        painter.setBrush(color)
-        painter.setPen(Qt.PenStyle.NoPen)
-        painter.drawEllipse(x, dot_y - 4, 8, 8)
-        painter.setPen(color)
-        summary = metrics.elidedText(milestone_summary(record), Qt.TextElideMode.ElideRight,
-                                     width - 14)
-        painter.drawText(QRect(x + 14, rect.top() + 8 + line, width - 14, line),
-                         Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, summary)
-        painter.restore()
-
-
-class MilestoneList(QListView):
-    """The project's milestones; selecting one shows it in the monitor."""
-
-    #: A milestone was selected (by the user or programmatically). GUI thread.
-    milestone_selected = Signal(str)
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("milestoneList")
-        self.milestones = MilestoneListModel(self)
-        self.setModel(self.milestones)
-        self.setItemDelegate(MilestoneDelegate(self))
-        self.setMouseTracking(True)
-        self.setUniformItemSizes(True)
-        self.selectionModel().currentChanged.connect(self._on_current_changed)
-
-    def select(self, milestone_id: str) -> None:
-        row = self.milestones.row_of(milestone_id)
-        if row >= 0:
-            self.setCurrentIndex(self.milestones.index(row))
-
-    @property
-    def selected_id(self) -> str | None:
-        index = self.currentIndex()
-        if not index.isValid():
-            return None
-        return self.milestones.records[index.row()].id
-
-    @Slot(QModelIndex, QModelIndex)
-    def _on_current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        if current.isValid():
-            self.milestone_selected.emit(self.milestones.records[current.row()].id)
-
-    def summaries(self) -> list[str]:
-        """Each row as text (title — summary), for tests and accessibility."""
-        return [f"{r.title} — {milestone_summary(r)}" for r in self.milestones.records]
-
-
-# --- banners and empty states ------------------------------------------------------------------
-
-
-class ErrorBanner(QFrame):
-    """Errors the user must see, newest last, each dismissible; identical ones are counted."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("errorBanner")
-        self._rows: dict[str, tuple[QWidget, QLabel, list[int]]] = {}
-        self._layout = QVBoxLayout(self)
-        self._layout.setContentsMargins(12, 8, 12, 8)
-        self._layout.setSpacing(4)
-        self.hide()
-
-    @property
-    def messages(self) -> list[str]:
-        return list(self._rows)
-
-    def add(self, message: str) -> None:
-        message = message.strip()
-        if not message:
-            return
-        if message in self._rows:
-            _, label, count = self._rows[message]
-            count[0] += 1
-            label.setText(f"{message}  (×{count[0]})")
-            return
-        row = QWidget(self)
-        label = QLabel(message, row)
-        label.setObjectName("errorText")
-        label.setWordWrap(True)
-        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        close = tool_button(row, "✕", "Dismiss")
-        close.setObjectName("dismissButton")
-        layout = QHBoxLayout(row)
-        layout.setContentsMargins(0, 0, 0, 0)
-        icon = QLabel("⚠", row)
-        icon.setObjectName("errorIcon")
-        layout.addWidget(icon, 0, Qt.AlignmentFlag.AlignTop)
-        layout.addWidget(label, 1)
-        layout.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
-        close.clicked.connect(lambda: self.dismiss(message))
-        self._rows[message] = (row, label, [1])
-        self._layout.addWidget(row)
-        # Keep the banner bounded: the oldest go first.
-        while len(self._rows) > 6:
-            self.dismiss(next(iter(self._rows)))
-        self.show()
-
-    def dismiss(self, message: str) -> None:
-        entry = self._rows.pop(message, None)
-        if entry is not None:
-            entry[0].deleteLater()
-        if not self._rows:
-            self.hide()
-
-    def clear(self) -> None:
-        for message in list(self._rows):
-            self.dismiss(message)
-
-
-class EmptyState(QWidget):
-    """A centred heading, an explanation and one or two actions."""
-
-    def __init__(self, heading: str, text: str, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("emptyState")
-        self.heading = QLabel(heading, self)
-        self.heading.setObjectName("emptyHeading")
-        self.heading.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.text = QLabel(text, self)
-        self.text.setObjectName("emptyText")
-        self.text.setWordWrap(True)
-        self.text.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.buttons = QHBoxLayout()
-        self.buttons.addStretch(1)
-        layout = QVBoxLayout(self)
-        layout.addStretch(2)
-        layout.addWidget(self.heading)
-        layout.addWidget(self.text)
-        layout.addSpacing(12)
-        layout.addLayout(self.buttons)
-        layout.addStretch(3)
-
-    def add_button(self, text: str, slot: Callable[[], None], primary: bool = False
-                   ) -> QPushButton:
-        button = QPushButton(text, self)
-        if primary:
-            button.setObjectName("primaryButton")
-        button.clicked.connect(slot)
-        self.buttons.insertWidget(self.buttons.count(), button)
-        return button
-
-    def finish(self) -> None:
-        self.buttons.addStretch(1)
-
-
-# --- the window --------------------------------------------------------------------------------
-
-
-class MainWindow(QMainWindow):
+class MainWindow(WindowChrome):
     """One project at a time: sidebar of milestones, monitor, review panel, error banner."""
 
     #: The engine of the open project was shut down (window closing or project switch).
@@ -475,129 +176,7 @@ class MainWindow(QMainWindow):
         self._restore_geometry()
         self._show_page()
 
-    # --- menus, tray, settings -------------------------------------------------------------
-    def _build_menus(self) -> None:
-        file_menu = self.menuBar().addMenu("&File")
-        self.open_action = QAction("&Open project…", self)
-        self.open_action.setShortcut(QKeySequence.StandardKey.Open)
-        self.open_action.triggered.connect(self.choose_project)
-        file_menu.addAction(self.open_action)
-        self.recent_menu = file_menu.addMenu("Open &recent")
-        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
-        self._fill_recent_menu()
-        file_menu.addSeparator()
-        self.add_action = QAction("&Add milestone…", self)
-        self.add_action.setShortcut(QKeySequence("Ctrl+M"))
-        self.add_action.triggered.connect(self.choose_milestone_file)
-        file_menu.addAction(self.add_action)
-        self.save_transcript_action = QAction("&Save transcript…", self)
-        self.save_transcript_action.setToolTip("Save the focused agent pane's transcript")
-        self.save_transcript_action.triggered.connect(self._save_transcript)
-        file_menu.addAction(self.save_transcript_action)
-        file_menu.addSeparator()
-        quit_action = QAction("&Quit", self)
-        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
-        quit_action.triggered.connect(self.close)
-        file_menu.addAction(quit_action)
-        run_menu = self.menuBar().addMenu("&Run")
-        run_menu.addAction(self.run_controls.pause_action)
-        run_menu.addAction(self.run_controls.stop_action)
-        toolbar = self.addToolBar("Run")
-        toolbar.setObjectName("runToolbar")
-        toolbar.setMovable(False)
-        toolbar.addAction(self.add_action)
-        toolbar.addSeparator()
-        toolbar.addAction(self.run_controls.pause_action)
-        toolbar.addAction(self.run_controls.stop_action)
-        install_help_menu(self, lambda: getattr(getattr(self.engine, "config", None),
-                                                "claude_command", None))
-
-    @Slot()
-    def _save_transcript(self) -> None:
-        """The pane holding the focus, else the one whose agent is working, else Developer."""
-        panes = self.monitor.panes
-        focus = QApplication.focusWidget()
-        focused = next((p for p in panes.values() if p.isAncestorOf(focus)),
-                       None) if focus is not None else None
-        pane = focused or next((p for p in panes.values() if p.active), panes["developer"])
-        saved = save_transcript(self, pane.role, pane.plain_text(), self.project)
-        if saved is not None:
-            self.statusBar().showMessage(f"Saved the {pane.role}'s transcript to {saved}", 8000)
-
-    def _make_tray(self) -> QSystemTrayIcon | None:
-        if not QSystemTrayIcon.isSystemTrayAvailable():
-            return None
-        tray = QSystemTrayIcon(app_icon(), self)
-        tray.setToolTip("Anima")
-        tray.activated.connect(self._bring_to_front)
-        tray.show()
-        return tray
-
-    @Slot()
-    def _bring_to_front(self) -> None:
-        self.showNormal()
-        self.activateWindow()
-
-    def recent_projects(self) -> list[str]:
-        value = self.settings.value("projects/recent", [])
-        if isinstance(value, str):  # QSettings returns a lone entry as a string
-            value = [value]
-        return [str(v) for v in value] if isinstance(value, list) else []
-
-    def _remember_project(self, path: Path) -> None:
-        recent = [str(path), *(p for p in self.recent_projects() if p != str(path))]
-        self.settings.setValue("projects/recent", recent[:MAX_RECENT])
-        self.settings.setValue("projects/last", str(path))
-        self.settings.sync()
-
-    def last_project(self) -> Path | None:
-        value = self.settings.value("projects/last", "")
-        return Path(str(value)) if value else None
-
-    @Slot()
-    def _fill_recent_menu(self) -> None:
-        self.recent_menu.clear()
-        recent = self.recent_projects()
-        for path in recent:
-            action = self.recent_menu.addAction(path)
-            action.triggered.connect(lambda _checked=False, p=path: self.open_project(Path(p)))
-        if not recent:
-            self.recent_menu.addAction("(none)").setEnabled(False)
-            return
-        self.recent_menu.addSeparator()
-        self.recent_menu.addAction("Clear recent projects", self._clear_recent)
-
-    def _clear_recent(self) -> None:
-        self.settings.remove("projects/recent")
-
-    def _restore_geometry(self) -> None:
-        geometry = self.settings.value("window/geometry")
-        if isinstance(geometry, QByteArray | bytes) and self.restoreGeometry(geometry):
-            pass
-        else:
-            self.resize(1360, 860)
-        for key, splitter in (("window/sidebar", self.splitter),
-                              ("window/panes", self.monitor.pane_splitter),
-                              ("window/body", self.monitor.body)):
-            state = self.settings.value(key)
-            if isinstance(state, QByteArray | bytes):
-                splitter.restoreState(state)
-
-    def _save_geometry(self) -> None:
-        self.settings.setValue("window/geometry", self.saveGeometry())
-        self.settings.setValue("window/sidebar", self.splitter.saveState())
-        self.settings.setValue("window/panes", self.monitor.pane_splitter.saveState())
-        self.settings.setValue("window/body", self.monitor.body.saveState())
-        self.settings.sync()
-
     # --- opening a project -----------------------------------------------------------------
-    @Slot()
-    def choose_project(self) -> None:
-        start = str(self.project or self.last_project() or Path.home())
-        folder = QFileDialog.getExistingDirectory(self, "Open project", start)
-        if folder:
-            self.open_project(Path(folder))
-
     def open_project(self, path: Path) -> None:
         """Show `path`: its monitor, or the offer to initialise it. Stops the previous one."""
         path = Path(path).expanduser().resolve()
@@ -835,44 +414,7 @@ class MainWindow(QMainWindow):
         # A refused request re-enables the decision it came from.
         self.review.setEnabled(True)
 
-    @Slot(object)
-    def _on_usage_limit_wait(self, event: ev.UsageLimitWait) -> None:
-        """A permanent status-bar label while the loop waits for a usage limit to reset."""
-        if self.wait_label is None:
-            self.wait_label = QLabel()
-            self.wait_label.setObjectName("usageLimitWait")
-            self.statusBar().addPermanentWidget(self.wait_label)
-        self.wait_label.setText(event.message.split(" (")[0] if event.until else "")
-        self.wait_label.setVisible(event.until is not None)
-
-    @Slot(object)
-    def _on_notice(self, event: ev.Notice) -> None:
-        title = NOTICE_TITLES.get(event.kind, "Anima")
-        # "X is completed" says it all; the title is for the tray, where it stands apart.
-        text = event.message if event.kind == "completed" else f"{title}: {event.message}"
-        self.statusBar().showMessage(text, 15000)
-        if self.tray is not None:
-            self.tray.showMessage(title, event.message, app_icon(), 10000)
-
     # --- user requests ---------------------------------------------------------------------
-    @Slot()
-    def choose_milestone_file(self) -> None:
-        if self.bridge is None:
-            self.errors.add("Open a project first, then add milestones to it.")
-            return
-        files, _ = QFileDialog.getOpenFileNames(self, "Add milestone", str(self.project or ""),
-                                                "Milestones (*.md)")
-        for name in files:
-            self.add_milestone_file(Path(name))
-
-    def add_milestone_file(self, path: Path) -> None:
-        """Validate and copy a milestone in (engine.add_milestone), off the GUI thread."""
-        if self.bridge is None:
-            self.errors.add(f"Cannot add {path.name}: open a project first.")
-            return
-        self.bridge.add_milestone(
-            path, on_done=lambda mid: self.statusBar().showMessage(f"Added milestone {mid}", 6000))
-
     @Slot(str, str)
     def _on_resume_requested(self, milestone_id: str, note: str) -> None:
         if self.bridge is not None:
@@ -917,33 +459,6 @@ class MainWindow(QMainWindow):
         if self.bridge is not None:
             self.bridge.stop_now()
             self.statusBar().showMessage("Stopping the agents…", 8000)
-
-    # --- drag and drop ----------------------------------------------------------------------
-    @staticmethod
-    def _dropped_milestones(event: QDragEnterEvent | QDropEvent) -> list[Path]:
-        mime = event.mimeData()
-        if not mime.hasUrls():
-            return []
-        return [Path(url.toLocalFile()) for url in mime.urls()
-                if url.isLocalFile() and url.toLocalFile().lower().endswith(".md")]
-
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if self._dropped_milestones(event):
-            event.acceptProposedAction()
-        else:
-            event.ignore()
-
-    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
-        event.acceptProposedAction()
-
-    def dropEvent(self, event: QDropEvent) -> None:
-        files = self._dropped_milestones(event)
-        if not files:
-            event.ignore()
-            return
-        event.acceptProposedAction()
-        for path in files:
-            self.add_milestone_file(path)
 
     # --- closing ----------------------------------------------------------------------------
     def closeEvent(self, event: QCloseEvent) -> None:

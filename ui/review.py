@@ -28,7 +28,8 @@ from PySide6.QtWidgets import (
 
 from anima.phases import RUNNING, Phase
 from ui.dialogs import confirm
-from ui.monitor import enum_text, set_style_state
+from ui.formatting import enum_text
+from ui.widgets import set_style_state
 
 if TYPE_CHECKING:
     from anima.engine.facade import MilestoneRecord

@@ -1,0 +1,152 @@
+"""The rounds table under the monitor: one row per round, a click shows its commit's changes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, Signal, Slot
+from PySide6.QtGui import QBrush, QColor, QFontDatabase
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
+
+from ui.formatting import enum_text, format_duration, format_tokens, seconds_between
+from ui.table_model import ColumnModel
+
+if TYPE_CHECKING:
+    from anima.engine.facade import Iteration
+
+
+def check_text(check: Any) -> str:
+    """A round's check in a table cell: "✓ 2.1 s", "✗ exit 1", "✗ timed out"."""
+    if check.passed:
+        return f"✓ {check.duration_seconds:.1f} s"
+    if check.timed_out:
+        return "✗ timed out"
+    return f"✗ exit {check.exit_code}"
+
+
+class RoundHistoryModel(ColumnModel):
+    """The record's iterations as rows; rows are only appended while a milestone runs."""
+
+    COLUMNS = ("Round", "Kind", "Feature", "Commit", "Checks", "Verdict", "Tokens", "Cost",
+               "Duration")
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.rows: list[Iteration] = []
+
+    def set_iterations(self, iterations: list[Iteration]) -> None:
+        old = self.rows
+        if len(iterations) >= len(old) and all(
+                a.round == b.round and a.started_at == b.started_at
+                for a, b in zip(old, iterations, strict=False)):
+            for i in range(len(old)):
+                self.rows[i] = iterations[i]
+            if old:
+                self.dataChanged.emit(self.index(0, 0),
+                                      self.index(len(old) - 1, len(self.COLUMNS) - 1))
+            if len(iterations) > len(old):
+                self.beginInsertRows(QModelIndex(), len(old), len(iterations) - 1)
+                self.rows = list(iterations)
+                self.endInsertRows()
+            return
+        self.beginResetModel()
+        self.rows = list(iterations)
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.rows)
+
+    def data(self, index: QModelIndex | QPersistentModelIndex,
+             role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        it = self.rows[index.row()]
+        column = self.COLUMNS[index.column()]
+        verdict = enum_text(it.verdict)
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._text(it, column, verdict)
+        if role == Qt.ItemDataRole.ForegroundRole and column == "Verdict":
+            return QBrush(QColor("#1a7f37" if verdict == "accepted" else "#c5221f"))
+        if role == Qt.ItemDataRole.ForegroundRole and column == "Checks" and it.check:
+            return QBrush(QColor("#1a7f37" if it.check.passed else "#c5221f"))
+        if role == Qt.ItemDataRole.FontRole and column == "Commit":
+            return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            lines = [f"Round {it.round} ({enum_text(it.kind)}) — {verdict.upper()}"]
+            if it.reason:
+                lines.append(f"Reason: {it.reason}")
+            if it.summary:
+                lines.append(f"Summary: {it.summary}")
+            if it.commit:
+                lines.append(f"Commit {it.commit} — click to show its changes")
+            if it.changed_files:
+                lines.append("Changed: " + ", ".join(it.changed_files[:12]))
+            if it.check is not None:
+                lines.append(f"Checks: `{it.check.command}` — {check_text(it.check)}")
+                lines += it.check.tail.splitlines()[-12:]
+            return "\n".join(lines)
+        if role == Qt.ItemDataRole.TextAlignmentRole and column in ("Round", "Tokens", "Cost",
+                                                                     "Duration"):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.UserRole:
+            return it.commit
+        return None
+
+    @staticmethod
+    def _text(it: Iteration, column: str, verdict: str) -> str:
+        if column == "Round":
+            return str(it.round)
+        if column == "Kind":
+            return enum_text(it.kind)
+        if column == "Feature":
+            return it.feature or "—"
+        if column == "Commit":
+            return (it.commit or "")[:7] or "—"
+        if column == "Checks":
+            return "—" if it.check is None else check_text(it.check)
+        if column == "Verdict":
+            return "ACCEPTED" if verdict == "accepted" else \
+                f"REJECTED: {it.reason}" if it.reason else "REJECTED"
+        if column == "Tokens":
+            return format_tokens(it.tokens)
+        if column == "Cost":
+            return f"${it.cost_usd:.2f}"
+        seconds = seconds_between(it.started_at, it.ended_at)
+        return "—" if seconds is None else format_duration(seconds)
+
+
+class RoundHistory(QTableView):
+    """The rounds of a milestone; a click on a row with a commit shows its changes."""
+
+    #: The user chose a round with a commit (its number). GUI thread.
+    round_selected = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("roundHistory")
+        self.history = RoundHistoryModel(self)
+        self.setModel(self.history)
+        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.setAlternatingRowColors(True)
+        self.setShowGrid(False)
+        self.setWordWrap(False)
+        self.verticalHeader().hide()
+        self.verticalHeader().setDefaultSectionSize(24)
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(RoundHistoryModel.COLUMNS.index("Verdict"),
+                                    QHeaderView.ResizeMode.Stretch)
+        self.clicked.connect(self._on_clicked)
+
+    def show_iterations(self, iterations: list[Iteration]) -> None:
+        at_end = self.verticalScrollBar().value() >= self.verticalScrollBar().maximum()
+        self.history.set_iterations(iterations)
+        if at_end:
+            self.scrollToBottom()
+
+    @Slot(QModelIndex)
+    def _on_clicked(self, index: QModelIndex) -> None:
+        if self.history.data(index, Qt.ItemDataRole.UserRole):
+            self.round_selected.emit(self.history.rows[index.row()].round)

@@ -1,0 +1,324 @@
+"""The transcript text view and the Markdown-ish rendering of what an agent says.
+
+Lines are tuples of (format key, text) runs, built off the document and laid out in bulk by
+`TranscriptView`, which keeps a scrollback cap by swapping documents (see its docstring).
+"""
+
+from __future__ import annotations
+
+import re
+
+from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+)
+from PySide6.QtWidgets import (
+    QFrame,
+    QPlainTextDocumentLayout,
+    QPlainTextEdit,
+    QWidget,
+)
+
+from anima.text.formats import DEVELOPER_REPORT, VERDICT
+
+DEFAULT_MAX_LINES = 20_000
+MAX_LINE_CHARS = 2_000
+
+# Colours of the transcript (the style sheet cannot reach character formats).
+COLORS = {
+    "text": "#1f2328",
+    "muted": "#6e7781",
+    "tool": "#0b5cad",
+    "code_bg": "#f3f4f6",
+    "accepted": "#1a7f37",
+    "accepted_bg": "#e6f4ea",
+    "rejected": "#c5221f",
+    "rejected_bg": "#fce8e6",
+    "raw": "#9a6700",
+    "raw_bg": "#fff8e1",
+    "error": "#c5221f",
+    "milestone": "#8250df",
+}
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_LIST_ITEM = re.compile(r"^(\s*)[-*+]\s+(.*)$")
+_INLINE = re.compile(r"(\*\*[^*\n]+\*\*|__[^_\n]+__|`[^`\n]+`)")
+
+Run = tuple[str, str]  # (format key, text without a newline)
+Line = tuple[Run, ...]  # tuples, not lists: the GC stops tracking them
+
+
+def clip(line: str, limit: int = MAX_LINE_CHARS) -> str:
+    if len(line) <= limit:
+        return line
+    return f"{line[:limit]} … (+{len(line) - limit} chars)"
+
+
+def summarize_result(content: str, max_lines: int) -> list[str]:
+    """The first lines of a tool result and how many were left out."""
+    lines = content.rstrip("\n").split("\n") if content.strip() else []
+    if not lines:
+        return ["(no output)"]
+    shown = [clip(line, 240) for line in lines[:max_lines]]
+    if len(lines) > max_lines:
+        shown.append(f"… ({len(lines) - max_lines} more lines)")
+    return shown
+
+
+def _inline_runs(line: str, base: str) -> Line:
+    """Split `**bold**` and `code` spans out of one line."""
+    if "`" not in line and "**" not in line and "__" not in line:
+        return ((base, line),)
+    runs: list[Run] = []
+    for part in _INLINE.split(line):
+        if not part:
+            continue
+        if part.startswith("`") and part.endswith("`") and len(part) > 1:
+            runs.append(("code", part[1:-1]))
+        elif part[:2] in ("**", "__") and len(part) > 4:
+            runs.append(("bold", part[2:-2]))
+        else:
+            runs.append((base, part))
+    return tuple(runs)
+
+
+def render_markdown(text: str) -> list[Line]:
+    """Light Markdown: headings, bold, inline and fenced code, bullets, verdict lines.
+
+    Returns one list of runs per displayed line. Fast enough to run on every event; anything
+    fancier (tables, links) is shown as written, which stays readable.
+    """
+    lines: list[Line] = []
+    append = lines.append
+    in_fence = False
+    for raw in text.split("\n"):
+        line = raw.rstrip()
+        if not line and not in_fence:
+            append((("text", ""),))
+            continue
+        if len(line) > MAX_LINE_CHARS:
+            line = clip(line)
+        first = line.lstrip()[:1]
+        if first and first in "`~" and line.lstrip()[:3] in ("```", "~~~"):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            append((("code", "  " + line),))
+            continue
+        # Cheap tests first: most lines are plain prose and skip every regex.
+        upper = line.upper()
+        if ("CCEPTED" in upper or "EJECTED" in upper) and (verdict := VERDICT.match(line)):
+            accepted, rest = verdict
+            word, key = ("ACCEPTED", "accepted") if accepted else ("REJECTED", "rejected")
+            append(((key, f"{word}: {rest}" if rest else word),))
+            continue
+        if first == "#" and (heading := _HEADING.match(line)):
+            append((("h", heading.group(2).replace("**", "")),))
+            continue
+        if first in "-*+" and (item := _LIST_ITEM.match(line)):
+            append((("text", item.group(1) + "  • "), *_inline_runs(item.group(2), "text")))
+            continue
+        if signal := DEVELOPER_REPORT.match(line):
+            append((("milestone", signal),))
+            continue
+        append(_inline_runs(line, "text"))
+    return lines
+
+
+def _formats(base: QFont, mono: QFont) -> dict[str, QTextCharFormat]:
+    def fmt(color: str = COLORS["text"], *, font: QFont | None = None, bold: bool = False,
+            italic: bool = False, bg: str | None = None, scale: float = 1.0) -> QTextCharFormat:
+        f = QTextCharFormat()
+        chosen = QFont(font or base)
+        if scale != 1.0 and chosen.pointSizeF() > 0:
+            chosen.setPointSizeF(chosen.pointSizeF() * scale)
+        chosen.setBold(bold)
+        chosen.setItalic(italic)
+        f.setFont(chosen)
+        f.setForeground(QColor(color))
+        if bg:
+            f.setBackground(QColor(bg))
+        return f
+
+    return {
+        "text": fmt(),
+        "bold": fmt(bold=True),
+        "h": fmt(bold=True, scale=1.12),
+        "code": fmt(font=mono, bg=COLORS["code_bg"]),
+        "tool": fmt(COLORS["tool"], font=mono),
+        "result": fmt(COLORS["muted"], font=mono),
+        "result_error": fmt(COLORS["error"], font=mono),
+        "thinking": fmt(COLORS["muted"], italic=True),
+        "meta": fmt(COLORS["muted"], scale=0.9),
+        "separator": fmt(COLORS["muted"], bold=True, scale=0.9),
+        "accepted": fmt(COLORS["accepted"], bold=True, bg=COLORS["accepted_bg"]),
+        "rejected": fmt(COLORS["rejected"], bold=True, bg=COLORS["rejected_bg"]),
+        "milestone": fmt(COLORS["milestone"], bold=True),
+        "raw": fmt(COLORS["raw"], font=mono, bg=COLORS["raw_bg"]),
+        "error": fmt(COLORS["error"], bold=True),
+    }
+
+
+class TranscriptView(QPlainTextEdit):
+    """A read-only, selectable, capped text view that takes formatted lines in bulk.
+
+    The cap is kept by swapping documents, not by trimming: removing a line from the top of a
+    QTextDocument costs ~8 µs (more than appending it), while clearing a whole document costs
+    ~1 ms. So once the shown document is half full, new lines also go to a shadow document;
+    when the shown one reaches the cap, the shadow (holding the newest half) takes its place
+    and the old one is cleared to become the next shadow. The view never holds more than
+    `max_lines` lines and always at least half of them.
+    """
+
+    #: The user scrolled away from the bottom (False) or back to it (True). GUI thread.
+    following_changed = Signal(bool)
+
+    def __init__(self, max_lines: int = DEFAULT_MAX_LINES, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setUndoRedoEnabled(False)
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                     | Qt.TextInteractionFlag.TextSelectableByKeyboard)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        mono.setPointSizeF(max(8.0, self.font().pointSizeF() * 0.92))
+        self.formats = _formats(self.font(), mono)
+        self.max_lines = max(2, max_lines)
+        self._keep = self.max_lines // 2
+        # Documents are owned by this holder, not the editor: setDocument() deletes an old
+        # document that is a direct child of the editor, and we reuse it as the next shadow.
+        self._holder = QObject(self)
+        self._lines = 0
+        self._shadow = self._new_document()
+        self._shadow_lines = 0
+        self._swapping = False
+        self.setDocument(self._new_document())
+        self._following = True
+        self.verticalScrollBar().valueChanged.connect(self._on_scrolled)
+        # QPlainTextEdit lays new text out lazily: the range grows after an append returns.
+        # Following means staying at the bottom whenever it moves, not only at append time.
+        self.verticalScrollBar().rangeChanged.connect(self._on_range_changed)
+
+    def _new_document(self) -> QTextDocument:
+        document = QTextDocument(self._holder)
+        document.setDocumentLayout(QPlainTextDocumentLayout(document))
+        document.setUndoRedoEnabled(False)
+        document.setDefaultFont(self.font())
+        # A safety net only: the swap keeps every document below this.
+        document.setMaximumBlockCount(self.max_lines + 1)
+        return document
+
+    @property
+    def line_count(self) -> int:
+        """Lines in the shown document (at most `max_lines`)."""
+        return self._lines
+
+    @property
+    def following(self) -> bool:
+        """Whether new output scrolls into view (the user is at the bottom)."""
+        return self._following
+
+    def _at_bottom(self) -> bool:
+        bar = self.verticalScrollBar()
+        return bar.value() >= bar.maximum()
+
+    @Slot(int)
+    def _on_scrolled(self, _value: int) -> None:
+        if self._swapping:
+            return
+        following = self._at_bottom()
+        if following != self._following:
+            self._following = following
+            self.following_changed.emit(following)
+
+    @Slot(int, int)
+    def _on_range_changed(self, _minimum: int, maximum: int) -> None:
+        if self._following and not self._swapping:
+            self.verticalScrollBar().setValue(maximum)
+
+    def reset_following(self) -> None:
+        """Follow new output again, as a fresh view does."""
+        if not self._following:
+            self._following = True
+            self.following_changed.emit(True)
+        self.scroll_to_end()
+
+    def scroll_to_end(self) -> None:
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    def append_lines(self, lines: list[Line]) -> None:
+        """Append whole lines, swapping in the shadow document whenever the cap is reached."""
+        if not lines:
+            return
+        follow = self._following
+        start = 0
+        while start < len(lines):
+            if self._lines >= self.max_lines:
+                self._swap(follow)
+            room = self.max_lines - self._lines
+            chunk = lines[start:start + room]
+            # Lines from index `self._keep` of a document's life on also go to the shadow.
+            shadow_from = max(0, (self.max_lines - self._keep) - self._lines)
+            _insert(self.document(), chunk, self._lines == 0, self.formats)
+            if shadow_from < len(chunk):
+                _insert(self._shadow, chunk[shadow_from:], self._shadow_lines == 0, self.formats)
+                self._shadow_lines += len(chunk) - shadow_from
+            self._lines += len(chunk)
+            start += len(chunk)
+        if follow:
+            self.scroll_to_end()
+
+    def _swap(self, follow: bool) -> None:
+        """Show the shadow (the newest lines), keeping the reader's place if they scrolled up."""
+        bar = self.verticalScrollBar()
+        top = bar.value()
+        dropped = self._lines - self._shadow_lines
+        old = self.document()
+        self._swapping = True
+        try:
+            self.setDocument(self._shadow)
+            old.clear()
+            self._shadow, self._lines, self._shadow_lines = old, self._shadow_lines, 0
+            if follow:
+                self.scroll_to_end()
+            else:
+                bar.setValue(max(0, top - dropped))
+        finally:
+            self._swapping = False
+
+    def clear_all(self) -> None:
+        self.document().clear()
+        self._shadow.clear()
+        self._lines = self._shadow_lines = 0
+
+
+def _insert(document: QTextDocument, lines: list[Line], empty: bool,
+            formats: dict[str, QTextCharFormat]) -> None:
+    """Append lines in one edit block, merging neighbouring runs of one format."""
+    cursor = QTextCursor(document)
+    cursor.movePosition(QTextCursor.MoveOperation.End)
+    cursor.beginEditBlock()
+    key: str | None = None
+    parts: list[str] = []
+    first = empty
+    for runs in lines:
+        for index, (run_key, text) in enumerate(runs):
+            if index == 0 and not first:
+                text = "\n" + text
+            first = False
+            if run_key != key:
+                if parts and key is not None:
+                    cursor.insertText("".join(parts), formats[key])
+                parts = []
+                key = run_key
+            parts.append(text)
+    if parts and key is not None:
+        cursor.insertText("".join(parts), formats[key])
+    cursor.endEditBlock()
