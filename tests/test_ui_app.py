@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,22 @@ class Window:
         pane = self.window.monitor.panes[role]
         pane.flush()
         return pane.plain_text()
+
+
+@contextmanager
+def paused_by_rejections(qtbot, git_repo: Path, fake: FakeClaude,
+                         tmp_path: Path) -> Iterator[Window]:
+    """A window on `m1` (TWO) paused by three rejections; closed (agents stopped) on exit."""
+    make_project(git_repo, {"m1": TWO})
+    no = {"text": "REJECTED: still wrong"}
+    fake.write_script({"acceptor": [no, no, no]})
+    w = Window(qtbot, tmp_path)
+    try:
+        w.window.open_project(git_repo)
+        w.wait_status("m1", "paused")
+        yield w
+    finally:
+        w.close()
 
 
 @pytest.fixture
@@ -130,13 +148,7 @@ def test_a_whole_milestone_runs_and_the_window_shows_it_without_blocking(
 
 def test_three_rejections_pause_then_a_note_resumes_and_a_restart_replays(
         qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
-    make_project(git_repo, {"m1": TWO})
-    no = {"text": "REJECTED: still wrong"}
-    fake.write_script({"acceptor": [no, no, no]})
-    w = Window(qtbot, tmp_path)
-    try:
-        w.window.open_project(git_repo)
-        w.wait_status("m1", "paused")
+    with paused_by_rejections(qtbot, git_repo, fake, tmp_path) as w:
         review = w.window.review
         qtbot.waitUntil(review.isVisible, timeout=5000)
         assert "3 consecutive rejections" in review.reason.text()
@@ -144,8 +156,6 @@ def test_three_rejections_pause_then_a_note_resumes_and_a_restart_replays(
         assert w.window.monitor.header.rejections.value.text() == "3 / 3"
         assert w.window.monitor.header.rejections.value.property("level") == "bad"
         assert w.window.monitor.phase_bar.text.startswith("Paused — ")
-    finally:
-        w.close()
     # A restart: the new window replays the paused milestone's transcript.
     w2 = Window(qtbot, tmp_path)
     try:

@@ -16,8 +16,8 @@ from anima.diffs import milestone_changes
 from anima.git_ops import GitRepo
 from anima.store import MilestoneRecord, MilestoneStatus
 from tests.conftest import FakeClaude, run_git
-from tests.helpers import make_project, record
-from tests.test_ui_app import TWO, Window
+from tests.helpers import record
+from tests.test_ui_app import Window, paused_by_rejections
 from ui.changes_view import ChangesView
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
@@ -95,13 +95,7 @@ def test_files_counts_highlighting_folding_and_a_comment_box(qtbot, git_repo: Pa
 
 def test_comments_survive_a_restart_and_resume_sends_them(
         qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
-    make_project(git_repo, {"m1": TWO})
-    no = {"text": "REJECTED: still wrong"}
-    fake.write_script({"acceptor": [no, no, no]})
-    w = Window(qtbot, tmp_path)
-    try:
-        w.window.open_project(git_repo)
-        w.wait_status("m1", "paused")
+    with paused_by_rejections(qtbot, git_repo, fake, tmp_path) as w:
         changes = w.window.changes
         w.window.tabs.setCurrentWidget(changes)
         qtbot.waitUntil(lambda: changes.current_file is not None, timeout=10000)
@@ -116,8 +110,6 @@ def test_comments_survive_a_restart_and_resume_sends_them(
                             timeout=5000)
         assert [c.text for c in record(git_repo, "m1").comments] == ["say hello, not hi",
                                                                      "drop this line"]
-    finally:
-        w.close()
     w2 = Window(qtbot, tmp_path)
     try:
         w2.window.open_project(git_repo)

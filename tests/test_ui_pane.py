@@ -17,8 +17,8 @@ from PySide6.QtWidgets import QApplication
 from anima import events as ev
 from anima.agents.claude.protocol import describe_tool
 from ui.agent_pane import AgentPane
-from ui.transcript import render_markdown
 from ui.bridge import EngineBridge
+from ui.transcript import render_markdown
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("propagateSizeHints")]
