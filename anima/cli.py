@@ -15,12 +15,12 @@ from pydantic import BaseModel
 
 from anima.agents.claude.protocol import describe_tool
 from anima.config import load_config
-from anima.engine.project import init_project
 from anima.errors import (
     ActionError,
     AgentNotFound,
     AnimaError,
     ConfigError,
+    GitError,
     MilestoneError,
     ProjectError,
     RecordError,
@@ -103,9 +103,15 @@ class HeadlessPrinter:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    created = init_project(Path(args.project))
-    print(f"created {created} from the example; add a milestone with "
-          f"`anima add {args.project} FILE.md`")
+    from anima.engine.project import example_milestone, init_project
+
+    try:
+        created = init_project(Path(args.project), make_repository=args.git_init)
+    except GitError as e:
+        raise GitError(f"{e} (or `anima init --git-init {args.project}`)") from None
+    print(f"created {created} from the example, without a milestone; add yours with "
+          f"`anima add {args.project} FILE.md`, or try the example one with "
+          f"`anima add {args.project} {example_milestone()}`")
     return EXIT_OK
 
 
@@ -116,8 +122,6 @@ def cmd_add(args: argparse.Namespace) -> int:
     engine = Engine(paths.root)
     engine.config = load_config(paths.config)
     milestone_id = engine.add_milestone(Path(args.file))
-    Store(paths).scan(max_iterations=engine.config.max_iterations_per_milestone,
-                      requires_human_review=engine.config.requires_human_review)
     print(f"added milestone {milestone_id} (pending)")
     return EXIT_OK
 
@@ -301,6 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("init", help="create .anima/ from the example; never overwrites")
     p.add_argument("project")
+    p.add_argument("--git-init", action="store_true",
+                   help="run `git init` and an empty first commit if PROJECT is not a repository")
     p.set_defaults(fn=cmd_init)
     p = sub.add_parser("add", help="add a milestone (same as dropping the file in)")
     p.add_argument("project")

@@ -186,8 +186,6 @@ class Soak:
         git(self.repo, "add", "README.md")
         git(self.repo, "commit", "-q", "-m", "chore: initial commit")
         init_project(self.repo)
-        for md in self.paths.milestones.glob("*.md"):
-            md.unlink()
         config = json.loads(self.paths.config.read_text(encoding="utf-8"))
         config.update({"max_iterations_per_milestone": 60, "agent_timeout_seconds": 60})
         self.paths.config.write_text(json.dumps(config, indent=2), encoding="utf-8")

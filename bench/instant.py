@@ -96,8 +96,6 @@ def new_project(repo: Path) -> ProjectPaths:
     git(repo, "commit", "-qm", "chore: start")
     init_project(repo)
     paths = ProjectPaths(repo)
-    for md in paths.milestones.glob("*.md"):
-        md.unlink()
     return paths
 
 

@@ -23,13 +23,10 @@ def milestone_md(title: str, features: list[str], criteria: list[str] | None = N
 
 
 def make_project(repo: Path, milestones: dict[str, str] | None = None,
-                 config: dict[str, Any] | None = None, keep_example: bool = False) -> Path:
-    """`anima init` a repo, replace the example milestone, write config overrides."""
+                 config: dict[str, Any] | None = None) -> Path:
+    """`anima init` a repo, add milestones, write config overrides."""
     init_project(repo)
     paths = ProjectPaths(repo)
-    if not keep_example:
-        for md in paths.milestones.glob("*.md"):
-            md.unlink()
     for name, text in (milestones or {}).items():
         paths.milestone_md(name).write_text(text, encoding="utf-8")
     if config:

@@ -30,21 +30,51 @@ def fake_env(fake_claude: FakeClaude) -> dict[str, str]:
 
 
 def test_init_creates_the_example_and_never_overwrites(tmp_path: Path) -> None:
-    result = anima("init", str(tmp_path))
+    result = anima("init", "--git-init", str(tmp_path))
     assert result.returncode == 0, result.stderr
     anima_dir = tmp_path / ".anima"
     for name in ("config.json", "soul.md", "state.json", ".gitignore", "memory/project.md"):
         assert (anima_dir / name).is_file(), name
-    assert list((anima_dir / "milestones").glob("*.md"))
+    assert list((anima_dir / "milestones").glob("*.md")) == []  # never scheduled by itself
+    assert "anima add" in result.stdout and "hello-cli.md" in result.stdout
     soul = (anima_dir / "soul.md").read_bytes()
     (anima_dir / "soul.md").write_text("mine", encoding="utf-8")
-    again = anima("init", str(tmp_path))
+    again = anima("init", "--git-init", str(tmp_path))
     assert again.returncode == 2 and "already exists" in again.stderr
     assert (anima_dir / "soul.md").read_text() == "mine" and soul != b"mine"
 
 
+def test_init_refuses_a_folder_that_is_not_a_repository_before_writing(tmp_path: Path) -> None:
+    """Anima drives only git repositories: the refusal comes before `.anima/` exists, names
+    the folder and the commands; `--git-init` makes it one with a first commit."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    refused = anima("init", str(plain))
+    assert refused.returncode == 2
+    assert str(plain) in refused.stderr and "git init" in refused.stderr
+    assert "--git-init" in refused.stderr
+    assert list(plain.iterdir()) == []
+    made = anima("init", "--git-init", str(plain))
+    assert made.returncode == 0, made.stderr
+    assert (plain / ".anima" / "config.json").is_file()
+    assert run_git(plain, "rev-list", "--count", "HEAD").strip() == "1"
+
+
+def test_the_printed_example_milestone_is_added_only_on_purpose(git_repo: Path) -> None:
+    """`init` prints the example's path outside the project; adding it schedules it."""
+    result = anima("init", str(git_repo))
+    assert result.returncode == 0, result.stderr
+    example = next(w for w in result.stdout.split() if w.endswith("hello-cli.md`"))
+    example = example.rstrip("`")
+    assert not Path(example).resolve().is_relative_to(git_repo.resolve())
+    assert json.loads(anima("status", str(git_repo), "--json").stdout)["milestones"] == []
+    added = anima("add", str(git_repo), example)
+    assert added.returncode == 0, added.stderr
+    assert (git_repo / ".anima" / "milestones" / "hello-cli.md").is_file()
+
+
 def test_add_registers_and_status_json_has_the_contract_shape(tmp_path: Path) -> None:
-    assert anima("init", str(tmp_path)).returncode == 0
+    assert anima("init", "--git-init", str(tmp_path)).returncode == 0
     md = tmp_path / "greeter.md"
     md.write_text(milestone_md("Greeter", ["Greet", "Version"]), encoding="utf-8")
     added = anima("add", str(tmp_path), str(md))
@@ -67,7 +97,7 @@ def test_add_registers_and_status_json_has_the_contract_shape(tmp_path: Path) ->
 
 
 def test_add_refuses_a_bad_name_and_a_malformed_file(tmp_path: Path) -> None:
-    assert anima("init", str(tmp_path)).returncode == 0
+    assert anima("init", "--git-init", str(tmp_path)).returncode == 0
     bad = tmp_path / "Bad Name.md"
     bad.write_text(milestone_md("X", ["A"]), encoding="utf-8")
     result = anima("add", str(tmp_path), str(bad))
@@ -80,7 +110,7 @@ def test_add_refuses_a_bad_name_and_a_malformed_file(tmp_path: Path) -> None:
 
 
 def test_invalid_config_names_the_file_and_key(tmp_path: Path) -> None:
-    assert anima("init", str(tmp_path)).returncode == 0
+    assert anima("init", "--git-init", str(tmp_path)).returncode == 0
     config = tmp_path / ".anima" / "config.json"
     data = json.loads(config.read_text())
     data["max_iterations_per_milstone"] = 5
@@ -92,7 +122,7 @@ def test_invalid_config_names_the_file_and_key(tmp_path: Path) -> None:
 
 def test_run_refuses_a_folder_that_is_not_a_git_repo(tmp_path: Path,
                                                     fake_env: dict[str, str]) -> None:
-    assert anima("init", str(tmp_path)).returncode == 0
+    assert anima("init", "--git-init", str(tmp_path)).returncode == 0
     result = anima("run", str(tmp_path), "--headless", env=fake_env)
     assert result.returncode == 2
     assert "not a git repository" in result.stderr
@@ -164,7 +194,7 @@ def test_status_json_is_the_records_dump_and_loads_only_what_it_needs(tmp_path: 
     """Scripts poll `anima status`: the output is the pydantic dump of the state and every
     record (non-ASCII intact), and a project whose milestones all have records parses no
     definition (markdown-it costs a tenth of the command)."""
-    assert anima("init", str(tmp_path)).returncode == 0
+    assert anima("init", "--git-init", str(tmp_path)).returncode == 0
     md = tmp_path / "greetings.md"
     md.write_text(milestone_md("Grüße — ünïcode", ["Grüßen", "Version"]), encoding="utf-8")
     assert anima("add", str(tmp_path), str(md)).returncode == 0

@@ -17,10 +17,8 @@ from tests.helpers import milestone_md
 
 @pytest.fixture
 def paths(tmp_path: Path) -> ProjectPaths:
-    init_project(tmp_path)
+    init_project(tmp_path, make_repository=True)
     paths = ProjectPaths(tmp_path)
-    for md in paths.milestones.glob("*.md"):
-        md.unlink()
     paths.milestone_md("m1").write_text(milestone_md("Greeter", ["Greet", "Version"],
                                                      ["greet works", "lint is clean"]))
     return paths

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -251,7 +252,8 @@ def test_not_a_git_repo_is_reported(qtbot, tmp_path: Path, app_window) -> None:
     folder.mkdir()
     from anima.engine.project import init_project
 
-    init_project(folder)
+    init_project(folder, make_repository=True)
+    shutil.rmtree(folder / ".git")  # e.g. moved away after initialising
     app_window.window.open_project(folder)
     errors = app_window.window.errors
     qtbot.waitUntil(lambda: bool(errors.messages), timeout=10000)
@@ -268,7 +270,7 @@ def test_a_folder_without_anima_offers_to_initialise_it(qtbot, git_repo: Path, t
         w.window.init_button.click()
         assert (git_repo / ".anima").is_dir()
         assert w.window.pages.currentWidget() is w.window.monitor_page
-        w.wait_status("hello-cli", "pending")
+        assert list((git_repo / ".anima" / "milestones").glob("*.md")) == []
     finally:
         w.close()
 

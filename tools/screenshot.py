@@ -2,7 +2,7 @@
 
     python tools/screenshot.py [--out docs/screenshot.png] [--rounds 3] [--size 1440x900]
 
-Builds a throwaway git repo, runs `anima init` on it (the example milestone "Hello CLI"),
+Builds a throwaway git repo, runs `anima init` on it and adds the example milestone "Hello CLI",
 points Anima at tests/fakes/fake_claude.py with a short delay per turn (so the capture lands
 while an agent is working), opens the real MainWindow on it, waits until a few rounds (one of
 them rejected, to show both verdict colours) are done and an agent is mid-turn, and saves the
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,7 +41,7 @@ def git(repo: Path, *args: str) -> None:
 
 
 def make_demo_project(base: Path) -> Path:
-    from anima.cli import init_project
+    from anima.engine.project import example_milestone, init_project
 
     repo = base / "greet"
     repo.mkdir()
@@ -52,6 +53,7 @@ def make_demo_project(base: Path) -> Path:
     git(repo, "add", "README.md")
     git(repo, "commit", "-q", "-m", "chore: initial commit")
     init_project(repo)
+    shutil.copy(example_milestone(), repo / ".anima" / "milestones")
     git(repo, "add", ".anima")
     git(repo, "commit", "-q", "-m", "chore: anima init")
     return repo

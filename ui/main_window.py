@@ -209,8 +209,9 @@ class MainWindow(WindowChrome):
                 f"Anima needs a git repository with a first commit: {problem}. Nothing was "
                 "written." if problem else
                 f"{self.project} has no .anima/ folder. Initialising creates it with a "
-                "commented example configuration, a soul.md for your quality standards and an "
-                "example milestone; nothing else in the folder is touched.")
+                "commented example configuration and a soul.md for your quality standards, "
+                "without a milestone (nothing starts until you add one); nothing else in the "
+                "folder is touched.")
             self.pages.setCurrentWidget(self.no_anima)
         else:
             self.pages.setCurrentWidget(self.monitor_page)

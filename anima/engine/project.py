@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,10 @@ RUNTIME_IGNORES = ("milestones/*.json", "state.json", "logs/", "transcripts/", "
                    "anima.flock", "agents.json", "turn_guard.json", ".kept/", "*.tmp", ".*.tmp",
                    ".*.swp", ".*.swo", ".#*", "*~")
 
+#: The example milestone, relative to the example folder. It stays in the installation: a copy
+#: under `.anima/milestones/` would start on the user's code by itself (`auto_start`).
+EXAMPLE_MILESTONE = Path("milestones", "hello-cli.md")
+
 
 def example_dir() -> Path:
     """The shipped `.anima.example/` (a source checkout and a wheel install both work)."""
@@ -35,6 +40,28 @@ def example_dir() -> Path:
         if Path(location, "config.json").is_file():
             return Path(location)
     raise AnimaError("the example .anima/ is missing from this installation; reinstall anima")
+
+
+def example_milestone() -> Path:
+    """The example milestone a user adds on purpose (`anima add PROJECT <this path>`)."""
+    return example_dir() / EXAMPLE_MILESTONE
+
+
+def git_init(root: Path) -> None:
+    """Make `root` a git repository with a first (empty) commit, as the refusal suggests.
+
+    Plain `git` rather than GitRepo: there is no repository to open yet.
+    """
+    _git(root, "init", "-q")
+    if git_problem(root) is not None:
+        _git(root, "commit", "-q", "--allow-empty", "-m", "chore: start")
+
+
+def _git(root: Path, *args: str) -> None:
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise GitError(f"`git {' '.join(args)}` failed in {root}: "
+                       f"{(done.stderr or done.stdout).strip()}")
 
 
 def git_problem(folder: Path) -> str | None:
@@ -46,17 +73,28 @@ def git_problem(folder: Path) -> str | None:
     return None
 
 
-def init_project(root: Path) -> Path:
-    """Create `.anima/` from the example. Never overwrites anything."""
+def init_project(root: Path, *, make_repository: bool = False) -> Path:
+    """Create `.anima/` from the example, without a milestone. Never overwrites anything.
+
+    The folder must be a git repository with a commit, checked before anything is written
+    (Anima cannot drive anything else); `make_repository` runs `git init` and a first commit
+    in a folder that is not one yet.
+    """
     root = Path(root)
     if not root.is_dir():
         raise ProjectError(f"{root} is not a folder")
     paths = ProjectPaths(root)
     if paths.anima.exists():
         raise ProjectError(f"{paths.anima} already exists; nothing was changed")
+    if make_repository:
+        git_init(root)
+    problem = git_problem(root)
+    if problem:
+        raise GitError(f"{problem}; nothing was written (to start a repository there: "
+                       f"`cd {root} && git init && git commit --allow-empty -m init`)")
     source = example_dir()
     shutil.copytree(source, paths.anima, ignore=shutil.ignore_patterns(
-        "__pycache__", "*.pyc", "README.md", "__init__.py"))
+        "__pycache__", "*.pyc", "README.md", "__init__.py", EXAMPLE_MILESTONE.name))
     return paths.anima
 
 
