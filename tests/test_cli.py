@@ -123,6 +123,8 @@ def test_invalid_config_names_the_file_and_key(tmp_path: Path) -> None:
 def test_run_refuses_a_folder_that_is_not_a_git_repo(tmp_path: Path,
                                                     fake_env: dict[str, str]) -> None:
     assert anima("init", "--git-init", str(tmp_path)).returncode == 0
+    shutil.rmtree(tmp_path / ".git")  # e.g. moved away after initialising
+    (tmp_path / ".anima" / "milestones" / "m1.md").write_text(milestone_md("Greeter", ["Greet"]))
     result = anima("run", str(tmp_path), "--headless", env=fake_env)
     assert result.returncode == 2
     assert "not a git repository" in result.stderr
