@@ -204,6 +204,7 @@ def test_switching_projects_leaves_nothing_of_the_old_one(qtbot, git_repo: Path,
     other = tmp_path / "other"
     other.mkdir()
     run_git(other, "init", "-q", "-b", "main")
+    run_git(other, "commit", "-q", "--allow-empty", "-m", "chore: start")
     make_project(other, {"b1": TWO}, config={"auto_start": False})
     w = Window(qtbot, tmp_path)
     try:
