@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import threading
 import time
@@ -24,6 +25,7 @@ from typing import IO
 from anima import events as ev
 from anima.events import (
     AgentEvent,
+    EngineError,
     Event,
     EventBus,
     LogLine,
@@ -173,3 +175,15 @@ def read_transcript(path: Path, tail_bytes: int | None = None) -> list[AgentEven
                     kwargs[k] = tuple(v)
             out.append(cls(**kwargs))
     return out
+
+
+events_log = logging.getLogger("anima.events")
+
+
+def log_event(event: Event) -> None:
+    """A bus subscriber: Anima's own lines and errors go to anima.log too."""
+    if isinstance(event, LogLine):
+        events_log.info("%s%s", f"{event.milestone_id}: " if event.milestone_id else "",
+                        event.text)
+    elif isinstance(event, EngineError):
+        events_log.error("%s", event.message)

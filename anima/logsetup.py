@@ -13,20 +13,21 @@ import logging.handlers
 import threading
 from pathlib import Path
 
-from anima.events import EngineError, Event, LogLine
 from anima.paths import ProjectPaths
-from anima.text.redact import redact
 
 LOG_NAME = "anima.log"
 _MAX_BYTES = 2_000_000
 _BACKUPS = 3
 _lock = threading.Lock()
 _handler: logging.handlers.RotatingFileHandler | None = None
-events_log = logging.getLogger("anima.events")
 
 
 class _RedactingFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        # Imported on the first line logged: `anima status`, which scripts poll, configures
+        # the log but rarely writes to it, and the patterns cost a tenth of its start-up.
+        from anima.text.redact import redact
+
         return redact(super().format(record))
 
 
@@ -57,12 +58,3 @@ def configure_logging(paths: ProjectPaths) -> Path:
             root.setLevel(logging.INFO)
         _handler = handler
     return path
-
-
-def log_event(event: Event) -> None:
-    """A bus subscriber: Anima's own lines and errors go to anima.log too."""
-    if isinstance(event, LogLine):
-        events_log.info("%s%s", f"{event.milestone_id}: " if event.milestone_id else "",
-                        event.text)
-    elif isinstance(event, EngineError):
-        events_log.error("%s", event.message)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from anima import procfs
-from anima.cli import HeadlessPrinter
+from anima.cli.printer import HeadlessPrinter
 from anima.engine.facade import Engine
 from anima.loop.checks import run_check
 from anima.store import MilestoneStatus, RoundKind, Verdict

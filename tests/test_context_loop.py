@@ -166,7 +166,7 @@ def test_soul_is_never_cut_while_the_rest_is_trimmed(git_repo: Path, fake: FakeC
 
 def test_secrets_never_reach_disk_or_the_headless_output(git_repo: Path, fake: FakeClaude,
                                                          capsys: pytest.CaptureFixture) -> None:
-    from anima.cli import HeadlessPrinter
+    from anima.cli.printer import HeadlessPrinter
     from anima.engine.facade import Engine
 
     make_project(git_repo, {"m": milestone_md("M", ["Alpha"])})

@@ -45,9 +45,9 @@ from anima.events import (
 )
 from anima.git_ops import GitRepo
 from anima.guard import put_back_interrupted
-from anima.journal import Journal, read_transcript_tail
+from anima.journal import Journal, log_event, read_transcript_tail
 from anima.lock import ProjectLock
-from anima.logsetup import configure_logging, log_event
+from anima.logsetup import configure_logging
 from anima.loop import actions, rewind
 from anima.loop.completion import finish_completed, merge_pending
 from anima.loop.recovery import AgentRegistry, recover_project

@@ -9,11 +9,10 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from anima.agents.claude.protocol import describe_tool
 from anima.config import load_config
 from anima.errors import (
     ActionError,
@@ -25,23 +24,12 @@ from anima.errors import (
     ProjectError,
     RecordError,
 )
-from anima.events import (
-    AgentEvent,
-    AssistantText,
-    ContextUsage,
-    EngineError,
-    Event,
-    EventBus,
-    LogLine,
-    RawOutput,
-    ToolResult,
-    ToolUse,
-    TurnResult,
-)
-from anima.logsetup import configure_logging, log_event
+from anima.logsetup import configure_logging
 from anima.paths import ProjectPaths
 from anima.store import MergeState, MilestoneRecord, State, Store
-from anima.text.redact import redact
+
+if TYPE_CHECKING:
+    from anima.events import EventBus
 
 # The engine, git and the lock are imported by the commands that use them: `anima status` is
 # what scripts poll, and importing the whole engine would double its start-up time.
@@ -56,50 +44,6 @@ def _project(path: str) -> ProjectPaths:
     if not paths.anima.is_dir():
         raise ProjectError(f"{paths.root} has no .anima/ folder: run `anima init {path}` first")
     return paths
-
-
-class HeadlessPrinter:
-    """Streams both agents and Anima itself to stdout as `[role] …` lines."""
-
-    def __init__(self, out: TextIO, err: TextIO) -> None:
-        self.out, self.err = out, err
-        self._lock = threading.Lock()
-
-    def __call__(self, event: Event) -> None:
-        prefix, text = self._describe(event)
-        if text is None:
-            return
-        stream = self.err if isinstance(event, EngineError) else self.out
-        lines = [f"[{prefix}] {line}" for line in text.splitlines() or [""]]
-        with self._lock:
-            stream.write("\n".join(lines) + "\n")
-            stream.flush()
-
-    @staticmethod
-    def _describe(event: Event) -> tuple[str, str | None]:
-        if isinstance(event, LogLine):
-            return "anima", redact(event.text)
-        if isinstance(event, EngineError):
-            return "anima", f"error: {redact(event.message)}"
-        if not isinstance(event, AgentEvent):
-            return "", None
-        if isinstance(event, AssistantText):
-            return event.role, event.text
-        if isinstance(event, ToolUse):
-            return event.role, f"▸ {describe_tool(event.tool, event.input)}"
-        if isinstance(event, ToolResult):
-            return (event.role, f"  ✗ {event.content[:200]}") if event.is_error else ("", None)
-        if isinstance(event, TurnResult):
-            how = "stopped" if event.stopped else "done"
-            return event.role, (f"— turn {how} in {event.duration_ms / 1000:.1f} s, "
-                                f"${event.cost_usd:.4f}"
-                                + (" (error)" if event.is_error and not event.stopped else ""))
-        if isinstance(event, RawOutput):
-            return event.role, f"(raw) {event.text}"
-        if isinstance(event, ContextUsage):
-            return event.role, (f"— context in use: {event.tokens} of {event.window} tokens "
-                                f"({event.percent:.0f}%)")
-        return "", None
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -197,6 +141,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     paths = _project(args.project)
     engine = Engine(paths.root)
+    from anima.cli.printer import HeadlessPrinter
+    from anima.events import LogLine
+
     printer = HeadlessPrinter(sys.stdout, sys.stderr)
     engine.bus.subscribe(printer)
     received: list[int] = []
@@ -243,7 +190,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _action_bus(paths: ProjectPaths) -> EventBus:
     """What a human's action says goes to the milestone's log, anima.log and stdout."""
-    from anima.journal import Journal
+    from anima.cli.printer import HeadlessPrinter
+    from anima.events import EventBus
+    from anima.journal import Journal, log_event
 
     bus = EventBus()
     Journal(paths, bus)
@@ -359,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"anima: {e}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as e:
+        from anima.text.redact import redact
+
         log.exception("unexpected error in `anima %s`", " ".join(argv))
         where = f"; the traceback is in {logfile}" if logfile else ""
         print(redact(f"anima: unexpected error: {e!r}{where}"), file=sys.stderr)

@@ -1,0 +1,69 @@
+"""`anima run --headless`: both agents and Anima itself as `[role] …` lines on the terminal.
+
+Apart from the commands so that `anima status`, which scripts poll, never imports the event
+types and the tool descriptions.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TextIO
+
+from anima.agents.claude.protocol import describe_tool
+from anima.events import (
+    AgentEvent,
+    AssistantText,
+    ContextUsage,
+    EngineError,
+    Event,
+    LogLine,
+    RawOutput,
+    ToolResult,
+    ToolUse,
+    TurnResult,
+)
+from anima.text.redact import redact
+
+
+class HeadlessPrinter:
+    """Streams both agents and Anima itself to stdout as `[role] …` lines."""
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.out, self.err = out, err
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        prefix, text = self._describe(event)
+        if text is None:
+            return
+        stream = self.err if isinstance(event, EngineError) else self.out
+        lines = [f"[{prefix}] {line}" for line in text.splitlines() or [""]]
+        with self._lock:
+            stream.write("\n".join(lines) + "\n")
+            stream.flush()
+
+    @staticmethod
+    def _describe(event: Event) -> tuple[str, str | None]:
+        if isinstance(event, LogLine):
+            return "anima", redact(event.text)
+        if isinstance(event, EngineError):
+            return "anima", f"error: {redact(event.message)}"
+        if not isinstance(event, AgentEvent):
+            return "", None
+        if isinstance(event, AssistantText):
+            return event.role, event.text
+        if isinstance(event, ToolUse):
+            return event.role, f"▸ {describe_tool(event.tool, event.input)}"
+        if isinstance(event, ToolResult):
+            return (event.role, f"  ✗ {event.content[:200]}") if event.is_error else ("", None)
+        if isinstance(event, TurnResult):
+            how = "stopped" if event.stopped else "done"
+            return event.role, (f"— turn {how} in {event.duration_ms / 1000:.1f} s, "
+                                f"${event.cost_usd:.4f}"
+                                + (" (error)" if event.is_error and not event.stopped else ""))
+        if isinstance(event, RawOutput):
+            return event.role, f"(raw) {event.text}"
+        if isinstance(event, ContextUsage):
+            return event.role, (f"— context in use: {event.tokens} of {event.window} tokens "
+                                f"({event.percent:.0f}%)")
+        return "", None
