@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from anima.errors import AnimaError
-from anima.git_ops import GitRepo
+from anima.git import GitRepo
 from anima.store import MilestoneRecord, MilestoneStatus
 
 #: Paths (fnmatch, matched against the whole path and its file name) shown collapsed.

@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from anima.atomic import write_model_atomic
-from anima.git_ops import GitRepo
+from anima.git import GitRepo
 from anima.paths import ProjectPaths
 
 _FIXED = (".anima/config.json", ".anima/soul.md", ".anima/.gitignore")

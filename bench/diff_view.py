@@ -29,7 +29,7 @@ from PySide6.QtWidgets import QApplication
 
 from anima import events as ev
 from anima.diffs import milestone_changes
-from anima.git_ops import GitRepo
+from anima.git import GitRepo
 from anima.store import MilestoneRecord, MilestoneStatus
 from ui.bridge import EngineBridge
 from ui.changes_view import ChangesView
@@ -173,7 +173,6 @@ def main(argv: list[str] | None = None) -> int:
         stepper.stop()
         bridge.close()
         changes = view.changes
-        repo.close()
 
     if watch.painted_at is None or changes is None:
         print("the diff was never painted", file=sys.stderr)

@@ -18,7 +18,7 @@ from anima.agents.claude.dialect import CLAUDE  # noqa: E402
 from anima.cli import init_project  # noqa: E402
 from anima.config import Config  # noqa: E402
 from anima.events import EventBus, TurnResult  # noqa: E402
-from anima.git_ops import GitRepo  # noqa: E402
+from anima.git import GitRepo  # noqa: E402
 from anima.loop.run import MilestoneRun  # noqa: E402
 from anima.loop.seats import RunControl  # noqa: E402
 from anima.paths import ProjectPaths  # noqa: E402

@@ -205,7 +205,7 @@ def test_status_json_is_the_records_dump_and_loads_only_what_it_needs(tmp_path: 
         [sys.executable, "-c", "import sys; from anima.cli import main; "
          "code = main(['status', sys.argv[1], '--json']); "
          "print(sorted(m for m in sys.modules if m.split('.')[0] == 'markdown_it' or m in "
-         "('anima.events', 'anima.text.redact', 'anima.agents', 'anima.git_ops', 'git', "
+         "('anima.events', 'anima.text.redact', 'anima.agents', 'anima.git', 'git', "
          "'anima.engine', 'anima.loop')), file=sys.stderr); sys.exit(code)",
          str(tmp_path)], capture_output=True, timeout=60)
     assert status.returncode == 0, status.stderr

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from anima.diffs import diff_between, milestone_changes
-from anima.git_ops import GitRepo
+from anima.git import GitRepo
 from anima.store import (
     Iteration,
     MergeInfo,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from anima.errors import GitError
-from anima.git_ops import GitRepo, MergeOutcome, TreeSnapshot
+from anima.git import GitRepo, MergeOutcome, TreeSnapshot
 
 GITIGNORE = "*.json\n!config.json\nstate.json\nlogs/\ntranscripts/\nanima.lock\nanima.flock\n"
 BRANCH = "milestone/m1"

@@ -389,7 +389,7 @@ def test_a_kill_right_after_the_third_rejection_pauses_instead_of_a_fourth_round
 def test_a_merge_cut_short_by_the_kill_is_settled(git_repo: Path) -> None:
     """The runner's `git merge` dies with it (SIGPIPE on its output): committed → the
     leftover state is cleared; not committed, on main → aborted (the completion redoes it)."""
-    from anima.git_ops import GitRepo
+    from anima.git import GitRepo
 
     run_git(git_repo, "switch", "-q", "-c", "milestone/m1")
     (git_repo / "f.txt").write_text("f\n", encoding="utf-8")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from anima.config import Config
-from anima.git_ops import GitRepo
+from anima.git import GitRepo
 from anima.loop.rewind import RewindError, accepted_rounds, continue_from_round
 from anima.paths import ProjectPaths
 from anima.store import FeatureStatus, MilestoneStatus, Store

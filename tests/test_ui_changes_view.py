@@ -13,7 +13,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import Qt
 
 from anima.diffs import milestone_changes
-from anima.git_ops import GitRepo
+from anima.git import GitRepo
 from anima.store import MilestoneRecord, MilestoneStatus
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import record

@@ -219,7 +219,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_approve(args: argparse.Namespace) -> int:
     paths = _project(args.project)
     from anima.engine.project import ensure_gitignore
-    from anima.git_ops import GitRepo
+    from anima.git import GitRepo
     from anima.lock import ProjectLock
     from anima.loop import actions
 
@@ -235,7 +235,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 def cmd_abort(args: argparse.Namespace) -> int:
     paths = _project(args.project)
-    from anima.git_ops import GitRepo
+    from anima.git import GitRepo
     from anima.lock import ProjectLock
     from anima.loop import actions
 

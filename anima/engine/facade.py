@@ -43,7 +43,7 @@ from anima.events import (
     ProblemReported,
     ProblemResolved,
 )
-from anima.git_ops import GitRepo
+from anima.git import GitRepo
 from anima.guard import put_back_interrupted
 from anima.journal import Journal, log_event, read_transcript_tail
 from anima.lock import ProjectLock

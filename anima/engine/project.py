@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from pydantic import ValidationError
 from anima.atomic import write_text_atomic
 from anima.config import Config, describe_validation_error, load_config
 from anima.errors import AnimaError, ConfigError, GitError, ProjectError
-from anima.git_ops import GitRepo
+from anima.git import GitRepo
 from anima.paths import ProjectPaths
 
 #: What `.anima/.gitignore` must hold so Anima's runtime files never dirty the tree, and
@@ -47,27 +46,10 @@ def example_milestone() -> Path:
     return example_dir() / EXAMPLE_MILESTONE
 
 
-def git_init(root: Path) -> None:
-    """Make `root` a git repository with a first (empty) commit, as the refusal suggests.
-
-    Plain `git` rather than GitRepo: there is no repository to open yet.
-    """
-    _git(root, "init", "-q")
-    if git_problem(root) is not None:
-        _git(root, "commit", "-q", "--allow-empty", "-m", "chore: start")
-
-
-def _git(root: Path, *args: str) -> None:
-    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise GitError(f"`git {' '.join(args)}` failed in {root}: "
-                       f"{(done.stderr or done.stdout).strip()}")
-
-
 def git_problem(folder: Path) -> str | None:
     """Why `folder` cannot be a managed project (not a repository, no commit yet), or None."""
     try:
-        GitRepo.open(folder).close()
+        GitRepo.open(folder)
     except GitError as e:
         return str(e)
     return None
@@ -86,8 +68,8 @@ def init_project(root: Path, *, make_repository: bool = False) -> Path:
     paths = ProjectPaths(root)
     if paths.anima.exists():
         raise ProjectError(f"{paths.anima} already exists; nothing was changed")
-    if make_repository:
-        git_init(root)
+    if make_repository and git_problem(root) is not None:
+        GitRepo.create(root)
     problem = git_problem(root)
     if problem:
         raise GitError(f"{problem}; nothing was written (to start a repository there: "

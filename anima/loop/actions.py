@@ -12,7 +12,7 @@ from anima import comments
 from anima.config import Config
 from anima.errors import ActionError
 from anima.events import EventBus, LogLine, MilestoneChanged
-from anima.git_ops import GitRepo
+from anima.git import GitRepo
 from anima.loop.completion import begin_completion, finish_completed
 from anima.loop.limits import LIMITS
 from anima.loop.phases import RESTING_PHASE, check_transition

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from anima.git_ops import GitRepo
+from anima.git import GitRepo
 from anima.guard import TurnFindings, TurnGuard
 from anima.loop.ledger import Ledger
 from anima.store import FeatureStatus, MilestoneRecord, RoundKind, Verdict

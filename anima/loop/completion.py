@@ -15,7 +15,7 @@ from collections.abc import Callable
 from anima.config import Config
 from anima.errors import AnimaError
 from anima.events import EventBus, LogLine, MilestoneChanged, Notice
-from anima.git_ops import GitRepo
+from anima.git import GitRepo
 from anima.loop.recovery import stash_changes
 from anima.loop.state import reconcile_state
 from anima.store import MergeInfo, MergeState, MilestoneRecord, MilestoneStatus, Store, now

@@ -32,7 +32,7 @@ from typing import Any
 from anima import procfs
 from anima.atomic import write_text_atomic
 from anima.errors import AgentCrashed, TurnTimeout
-from anima.git_ops import GitRepo
+from anima.git import GitRepo
 from anima.paths import ProjectPaths
 from anima.store import MilestoneRecord, now
 from anima.text.prompts import render

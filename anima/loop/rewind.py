@@ -13,7 +13,7 @@ from anima import comments
 from anima.config import Config
 from anima.errors import AnimaError
 from anima.events import EventBus
-from anima.git_ops import GitRepo
+from anima.git import GitRepo
 from anima.loop import actions
 from anima.store import FeatureStatus, MilestoneRecord, MilestoneStatus, Store, Verdict
 

@@ -28,7 +28,7 @@ from anima.events import (
     Notice,
     PhaseChanged,
 )
-from anima.git_ops import GitRepo, TreeSnapshot
+from anima.git import GitRepo, TreeSnapshot
 from anima.guard import TurnGuard, put_back
 from anima.loop.branch import BranchKeeper
 from anima.loop.checks import CheckCancelled, display, run_check

@@ -1,0 +1,162 @@
+"""Whether the Developer's reported commit may go to review: on its branch, new, after the
+accepted history, and without edits to the human's definitions under `.anima/`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from anima.git.repo import (
+    ANIMA_DIR,
+    RepoBase,
+    blob_id,
+    is_definition_path,
+    is_memory_path,
+    listing,
+    short_hash,
+)
+
+
+class CommitCheck(RepoBase):
+    """The checks on a Developer's commit."""
+
+    def check_developer_commit(
+        self,
+        commit: str,
+        *,
+        branch: str,
+        base_commit: str,
+        main: str,
+        main_head: str,
+        definitions: Mapping[str, bytes] | None = None,
+    ) -> list[str]:
+        """Why the Developer's reported commit cannot go to review (empty list: it can).
+
+        `definitions` is Anima's copy of the human's definitions taken before the round (see
+        `anima_changes`): the files on disk may be the Developer's by now.
+
+        Each problem is a sentence that can be handed back to the Developer as a rejection.
+        Usually three git calls: resolve everything, walk base..branch, diff `.anima/`.
+        """
+        problems: list[str] = []
+        c, base, tip, main_tip, main_was = self._resolve_many(
+            [commit, base_commit, f"refs/heads/{branch}", f"refs/heads/{main}", main_head]
+        )
+        if c is None:
+            problems.append(f"Commit {commit} does not exist in the repository.")
+        if base is None:
+            problems.append(f"The milestone's base commit {base_commit} does not exist.")
+        if tip is None:
+            problems.append(f"The milestone branch {branch} does not exist.")
+        if main_tip is None:
+            problems.append(f"The main branch {main} does not exist.")
+        elif main_tip != main_was:
+            problems.append(
+                f"The main branch {main} has moved from {short_hash(main_head)} to "
+                f"{short_hash(main_tip)}: someone committed on {main}; milestone work must be "
+                f"committed on {branch} only."
+            )
+        if c is not None and base is not None and tip is not None:
+            _, out, _ = self._run(
+                ["rev-list", "--ancestry-path", f"{base}..{tip}"],
+                what=f"Cannot read the history of {branch} in {self.root}",
+            )
+            if c not in set(os.fsdecode(out).split()):
+                problems += self._off_branch(commit, c, branch, tip, base_commit, base)
+        if c is not None and base is not None:
+            problems += self._anima_violations(commit, c, base, definitions)
+        return problems
+
+
+    def _off_branch(
+        self, commit: str, c: str, branch: str, tip: str, base_commit: str, base: str
+    ) -> list[str]:
+        """Explain why `c` is not strictly between base and the branch tip (failure path)."""
+        if c == base:
+            return [
+                f"Commit {commit} is the milestone's base commit: there is no new work on {branch}."
+            ]
+        problems: list[str] = []
+        if not self.is_ancestor(c, tip):
+            _, out, _ = self._run(
+                ["branch", "--contains", c, "--format=%(refname:short)"], check=False
+            )
+            holders = os.fsdecode(out).split()
+            where = f" (it is on {listing(holders, 3)})" if holders else ""
+            problems.append(
+                f"Commit {commit} is not on the milestone branch {branch}{where}; "
+                f"commit your work on {branch}."
+            )
+        if not self.is_ancestor(base, c):
+            problems.append(
+                f"Commit {commit} does not descend from the milestone's base commit "
+                f"{short_hash(base_commit)}."
+            )
+        return problems or [
+            f"Commit {commit} is not between the base commit {short_hash(base_commit)} and the "
+            f"tip of {branch}."
+        ]
+
+
+    def _anima_violations(
+        self, commit: str, c: str, base: str, definitions: Mapping[str, bytes] | None
+    ) -> list[str]:
+        """Say which paths under `.anima/` base..commit may not change."""
+        offending = self.anima_changes(base, c, definitions)
+        if not offending:
+            return []
+        words = {"A": "added", "D": "deleted", "M": "modified", "T": "type changed"}
+        named = [f"{p} ({words.get(letter, 'changed')})" for p, letter in offending]
+        return [
+            f"Commit {commit} changes files under .anima/ that belong to Anima or the human: "
+            f"{listing(named)}. Only .anima/memory/ may be committed (a milestone, soul.md "
+            "or config.json only exactly as the human wrote it)."
+        ]
+
+
+    def anima_changes(
+        self, base: str, commit: str, definitions: Mapping[str, bytes] | None = None
+    ) -> list[tuple[str, str]]:
+        """(path, git status letter) of each path under `.anima/` that base..commit may not
+        change, sorted: memory/ is free; a definition may be committed only byte for byte
+        as in `definitions` (Anima's copy of the human's files; None: as on disk now)."""
+        _, out, _ = self._run(
+            ["diff", "--raw", "-z", "--no-renames", "--no-abbrev", base, commit, "--", ANIMA_DIR],
+            what=f"Cannot diff {short_hash(base)}..{short_hash(commit)} in {self.root}",
+        )
+        tokens = out.split(b"\0")
+        offending: list[tuple[str, str]] = []
+        for meta, raw_path in zip(tokens[0::2], tokens[1::2], strict=False):
+            fields = os.fsdecode(meta).split()
+            if len(fields) < 5:
+                continue
+            path, letter, blob = os.fsdecode(raw_path), fields[4][0], fields[3]
+            if is_memory_path(path) or (
+                is_definition_path(path) and self._as_written(path, letter, blob, definitions)
+            ):
+                continue
+            offending.append((path, letter))
+        return sorted(offending)
+
+
+    def _as_written(
+        self, path: str, letter: str, blob: str, definitions: Mapping[str, bytes] | None
+    ) -> bool:
+        """True when a committed definition is the human's file as it is (or a deletion of
+        one the human does not have)."""
+        full = self.root / path
+        if definitions is None:
+            content = full.read_bytes() if full.is_file() else None
+        else:
+            content = definitions.get(path)
+        if letter == "D":
+            return content is None and not (definitions is None and os.path.lexists(full))
+        if content is None:
+            return False
+        if blob_id(content, len(blob)) == blob:
+            return True
+        # Content filters (e.g. autocrlf) may explain a difference: ask git.
+        _, out, _ = self._run(
+            ["hash-object", "--stdin", f"--path={path}"], stdin=content, check=False
+        )
+        return os.fsdecode(out).strip() == blob

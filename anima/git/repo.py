@@ -1,0 +1,421 @@
+"""The one way Anima runs git in the managed project, and what every other part reads.
+
+Each call shells out through GitPython's `Git.execute` (one short-lived `git` process per
+call; no persistent `cat-file` helpers are started, so nothing is left running), and uses as
+few calls as it can: the loop checks, commits and snapshots every round. Every failure is a
+`GitError` naming the folder, branch, commit or files involved.
+
+Anima's own files live under `.anima/`: runtime files (records, state, logs, transcripts, the
+lock) are never reported dirty, committed, stashed, reverted or deleted; definitions
+(milestone `.md` files, `soul.md`, `config.json`) and `memory/` may be tracked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Self
+
+import git
+
+from anima.errors import GitError
+
+ANIMA_DIR = ".anima"
+#: Where `switch` keeps a copy of the human's files it must step aside for a moment.
+KEPT_DIR = ".anima/.kept"
+_ANIMA_PREFIX = ".anima/"
+_MEMORY_PREFIX = ".anima/memory/"
+_DEFINITION_FILES = frozenset({".anima/soul.md", ".anima/config.json", ".anima/.gitignore"})
+_MILESTONE_MD = re.compile(r"\.anima/milestones/[^/]+\.md")
+_MAX_LISTED = 10
+_FALLBACK_NAME = "Anima"
+_FALLBACK_EMAIL = "anima@localhost"
+# Git's own states for an operation left half done (a reviewer may start one and walk away).
+IN_PROGRESS = (
+    ("MERGE_HEAD", ("merge", "--quit"), "an unfinished merge"),
+    ("CHERRY_PICK_HEAD", ("cherry-pick", "--quit"), "an unfinished cherry-pick"),
+    ("REVERT_HEAD", ("revert", "--quit"), "an unfinished revert"),
+    ("rebase-merge", ("rebase", "--quit"), "an unfinished rebase"),
+    ("rebase-apply", ("rebase", "--quit"), "an unfinished rebase or am"),
+)
+
+
+def is_under_anima(path: str) -> bool:
+    """True for `.anima` itself and anything below it (repository-relative, `/`-separated)."""
+    return path == ANIMA_DIR or path.startswith(_ANIMA_PREFIX)
+
+
+
+def is_memory_path(path: str) -> bool:
+    """The Developer keeps `.anima/memory/` current, so it may commit there."""
+    return path.startswith(_MEMORY_PREFIX)
+
+
+
+def is_definition_path(path: str) -> bool:
+    """Files the human writes under `.anima/` and may track; committing them as-is is fine."""
+    return path in _DEFINITION_FILES or _MILESTONE_MD.fullmatch(path) is not None
+
+
+
+def short_hash(commit: str) -> str:
+    return commit[:7] if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit) else commit
+
+
+
+def listing(paths: Sequence[str], limit: int = _MAX_LISTED) -> str:
+    """Name up to `limit` paths, then say how many more there are."""
+    shown = ", ".join(paths[:limit])
+    rest = len(paths) - limit
+    return f"{shown} and {rest} more" if rest > 0 else shown
+
+
+
+def _digest(path: Path) -> str:
+    """A content fingerprint of a working-tree entry ("-" when it is gone)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "-"
+    if stat.S_ISLNK(st.st_mode):
+        return "l:" + hashlib.blake2b(os.fsencode(os.readlink(path)), digest_size=16).hexdigest()
+    if stat.S_ISDIR(st.st_mode):
+        return "d"
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return f"!{exc.errno}"
+    return f"{st.st_mode & 0o111:o}:" + hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+
+def blob_id(data: bytes, object_id_length: int) -> str:
+    """Git's blob id of some content, without running git."""
+    algo = hashlib.sha256 if object_id_length == 64 else hashlib.sha1
+    return algo(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+
+@dataclass(frozen=True)
+class StatusEntry:
+    """One path of `git status --porcelain=v2`: kind is "1" (tracked), "u" or "?"."""
+
+    path: str
+    kind: str
+    xy: str
+    header: str
+
+    @property
+    def code(self) -> str:
+        return "?" if self.kind == "?" else f"{self.kind} {self.header}"
+
+
+
+@dataclass(frozen=True)
+class TreeStatus:
+    head: str | None
+    branch: str | None
+    entries: tuple[StatusEntry, ...]
+
+
+
+class RepoBase:
+    """The repository handle and the plumbing every part of it shares."""
+
+    def __init__(self, repo: git.Repo, root: Path) -> None:
+        """Use `GitRepo.open`, which checks the preconditions."""
+        self._repo = repo
+        self.root = root
+
+
+    @classmethod
+    def open(cls, root: Path) -> Self:
+        """Open the repository at `root`, which must have at least one commit."""
+        root = Path(root).expanduser().absolute()
+        if not root.is_dir():
+            raise GitError(f"{root} does not exist or is not a folder")
+        try:
+            repo = git.Repo(root)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            raise GitError(cls._not_a_repository(root)) from None
+        if repo.bare or repo.working_tree_dir is None:
+            repo.close()
+            raise GitError(f"{root} is a bare git repository; Anima needs a working tree")
+        self = cls(repo, Path(repo.working_tree_dir))
+        if self._run(["rev-parse", "--verify", "-q", "HEAD"], check=False)[0] != 0:
+            repo.close()
+            raise GitError(
+                f"{root} has no commits yet; commit your files first "
+                "(e.g. `git add -A && git commit -m 'Initial commit'`)"
+            )
+        return self
+
+
+    @classmethod
+    def create(cls, root: Path) -> Self:
+        """`git init` in a folder that is not a repository yet, with an empty first commit
+        (`anima init --git-init`), so that `open` accepts it."""
+        root = Path(root).expanduser().absolute()
+        try:
+            repo = git.Repo.init(root)
+        except git.GitCommandError as exc:
+            raise GitError(f"Cannot run `git init` in {root}: {exc.stderr.strip()}") from None
+        self = cls(repo, root)
+        self._run([*self._identity_args(), "commit", "-q", "--allow-empty", "-m", "chore: start"],
+                  what=f"Cannot make the first commit in {root}")
+        return self
+
+    @staticmethod
+    def _not_a_repository(root: Path) -> str:
+        """Say why `root` is not a repository root, pointing at the enclosing one if any."""
+        try:
+            outer = git.Repo(root, search_parent_directories=True)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            return f"{root} is not a git repository (run `git init` in {root}, then commit)"
+        top = outer.working_tree_dir
+        outer.close()
+        return (
+            f"{root} is not a git repository's top folder (it is inside {top}); "
+            f"open {top} instead, or run `git init` in {root}"
+        )
+
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.root)!r})"
+
+
+    def _run(
+        self,
+        args: Sequence[str],
+        *,
+        check: bool = True,
+        stdin: bytes | None = None,
+        what: str | None = None,
+    ) -> tuple[int, bytes, str]:
+        """Run one git command in the project; return (exit code, stdout bytes, stderr).
+
+        With `check`, a non-zero exit raises GitError starting with `what` (or the command)
+        and git's own message.
+        """
+        with contextlib.ExitStack() as stack:
+            stream = None
+            if stdin is not None:  # GitPython wants a real file for stdin
+                stream = stack.enter_context(tempfile.TemporaryFile())
+                stream.write(stdin)
+                stream.seek(0)
+            try:
+                code, out, err = self._repo.git.execute(
+                    ["git", *args],
+                    istream=stream,
+                    with_extended_output=True,
+                    with_exceptions=False,
+                    stdout_as_string=False,
+                    strip_newline_in_stdout=False,
+                )
+            except git.GitCommandNotFound as exc:
+                raise GitError(f"git is not installed or not on PATH: {exc}") from None
+        stderr = err.decode(errors="replace") if isinstance(err, bytes) else str(err or "")
+        if check and code != 0:
+            head = what or f"`git {' '.join(args)}` failed in {self.root}"
+            detail = stderr.strip() or out.decode(errors="replace").strip()
+            raise GitError(f"{head}: {detail}" if detail else head)
+        return code, out, stderr
+
+
+    def _text(self, args: Sequence[str], *, what: str | None = None) -> str:
+        return os.fsdecode(self._run(args, what=what)[1]).strip()
+
+
+    def _identity_args(self) -> list[str]:
+        """`-c user.*` overrides for whatever identity the repository does not configure."""
+        code, out, _ = self._run(["config", "--get-regexp", r"^user\.(name|email)$"], check=False)
+        lines = os.fsdecode(out).splitlines() if code == 0 else []
+        keys = {line.split(" ", 1)[0] for line in lines}
+        env = os.environ
+        args: list[str] = []
+        if "user.name" not in keys and not (
+            env.get("GIT_AUTHOR_NAME") and env.get("GIT_COMMITTER_NAME")
+        ):
+            args += ["-c", f"user.name={_FALLBACK_NAME}"]
+        if "user.email" not in keys and not (
+            (env.get("GIT_AUTHOR_EMAIL") and env.get("GIT_COMMITTER_EMAIL")) or env.get("EMAIL")
+        ):
+            args += ["-c", f"user.email={_FALLBACK_EMAIL}"]
+        return args
+
+
+    def _status(self) -> TreeStatus:
+        """HEAD, branch and every changed path in one `git status` call."""
+        _, out, _ = self._run(
+            [
+                "status",
+                "--porcelain=v2",
+                "-z",
+                "--branch",
+                "--untracked-files=all",
+                "--no-renames",
+            ],
+            what=f"Cannot read the git status of {self.root}",
+        )
+        head: str | None = None
+        branch: str | None = None
+        entries: list[StatusEntry] = []
+        tokens = iter(out.split(b"\0"))
+        for token in tokens:
+            if not token:
+                continue
+            line = os.fsdecode(token)
+            kind = line[0]
+            if line.startswith("# branch.oid "):
+                oid = line[len("# branch.oid ") :]
+                head = None if oid == "(initial)" else oid
+            elif line.startswith("# branch.head "):
+                name = line[len("# branch.head ") :]
+                branch = None if name == "(detached)" else name
+            elif kind == "1":
+                parts = line.split(" ", 8)
+                entries.append(StatusEntry(parts[8], "1", parts[1], " ".join(parts[1:8])))
+            elif kind == "2":  # only with rename detection, which we turn off
+                parts = line.split(" ", 9)
+                entries.append(StatusEntry(parts[9], "1", parts[1], " ".join(parts[1:9])))
+                next(tokens, None)
+            elif kind == "u":
+                parts = line.split(" ", 10)
+                entries.append(StatusEntry(parts[10], "u", parts[1], " ".join(parts[1:10])))
+            elif kind == "?":
+                entries.append(StatusEntry(line[2:], "?", "??", ""))
+        return TreeStatus(head, branch, tuple(entries))
+
+
+    def _fingerprint(self, entries: Iterable[StatusEntry]) -> tuple[tuple[str, str, str], ...]:
+        return tuple(
+            sorted(
+                (e.path, e.code, _digest(self.root / e.path))
+                for e in entries
+                if not is_under_anima(e.path)
+            )
+        )
+
+
+    @staticmethod
+    def _checked_rev(rev: str) -> str | None:
+        """Refuse strings git would read as options or as several arguments."""
+        rev = rev.strip()
+        if not rev or rev.startswith("-") or any(c.isspace() or ord(c) < 32 for c in rev):
+            return None
+        return rev
+
+
+    def _rev_arg(self, rev: str, role: str = "revision") -> str:
+        """A revision safe to pass positionally, or a GitError naming it."""
+        checked = self._checked_rev(rev)
+        if checked is None:
+            raise GitError(f"{rev!r} is not a valid {role} in {self.root}")
+        return checked
+
+
+    def main_branch(self, configured: str | None = None) -> str:
+        """The branch milestones start from and merge into: configured, else main, else master."""
+        if configured:
+            if not self.branch_exists(configured):
+                raise GitError(
+                    f"The configured main branch {configured!r} does not exist in {self.root}"
+                )
+            return configured
+        for name in ("main", "master"):
+            if self.branch_exists(name):
+                return name
+        raise GitError(
+            f"{self.root} has neither a `main` nor a `master` branch; "
+            "set `main_branch` in .anima/config.json"
+        )
+
+
+    def head(self) -> str:
+        """Full hash of HEAD."""
+        return self._text(["rev-parse", "--verify", "HEAD"], what=f"{self.root} has no HEAD")
+
+
+    def current_branch(self) -> str | None:
+        """The checked-out branch, or None when HEAD is detached."""
+        code, out, _ = self._run(["symbolic-ref", "-q", "--short", "HEAD"], check=False)
+        name = os.fsdecode(out).strip()
+        return name if code == 0 and name else None
+
+
+    def branch_exists(self, name: str) -> bool:
+        """True when `refs/heads/<name>` exists."""
+        return self.resolve(f"refs/heads/{name}") is not None
+
+
+    def branch_head(self, name: str) -> str:
+        """Full hash of a branch's tip."""
+        commit = self.resolve(f"refs/heads/{name}")
+        if commit is None:
+            raise GitError(f"There is no branch {name!r} in {self.root}")
+        return commit
+
+
+    def resolve(self, rev: str) -> str | None:
+        """Full hash of a commit named by a (possibly abbreviated) hash or ref; None if none."""
+        checked = self._checked_rev(rev)
+        if checked is None:
+            return None
+        code, out, _ = self._run(
+            ["rev-parse", "--verify", "-q", f"{checked}^{{commit}}"], check=False
+        )
+        commit = os.fsdecode(out).strip()
+        return commit if code == 0 and commit else None
+
+
+    def _resolve_many(self, revs: Sequence[str]) -> list[str | None]:
+        """Resolve several revisions in one call when all exist, else one by one."""
+        checked = [self._checked_rev(r) for r in revs]
+        if all(checked):
+            code, out, _ = self._run(
+                ["rev-parse", *(f"{r}^{{commit}}" for r in checked)], check=False
+            )
+            lines = os.fsdecode(out).split()
+            if code == 0 and len(lines) == len(revs):
+                return list(lines)
+        return [self.resolve(r) for r in revs]
+
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        """True when commit `a` is `b` or one of its ancestors."""
+        code, _, err = self._run(
+            ["merge-base", "--is-ancestor", self._rev_arg(a), self._rev_arg(b)], check=False
+        )
+        if code in (0, 1):
+            return code == 0
+        raise GitError(
+            f"Cannot tell whether {a} is an ancestor of {b} in {self.root}: {err.strip()}"
+        )
+
+
+    def dirty_paths(self) -> list[str]:
+        """Uncommitted changes and untracked files outside `.anima/`, in git's order."""
+        return [e.path for e in self._status().entries if not is_under_anima(e.path)]
+
+
+    def ensure_clean(self) -> None:
+        """Raise unless the tree is clean outside `.anima/` (Anima's own files never count)."""
+        paths = self.dirty_paths()
+        if paths:
+            raise GitError(
+                f"{self.root} has uncommitted changes outside .anima/: {listing(paths)}; "
+                "commit or stash them first"
+            )
+
+
+    @property
+    def git_dir(self) -> Path:
+        """The repository's git directory (`.git`, or elsewhere for a worktree)."""
+        return Path(self._repo.git_dir)
