@@ -60,6 +60,23 @@ def test_init_refuses_a_folder_that_is_not_a_repository_before_writing(tmp_path:
     assert run_git(plain, "rev-list", "--count", "HEAD").strip() == "1"
 
 
+def test_git_init_works_on_a_machine_without_a_git_identity(tmp_path: Path) -> None:
+    """A fresh machine has no user.name/email: `--git-init` still makes the first commit
+    (Anima's fallback identity), where a bare `git commit` would refuse."""
+    home = tmp_path / "home"
+    home.mkdir()
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GIT_AUTHOR", "GIT_COMMITTER")) and k != "EMAIL"}
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), GIT_CONFIG_NOSYSTEM="1")
+    command = [ANIMA] if ANIMA else [sys.executable, "-m", "anima"]
+    made = subprocess.run([*command, "init", "--git-init", str(plain)], capture_output=True,
+                          text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+    assert made.returncode == 0, made.stderr
+    assert run_git(plain, "log", "--format=%an <%ae>").strip() == "Anima <anima@localhost>"
+
+
 def test_the_printed_example_milestone_is_added_only_on_purpose(git_repo: Path) -> None:
     """`init` prints the example's path outside the project; adding it schedules it."""
     result = anima("init", str(git_repo))

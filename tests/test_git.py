@@ -86,9 +86,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def repo(root: Path) -> GitRepo:
-    r = GitRepo.open(root)
-    yield r
-    r.close()
+    return GitRepo.open(root)
 
 
 @pytest.fixture
