@@ -14,7 +14,8 @@ import uuid
 
 from anima.errors import AnimaError
 from anima.events import EventBus, MilestoneChanged
-from anima.store import MilestoneRecord, MilestoneStatus, ReviewComment, Store, now
+from anima.store.models import MilestoneRecord, MilestoneStatus, ReviewComment, now
+from anima.store.store import Store
 from anima.text.prompts import render
 from anima.text.redact import redact
 

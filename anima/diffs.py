@@ -20,7 +20,7 @@ from functools import cached_property
 
 from anima.errors import AnimaError
 from anima.git import GitRepo
-from anima.store import MilestoneRecord, MilestoneStatus
+from anima.store.models import MilestoneRecord, MilestoneStatus
 
 #: Paths (fnmatch, matched against the whole path and its file name) shown collapsed.
 GENERATED_PATTERNS = (

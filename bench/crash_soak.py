@@ -46,14 +46,8 @@ from anima.cli import init_project  # noqa: E402
 from anima.errors import AnimaError  # noqa: E402
 from anima.loop.state import expected_state  # noqa: E402
 from anima.paths import ProjectPaths  # noqa: E402
-from anima.store import (  # noqa: E402
-    MergeState,
-    MilestoneRecord,
-    MilestoneStatus,
-    RoundKind,
-    Store,
-    Verdict,
-)
+from anima.store.models import MergeState, MilestoneRecord, MilestoneStatus, RoundKind, Verdict  # noqa: E402
+from anima.store.store import Store  # noqa: E402
 
 FAKE = REPO / "tests" / "fakes" / "fake_claude.py"
 FEATURES = ["Parse input", "Greet command", "Version flag", "Config file"]

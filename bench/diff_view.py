@@ -30,7 +30,7 @@ from PySide6.QtWidgets import QApplication
 from anima import events as ev
 from anima.diffs import milestone_changes
 from anima.git import GitRepo
-from anima.store import MilestoneRecord, MilestoneStatus
+from anima.store.models import MilestoneRecord, MilestoneStatus
 from ui.bridge import EngineBridge
 from ui.changes_view import ChangesView
 from ui.diff_view import prepare_lexers, warm_up_lexers

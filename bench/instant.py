@@ -22,7 +22,7 @@ from anima.git import GitRepo  # noqa: E402
 from anima.loop.run import MilestoneRun  # noqa: E402
 from anima.loop.seats import RunControl  # noqa: E402
 from anima.paths import ProjectPaths  # noqa: E402
-from anima.store import Store  # noqa: E402
+from anima.store.store import Store  # noqa: E402
 from anima.text.prompts import PromptBuilder  # noqa: E402
 from anima.text.summarizer import Summarizer  # noqa: E402
 

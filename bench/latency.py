@@ -40,7 +40,8 @@ from instant import new_project  # noqa: E402
 
 from anima import procfs  # noqa: E402
 from anima.errors import AnimaError  # noqa: E402
-from anima.store import MilestoneStatus, Store  # noqa: E402
+from anima.store.models import MilestoneStatus  # noqa: E402
+from anima.store.store import Store  # noqa: E402
 
 FAKE = REPO / "tests" / "fakes" / "fake_claude.py"
 DROP_TARGET_S = 1.0

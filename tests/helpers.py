@@ -9,7 +9,8 @@ from typing import Any
 from anima.engine.facade import Engine
 from anima.engine.project import init_project
 from anima.paths import ProjectPaths
-from anima.store import MilestoneRecord, Store
+from anima.store.models import MilestoneRecord
+from anima.store.store import Store
 
 
 def milestone_md(title: str, features: list[str], criteria: list[str] | None = None) -> str:

@@ -15,7 +15,7 @@ import pytest
 
 from anima.engine.facade import Engine
 from anima.events import Event, Notice, UsageLimitWait, clock
-from anima.store import MilestoneStatus, Verdict
+from anima.store.models import MilestoneStatus, Verdict
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md, record, run_engine, state
 

@@ -19,7 +19,7 @@ from anima import procfs
 from anima.cli.printer import HeadlessPrinter
 from anima.engine.facade import Engine
 from anima.loop.checks import run_check
-from anima.store import MilestoneStatus, RoundKind, Verdict
+from anima.store.models import MilestoneStatus, RoundKind, Verdict
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
 from tests.test_cli import ANIMA, anima

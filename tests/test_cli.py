@@ -229,7 +229,7 @@ def test_status_json_is_the_records_dump_and_loads_only_what_it_needs(tmp_path: 
     assert status.stderr.decode().strip() == "[]"
     from anima.cli import StatusReport
     from anima.paths import ProjectPaths
-    from anima.store import Store
+    from anima.store.store import Store
 
     store = Store(ProjectPaths(tmp_path))
     records = [store.load_record(p.stem) for p in sorted(store.paths.milestones.glob("*.json"))]

@@ -10,7 +10,8 @@ from anima import comments
 from anima.config import Config
 from anima.loop import actions
 from anima.paths import ProjectPaths
-from anima.store import MilestoneStatus, Store
+from anima.store.models import MilestoneStatus
+from anima.store.store import Store
 from tests.helpers import milestone_md
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from anima.store import MergeState, MilestoneStatus, RoundKind, Verdict
+from anima.store.models import MergeState, MilestoneStatus, RoundKind, Verdict
 from tests.conftest import FakeClaude, descendants, run_git
 from tests.helpers import make_project, record
 from tests.test_recovery import (

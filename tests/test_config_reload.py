@@ -11,7 +11,7 @@ import pytest
 
 from anima.engine.facade import Engine
 from anima.events import EngineError, Event
-from anima.store import MilestoneStatus
+from anima.store.models import MilestoneStatus
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md, record
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from anima.store import FeatureStatus, MilestoneStatus, Verdict
+from anima.store.models import FeatureStatus, MilestoneStatus, Verdict
 from anima.text.context import estimate_tokens
 from tests.conftest import FakeClaude, run_git
 from tests.fakes.api_stub import ApiStub

@@ -10,7 +10,7 @@ import pytest
 
 from anima.engine.facade import Engine
 from anima.events import Compacted, ContextUsage, EventBus, LogLine
-from anima.store import MilestoneStatus, RoundKind
+from anima.store.models import MilestoneStatus, RoundKind
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md, record, run_engine
 from tests.test_recovery import (

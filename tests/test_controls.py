@@ -10,7 +10,7 @@ import pytest
 
 from anima.engine.facade import Engine
 from anima.events import EngineError, Event, PhaseChanged
-from anima.store import MilestoneStatus
+from anima.store.models import MilestoneStatus
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md, record
 

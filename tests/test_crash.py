@@ -21,7 +21,7 @@ import pytest
 
 from anima.engine.facade import Engine
 from anima.events import Event, PhaseChanged
-from anima.store import MilestoneStatus, RoundKind
+from anima.store.models import MilestoneStatus, RoundKind
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md, record
 from tests.test_recovery import (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from anima.diffs import diff_between, milestone_changes
 from anima.git import GitRepo
-from anima.store import (
+from anima.store.models import (
     Iteration,
     MergeInfo,
     MergeState,

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from anima.store import MilestoneStatus
+from anima.store.models import MilestoneStatus
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record
 from tests.test_recovery import (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from anima.store import MilestoneStatus
+from anima.store.models import MilestoneStatus
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, record
 from tests.test_completion import kill_with_children, slow_git

@@ -12,7 +12,8 @@ from anima.config import Config
 from anima.engine.facade import Engine
 from anima.loop.actions import resume
 from anima.paths import ProjectPaths
-from anima.store import MilestoneStatus, Store, Verdict
+from anima.store.models import MilestoneStatus, Verdict
+from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
 from tests.test_recovery import Runner, run_to_end, wait_until

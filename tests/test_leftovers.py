@@ -17,7 +17,7 @@ from anima.agents.claude.profiles import DEVELOPER, profile_for
 from anima.agents.process import AgentProcess
 from anima.config import Config
 from anima.events import EventBus
-from anima.store import MilestoneStatus
+from anima.store.models import MilestoneStatus
 from tests.conftest import FakeClaude
 from tests.fakes.api_stub import ApiStub
 from tests.helpers import make_project, milestone_md, record

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from anima.store import FeatureStatus, MilestoneStatus, RoundKind, Verdict
+from anima.store.models import FeatureStatus, MilestoneStatus, RoundKind, Verdict
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine, state
 

@@ -11,14 +11,8 @@ from pydantic import ValidationError
 
 from anima.config import Config
 from anima.errors import MilestoneError
-from anima.milestone_md import (
-    MILESTONE_ID_RE,
-    FeatureDef,
-    MilestoneDef,
-    load_milestone,
-    parse_milestone,
-    validate_milestone_id,
-)
+from anima.store.definitions import MILESTONE_ID_RE, FeatureDef, MilestoneDef, validate_milestone_id
+from anima.store.milestone_md import load_milestone, parse_milestone
 
 DATA = Path(__file__).parent / "data"
 EXAMPLE = Path(__file__).parent.parent / ".anima.example"

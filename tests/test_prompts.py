@@ -9,7 +9,8 @@ import pytest
 
 from anima.engine.project import init_project
 from anima.paths import ProjectPaths
-from anima.store import FeatureStatus, Iteration, MilestoneRecord, RoundKind, Store, Verdict
+from anima.store.models import FeatureStatus, Iteration, MilestoneRecord, RoundKind, Verdict
+from anima.store.store import Store
 from anima.text.context import estimate_tokens
 from anima.text.prompts import DeveloperContext, PromptBuilder
 from tests.helpers import milestone_md

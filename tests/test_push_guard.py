@@ -10,7 +10,7 @@ import pytest
 from anima.agents.claude.profiles import DEVELOPER, PUSH_RULES, profile_for
 from anima.agents.claude.protocol import build_argv
 from anima.config import Config
-from anima.store import MilestoneStatus
+from anima.store.models import MilestoneStatus
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from anima.events import clock
-from anima.store import MilestoneStatus, Verdict
+from anima.store.models import MilestoneStatus, Verdict
 from tests.fakes.api_stub import ApiStub, Reply, overloaded, unauthorized, usage_limit_reached
 from tests.helpers import make_project, milestone_md, record
 from tests.test_real_loop import ScriptedModel, _prompts

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from anima.store import MilestoneStatus, Verdict
+from anima.store.models import MilestoneStatus, Verdict
 from tests.conftest import run_git
 from tests.fakes.api_stub import ApiStub, Reply, message_text, system_text
 from tests.helpers import make_project, milestone_md, record

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from anima.store import MilestoneRecord, MilestoneStatus, RoundKind, Verdict
+from anima.store.models import MilestoneRecord, MilestoneStatus, RoundKind, Verdict
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from anima.store import MilestoneStatus, RoundKind, Verdict
+from anima.store.models import MilestoneStatus, RoundKind, Verdict
 from anima.text.redact import REDACTED
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md, record

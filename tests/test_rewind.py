@@ -10,7 +10,8 @@ from anima.config import Config
 from anima.git import GitRepo
 from anima.loop.rewind import RewindError, accepted_rounds, continue_from_round
 from anima.paths import ProjectPaths
-from anima.store import FeatureStatus, MilestoneStatus, Store
+from anima.store.models import FeatureStatus, MilestoneStatus
+from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
 

@@ -15,19 +15,18 @@ import pytest
 from anima.atomic import write_text_atomic
 from anima.errors import RecordError
 from anima.paths import ProjectPaths
-from anima.store import (
+from anima.store.models import (
     RECORD_SCHEMA_VERSION,
     Iteration,
     MergeState,
     MilestoneStatus,
     RoundKind,
-    Scan,
     State,
     StateStatus,
-    Store,
     Usage,
     Verdict,
 )
+from anima.store.store import Scan, Store
 from tests.helpers import milestone_md
 
 

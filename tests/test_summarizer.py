@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from anima.config import SummarizerConfig
-from anima.store import Usage
+from anima.store.models import Usage
 from anima.text.redact import REDACTED
 from anima.text.summarizer import (
     PRICES_PER_MTOK,

@@ -18,7 +18,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from anima.engine.facade import Engine
 from anima.events import AgentEvent, EventBus, ToolUse
 from anima.paths import ProjectPaths
-from anima.store import MilestoneStatus, Store
+from anima.store.models import MilestoneStatus
+from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md
 from tests.test_ui_app import TWO, Window

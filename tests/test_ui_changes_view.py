@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 
 from anima.diffs import milestone_changes
 from anima.git import GitRepo
-from anima.store import MilestoneRecord, MilestoneStatus
+from anima.store.models import MilestoneRecord, MilestoneStatus
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import record
 from tests.test_ui_app import Window, paused_by_rejections

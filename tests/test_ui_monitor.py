@@ -14,7 +14,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from anima import events as ev
-from anima.store import CheckRun, Feature, Iteration, MergeInfo, MergeState, MilestoneRecord
+from anima.store.models import CheckRun, Feature, Iteration, MergeInfo, MergeState, MilestoneRecord
 from ui.monitor import IterationMonitor
 from ui.review import ReviewPanel
 

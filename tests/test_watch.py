@@ -14,7 +14,7 @@ import pytest
 
 from anima.engine.facade import Engine
 from anima.events import Event, MilestoneChanged, MilestoneRemoved
-from anima.store import MilestoneStatus
+from anima.store.models import MilestoneStatus
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md, record
 from tests.test_recovery import (

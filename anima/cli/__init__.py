@@ -26,7 +26,8 @@ from anima.errors import (
 )
 from anima.logsetup import configure_logging
 from anima.paths import ProjectPaths
-from anima.store import MergeState, MilestoneRecord, State, Store
+from anima.store.models import MergeState, MilestoneRecord, State
+from anima.store.store import Store
 
 if TYPE_CHECKING:
     from anima.events import EventBus

@@ -20,7 +20,7 @@ from anima.config import Config
 from anima.events import EventBus, MilestonePublisher
 from anima.loop.recovery import AgentRegistry, TrackedAgent
 from anima.loop.seats import Agent
-from anima.store import MilestoneRecord
+from anima.store.models import MilestoneRecord
 
 #: The agent CLI every agent speaks (the one `Dialect` so far).
 DIALECT = CLAUDE

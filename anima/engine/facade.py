@@ -54,14 +54,16 @@ from anima.loop.recovery import AgentRegistry, recover_project
 from anima.loop.run import MilestoneRun
 from anima.loop.seats import Agent, RunControl
 from anima.loop.state import reconcile_state
-from anima.milestone_md import load_milestone, validate_milestone_id
 from anima.notify import NotifyCommand
 from anima.paths import ProjectPaths
 from anima.phases import Phase
-from anima.store import Feature as Feature  # the records' parts, for the UI's type hints
-from anima.store import Iteration as Iteration
-from anima.store import MilestoneRecord as MilestoneRecord
-from anima.store import MilestoneStatus, Scan, Store, now
+from anima.store.definitions import validate_milestone_id
+from anima.store.milestone_md import load_milestone
+from anima.store.models import Feature as Feature  # the records' parts, for the UI's type hints
+from anima.store.models import Iteration as Iteration
+from anima.store.models import MilestoneRecord as MilestoneRecord
+from anima.store.models import MilestoneStatus, now
+from anima.store.store import Scan, Store
 from anima.text.context import ApiTokenCounter
 from anima.text.prompts import PromptBuilder
 from anima.text.summarizer import Summarizer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from anima.store import MilestoneRecord, MilestoneStatus
+from anima.store.models import MilestoneRecord, MilestoneStatus
 
 
 @dataclass(frozen=True)

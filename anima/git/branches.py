@@ -205,13 +205,6 @@ class BranchOps(RepoBase):
         return self._text(["rev-parse", "--verify", "refs/stash"])
 
 
-    @property
-    def private_dir(self) -> Path:
-        """A folder inside the git directory: no git command (clean, stash, checkout) of the
-        Developer's touches it, unlike anything in the working tree."""
-        return self.git_dir / "anima"
-
-
     def head_visits_since(self, since: float) -> set[str]:
         """Commits this working tree's HEAD pointed at since `since` (Unix time), from its
         reflog: what was checked out or committed here."""

@@ -19,7 +19,8 @@ from anima.loop.phases import RESTING_PHASE, check_transition
 from anima.loop.recovery import return_to_main
 from anima.loop.state import reconcile_state
 from anima.phases import Phase
-from anima.store import HumanNote, MilestoneRecord, MilestoneStatus, Store, now
+from anima.store.models import HumanNote, MilestoneRecord, MilestoneStatus, now
+from anima.store.store import Store
 from anima.text.redact import redact
 
 

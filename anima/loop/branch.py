@@ -10,7 +10,7 @@ from collections.abc import Callable
 from anima.git import GitRepo
 from anima.guard import TurnFindings, TurnGuard
 from anima.loop.ledger import Ledger
-from anima.store import FeatureStatus, MilestoneRecord, RoundKind, Verdict
+from anima.store.models import FeatureStatus, MilestoneRecord, RoundKind, Verdict
 from anima.text.formats import DeveloperReport
 
 

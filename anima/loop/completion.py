@@ -18,7 +18,8 @@ from anima.events import EventBus, LogLine, MilestoneChanged, Notice
 from anima.git import GitRepo
 from anima.loop.recovery import stash_changes
 from anima.loop.state import reconcile_state
-from anima.store import MergeInfo, MergeState, MilestoneRecord, MilestoneStatus, Store, now
+from anima.store.models import MergeInfo, MergeState, MilestoneRecord, MilestoneStatus, now
+from anima.store.store import Store
 
 
 def begin_completion(record: MilestoneRecord, config: Config) -> None:

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from anima.config import Config
 from anima.events import EventBus, TurnResult, VerdictReached
-from anima.store import (
+from anima.store.models import (
     CheckRun,
     ContextUse,
     FeatureStatus,

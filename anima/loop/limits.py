@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from anima.config import Config
-from anima.store import MilestoneRecord
+from anima.store.models import MilestoneRecord
 
 
 class Limit(Protocol):

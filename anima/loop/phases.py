@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from anima.errors import AnimaError
 from anima.phases import Phase
-from anima.store import MilestoneStatus
+from anima.store.models import MilestoneStatus
 
 STOPS = frozenset({Phase.PAUSED, Phase.FAILED})
 

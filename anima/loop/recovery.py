@@ -34,7 +34,7 @@ from anima.atomic import write_text_atomic
 from anima.errors import AgentCrashed, TurnTimeout
 from anima.git import GitRepo
 from anima.paths import ProjectPaths
-from anima.store import MilestoneRecord, now
+from anima.store.models import MilestoneRecord, now
 from anima.text.prompts import render
 
 # A temp file of an atomic write older than this belongs to a dead writer.

@@ -15,7 +15,8 @@ from anima.errors import AnimaError
 from anima.events import EventBus
 from anima.git import GitRepo
 from anima.loop import actions
-from anima.store import FeatureStatus, MilestoneRecord, MilestoneStatus, Store, Verdict
+from anima.store.models import FeatureStatus, MilestoneRecord, MilestoneStatus, Verdict
+from anima.store.store import Store
 
 DROPPED_REFS = "refs/anima/dropped"
 

@@ -41,17 +41,17 @@ from anima.loop.recovery import recover_milestone, return_to_main
 from anima.loop.seats import AgentFactory, RunControl, Seats, Stopped
 from anima.loop.state import reconcile_state, write_state
 from anima.phases import RUNNING, Phase
-from anima.store import (
+from anima.store.models import (
     CheckRun,
     FeatureStatus,
     MilestoneRecord,
     MilestoneStatus,
     RoundKind,
     StateStatus,
-    Store,
     Verdict,
     now,
 )
+from anima.store.store import Store
 from anima.text.formats import (
     DeveloperReport,
     ReportKind,

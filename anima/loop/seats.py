@@ -33,7 +33,8 @@ from anima.loop.fault_policy import FaultPolicy, Retry
 from anima.loop.ledger import Ledger
 from anima.loop.state import write_state
 from anima.remotes import RefMap, pushed, remote_refs
-from anima.store import ContextUse, MilestoneRecord, Rollover, StateStatus, Store, now
+from anima.store.models import ContextUse, MilestoneRecord, Rollover, StateStatus, now
+from anima.store.store import Store
 
 
 class Agent(Protocol):

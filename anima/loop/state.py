@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from anima.store import MilestoneRecord, MilestoneStatus, State, StateStatus, Store
+from anima.store.models import MilestoneRecord, MilestoneStatus, State, StateStatus
+from anima.store.store import Store
 
 
 def write_state(store: Store, status: StateStatus, milestone_id: str | None, *,

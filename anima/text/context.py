@@ -184,10 +184,6 @@ class FileCache:
             self._entries[path] = (*stamp, text)
         return text
 
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
 
 class ApiTokenCounter:
     """Exact token counts from the Messages API (`count_tokens`), for when a key is available.

@@ -13,7 +13,7 @@ from functools import cache
 from string import Template
 
 from anima.paths import ProjectPaths, resource
-from anima.store import CheckRun, FeatureStatus, Iteration, MilestoneRecord, Verdict
+from anima.store.models import CheckRun, FeatureStatus, Iteration, MilestoneRecord, Verdict
 from anima.text.context import (
     ApiTokenCounter,
     FileCache,

@@ -23,7 +23,7 @@ from typing import Any
 
 from anima.config import SummarizerConfig
 from anima.paths import resource
-from anima.store import Usage
+from anima.store.models import Usage
 from anima.text.context import clip
 from anima.text.redact import redact
 

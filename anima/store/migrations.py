@@ -1,0 +1,91 @@
+"""Older records and state files, brought up to the current schema on read.
+
+Each step adds what one schema version added, with the value that is true of a file written
+before it; a file from a newer Anima is refused and left untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from anima.errors import RecordError
+
+
+def _record_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v2 added `claude_version` (unknown for rounds driven before it)."""
+    return {**data, "claude_version": None}
+
+
+def _record_v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """v3 added each round's `context` in use and the milestone's session `rollovers`
+    (none known for rounds driven before it)."""
+    iterations = [{**it, "context": {}} if isinstance(it, dict) else it
+                  for it in data.get("iterations") or []]
+    return {**data, "iterations": iterations, "rollovers": []}
+
+
+def _record_v3_to_v4(data: dict[str, Any]) -> dict[str, Any]:
+    """v4 added each round's `check` (no check ran in rounds driven before it)."""
+    iterations = [{**it, "check": None} if isinstance(it, dict) else it
+                  for it in data.get("iterations") or []]
+    return {**data, "iterations": iterations}
+
+
+def _record_v4_to_v5(data: dict[str, Any]) -> dict[str, Any]:
+    """v5 gave `merge` a state and added `error`. A completed record without a merge
+    outcome or `completed_at` is a completion an older Anima died in: its merge is pending."""
+    merge = data.get("merge")
+    if isinstance(merge, dict):
+        merge = {**merge, "state": "merged" if merge.get("merged") else "failed"}
+    elif data.get("status") == "completed" and data.get("completed_at") is None:
+        merge = {"state": "pending", "merged": False,
+                 "detail": "the completion was cut short by a restart"}
+    return {**data, "merge": merge, "error": None}
+
+
+def _record_v5_to_v6(data: dict[str, Any]) -> dict[str, Any]:
+    """v6 added the sessions' models (unknown for sessions started before it)."""
+    sessions = data.get("sessions")
+    if isinstance(sessions, dict):
+        data = {**data, "sessions": {"developer_model": None, "acceptor_model": None,
+                                     **sessions}}
+    return data
+
+
+def _state_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v2 added the usage-limit wait (none in a file written before it)."""
+    return {**data, "waiting_until": None, "waiting_reason": None}
+
+
+def _record_v6_to_v7(data: dict[str, Any]) -> dict[str, Any]:
+    """v7 added `comments` (line comments awaiting their Resume / Request changes)."""
+    return {**data, "comments": []}
+
+
+#: (kind of file, version) -> the step to version + 1. Each step is pure and small.
+_MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    ("record", 1): _record_v1_to_v2,
+    ("record", 2): _record_v2_to_v3,
+    ("record", 3): _record_v3_to_v4,
+    ("record", 4): _record_v4_to_v5,
+    ("record", 5): _record_v5_to_v6,
+    ("record", 6): _record_v6_to_v7,
+    ("state", 1): _state_v1_to_v2,
+}
+
+
+def migrate(data: dict[str, Any], current: int, path: Path, kind: str) -> dict[str, Any]:
+    """Bring an older file up to the current schema; refuse one from a newer Anima."""
+    version = data.get("schema_version", 1)
+    if not isinstance(version, int):
+        raise RecordError(path, f"schema_version must be an integer, got {version!r}")
+    if version > current:
+        raise RecordError(path, f"schema_version {version} was written by a newer Anima "
+                                f"(this one reads up to {current}); left untouched")
+    while version < current:
+        data = _MIGRATIONS[(kind, version)](data)
+        version += 1
+    data["schema_version"] = current
+    return data

@@ -1,0 +1,263 @@
+"""What Anima keeps about a milestone and the project: the record and state.json models.
+
+Every file format is a pydantic model with a schema version; `migrations` brings an older file
+up to the current one.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from anima.phases import Phase
+
+RECORD_SCHEMA_VERSION = 7
+STATE_SCHEMA_VERSION = 2
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class MilestoneStatus(StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    PAUSED = "paused"
+    AWAITING_REVIEW = "awaiting_review"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class FeatureStatus(StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    DONE = "done"
+    BLOCKED = "blocked"
+
+    @property
+    def box(self) -> str:
+        return {"pending": "[ ]", "in_progress": "[/]", "done": "[x]", "blocked": "[!]"}[self.value]
+
+
+class RoundKind(StrEnum):
+    FEATURE = "feature"
+    FIX = "fix"
+    FINAL = "final"
+    RECOVERY = "recovery"
+
+
+class Verdict(StrEnum):
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+
+
+class Usage(_Model):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return (self.input_tokens + self.output_tokens + self.cache_read_input_tokens
+                + self.cache_creation_input_tokens)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+            cache_creation_input_tokens=(
+                self.cache_creation_input_tokens + other.cache_creation_input_tokens),
+        )
+
+    @classmethod
+    def from_api(cls, usage: dict[str, Any] | None) -> Usage:
+        """Build from a `result` event's usage dict, ignoring fields we do not count."""
+        usage = usage or {}
+        return cls(**{k: int(usage.get(k) or 0) for k in cls.model_fields})
+
+
+class Feature(_Model):
+    id: str
+    title: str
+    criteria: list[str] = Field(default_factory=list)
+    status: FeatureStatus = FeatureStatus.PENDING
+    rounds: int = 0
+    commits: list[str] = Field(default_factory=list)
+    tool_calls: int = 0
+
+
+class CheckRun(_Model):
+    """Anima's own run of the project's checks (config `check_command`) in a round."""
+
+    command: str
+    passed: bool
+    exit_code: int | None = None  # None: timed out
+    timed_out: bool = False
+    duration_seconds: float = 0.0
+    tail: str = ""  # the output's last lines, redacted
+    # When it failed: the Developer's report's words that claimed the tests passed.
+    report_claim: str | None = None
+
+
+class ContextUse(_Model):
+    """An agent's context in use after its last turn of a round (see events.ContextUsage)."""
+
+    tokens: int
+    window: int
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.tokens / self.window if self.window else 0.0
+
+
+class Rollover(_Model):
+    """A session Anima ended between rounds and replaced by a fresh one, and why."""
+
+    round: int  # the round the fresh session starts with
+    role: str
+    tokens: int  # the old session's context when it was ended
+    window: int
+    reason: str
+    old_session: str | None = None
+    at: datetime
+
+
+class Iteration(_Model):
+    round: int
+    kind: RoundKind
+    feature: str | None = None
+    commit: str | None = None
+    changed_files: list[str] = Field(default_factory=list)
+    summary: str = ""
+    verdict: Verdict
+    reason: str = ""
+    tokens: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
+    tool_calls: int = 0
+    auto_committed: bool = False
+    notes: list[str] = Field(default_factory=list)
+    #: role -> context in use after that agent's last turn of the round
+    context: dict[str, ContextUse] = Field(default_factory=dict)
+    check: CheckRun | None = None
+    started_at: datetime
+    ended_at: datetime
+
+
+class Sessions(_Model):
+    developer: str | None = None
+    acceptor: str | None = None
+    # The model each session started with (its system/init), passed again on --resume:
+    # without it 2.1.197 resumes on a smaller context window.
+    developer_model: str | None = None
+    acceptor_model: str | None = None
+
+
+class HumanNote(_Model):
+    at: datetime
+    text: str
+    delivered: bool = False
+
+
+class MergeState(StrEnum):
+    PENDING = "pending"  # the intent, written with `completed` before `git merge` runs
+    MERGED = "merged"
+    FAILED = "failed"  # not merged: `detail` says why (a conflict, a dirty tree, …)
+
+
+class ReviewComment(_Model):
+    """A reviewer's remark on one line of the milestone's diff, kept until it is sent."""
+
+    id: str
+    path: str
+    line: int
+    text: str
+    at: datetime
+
+
+class MergeInfo(_Model):
+    """The merge into main of a completed milestone. `pending` is on disk before the merge
+    starts, so a kill in between is finished by the next start, never forgotten."""
+
+    state: MergeState
+    merged: bool = False
+    detail: str
+    at: datetime | None = None
+
+
+class MilestoneRecord(_Model):
+    schema_version: int = RECORD_SCHEMA_VERSION
+    id: str
+    title: str
+    status: MilestoneStatus = MilestoneStatus.PENDING
+    created_at: datetime
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    branch_name: str | None = None
+    base_commit: str | None = None
+    main_branch: str | None = None
+    main_head: str | None = None
+    iteration_count: int = 0
+    consecutive_rejections: int = 0
+    max_iterations: int = 20
+    tokens_used: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
+    requires_human_review: bool = False
+    features: list[Feature] = Field(default_factory=list)
+    iterations: list[Iteration] = Field(default_factory=list)
+    acceptance_criteria: list[str] = Field(default_factory=list)
+    sessions: Sessions = Field(default_factory=Sessions)
+    claude_version: str | None = None  # `claude --version` of the run that drove it last
+    phase: Phase = Phase.IDLE
+    pause_reason: str | None = None
+    human_notes: list[HumanNote] = Field(default_factory=list)
+    comments: list[ReviewComment] = Field(default_factory=list)  # unsent line comments
+    interrupted: bool = False
+    merge: MergeInfo | None = None
+    error: str | None = None  # why the milestone is `failed` (an unexpected error)
+    notes: list[str] = Field(default_factory=list)
+    rollovers: list[Rollover] = Field(default_factory=list)
+
+    @field_validator("phase", mode="before")
+    @classmethod
+    def _known_phase(cls, value: object) -> object:
+        """A phase this version does not know (a newer Anima's) reads as idle: resumable."""
+        return value if value in set(Phase) else Phase.IDLE
+
+    def feature(self, feature_id: str | None) -> Feature | None:
+        return next((f for f in self.features if f.id == feature_id), None)
+
+    @property
+    def features_done(self) -> int:
+        return sum(1 for f in self.features if f.status is FeatureStatus.DONE)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.iterations)
+
+
+class StateStatus(StrEnum):
+    SLEEPING = "sleeping"
+    AWAKE = "awake"
+    PAUSED = "paused"
+
+
+class State(_Model):
+    schema_version: int = STATE_SCHEMA_VERSION
+    status: StateStatus = StateStatus.SLEEPING
+    current_milestone: str | None = None
+    updated_at: datetime | None = None
+    # Set while the loop waits for a usage limit to reset: when it sends again, and why.
+    waiting_until: datetime | None = None
+    waiting_reason: str | None = None

@@ -1,0 +1,221 @@
+"""Milestone records and state.json: pydantic models, atomic writes, never a lost byte.
+
+A record that cannot be read is reported with its path and left exactly as it is; the other
+milestones stay usable. Records carry a schema version and are migrated on read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from anima.atomic import write_model_atomic
+from anima.config import describe_validation_error
+from anima.errors import AnimaError, MilestoneError, RecordError
+from anima.paths import ProjectPaths
+from anima.store.definitions import (
+    MILESTONE_ID_RE,
+    MilestoneDef,
+    is_milestone_name,
+    validate_milestone_id,
+)
+from anima.store.migrations import migrate
+from anima.store.milestone_md import load_milestone
+from anima.store.models import (
+    RECORD_SCHEMA_VERSION,
+    STATE_SCHEMA_VERSION,
+    Feature,
+    MilestoneRecord,
+    State,
+    now,
+)
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise RecordError(path, f"cannot read: {e}") from e
+    except json.JSONDecodeError as e:
+        raise RecordError(path, f"corrupt JSON (line {e.lineno}, column {e.colno}): {e.msg}; "
+                                "left untouched") from e
+    if not isinstance(data, dict):
+        raise RecordError(path, "expected a JSON object; left untouched")
+    return data
+
+
+def _validate(model: type[M], data: dict[str, Any], path: Path) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise RecordError(path, "invalid record; left untouched\n"
+                          + describe_validation_error(path, e)) from e
+
+
+def _current_record(path: Path) -> MilestoneRecord | None:
+    """The record at `path` parsed and validated in one pass (pydantic's JSON parser, twice
+    as fast as `json.loads` then `model_validate` on a hundred long records), if it is valid
+    and says it is of the current schema; None sends it down the careful path, which migrates
+    an older record and words what is wrong with a broken one."""
+    try:
+        record = MilestoneRecord.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError):
+        return None
+    current = ("schema_version" in record.model_fields_set
+               and record.schema_version == RECORD_SCHEMA_VERSION)
+    return record if current else None
+
+
+@dataclass
+class Scan:
+    """Result of looking at `.anima/milestones/`: what is usable and what is wrong."""
+
+    records: list[MilestoneRecord] = field(default_factory=list)
+    problems: list[AnimaError] = field(default_factory=list)
+    registered: list[str] = field(default_factory=list)
+
+
+class Store:
+    """Reads and writes one project's records. Not thread-safe: one engine worker writes them,
+    except new registrations, which the engine serializes with its scans."""
+
+    def __init__(self, paths: ProjectPaths) -> None:
+        self.paths = paths
+
+    # --- state.json ---------------------------------------------------------------------
+    def load_state(self) -> State:
+        if not self.paths.state.exists():
+            return State()
+        data = migrate(_read_json(self.paths.state), STATE_SCHEMA_VERSION, self.paths.state,
+                        "state")
+        return _validate(State, data, self.paths.state)
+
+    def save_state(self, state: State) -> None:
+        state.updated_at = now()
+        write_model_atomic(self.paths.state, state)
+
+    # --- milestone records ----------------------------------------------------------------
+    def load_record(self, milestone_id: str) -> MilestoneRecord:
+        path = self.paths.milestone_record(milestone_id)
+        record = _current_record(path)
+        if record is None:
+            data = migrate(_read_json(path), RECORD_SCHEMA_VERSION, path, "record")
+            record = _validate(MilestoneRecord, data, path)
+        if record.id != milestone_id:
+            raise RecordError(path, f"id {record.id!r} does not match the file name; "
+                                    "left untouched")
+        return record
+
+    def save_record(self, record: MilestoneRecord) -> None:
+        write_model_atomic(self.paths.milestone_record(record.id), record)
+
+    def load_records(self) -> list[MilestoneRecord]:
+        """Every readable record, whether or not its definition is still there (a record is
+        the truth about a milestone's status even when its `.md` went missing)."""
+        records = []
+        for milestone_id in self._record_ids():
+            try:
+                records.append(self.load_record(milestone_id))
+            except RecordError:
+                continue
+        return records
+
+    def _record_ids(self) -> list[str]:
+        if not self.paths.milestones.is_dir():
+            return []
+        return [p.stem for p in sorted(self.paths.milestones.glob("*.json"))
+                if MILESTONE_ID_RE.fullmatch(p.stem)]
+
+    def definition(self, milestone_id: str) -> MilestoneDef:
+        return load_milestone(self.paths.milestone_md(milestone_id))
+
+    def new_record(self, definition: MilestoneDef, milestone_id: str, created_at: datetime,
+                   *, max_iterations: int, requires_human_review: bool) -> MilestoneRecord:
+        review = definition.requires_human_review
+        return MilestoneRecord(
+            id=milestone_id,
+            title=definition.title,
+            created_at=created_at,
+            max_iterations=max_iterations,
+            requires_human_review=requires_human_review if review is None else review,
+            features=[Feature(id=f.id, title=f.title, criteria=list(f.criteria))
+                      for f in definition.features],
+            acceptance_criteria=list(definition.acceptance_criteria),
+        )
+
+    def register(self, md: Path, created_at: datetime, *, max_iterations: int,
+                 requires_human_review: bool) -> MilestoneRecord | None:
+        """Make the definition `md` a pending milestone created at `created_at` (when the
+        file arrived, so the queue keeps that order); None if it has a record already.
+        Raises MilestoneError for a bad name or file (which is left as it is)."""
+        milestone_id = validate_milestone_id(md.stem, md)
+        if self.paths.milestone_record(milestone_id).exists():
+            return None
+        record = self.new_record(load_milestone(md), milestone_id, created_at,
+                                 max_iterations=max_iterations,
+                                 requires_human_review=requires_human_review)
+        self.save_record(record)
+        log.info("registered milestone %s", milestone_id)
+        return record
+
+    def scan(self, *, max_iterations: int, requires_human_review: bool, register: bool = True,
+             ready: Callable[[Path], bool] | None = None) -> Scan:
+        """Load every record; every `.md` that has none yet is listed as pending (a fresh
+        record, saved only with `register`) once `ready` says it has settled (a folder people
+        drop files into must not parse a half-written file). Without `register` nothing is
+        written. Hidden names (editors' swap and lock files) are not milestones.
+
+        One timestamp serves a whole scan: files found together (whose arrival nobody saw)
+        start in name order.
+        """
+        result = Scan()
+        if not self.paths.milestones.is_dir():
+            return result
+        stamp = now()
+        for md in sorted(self.paths.milestones.glob("*.md")):
+            if not is_milestone_name(md.name):
+                continue
+            milestone_id = md.stem
+            try:
+                validate_milestone_id(milestone_id, md)
+                if self.paths.milestone_record(milestone_id).exists():
+                    result.records.append(self.load_record(milestone_id))
+                    continue
+                if ready is not None and not ready(md):
+                    continue
+                if register:
+                    record = self.register(md, stamp, max_iterations=max_iterations,
+                                           requires_human_review=requires_human_review)
+                    if record is None:  # registered by another thread meanwhile
+                        record = self.load_record(milestone_id)
+                    else:
+                        result.registered.append(milestone_id)
+                else:
+                    record = self.new_record(load_milestone(md), milestone_id, stamp,
+                                             max_iterations=max_iterations,
+                                             requires_human_review=requires_human_review)
+                result.records.append(record)
+            except (MilestoneError, RecordError) as e:
+                result.problems.append(e)
+        # A record whose definition went missing still says where its milestone stands.
+        listed = {r.id for r in result.records} | {getattr(p, "path", Path()).stem
+                                                    for p in result.problems}
+        for milestone_id in self._record_ids():
+            if milestone_id not in listed:
+                try:
+                    result.records.append(self.load_record(milestone_id))
+                except RecordError as e:
+                    result.problems.append(e)
+        result.records.sort(key=lambda r: (r.created_at, r.id))
+        return result
