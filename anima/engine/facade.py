@@ -26,22 +26,17 @@ from anima import comments, procfs
 from anima.config import Config
 from anima.diffs import ChangeSet, milestone_changes
 from anima.engine.agents import DIALECT, AgentFactory
+from anima.engine.milestones import MilestoneQueue
 from anima.engine.outcome import RunOutcome
 from anima.engine.project import ensure_gitignore, open_config
 from anima.engine.watcher import MilestoneWatcher
-from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError, RecordError
+from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError
 from anima.events import (
     AgentEvent,
     EngineError,
     EngineReady,
-    Event,
     EventBus,
     LogLine,
-    MilestoneChanged,
-    MilestoneRemoved,
-    MilestonesScanned,
-    ProblemReported,
-    ProblemResolved,
 )
 from anima.git import GitRepo
 from anima.guard import put_back_interrupted
@@ -62,7 +57,7 @@ from anima.store.milestone_md import load_milestone
 from anima.store.models import Feature as Feature  # the records' parts, for the UI's type hints
 from anima.store.models import Iteration as Iteration
 from anima.store.models import MilestoneRecord as MilestoneRecord
-from anima.store.models import MilestoneStatus, now
+from anima.store.models import now
 from anima.store.store import Scan, Store
 from anima.text.context import ApiTokenCounter
 from anima.text.prompts import PromptBuilder
@@ -108,23 +103,7 @@ class Engine:
         self._watcher: MilestoneWatcher | None = None
         self._run: MilestoneRun | None = None
         self._control = RunControl()
-        self._requested: set[str] = set()
-        self._start_all = False
-        # Watch mode registers only files the watcher saw settle (or present at its start):
-        # a periodic scan must never parse a milestone that is still being written.
-        self._watching = False
-        self._settled: set[str] = set()
-        # Registering writes a new record and publishes it: the watcher's thread (a file
-        # arrived) and the worker's scan must not both do it for the same file, nor may a scan
-        # read before a registration publish after it (it would remove the new record).
-        self._registering = threading.Lock()
-        self._reported_problems: set[str] = set()
-        # What the subscribers were last told (records by id, problems): a scan publishes only
-        # the difference, so an idle project publishes nothing.
-        self._shown: dict[str, MilestoneRecord] | None = None
-        self._shown_problems: set[str] = set()
-        self.bus.subscribe(self._note_published)
-        self._broken: set[str] = set()
+        self.milestones = MilestoneQueue(self.store, self.bus, lambda: self.config, self._log)
         self.journal = Journal(self.paths, self.bus)
         self.summarizer: Summarizer | None = None
         self._unlog: Callable[[], None] | None = None
@@ -160,8 +139,7 @@ class Engine:
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
         ensure_gitignore(self.paths)
         # The window lists the milestones even when git (next) says the project can't run.
-        self._shown = None
-        self._refresh()
+        self.milestones.refresh(republish=True)
         self._repo = GitRepo.open(self.root)
         if not self._recovered:
             self._recover()
@@ -178,7 +156,7 @@ class Engine:
         # are read (a milestone whose .md is aside would otherwise look unregistered).
         for rel in self.repo.restore_kept_files():
             self._log(None, f"put back {rel}, kept aside by a branch switch a kill cut short")
-        records = self._read_milestones(register=False).records
+        records = self.milestones.read(register=False).records
         for record in filter(merge_pending, records):
             self._log(record.id, "finishing the merge into main that a restart cut short")
             finish_completed(record, self.store, self.repo, self.config, self.bus)
@@ -203,21 +181,19 @@ class Engine:
         when not watching and published as EngineError when watching. `start_all` starts
         pending milestones even when `auto_start` is off (an explicit `anima run`).
         """
-        self._start_all = start_all
+        self.milestones.start_all = start_all
         if not self._prepared(watch):
-            return self._ended(self._read_milestones(register=False))
+            return self._ended(self.milestones.read(register=False))
         if watch:
             self._watcher = MilestoneWatcher(self.paths.milestones, self._on_milestone_file)
             self._watcher.start()
-            # The watcher reports only what arrives after its start; these the scan takes.
-            self._settled = {p.name for p in self.paths.milestones.glob("*.md")}
-            self._watching = True
+            self.milestones.watch(self.paths.milestones)
         try:
             while not self._shutdown.is_set():
                 self._drain_commands()
                 self._reload_config()
-                scan = self._scan()
-                record = self._next(scan)
+                scan = self.milestones.scan()
+                record = self.milestones.next(scan)
                 if record is None:
                     if not watch:
                         return self._ended(scan)
@@ -231,12 +207,12 @@ class Engine:
                     # Not retried in this run (it would fail the same way every second).
                     self.bus.publish(EngineError(f"{e}; {record.id} is left as it is until "
                                                  "the next start", record.id))
-                    self._broken.add(record.id)
-                    self._requested.discard(record.id)
+                    self.milestones.broken.add(record.id)
+                    self.milestones.requested.discard(record.id)
                     self._wait()
-            return self._ended(self._scan())
+            return self._ended(self.milestones.scan())
         finally:
-            self._watching = False
+            self.milestones.watching = False
             if self._watcher is not None:
                 self._watcher.stop()
                 self._watcher = None
@@ -337,73 +313,6 @@ class Engine:
         self._wake.wait(timeout=1.0)
         self._wake.clear()
 
-    def _scan(self) -> Scan:
-        scan = self._refresh()
-        # Each problem is reported once (watch mode rescans every second), again if it
-        # comes back after being fixed.
-        current = {str(p) for p in scan.problems}
-        for problem in sorted(current - self._reported_problems):
-            self._log(None, f"skipped: {problem}")
-        self._reported_problems = current
-        for milestone_id in scan.registered:
-            self._log(milestone_id, f"registered milestone {milestone_id} (pending)")
-        return scan
-
-    def _refresh(self) -> Scan:
-        """Register new files, read every record and publish what changed, as one step
-        against registrations on the watcher's thread."""
-        with self._registering:
-            scan = self._read_milestones(register=True)
-            self._publish_scan(scan)
-        return scan
-
-    def _publish_scan(self, scan: Scan) -> None:
-        """The whole list once per start, then only what changed since it was published."""
-        problems = {str(p) for p in scan.problems}
-        if self._shown is None:
-            self._shown = {r.id: r.model_copy(deep=True) for r in scan.records}
-            self._shown_problems = problems
-            self.bus.publish(MilestonesScanned(tuple(self._shown.values()),
-                                               tuple(str(p) for p in scan.problems)))
-            return
-        for record in scan.records:
-            if self._shown.get(record.id) != record:
-                self.bus.publish(MilestoneChanged(record.model_copy(deep=True)))
-        for milestone_id in self._shown.keys() - {r.id for r in scan.records}:
-            del self._shown[milestone_id]
-            self.bus.publish(MilestoneRemoved(milestone_id))
-        for text in sorted(problems - self._shown_problems):
-            self.bus.publish(ProblemReported(text))
-        for text in sorted(self._shown_problems - problems):
-            self.bus.publish(ProblemResolved(text))
-        self._shown_problems = problems
-
-    def _note_published(self, event: Event) -> None:
-        """Bus subscriber: a record the run or an action published is already shown."""
-        if isinstance(event, MilestoneChanged) and self._shown is not None:
-            self._shown[event.record.id] = event.record
-
-    def _read_milestones(self, *, register: bool) -> Scan:
-        """Every usable record; with `register`, new `.md` files become pending once the
-        watcher has seen them settle (or they were there before it started)."""
-        return self.store.scan(
-            max_iterations=self.config.max_iterations_per_milestone,
-            requires_human_review=self.config.requires_human_review, register=register,
-            ready=(lambda md: md.name in self._settled) if self._watching else None)
-
-    def _next(self, scan: Scan) -> MilestoneRecord | None:
-        """An interrupted milestone first; nothing while one waits for a human after a pause
-        (milestones build on each other); else the earliest pending one."""
-        records = [r for r in scan.records if r.id not in self._broken]
-        if active := [r for r in records if r.status is MilestoneStatus.IN_PROGRESS]:
-            return active[0]
-        if any(r.status is MilestoneStatus.PAUSED for r in records):
-            return None
-        pending = [r for r in records if r.status is MilestoneStatus.PENDING]
-        if self.config.auto_start or self._start_all:
-            return pending[0] if pending else None
-        return next((r for r in pending if r.id in self._requested), None)
-
     def _drive(self, record: MilestoneRecord) -> Phase:
         # A missing CLI is reported before anything changes; its version goes on record.
         record.claude_version = self.agents.claude().version
@@ -430,7 +339,7 @@ class Engine:
             return phase
         finally:
             self._run = None
-            self._requested.discard(record.id)
+            self.milestones.requested.discard(record.id)
             self._stop_leftovers(record.id)
             self.journal.close()
             if counter is not None:
@@ -485,23 +394,24 @@ class Engine:
         shutil.copyfile(md, tmp)
         tmp.replace(target)
         # Written whole, atomically: no need to wait for it to settle.
-        self._register(target, now())
+        self.milestones.register(target, now())
+        self._wake.set()
         return milestone_id
 
     def start_milestone(self, milestone_id: str) -> None:
         """Start a pending milestone (auto_start off), or retry one whose start failed."""
-        self._broken.discard(milestone_id)
-        self._requested.add(milestone_id)
+        self.milestones.broken.discard(milestone_id)
+        self.milestones.requested.add(milestone_id)
         self._wake.set()
 
     def resume(self, milestone_id: str, note: str = "") -> None:
-        self._broken.discard(milestone_id)
+        self.milestones.broken.discard(milestone_id)
         self._submit(lambda: actions.resume(self.store, self.config, milestone_id, note,
                                             self.bus))
 
     def continue_from_round(self, milestone_id: str, round_no: int, note: str = "") -> None:
         """Put a paused milestone's branch back to an accepted round, then resume it."""
-        self._broken.discard(milestone_id)
+        self.milestones.broken.discard(milestone_id)
         self._submit(lambda: rewind.continue_from_round(self.store, self.repo, self.config,
                                                         milestone_id, round_no, note, self.bus))
 
@@ -541,7 +451,7 @@ class Engine:
     def records(self) -> list[MilestoneRecord]:
         """The milestone records as they are now. Read-only (safe from the GUI thread):
         registering new files is the worker's job."""
-        return self._read_milestones(register=False).records
+        return self.milestones.read(register=False).records
 
     def changes(self, milestone_id: str, round_no: int | None = None) -> ChangeSet:
         """The milestone's whole change, or one round's commit, for the Changes view."""
@@ -564,25 +474,8 @@ class Engine:
     # ------------------------------------------------------------------ helpers
     def _on_milestone_file(self, path: Path, appeared: datetime) -> None:
         """Watcher thread: `path` has settled."""
-        self._broken.discard(path.stem)
-        self._register(path, appeared)
-
-    def _register(self, md: Path, appeared: datetime) -> None:
-        """Register a milestone file as pending at once, created when it appeared, even while
-        another milestone runs: the queue is the order files arrived in. A file that cannot
-        be registered is left to the worker's next scan, which reports it."""
-        with self._registering:
-            self._settled.add(md.name)
-            try:
-                record = self.store.register(
-                    md, appeared, max_iterations=self.config.max_iterations_per_milestone,
-                    requires_human_review=self.config.requires_human_review)
-            except (MilestoneError, RecordError):
-                record = None
-            if record is not None:  # the window shows it at once
-                self.bus.publish(MilestoneChanged(record.model_copy(deep=True)))
-        if record is not None:
-            self._log(record.id, f"registered milestone {record.id} (pending)")
+        self.milestones.broken.discard(path.stem)
+        self.milestones.register(path, appeared)
         self._wake.set()
 
     def _log(self, milestone_id: str | None, text: str) -> None:

@@ -1,0 +1,149 @@
+"""The milestone queue: which definitions are registered, which milestone goes next, and what
+the subscribers are told about the records.
+
+A scan (every second in watch mode) reads the records and publishes only what changed since the
+last publication, so an idle project publishes nothing; a file the watcher saw settle is
+registered at once, in the order files arrived.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from anima.config import Config
+from anima.errors import MilestoneError, RecordError
+from anima.events import (
+    Event,
+    EventBus,
+    MilestoneChanged,
+    MilestoneRemoved,
+    MilestonesScanned,
+    ProblemReported,
+    ProblemResolved,
+)
+from anima.store.models import MilestoneRecord, MilestoneStatus
+from anima.store.store import Scan, Store
+
+
+class MilestoneQueue:
+    """The engine's view of `.anima/milestones/`. `scan` runs on the worker; `register` on
+    the worker or the watcher's thread."""
+
+    def __init__(self, store: Store, bus: EventBus, config: Callable[[], Config],
+                 log: Callable[[str | None, str], None]) -> None:
+        self.store, self.bus, self._config, self._log = store, bus, config, log
+        #: Milestones a human asked to start (auto_start off), and `anima run`'s "start all".
+        self.requested: set[str] = set()
+        self.start_all = False
+        #: Milestones whose start failed in this run: not retried every second.
+        self.broken: set[str] = set()
+        # Watch mode registers only files the watcher saw settle (or present at its start):
+        # a periodic scan must never parse a milestone that is still being written.
+        self.watching = False
+        self._settled: set[str] = set()
+        # Registering writes a new record and publishes it: the watcher's thread (a file
+        # arrived) and the worker's scan must not both do it for the same file, nor may a scan
+        # read before a registration publish after it (it would remove the new record).
+        self._registering = threading.Lock()
+        self._reported_problems: set[str] = set()
+        # What the subscribers were last told (records by id, problems).
+        self._shown: dict[str, MilestoneRecord] | None = None
+        self._shown_problems: set[str] = set()
+        bus.subscribe(self._note_published)
+
+    def watch(self, folder: Path) -> None:
+        """The watcher reports only what arrives after its start; these the scan takes."""
+        self._settled = {p.name for p in folder.glob("*.md")}
+        self.watching = True
+
+    def scan(self) -> Scan:
+        """Register, read and publish; log each problem once (again if it comes back after
+        being fixed) and each new registration."""
+        scan = self.refresh()
+        current = {str(p) for p in scan.problems}
+        for problem in sorted(current - self._reported_problems):
+            self._log(None, f"skipped: {problem}")
+        self._reported_problems = current
+        for milestone_id in scan.registered:
+            self._log(milestone_id, f"registered milestone {milestone_id} (pending)")
+        return scan
+
+    def refresh(self, *, republish: bool = False) -> Scan:
+        """Register new files, read every record and publish what changed (with `republish`,
+        the whole list, as to a new window), as one step against registrations on the
+        watcher's thread."""
+        with self._registering:
+            if republish:
+                self._shown = None
+            scan = self.read(register=True)
+            self._publish(scan)
+        return scan
+
+    def read(self, *, register: bool) -> Scan:
+        """Every usable record; with `register`, new `.md` files become pending once the
+        watcher has seen them settle (or they were there before it started)."""
+        config = self._config()
+        return self.store.scan(
+            max_iterations=config.max_iterations_per_milestone,
+            requires_human_review=config.requires_human_review, register=register,
+            ready=(lambda md: md.name in self._settled) if self.watching else None)
+
+    def next(self, scan: Scan) -> MilestoneRecord | None:
+        """An interrupted milestone first; nothing while one waits for a human after a pause
+        (milestones build on each other); else the earliest pending one."""
+        records = [r for r in scan.records if r.id not in self.broken]
+        if active := [r for r in records if r.status is MilestoneStatus.IN_PROGRESS]:
+            return active[0]
+        if any(r.status is MilestoneStatus.PAUSED for r in records):
+            return None
+        pending = [r for r in records if r.status is MilestoneStatus.PENDING]
+        if self._config().auto_start or self.start_all:
+            return pending[0] if pending else None
+        return next((r for r in pending if r.id in self.requested), None)
+
+    def register(self, md: Path, appeared: datetime) -> None:
+        """Register a milestone file as pending at once, created when it appeared, even while
+        another milestone runs: the queue is the order files arrived in. A file that cannot
+        be registered is left to the worker's next scan, which reports it."""
+        config = self._config()
+        with self._registering:
+            self._settled.add(md.name)
+            try:
+                record = self.store.register(
+                    md, appeared, max_iterations=config.max_iterations_per_milestone,
+                    requires_human_review=config.requires_human_review)
+            except (MilestoneError, RecordError):
+                record = None
+            if record is not None:  # the window shows it at once
+                self.bus.publish(MilestoneChanged(record.model_copy(deep=True)))
+        if record is not None:
+            self._log(record.id, f"registered milestone {record.id} (pending)")
+
+    def _publish(self, scan: Scan) -> None:
+        """The whole list once per start, then only what changed since it was published."""
+        problems = {str(p) for p in scan.problems}
+        if self._shown is None:
+            self._shown = {r.id: r.model_copy(deep=True) for r in scan.records}
+            self._shown_problems = problems
+            self.bus.publish(MilestonesScanned(tuple(self._shown.values()),
+                                               tuple(str(p) for p in scan.problems)))
+            return
+        for record in scan.records:
+            if self._shown.get(record.id) != record:
+                self.bus.publish(MilestoneChanged(record.model_copy(deep=True)))
+        for milestone_id in self._shown.keys() - {r.id for r in scan.records}:
+            del self._shown[milestone_id]
+            self.bus.publish(MilestoneRemoved(milestone_id))
+        for text in sorted(problems - self._shown_problems):
+            self.bus.publish(ProblemReported(text))
+        for text in sorted(self._shown_problems - problems):
+            self.bus.publish(ProblemResolved(text))
+        self._shown_problems = problems
+
+    def _note_published(self, event: Event) -> None:
+        """Bus subscriber: a record the run or an action published is already shown."""
+        if isinstance(event, MilestoneChanged) and self._shown is not None:
+            self._shown[event.record.id] = event.record
