@@ -128,3 +128,26 @@ def test_each_format_reads_a_reply_written_as_its_own_instruction_says() -> None
     assert VERDICT.parse("looks good\nREJECTED: no tests") == \
         type(VERDICT.parse("ACCEPTED"))(accepted=False, reason="no tests")
     assert VERDICT.match("**REJECTED**: no tests") == (False, "no tests")
+
+
+def test_a_chinese_report_s_changes_reach_the_round_summary() -> None:
+    """One parser for the report: the summary of a round whose Developer wrote its sections
+    in Chinese lists its changes, as the parsed report does."""
+    from anima.text.summarizer import RoundDigest, fallback_summary
+
+    text = ("## Implementation Report — Round 2\n\n**Feature**: F2 问候\n"
+            "**Commit**: 3f2a9c1e0b7d\n\n### 变更\n- greet.py: 支持中文问候\n")
+    report = parse_developer_report(text)
+    assert report is not None and report.changes == ["greet.py: 支持中文问候"]
+    summary = fallback_summary(RoundDigest(
+        round=2, kind="feature", feature="F2", commit="3f2a9c1e0b7d", changed_files=[],
+        verdict="accepted", reason="", report=text))
+    assert summary.startswith("F2 — commit 3f2a9c1; greet.py: 支持中文问候")
+
+
+def test_a_heading_inside_a_fenced_block_of_the_report_is_not_a_section() -> None:
+    text = ("## Implementation Report — Round 1\n**Feature**: F1 Docs\n**Commit**: 3f2a9c1e0b7d\n"
+            "### Notes\nThe README now shows:\n```\n### Changes\n- not a change\n```\n"
+            "### Changes\n- README.md: usage\n")
+    report = parse_developer_report(text)
+    assert report is not None and report.changes == ["README.md: usage"]

@@ -30,6 +30,9 @@ _FIELD = re.compile(r"^\s*[-*]?\s*\**\s*(feature|commit|tests|lint|round)\s*\**\
                     re.IGNORECASE)
 _REPORT_HEADING = re.compile(r"implementation\s+report(?:\s*[—–-]\s*round\s*(\d+))?",
                              re.IGNORECASE)
+#: Section names, as the prompt asks for them and as a Chinese-speaking agent may write them.
+_CHANGES = ("change", "变更", "改动", "修改")
+_NOTES = ("note", "summary", "说明", "备注", "总结")
 _SECTION = re.compile(r"^\s*#{2,4}\s*(.+?)\s*$")
 _BULLET = re.compile(r"^\s*[-*]\s+(.*)$")
 _NO_FAILURES = re.compile(r"\b(?:0|no|zero)\s+(?:tests?\s+)?(?:failed|failures?|failing|errors?)\b")
@@ -108,12 +111,31 @@ def _bullets(lines: list[str]) -> list[str]:
     return [_clean(m.group(1)) for line in lines if (m := _BULLET.match(line))]
 
 
+def _is_fence(line: str) -> bool:
+    return line.strip().startswith(("```", "~~~"))
+
+
 def _strip_fences(text: str) -> list[str]:
-    # A report wrapped in ``` is still a report: drop the fence lines, keep the content.
-    return [line for line in text.splitlines() if not line.strip().startswith("```")]
+    """The report's own lines. A report wrapped in a fence (chatter around it or not) is
+    still a report: the fence lines go, the content stays. But when the report is outside
+    the fences, a fenced block is content, whose `## …` lines are not sections."""
+    outside: list[str] = []
+    every: list[str] = []
+    fenced = False
+    for line in text.splitlines():
+        if line.strip().startswith(("```", "~~~")):
+            fenced = not fenced
+            continue
+        every.append(line)
+        if not fenced:
+            outside.append(line)
+    structured = any(_FIELD.match(line) or _SECTION.match(line) for line in outside)
+    return outside if structured else every
 
 
-def parse_developer_report(text: str) -> DeveloperReport | None:
+def read_developer_report(text: str) -> DeveloperReport:
+    """Whatever the reply holds of a report, leniently (fields may be missing): what the
+    summarizer makes a round's summary from, whether or not the reply followed the format."""
     lines = _strip_fences(text)
     sections = _sections(lines)
     if _ALL_COMPLETE.search(text):
@@ -129,15 +151,11 @@ def parse_developer_report(text: str) -> DeveloperReport | None:
             fields[m.group(1).lower()] = _clean(m.group(2))
     heading = _REPORT_HEADING.search(text)
     commit_match = _HEX.search(fields.get("commit", "").lower())
-    if not heading and "commit" not in fields:
-        return None
-    if "feature" not in fields and "commit" not in fields:
-        return None
     round_no = heading.group(1) if heading and heading.group(1) else fields.get("round")
     feature_text = fields.get("feature", "")
     feature = _FEATURE_ID.search(feature_text)
-    changes = next((v for k, v in sections.items() if k.startswith("change")), [])
-    notes = next((v for k, v in sections.items() if k.startswith("note")), [])
+    changes = next((v for k, v in sections.items() if k.startswith(_CHANGES)), [])
+    notes = next((v for k, v in sections.items() if k.startswith(_NOTES)), [])
     return DeveloperReport(
         kind=ReportKind.IMPLEMENTATION,
         text=text,
@@ -150,6 +168,25 @@ def parse_developer_report(text: str) -> DeveloperReport | None:
         changes=_bullets(changes),
         notes="\n".join(notes).strip(),
     )
+
+
+def parse_developer_report(text: str) -> DeveloperReport | None:
+    """The report, or None when the reply is not one: an implementation report needs its
+    heading or a `Commit:` field, and a feature or a commit."""
+    report = read_developer_report(text)
+    if report.kind is ReportKind.ALL_COMPLETE:
+        return report
+    has_commit_field = _has_field(text, "commit")
+    if not _REPORT_HEADING.search(text) and not has_commit_field:
+        return None
+    if not _has_field(text, "feature") and not has_commit_field:
+        return None
+    return report
+
+
+def _has_field(text: str, name: str) -> bool:
+    return any((m := _FIELD.match(line)) and m.group(1).lower() == name
+               for line in _strip_fences(text))
 
 
 def match_verdict(line: str) -> tuple[bool, str] | None:

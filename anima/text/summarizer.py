@@ -25,6 +25,7 @@ from anima.config import SummarizerConfig
 from anima.paths import resource
 from anima.store.models import Usage
 from anima.text.context import clip
+from anima.text.formats import read_developer_report
 from anima.text.redact import redact
 
 log = logging.getLogger(__name__)
@@ -101,41 +102,7 @@ def _redacted(digest: RoundDigest) -> RoundDigest:
 
 # --- the fallback: built from the report ----------------------------------------------------
 
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(.*?)\s*#*\s*$")
-_FIELD = re.compile(r"^\s*\*\*(?P<name>[^*]+)\*\*\s*[:：]\s*(?P<value>.+)$")
-_CHANGES = ("changes", "变更", "改动", "修改")
-_NOTES = ("notes", "summary", "说明", "备注", "总结")
-_BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 _SPACE = re.compile(r"\s+")
-
-
-def _sections(report: str) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """Lines under each heading (lower-cased title) and the `**Name**: value` fields."""
-    sections: dict[str, list[str]] = {}
-    fields: dict[str, str] = {}
-    current: list[str] | None = None
-    in_fence = False
-    for line in report.splitlines():
-        if line.lstrip().startswith(("```", "~~~")):
-            in_fence = not in_fence
-            continue
-        heading = None if in_fence else _HEADING.match(line)
-        if heading:
-            current = sections.setdefault(heading.group(1).strip().lower(), [])
-            continue
-        m = _FIELD.match(line)
-        if m:
-            fields.setdefault(m.group("name").strip().lower(), m.group("value").strip())
-        if current is not None and line.strip():
-            current.append(line.strip())
-    return sections, fields
-
-
-def _first(sections: dict[str, list[str]], names: tuple[str, ...], count: int) -> str:
-    for title, lines in sections.items():
-        if any(title.startswith(n) for n in names) and lines:
-            return "; ".join(_BULLET.sub("", ln) for ln in lines[:count])
-    return ""
 
 
 def _clip(text: str, limit: int) -> str:
@@ -150,15 +117,14 @@ def fallback_summary(digest: RoundDigest) -> str:
     Line 2: the verdict and, when there is one, the reason.
     """
     d = _redacted(digest)
-    sections, fields = _sections(d.report)
-    what = d.feature or fields.get("feature") or d.kind
-    parts = [what]
+    report = read_developer_report(d.report)
+    parts = [d.feature or report.feature_text or d.kind]
     if d.commit:
         parts.append(f"commit {d.commit[:7]}")
-    changes = _first(sections, _CHANGES, 2) or _first(sections, _NOTES, 1)
-    if not changes and not sections:
-        changes = next((ln.strip() for ln in d.report.splitlines()
-                        if ln.strip() and not _FIELD.match(ln)), "")
+    notes = (report.notes or report.summary).strip()
+    changes = "; ".join(report.changes[:2]) or (notes.splitlines()[0] if notes else "")
+    if not changes:  # not in the format: its first line says what it is about
+        changes = next((ln.strip() for ln in d.report.splitlines() if ln.strip()), "")
     if changes:
         parts.append(changes)
     if d.changed_files:
