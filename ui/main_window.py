@@ -37,6 +37,7 @@ from anima.phases import Phase
 from ui.banner import EmptyState, ErrorBanner
 from ui.bridge import EngineBridge, EngineLike
 from ui.changes_view import ChangesView
+from ui.desktop_notify import DesktopNotifier
 from ui.dialogs import confirm
 from ui.diff_view import prepare_lexers
 from ui.formatting import enum_text
@@ -150,6 +151,9 @@ class MainWindow(WindowChrome):
         self._build_menus()
         self.wait_label: QLabel | None = None
         self.tray = self._make_tray()
+        # Without a tray (many Wayland and tiling desktops) notices go to the desktop's
+        # notification service instead.
+        self.desktop_notifier = DesktopNotifier() if self.tray is None else None
         self.milestone_list.milestone_selected.connect(self._on_milestone_selected)
         self.add_button.clicked.connect(self.choose_milestone_file)
         self.monitor.history.round_selected.connect(self._on_round_selected)
@@ -470,6 +474,8 @@ class MainWindow(WindowChrome):
         if self.engine is None:
             if self.tray is not None:
                 self.tray.hide()
+            if self.desktop_notifier is not None:
+                self.desktop_notifier.close()
             event.accept()
             return
         event.ignore()

@@ -33,6 +33,7 @@ from anima.paths import resource
 from ui.banner import ErrorBanner
 from ui.bridge import EngineBridge, EngineLike
 from ui.desktop import install_help_menu, save_transcript
+from ui.desktop_notify import DesktopNotifier
 from ui.monitor import IterationMonitor
 from ui.review import RunControls
 
@@ -60,6 +61,7 @@ class WindowChrome(QMainWindow):
     splitter: QSplitter
     run_controls: RunControls
     tray: QSystemTrayIcon | None
+    desktop_notifier: DesktopNotifier | None
     wait_label: QLabel | None
     open_project: Callable[[Path], None]
 
@@ -221,6 +223,8 @@ class WindowChrome(QMainWindow):
         self.statusBar().showMessage(text, 15000)
         if self.tray is not None:
             self.tray.showMessage(title, event.message, app_icon(), 10000)
+        elif self.desktop_notifier is not None:
+            self.desktop_notifier.notify(title, event.message)
 
     # --- drag and drop ----------------------------------------------------------------------
     @staticmethod
