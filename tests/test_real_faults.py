@@ -93,3 +93,21 @@ def test_an_invalid_key_pauses_at_once(real_claude_bin: str, real_env: dict[str,
     assert rec.iterations == [] and rec.consecutive_rejections == 0
     assert "Invalid API key" in (rec.pause_reason or "")
     assert "ANTHROPIC_API_KEY" in (rec.pause_reason or "")
+
+
+def test_a_claude_that_is_not_logged_in_pauses_with_what_to_do(
+        real_claude_bin: str, real_env: dict[str, str], project: Path) -> None:
+    """Installed but never logged in (no key, no login in its HOME): one pause that says so
+    and how to fix it, on stderr as an error too; no rejection, no Acceptor turn."""
+    env = {k: v for k, v in real_env.items() if k != "ANTHROPIC_API_KEY"}
+    with ApiStub(default=AcceptingModel()) as stub:
+        result = run_headless(project, stub, real_claude_bin, env, ANTHROPIC_API_KEY="")
+        assert stub.agent_requests() == []
+    assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]
+    words = ("claude is not logged in: run `claude` once and log in, or set ANTHROPIC_API_KEY; "
+             "then resume")
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.PAUSED and rec.pause_reason == words
+    assert rec.iterations == [] and rec.consecutive_rejections == 0
+    assert f"error: {words}" in result.stderr
+    assert "[acceptor]" not in result.stdout

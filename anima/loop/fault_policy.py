@@ -8,6 +8,7 @@ raised as `AgentFault`, which the loop turns into a `paused` transition.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,20 @@ UNKNOWN_RESET_WAIT_SECONDS = 30 * 60.0
 
 class AgentFault(AnimaError):
     """An API fault a human must deal with; the message says what happened and what to do."""
+
+
+class NotLoggedIn(AgentFault):
+    """`claude` cannot use the API at all (no login, a bad key): a set-up error on this machine,
+    not anything the agents did, and the same for both of them."""
+
+
+def not_logged_in(fault: Fault) -> NotLoggedIn:
+    """The words a user needs: what is wrong with `claude` here and the two ways to fix it."""
+    if re.search(r"not logged in|/login", fault.message, re.IGNORECASE) or not fault.message:
+        return NotLoggedIn("claude is not logged in: run `claude` once and log in, or set "
+                           "ANTHROPIC_API_KEY; then resume")
+    return NotLoggedIn(f"claude cannot use the API ({fault.message}): check ANTHROPIC_API_KEY, "
+                       "or unset it and run `claude` once to log in; then resume")
 
 
 class Retry(Enum):
@@ -54,9 +69,7 @@ class FaultPolicy:
         """Wait as the fault requires and say how to retry; raise AgentFault to pause."""
         who = role.capitalize()
         if fault.kind is FaultKind.AUTH:
-            raise AgentFault(
-                f"{who} cannot use the API: {fault.message or 'authentication failed'} — run "
-                "`claude` and log in, or set ANTHROPIC_API_KEY, then resume")
+            raise not_logged_in(fault)
         if fault.kind is FaultKind.USAGE_LIMIT:
             self._wait_for_reset(fault)
             return Retry.SAME_SESSION

@@ -22,6 +22,7 @@ from anima.events import (
     DEVELOPER,
     CheckFinished,
     CheckStarted,
+    EngineError,
     EventBus,
     LogLine,
     MilestoneChanged,
@@ -33,7 +34,7 @@ from anima.guard import TurnGuard, put_back
 from anima.loop.branch import BranchKeeper
 from anima.loop.checks import CheckCancelled, display, run_check
 from anima.loop.completion import begin_completion, finish_completed
-from anima.loop.fault_policy import AgentFault
+from anima.loop.fault_policy import AgentFault, NotLoggedIn
 from anima.loop.ledger import Ledger
 from anima.loop.limits import LIMITS, REJECTIONS
 from anima.loop.phases import STATUS_OF, TRANSITIONS, check_transition
@@ -136,7 +137,10 @@ class MilestoneRun:
             self._log(f"stopped during {self.phase}: {why}")
             return self.phase
         except (_ChecksCannotStart, AgentFault) as e:  # not the agent's doing
-            return self.pause_now(str(e))
+            phase = self.pause_now(str(e))
+            if isinstance(e, NotLoggedIn):  # this machine's set-up: an error, shown as one
+                self.bus.publish(EngineError(str(e)))
+            return phase
         except Exception as e:
             # A project that cannot be driven at all (dirty tree, no git) is the caller's to
             # report; anything else is this milestone's failure, and the others go on.
