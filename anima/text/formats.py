@@ -111,10 +111,6 @@ def _bullets(lines: list[str]) -> list[str]:
     return [_clean(m.group(1)) for line in lines if (m := _BULLET.match(line))]
 
 
-def _is_fence(line: str) -> bool:
-    return line.strip().startswith(("```", "~~~"))
-
-
 def _strip_fences(text: str) -> list[str]:
     """The report's own lines. A report wrapped in a fence (chatter around it or not) is
     still a report: the fence lines go, the content stays. But when the report is outside
