@@ -43,8 +43,9 @@ from ui.diff_view import prepare_lexers
 from ui.formatting import enum_text
 from ui.milestone_list import MilestoneList
 from ui.monitor import IterationMonitor
+from ui.read_only import ReadOnlyProject
 from ui.review import ReviewPanel, RunControls
-from ui.window_chrome import WindowChrome, app_icon
+from ui.window_chrome import app_icon
 
 if TYPE_CHECKING:
     from anima.engine.facade import MilestoneRecord
@@ -60,7 +61,7 @@ def default_engine_factory(root: Path) -> EngineLike:
     return Engine(root)
 
 
-class MainWindow(WindowChrome):
+class MainWindow(ReadOnlyProject):
     """One project at a time: sidebar of milestones, monitor, review panel, error banner."""
 
     #: The engine of the open project was shut down (window closing or project switch).
@@ -188,6 +189,7 @@ class MainWindow(WindowChrome):
             self._stop_engine(then=lambda: self.open_project(path))
             return
         self.project = path
+        self.leave_read_only()
         if path.is_dir():  # a mistyped or placeholder path is not "the last project"
             self._remember_project(path)
         self.setWindowTitle(f"Anima — {path.name}")
@@ -199,14 +201,14 @@ class MainWindow(WindowChrome):
         if not path.is_dir():
             self.errors.add(f"{path} does not exist or is not a folder")
             self.project = None
-        elif (path / ".anima").is_dir():
+        elif (path / ".anima").is_dir() and not self.open_read_only(path):
             self._start_engine(path)
         self._show_page()
 
     def _show_page(self) -> None:
         if self.project is None:
             self.pages.setCurrentWidget(self.no_project)
-        elif self.engine is None:
+        elif self.engine is None and self.read_only_holder is None:
             problem = git_problem(self.project)
             self.init_button.setEnabled(problem is None)
             self.no_anima.text.setText(

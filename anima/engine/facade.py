@@ -25,6 +25,7 @@ from typing import Any
 from anima import comments, procfs
 from anima.config import Config
 from anima.diffs import ChangeSet, milestone_changes
+from anima.engine import read_only
 from anima.engine.agents import DIALECT, AgentFactory
 from anima.engine.milestones import MilestoneQueue
 from anima.engine.outcome import RunOutcome
@@ -65,8 +66,6 @@ from anima.text.summarizer import Summarizer
 
 log = logging.getLogger(__name__)
 
-#: How much of a transcript a restarted window replays: more lines than its panes keep.
-REPLAY_BYTES = 4 * 2**20
 
 
 def file_stamp(path: Path) -> tuple[int, int] | None:
@@ -458,18 +457,12 @@ class Engine:
         return milestone_changes(self.repo, self.store.load_record(milestone_id), round_no)
 
     def last_transcript(self) -> tuple[str | None, list[AgentEvent]]:
-        """The current milestone (state.json) and the newest events of its transcript: what a
-        restarted window replays. Read-only."""
-        try:
-            milestone_id = self.store.load_state().current_milestone
-        except AnimaError as e:  # a corrupt state.json is reported when the engine starts
-            log.info("no transcript replay: %s", e)
-            return None, []
-        return (milestone_id, self.transcript(milestone_id)) if milestone_id else (None, [])
+        """What a restarted window replays. Read-only."""
+        return read_only.last_transcript(self.root)
 
     def transcript(self, milestone_id: str) -> list[AgentEvent]:
         """The newest events of a milestone's transcripts (the last REPLAY_BYTES of them)."""
-        return read_transcript_tail(self.paths.transcripts(milestone_id), REPLAY_BYTES)
+        return read_transcript_tail(self.paths.transcripts(milestone_id), read_only.REPLAY_BYTES)
 
     # ------------------------------------------------------------------ helpers
     def _on_milestone_file(self, path: Path, appeared: datetime) -> None:
