@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import statistics
 import subprocess
 import sys
@@ -29,8 +28,8 @@ from anima.agents.claude.profiles import DEVELOPER, profile_for  # noqa: E402
 from anima.agents.claude.protocol import build_argv  # noqa: E402
 from anima.agents.process import AgentProcess  # noqa: E402
 from anima.config import Config  # noqa: E402
-from anima.errors import AgentNotFound  # noqa: E402
 from anima.events import EventBus  # noqa: E402
+from tests.conftest import REAL_INSTALL_HINT, find_real_claude, real_claude_env  # noqa: E402
 from tests.fakes.api_stub import ApiStub  # noqa: E402
 
 PERSISTENT_TURNS = 20
@@ -39,32 +38,12 @@ TARGET_RATIO = 10.0
 REPLY = "ok"
 
 
-def find_real_claude() -> ClaudeBinary:
-    """$ANIMA_CLAUDE_COMMAND, $ANIMA_REAL_CLAUDE, .claude-cli/, then PATH; never the fake."""
-    candidates = [os.environ.get("ANIMA_CLAUDE_COMMAND"), os.environ.get("ANIMA_REAL_CLAUDE"),
-                  str(REPO / ".claude-cli" / "node_modules" / ".bin" / "claude"),
-                  shutil.which("claude")]
-    tried = []
-    for candidate in candidates:
-        if not candidate:
-            continue
-        try:
-            binary = find_claude(candidate)
-        except AgentNotFound:
-            tried.append(candidate)
-            continue
-        if "Fake Claude" not in binary.version:
-            return binary
-        tried.append(f"{candidate} (the fake)")
-    raise SystemExit(f"no real claude CLI found (tried {tried}); install it with: "
-                     "npm install --prefix .claude-cli @anthropic-ai/claude-code")
-
-
-def stub_env(stub: ApiStub, home: Path) -> dict[str, str]:
-    return {"HOME": str(home), "ANTHROPIC_BASE_URL": stub.url,
-            "ANTHROPIC_API_KEY": "sk-ant-bench-dummy", "DISABLE_TELEMETRY": "1",
-            "DISABLE_ERROR_REPORTING": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_AUTOUPDATER": "1"}
+def real_claude() -> ClaudeBinary:
+    """The newest real CLI the tests use (never the fake)."""
+    path = find_real_claude()
+    if path is None:
+        raise SystemExit(f"no real claude CLI found; install it with: {REAL_INSTALL_HINT}")
+    return find_claude(path)
 
 
 def persistent_turns(binary: ClaudeBinary, cwd: Path, env: dict[str, str]) -> list[float]:
@@ -109,13 +88,13 @@ def fresh_turns(binary: ClaudeBinary, cwd: Path, env: dict[str, str]) -> list[fl
 
 
 def main() -> int:
-    binary = find_real_claude()
+    binary = real_claude()
     print(f"claude: {shlex.join(binary.argv)} ({binary.version})")
     with ApiStub(default=REPLY) as stub, tempfile.TemporaryDirectory() as tmp:
         home, cwd = Path(tmp, "home"), Path(tmp, "project")
         home.mkdir()
         cwd.mkdir()
-        env = stub_env(stub, home)
+        env = real_claude_env(stub, home)
         persistent = persistent_turns(binary, cwd, env)
         fresh = fresh_turns(binary, cwd, env)
     p_ms = statistics.median(persistent) * 1000
