@@ -234,6 +234,22 @@ def test_status_json_is_the_records_dump_and_loads_only_what_it_needs(tmp_path: 
     store = Store(ProjectPaths(tmp_path))
     records = [store.load_record(p.stem) for p in sorted(store.paths.milestones.glob("*.json"))]
     expected = StatusReport(state=store.load_state(), milestones=sorted(
-        records, key=lambda r: (r.created_at, r.id))).model_dump_json(indent=2) + "\n"
-    assert status.stdout.decode("utf-8") == expected
+        records, key=lambda r: (r.created_at, r.id))).model_dump_json() + "\n"
+    assert status.stdout.decode("utf-8") == expected  # compact through a pipe
     assert any(m["title"] == "Grüße — ünïcode" for m in json.loads(status.stdout)["milestones"])
+
+
+def test_status_json_is_indented_for_a_human_at_a_terminal(tmp_path: Path) -> None:
+    """Through a pipe the JSON is compact (scripts poll it); at a terminal it is indented."""
+    import pexpect
+
+    assert anima("init", "--git-init", str(tmp_path)).returncode == 0
+    command = [ANIMA] if ANIMA else [sys.executable, "-m", "anima"]
+    child = pexpect.spawn(command[0], [*command[1:], "status", str(tmp_path), "--json"],
+                          encoding="utf-8", timeout=60)
+    shown = child.read().replace("\r\n", "\n")
+    child.close()
+    assert child.exitstatus == 0, shown
+    assert shown.startswith('{\n  "state": {\n    "schema_version"')
+    piped = anima("status", str(tmp_path), "--json").stdout
+    assert "\n" not in piped.rstrip("\n") and json.loads(piped) == json.loads(shown)

@@ -93,8 +93,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     records, problems = scan.records, [str(p) for p in scan.problems]
     if args.json:
         # As bytes straight to stdout: the str round trip of 8 MB costs as much as the dump.
+        # Indented for a human at a terminal; compact for the scripts that poll it through a
+        # pipe (the same JSON, in two fifths less time and bytes).
         report = StatusReport(state=state, milestones=records)
-        dump = StatusReport.__pydantic_serializer__.to_json(report, indent=2) + b"\n"
+        indent = 2 if sys.stdout.isatty() else None
+        dump = StatusReport.__pydantic_serializer__.to_json(report, indent=indent) + b"\n"
         buffer = getattr(sys.stdout, "buffer", None)  # None: a caller's in-memory stdout
         if buffer is None:
             sys.stdout.write(dump.decode())
@@ -296,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:
         return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
-    logfile = _configure_logging(args)
+    # `status`, which scripts poll, opens the log only when it fails.
+    logfile = None if args.command == "status" else _configure_logging(args)
     try:
         code: int = args.fn(args)
         return code
@@ -305,12 +309,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"anima: {e}", file=sys.stderr)
         return EXIT_USAGE
     except AnimaError as e:
+        logfile = logfile or _configure_logging(args)
         log.error("anima %s failed", args.command, exc_info=e)
         print(f"anima: {e}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as e:
         from anima.text.redact import redact
 
+        logfile = logfile or _configure_logging(args)
         log.exception("unexpected error in `anima %s`", " ".join(argv))
         where = f"; the traceback is in {logfile}" if logfile else ""
         print(redact(f"anima: unexpected error: {e!r}{where}"), file=sys.stderr)
