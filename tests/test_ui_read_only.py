@@ -4,6 +4,7 @@ the files, and opening the project for real once the other one stops."""
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -81,3 +82,65 @@ def test_a_project_run_elsewhere_opens_read_only_then_for_real_when_freed(
         assert window.read_only_holder is None and "(read-only)" not in window.windowTitle()
     finally:
         w.close()
+
+
+HOLDER_WINDOW = """
+import os, sys
+from pathlib import Path
+from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtWidgets import QApplication
+from anima.engine.facade import Engine
+from ui.main_window import MainWindow
+
+app = QApplication([])
+window = MainWindow(QSettings(sys.argv[2], QSettings.Format.IniFormat),
+                    engine_factory=lambda root: Engine(root, config_overrides={
+                        "summarizer": {"enabled": False}}))
+front = window._bring_to_front
+def brought() -> None:  # what the user sees, said on stdout for the test
+    front()
+    print("brought to the front", flush=True)
+window._bring_to_front = brought
+window.show()
+window.open_project(Path(sys.argv[1]))
+def listening() -> None:
+    if window._raise_server is None:
+        QTimer.singleShot(50, listening)
+    else:
+        print("listening", flush=True)
+QTimer.singleShot(50, listening)
+app.exec()
+"""
+
+
+def line_within(process: subprocess.Popen[str], seconds: float) -> str:
+    """The process's next stdout line, or "" if none comes in time (never hangs the test)."""
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], seconds)
+    return process.stdout.readline().strip() if ready else ""
+
+
+def test_a_second_window_brings_the_window_that_runs_the_project_forward(
+        qtbot, git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {})
+    first = subprocess.Popen(
+        [sys.executable, "-c", HOLDER_WINDOW, str(git_repo), str(tmp_path / "first.ini")],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    try:
+        assert line_within(first, 20) == "listening"
+        w = Window(qtbot, tmp_path)
+        try:
+            w.window.open_project(git_repo)
+            assert w.window.engine is None and w.window.read_only_holder is not None
+            assert w.window.read_only_holder.pid == first.pid
+            assert line_within(first, 10) == "brought to the front"
+            assert any("Its window has been brought to the front." in m
+                       for m in w.window.errors.messages)
+        finally:
+            first.terminate()
+            first.wait(15)
+            w.close()
+    finally:
+        first.kill()

@@ -58,6 +58,16 @@ class EngineLike(Protocol):
     def continue_from_round(self, milestone_id: str, round_no: int, note: str = "") -> None: ...
 
 
+EngineFactory = Callable[[Path], EngineLike]
+
+
+def default_engine_factory(root: Path) -> EngineLike:
+    """The real engine, imported when the first project opens (not at the window's start)."""
+    from anima.engine.facade import Engine
+
+    return Engine(root)
+
+
 class _Call:
     """The outcome of a background engine call, queued back to the GUI thread."""
 

@@ -35,7 +35,7 @@ from anima import events as ev
 from anima.engine.project import git_problem, init_project
 from anima.phases import Phase
 from ui.banner import EmptyState, ErrorBanner
-from ui.bridge import EngineBridge, EngineLike
+from ui.bridge import EngineBridge, EngineFactory, EngineLike, default_engine_factory
 from ui.changes_view import ChangesView
 from ui.desktop_notify import DesktopNotifier
 from ui.dialogs import confirm
@@ -51,15 +51,6 @@ if TYPE_CHECKING:
     from anima.engine.facade import MilestoneRecord
 
 log = logging.getLogger(__name__)
-
-EngineFactory = Callable[[Path], EngineLike]
-
-
-def default_engine_factory(root: Path) -> EngineLike:
-    from anima.engine.facade import Engine
-
-    return Engine(root)
-
 
 class MainWindow(ReadOnlyProject):
     """One project at a time: sidebar of milestones, monitor, review panel, error banner."""
@@ -354,6 +345,7 @@ class MainWindow(ReadOnlyProject):
     @Slot(object)
     def _on_engine_ready(self, event: ev.EngineReady) -> None:
         self.monitor.set_limits(event.config.max_consecutive_rejections)
+        self.listen_for_raise()  # the lock is ours: a second window may ask us forward
 
     @Slot(object)
     def _on_milestone_removed(self, event: ev.MilestoneRemoved) -> None:

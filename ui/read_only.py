@@ -1,8 +1,10 @@
 """A second window on a project another Anima drives: the project shown read-only from its
 files, with who holds it, until that Anima stops; then the window opens it for real.
 
-The other process may be on another machine (a shared folder) or be a headless `anima run`,
-so the window does not try to raise it: it says who it is and follows the files.
+When the holder is an Anima window of this user on this machine, it is also brought to the
+front: each window that drives a project listens on a local socket named for the project.
+A headless `anima run`, or an Anima on another machine (a shared folder), has no window to
+raise: the notice says who it is.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QTimer, Slot
+from PySide6.QtCore import QByteArray, QCryptographicHash, QTimer, Slot
+from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 from anima import events as ev
 from anima.engine.read_only import driven_elsewhere, last_transcript, read_records
@@ -21,6 +24,28 @@ from ui.window_chrome import WindowChrome
 
 #: How often the records are read again and the lock looked at, in ms.
 REFRESH_MS = 2000
+_RAISE = b"raise\n"
+_RAISED = b"raised\n"
+
+
+def raise_server_name(path: Path) -> str:
+    """One name per project and user (the socket lives in the user's runtime folder)."""
+    digest = QCryptographicHash.hash(QByteArray(str(path.resolve()).encode()),
+                                     QCryptographicHash.Algorithm.Sha1)
+    return f"anima-window-{bytes(digest.toHex().data()).decode()[:20]}"
+
+
+def ask_to_raise(path: Path, timeout_ms: int = 1000) -> bool:
+    """Ask the window driving `path` to come to the front; True if it said it did."""
+    socket = QLocalSocket()
+    socket.connectToServer(raise_server_name(path))
+    if not socket.waitForConnected(timeout_ms):
+        return False
+    socket.write(_RAISE)
+    socket.waitForBytesWritten(timeout_ms)
+    answered = socket.waitForReadyRead(timeout_ms) and bytes(socket.readAll().data()) == _RAISED
+    socket.disconnectFromServer()
+    return answered
 
 
 class ReadOnlyProject(WindowChrome):
@@ -28,6 +53,7 @@ class ReadOnlyProject(WindowChrome):
 
     review: ReviewPanel
     _read_only_timer: QTimer | None = None
+    _raise_server: QLocalServer | None = None
     #: Who drives the project while this window only shows it.
     read_only_holder: LockInfo | None = None
 
@@ -40,7 +66,9 @@ class ReadOnlyProject(WindowChrome):
             return False
         self.read_only_holder = holder
         self.setWindowTitle(f"Anima — {path.name} (read-only)")
-        self.errors.add(self.read_only_notice(path, holder))
+        raised = ask_to_raise(path)
+        self.errors.add(self.read_only_notice(path, holder) + (
+            " Its window has been brought to the front." if raised else ""))
         _, events = last_transcript(path)
         if events:
             self.monitor.replay(events)
@@ -58,7 +86,40 @@ class ReadOnlyProject(WindowChrome):
                 "Nothing can be changed from this window; it opens the project for real as "
                 "soon as that one stops.")
 
+    def listen_for_raise(self) -> None:
+        """This window drives its project now: a second window on it may ask it forward."""
+        self.stop_listening()
+        if self.project is None:
+            return
+        name = raise_server_name(self.project)
+        server = QLocalServer(self)
+        if not server.listen(name):  # a socket left by a killed window: ours to replace
+            QLocalServer.removeServer(name)
+            if not server.listen(name):
+                return
+        server.newConnection.connect(lambda: self._on_raise_request(server))
+        self._raise_server = server
+
+    def stop_listening(self) -> None:
+        if self._raise_server is not None:
+            self._raise_server.close()
+            self._raise_server.deleteLater()
+            self._raise_server = None
+
+    def _on_raise_request(self, server: QLocalServer) -> None:
+        while (socket := server.nextPendingConnection()) is not None:
+            socket.readyRead.connect(lambda s=socket: self._answer_raise(s))
+            socket.disconnected.connect(socket.deleteLater)
+
+    def _answer_raise(self, socket: QLocalSocket) -> None:
+        if bytes(socket.readAll().data()).startswith(_RAISE):
+            self._bring_to_front()
+            socket.write(_RAISED)
+            socket.flush()
+
     def leave_read_only(self) -> None:
+        """The window turns to another project (or opens this one afresh)."""
+        self.stop_listening()
         if self._read_only_timer is not None:
             self._read_only_timer.stop()
         self.read_only_holder = None

@@ -126,6 +126,7 @@ class WindowChrome(QMainWindow):
     @Slot()
     def _bring_to_front(self) -> None:
         self.showNormal()
+        self.raise_()
         self.activateWindow()
 
     def recent_projects(self) -> list[str]:
