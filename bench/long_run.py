@@ -235,7 +235,7 @@ def replay_stall(repo: Path) -> tuple[float, float, int]:
     while time.monotonic() < settle:
         app.processEvents()
     timer.stop()
-    window.close()
+    window.close_without_asking()
     stop_by = time.monotonic() + 20
     while window.engine is not None and time.monotonic() < stop_by:
         app.processEvents()

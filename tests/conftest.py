@@ -87,6 +87,13 @@ def fake_claude(tmp_path: Path) -> FakeClaude:
     return FakeClaude(tmp_path / "fake_claude")
 
 
+@pytest.fixture
+def fake(fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> FakeClaude:
+    """The fake `claude`, found by the code under test (the app's window tests)."""
+    fake_claude.use_env(monkeypatch)
+    return fake_claude
+
+
 # --- git ----------------------------------------------------------------------------------
 
 

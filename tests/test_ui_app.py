@@ -45,8 +45,9 @@ class Window:
         self.qtbot = qtbot
 
     def close(self) -> None:
-        """Close like a user does and wait for the engine to stop (the agents with it)."""
-        self.window.close()
+        """Close (without the question a user gets while agents work) and wait for the engine
+        to stop, the agents with it."""
+        self.window.close_without_asking()
         self.qtbot.waitUntil(lambda: self.window.engine is None, timeout=15000)
         assert not self.window.isVisible()
         self.window.deleteLater()
@@ -78,12 +79,6 @@ def paused_by_rejections(qtbot, git_repo: Path, fake: FakeClaude,
         yield w
     finally:
         w.close()
-
-
-@pytest.fixture
-def fake(fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> FakeClaude:
-    fake_claude.use_env(monkeypatch)
-    return fake_claude
 
 
 @pytest.fixture

@@ -23,19 +23,13 @@ from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md
 from tests.test_ui_app import TWO, Window
-from ui.main_window import ErrorBanner
+from ui.banner import ErrorBanner
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("propagateSizeHints")]
 
 # Long enough for the engine's once-a-second rescan to come round at least twice.
 RESCANS_MS = 2500
-
-
-@pytest.fixture
-def fake(fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> FakeClaude:
-    fake_claude.use_env(monkeypatch)
-    return fake_claude
 
 
 def banner_texts(banner: ErrorBanner) -> list[str]:

@@ -24,12 +24,6 @@ pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("propagateSizeHints")]
 
 
-@pytest.fixture
-def fake(fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> FakeClaude:
-    fake_claude.use_env(monkeypatch)
-    return fake_claude
-
-
 def paused_milestone(git_repo: Path) -> MilestoneRecord:
     """A branch changing a Python file, a lock file and a file's indentation only."""
     (git_repo / "app.py").write_text("def f():\n    return 1\n")

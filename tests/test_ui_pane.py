@@ -291,12 +291,13 @@ def test_following_survives_long_wrapped_output_laid_out_later(qtbot, pane) -> N
     assert bar.value() == bar.maximum() > 0
 
 
-def test_ctrl_f_finds_text_and_says_when_there_is_none(qtbot, pane: AgentPane) -> None:
+def test_find_selects_matches_and_says_when_there_is_none(qtbot, pane: AgentPane) -> None:
+    """The bar itself; Ctrl+F is the window's (tests/test_ui_find_and_close.py)."""
     pane.feed_many([ev.AssistantText("developer", f"line {i}") for i in range(50)]
                    + [ev.AssistantText("developer", "the needle is here")])
     shown(qtbot, pane)
     pane.view.setFocus()
-    qtbot.keyClick(pane.view, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    pane.search.open_bar()
     assert pane.search.isVisible()
     qtbot.keyClicks(pane.search.edit, "needle")
     assert pane.view.textCursor().selectedText() == "needle"

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             app.processEvents()
         args.out.parent.mkdir(parents=True, exist_ok=True)
         ok = window.grab().save(str(args.out))
-        window.close()
+        window.close_without_asking()
         stop_by = time.monotonic() + 20
         while window.engine is not None and time.monotonic() < stop_by:
             app.processEvents()

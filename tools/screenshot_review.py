@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(10):
             app.processEvents()
         saved.append(window.grab().save(str(args.out_dir / "changes_view.png")))
-        window.close()
+        window.close_without_asking()
         wait(lambda: window.engine is None, "the engine to stop")
     print(f"saved {args.out_dir / 'paused_view.png'} and {args.out_dir / 'changes_view.png'}"
           if all(saved) else "FAILED to save")

@@ -12,8 +12,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from PySide6.QtCore import Qt, QTimer, Slot
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtCore import QTimer, Slot
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from anima import events as ev
@@ -114,8 +113,6 @@ class AgentPane(QFrame):
         self._clock.timeout.connect(self._update_state)
         self.view.following_changed.connect(self._on_following_changed)
         self.follow_button.clicked.connect(self.view.scroll_to_end)
-        QShortcut(QKeySequence.StandardKey.Find, self, self.search.open_bar,
-                  context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
 
     # --- public API (GUI thread) ----------------------------------------------------------
     @property

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # Ctrl+C in the terminal closes the window (and so stops the agents) instead of being
     # swallowed while Qt's event loop holds the interpreter.
-    signal.signal(signal.SIGINT, lambda *_: window.close())
+    signal.signal(signal.SIGINT, lambda *_: window.close_without_asking())
     heartbeat = QTimer()
     heartbeat.start(250)
     heartbeat.timeout.connect(lambda: None)

@@ -18,3 +18,12 @@ def confirm(parent: QWidget | None, title: str, text: str, action: str,
     box.setEscapeButton(cancel)
     box.exec()
     return box.clickedButton() is accept
+
+
+def confirm_close(parent: QWidget | None, working_on: str | None) -> bool:
+    """Closing while agents work: say that they stop and that the milestone is not lost."""
+    return confirm(parent, "Close Anima", f"Agents are working on {working_on or 'a milestone'}.",
+                   "Stop and close",
+                   "Closing stops them now. Nothing is lost: the milestone resumes where it "
+                   "stopped the next time you open this project (the interrupted round is "
+                   "redone).")

@@ -33,12 +33,12 @@ from PySide6.QtWidgets import (
 
 from anima import events as ev
 from anima.engine.project import git_problem, init_project
-from anima.phases import Phase
+from anima.phases import RUNNING, Phase
 from ui.banner import EmptyState, ErrorBanner
 from ui.bridge import EngineBridge, EngineFactory, EngineLike, default_engine_factory
 from ui.changes_view import ChangesView
 from ui.desktop_notify import DesktopNotifier
-from ui.dialogs import confirm
+from ui.dialogs import confirm, confirm_close
 from ui.diff_view import prepare_lexers
 from ui.formatting import enum_text
 from ui.milestone_list import MilestoneList
@@ -70,6 +70,7 @@ class MainWindow(ReadOnlyProject):
         self.bridge: EngineBridge | None = None
         self._records: dict[str, MilestoneRecord] = {}
         self._closing = False
+        self._ask_before_closing = True
         self._stopping = False
         self._pinned_selection = False
         self.setWindowTitle("Anima")
@@ -157,10 +158,12 @@ class MainWindow(ReadOnlyProject):
             lambda mid, cid, text: self.bridge and self.bridge.edit_comment(mid, cid, text))
         self.changes.comment_removed.connect(
             lambda mid, cid: self.bridge and self.bridge.remove_comment(mid, cid))
-        self.review.resume_requested.connect(self._on_resume_requested)
-        self.review.abort_requested.connect(self._on_abort_requested)
-        self.review.approve_requested.connect(self._on_approve_requested)
-        self.review.changes_requested.connect(self._on_changes_requested)
+        self.review.resume_requested.connect(
+            lambda mid, note: self.bridge and self.bridge.resume(mid, note))
+        self.review.abort_requested.connect(lambda mid: self.bridge and self.bridge.abort(mid))
+        self.review.approve_requested.connect(lambda mid: self.bridge and self.bridge.approve(mid))
+        self.review.changes_requested.connect(
+            lambda mid, note: self.bridge and self.bridge.request_changes(mid, note))
         self.review.start_requested.connect(self._on_start_requested)
         self.review.continue_requested.connect(
             lambda mid, n, note: self.bridge and self.bridge.call(
@@ -213,8 +216,8 @@ class MainWindow(ReadOnlyProject):
         else:
             self.pages.setCurrentWidget(self.monitor_page)
         has_engine = self.engine is not None
-        self.add_action.setEnabled(has_engine)
-        self.add_button.setEnabled(has_engine)
+        for widget in (self.add_action, self.add_button, self.find_action):
+            widget.setEnabled(has_engine)
 
     @Slot()
     def _on_init_clicked(self) -> None:
@@ -414,32 +417,12 @@ class MainWindow(ReadOnlyProject):
         self.review.setEnabled(True)
 
     # --- user requests ---------------------------------------------------------------------
-    @Slot(str, str)
-    def _on_resume_requested(self, milestone_id: str, note: str) -> None:
-        if self.bridge is not None:
-            self.bridge.resume(milestone_id, note)
-
-    @Slot(str)
-    def _on_abort_requested(self, milestone_id: str) -> None:
-        if self.bridge is not None:
-            self.bridge.abort(milestone_id)
-
-    @Slot(str)
-    def _on_approve_requested(self, milestone_id: str) -> None:
-        if self.bridge is not None:
-            self.bridge.approve(milestone_id)
-
     @Slot(str)
     def _on_start_requested(self, milestone_id: str) -> None:
         if self.bridge is not None:
             self.bridge.start_milestone(milestone_id)
             self.statusBar().showMessage(f"{milestone_id} starts when no other milestone runs",
                                          8000)
-
-    @Slot(str, str)
-    def _on_changes_requested(self, milestone_id: str, note: str) -> None:
-        if self.bridge is not None:
-            self.bridge.request_changes(milestone_id, note)
 
     @Slot()
     def _on_pause_requested(self) -> None:
@@ -460,9 +443,24 @@ class MainWindow(ReadOnlyProject):
             self.statusBar().showMessage("Stopping the agents…", 8000)
 
     # --- closing ----------------------------------------------------------------------------
+    def close_without_asking(self) -> None:
+        """Ctrl+C in the terminal: the user already said to quit."""
+        self._ask_before_closing = False
+        self.close()
+
+    def _may_close(self) -> bool:
+        """Closing while agents work asks first; when idle, nothing to ask."""
+        if not self._ask_before_closing or self.monitor.phase_bar.phase not in RUNNING:
+            return True
+        record = self._records.get(self.monitor.live_milestone or "")
+        return confirm_close(self, record.title if record else None)
+
     def closeEvent(self, event: QCloseEvent) -> None:
-        """Save the layout, then stop the engine off the GUI thread and close when done."""
+        """Ask while agents work; save the layout, stop the engine off the GUI thread, close."""
         if not self._closing:
+            if not self._may_close():
+                event.ignore()
+                return
             self._closing = True
             self._save_geometry()
         if self.engine is None:

@@ -22,6 +22,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QApplication,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -325,6 +326,10 @@ class IterationMonitor(QWidget):
         self._clock.setInterval(1000)
         self._clock.timeout.connect(self._on_clock)
         self._clock.start()
+        self._last_focused: AgentPane | None = None
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            app.focusChanged.connect(self._on_focus_changed)
 
     @staticmethod
     def _titled(title: str, widget: QWidget) -> QWidget:
@@ -338,6 +343,20 @@ class IterationMonitor(QWidget):
         layout.addWidget(label)
         layout.addWidget(widget, 1)
         return box
+
+    def _pane_of(self, widget: QWidget | None) -> AgentPane | None:
+        return next((p for p in self.panes.values()
+                     if widget is not None and (p is widget or p.isAncestorOf(widget))), None)
+
+    @Slot(QWidget, QWidget)
+    def _on_focus_changed(self, _old: QWidget | None, new: QWidget | None) -> None:
+        self._last_focused = self._pane_of(new) or self._last_focused
+
+    def pane_in_use(self) -> AgentPane:
+        """The pane Find and Save act on: the one holding the focus, else the one last
+        focused, else the one whose agent is working, else the Developer's."""
+        return (self._pane_of(QApplication.focusWidget()) or self._last_focused
+                or next((p for p in self.panes.values() if p.active), self.panes["developer"]))
 
     def set_limits(self, max_consecutive_rejections: int) -> None:
         """The limits the engine runs with (its `EngineReady`), shown from then on."""

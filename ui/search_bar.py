@@ -1,4 +1,4 @@
-"""Find in a transcript: the bar a pane shows on Ctrl+F."""
+"""Find in a transcript: the bar a pane shows on Edit ▸ Find (Ctrl+F)."""
 
 from __future__ import annotations
 
@@ -48,8 +48,11 @@ class SearchBar(QFrame):
         close.clicked.connect(self.close_bar)
         self.edit.returnPressed.connect(self._on_return_pressed)
         self.edit.textChanged.connect(self._on_text_changed)
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self.edit, self.close_bar,
-                  context=Qt.ShortcutContext.WidgetShortcut)
+        # Set apart: PySide6 ignores the constructor's `context=`, which left this window-wide,
+        # the same key in both panes, so ambiguous and never fired.
+        escape = QShortcut(QKeySequence(Qt.Key.Key_Escape), self.edit)
+        escape.setContext(Qt.ShortcutContext.WidgetShortcut)
+        escape.activated.connect(self.close_bar)
         self.hide()
 
     def open_bar(self) -> None:

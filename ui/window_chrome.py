@@ -20,12 +20,12 @@ from PySide6.QtGui import (
     QKeySequence,
 )
 from PySide6.QtWidgets import (
-    QApplication,
     QFileDialog,
     QLabel,
     QMainWindow,
     QSplitter,
     QSystemTrayIcon,
+    QTabWidget,
 )
 
 from anima import events as ev
@@ -59,6 +59,7 @@ class WindowChrome(QMainWindow):
     errors: ErrorBanner
     monitor: IterationMonitor
     splitter: QSplitter
+    tabs: QTabWidget
     run_controls: RunControls
     tray: QSystemTrayIcon | None
     desktop_notifier: DesktopNotifier | None
@@ -89,6 +90,12 @@ class WindowChrome(QMainWindow):
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.close)
         file_menu.addAction(quit_action)
+        edit_menu = self.menuBar().addMenu("&Edit")
+        self.find_action = QAction("&Find…", self)
+        self.find_action.setShortcut(QKeySequence.StandardKey.Find)
+        self.find_action.setToolTip("Find in the focused agent pane, else the one last used")
+        self.find_action.triggered.connect(self._find_in_pane)
+        edit_menu.addAction(self.find_action)
         run_menu = self.menuBar().addMenu("&Run")
         run_menu.addAction(self.run_controls.pause_action)
         run_menu.addAction(self.run_controls.stop_action)
@@ -103,13 +110,14 @@ class WindowChrome(QMainWindow):
                                                 "claude_command", None))
 
     @Slot()
+    def _find_in_pane(self) -> None:
+        """One Ctrl+F for the window: it works wherever the focus is (the sidebar, a button)."""
+        self.tabs.setCurrentWidget(self.monitor)
+        self.monitor.pane_in_use().search.open_bar()
+
+    @Slot()
     def _save_transcript(self) -> None:
-        """The pane holding the focus, else the one whose agent is working, else Developer."""
-        panes = self.monitor.panes
-        focus = QApplication.focusWidget()
-        focused = next((p for p in panes.values() if p.isAncestorOf(focus)),
-                       None) if focus is not None else None
-        pane = focused or next((p for p in panes.values() if p.active), panes["developer"])
+        pane = self.monitor.pane_in_use()
         saved = save_transcript(self, pane.role, pane.plain_text(), self.project)
         if saved is not None:
             self.statusBar().showMessage(f"Saved the {pane.role}'s transcript to {saved}", 8000)
