@@ -72,7 +72,6 @@ class MainWindow(ReadOnlyProject):
         self._closing = False
         self._ask_before_closing = True
         self._stopping = False
-        self._pinned_selection = False
         self.setWindowTitle("Anima")
         self.setWindowIcon(app_icon())
         self.setAcceptDrops(True)

@@ -385,11 +385,6 @@ class IterationMonitor(QWidget):
             self.phase_bar.show_phase(record_phase(record), record.pause_reason or "")
 
     @Slot(object)
-    def on_milestone_changed(self, event: ev.MilestoneChanged) -> None:
-        if event.record.id == self.milestone_id:
-            self.show_record(event.record)
-
-    @Slot(object)
     def on_phase_changed(self, event: ev.PhaseChanged) -> None:
         # The bar and the highlight follow the scheduler, whichever milestone is shown above.
         self.live_milestone = event.milestone_id
