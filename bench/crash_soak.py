@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from anima.cli import init_project  # noqa: E402
+from anima.engine.project import init_project  # noqa: E402
 from anima.errors import AnimaError  # noqa: E402
 from anima.loop.state import expected_state  # noqa: E402
 from anima.paths import ProjectPaths  # noqa: E402

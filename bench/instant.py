@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from anima.agents.claude.dialect import CLAUDE  # noqa: E402
-from anima.cli import init_project  # noqa: E402
 from anima.config import Config  # noqa: E402
+from anima.engine.project import init_project  # noqa: E402
 from anima.events import EventBus, TurnResult  # noqa: E402
 from anima.git import GitRepo  # noqa: E402
 from anima.loop.run import MilestoneRun  # noqa: E402

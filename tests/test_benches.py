@@ -1,0 +1,19 @@
+"""The benchmarks are run by hand, not by the suite: at least they must still import after
+the code they measure moves (a moved module broke two of them once)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def test_every_bench_imports() -> None:
+    names = sorted(p.stem for p in BENCH.glob("*.py"))
+    code = ("import importlib, sys; sys.path.insert(0, sys.argv[1]); "
+            "[importlib.import_module(n) for n in sys.argv[2:]]")
+    done = subprocess.run([sys.executable, "-c", code, str(BENCH), *names], capture_output=True,
+                          text=True, timeout=120, cwd=BENCH.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
