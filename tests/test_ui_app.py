@@ -29,6 +29,22 @@ TWO = milestone_md("Greeter", ["Greet command", "Version flag"], ["greet prints 
 OVERRIDES = {"summarizer": {"enabled": False}}
 
 
+def screenshot(window: MainWindow, qtbot, name: str) -> None:
+    """Save the window to docs/<name> as the app draws it (its style sheet on)."""
+    from PySide6.QtWidgets import QApplication
+
+    from ui.app import load_style_sheet
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    app.setStyleSheet(load_style_sheet())
+    try:
+        qtbot.wait(200)
+        window.grab().save(str(Path(__file__).resolve().parent.parent / "docs" / name))
+    finally:
+        app.setStyleSheet("")
+
+
 class Window:
     """A MainWindow with a temp ini, closed (agents stopped) at teardown."""
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import FakeClaude
 from tests.helpers import make_project
-from tests.test_ui_app import TWO, Window
+from tests.test_ui_app import TWO, Window, screenshot
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("propagateSizeHints")]
@@ -39,7 +39,7 @@ def test_not_logged_in_is_an_error_not_rejections(
         assert monitor.history.model().rowCount() == 0  # no round, no rejection
         assert w.window._records["m1"].consecutive_rejections == 0
         assert w.window.review.reason.text() == WORDS
-        if os.environ.get("ANIMA_SCREENSHOTS"):
-            w.window.grab().save(str(DOCS / "not_logged_in.png"))
+        if os.environ.get("ANIMA_SCREENSHOTS"):  # for docs/, in the app's own style
+            screenshot(w.window, qtbot, "not_logged_in.png")
     finally:
         w.close()

@@ -18,7 +18,7 @@ from anima.store.models import MilestoneStatus
 from anima.store.store import Store
 from tests.conftest import FakeClaude
 from tests.helpers import make_project
-from tests.test_ui_app import TWO, Window
+from tests.test_ui_app import TWO, Window, screenshot
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("propagateSizeHints")]
@@ -71,9 +71,8 @@ def test_a_project_run_elsewhere_opens_read_only_then_for_real_when_freed(
         store.save_record(rec)
         qtbot.waitUntil(lambda: w.status_of("m1") == "paused", timeout=10000)
         assert not window.review.isEnabled()
-        if os.environ.get("ANIMA_SCREENSHOTS"):
-            window.grab().save(str(Path(__file__).resolve().parent.parent / "docs"
-                                   / "read_only.png"))
+        if os.environ.get("ANIMA_SCREENSHOTS"):  # for docs/, in the app's own style
+            screenshot(window, qtbot, "read_only.png")
         # It stops: this window takes the project over and runs it.
         assert held.stdin is not None
         held.stdin.close()
