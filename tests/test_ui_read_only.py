@@ -19,6 +19,7 @@ from anima.store.store import Store
 from tests.conftest import FakeClaude
 from tests.helpers import make_project
 from tests.test_ui_app import TWO, Window, screenshot
+from ui import read_only
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("propagateSizeHints")]
@@ -63,6 +64,10 @@ def test_a_project_run_elsewhere_opens_read_only_then_for_real_when_freed(
         assert window.pages.currentWidget() is window.monitor_page  # not "initialise it"
         assert w.status_of("m1") == "pending"
         assert not window.review.isEnabled() and not window.add_button.isEnabled()
+        # Idle files are not read again (validating many long records would stall the window).
+        shown = window._records["m1"]
+        qtbot.wait(2 * read_only.REFRESH_MS + 300)
+        assert window._records["m1"] is shown
         # The other Anima changes the record: the window follows the file.
         store = Store(ProjectPaths(git_repo))
         rec = store.load_record("m1")

@@ -16,7 +16,12 @@ from PySide6.QtCore import QByteArray, QCryptographicHash, QTimer, Slot
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 from anima import events as ev
-from anima.engine.read_only import driven_elsewhere, last_transcript, read_records
+from anima.engine.read_only import (
+    driven_elsewhere,
+    files_stamp,
+    last_transcript,
+    read_records,
+)
 from anima.errors import AnimaError
 from anima.lock import LockInfo
 from ui.review import ReviewPanel
@@ -54,6 +59,7 @@ class ReadOnlyProject(WindowChrome):
     review: ReviewPanel
     _read_only_timer: QTimer | None = None
     _raise_server: QLocalServer | None = None
+    _read_stamp: tuple[tuple[str, int, int], ...] = ()
     #: Who drives the project while this window only shows it.
     read_only_holder: LockInfo | None = None
 
@@ -134,6 +140,10 @@ class ReadOnlyProject(WindowChrome):
             self.leave_read_only()
             self.open_project(path)
             return
+        stamp = files_stamp(path)
+        if not first and stamp == self._read_stamp:
+            return  # nothing changed on disk: no need to validate every record again
+        self._read_stamp = stamp
         try:
             scan = read_records(path)
         except AnimaError as e:

@@ -28,6 +28,20 @@ def driven_elsewhere(root: Path) -> LockInfo | None:
     return None if holder is None or holder.pid == os.getpid() else holder
 
 
+def files_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
+    """What the records depend on, as (name, mtime_ns, size): a window reads them again only
+    when this changed (a hundred long records take tens of ms to validate)."""
+    paths = ProjectPaths(root)
+    stamps = []
+    for path in (paths.config, paths.state, *sorted(paths.milestones.glob("*"))):
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        stamps.append((path.name, st.st_mtime_ns, st.st_size))
+    return tuple(stamps)
+
+
 def read_records(root: Path) -> Scan:
     """Every readable record and what is wrong with the others; registers nothing."""
     paths = ProjectPaths(root)
