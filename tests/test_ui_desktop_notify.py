@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -50,13 +50,16 @@ def notifications(session_bus: str, tmp_path: Path) -> Iterator[Path]:
     server.wait(10)
 
 
-def received(calls: Path, count: int, timeout: float = 10.0) -> list[dict[str, object]]:
+def received(calls: Path, count: int, timeout: float = 10.0,
+             pause: Callable[[float], object] = time.sleep) -> list[dict[str, object]]:
+    """The calls logged so far, once there are `count`; `pause` lets a window test keep the
+    Qt event loop turning while it waits (the notice reaches the window as a queued signal)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         lines = calls.read_text(encoding="utf-8").splitlines() if calls.exists() else []
         if len(lines) >= count:
             return [json.loads(line) for line in lines]
-        time.sleep(0.05)
+        pause(0.05)
     got = calls.read_text(encoding="utf-8") if calls.exists() else "none"
     raise AssertionError(f"{count} notification(s) expected, got {got}")
 
@@ -102,7 +105,7 @@ def test_a_window_without_a_tray_notifies_the_desktop_when_a_milestone_pauses(
         assert w.window.tray is None and w.window.desktop_notifier is not None
         w.window.open_project(git_repo)
         w.wait_status("m1", "paused")
-        [call] = received(notifications, 1)
+        [call] = received(notifications, 1, pause=lambda s: qtbot.wait(int(s * 1000)))
         assert call["summary"] == "Anima paused" and str(call["body"]).startswith("Greeter: ")
     finally:
         w.close()
