@@ -3,12 +3,14 @@ guard that fails any test leaving a child process behind."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +20,13 @@ import pytest
 
 # Qt runs headless in the suite (CI has no display); set before any Qt import.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# `anima status` keeps a cache in the user's cache folder: the suite's, not the user's.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="anima-tests-cache-")
 
 from anima.agents.claude.discovery import ClaudeBinary, find_claude
 from tests.fakes.api_stub import ApiStub
+
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FAKE_CLAUDE = Path(__file__).resolve().parent / "fakes" / "fake_claude.py"

@@ -24,6 +24,25 @@ def anima(*args: str, env: dict[str, str] | None = None,
                           env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
 
 
+def reference_status(project: Path) -> str:
+    """What `anima status --json` must print through a pipe: pydantic's compact dump of the
+    state and every readable record, in creation order."""
+    from pydantic import BaseModel
+
+    from anima.paths import ProjectPaths
+    from anima.store.models import MilestoneRecord, State
+    from anima.store.store import Store
+
+    class Report(BaseModel):
+        state: State
+        milestones: list[MilestoneRecord]
+
+    store = Store(ProjectPaths(project))
+    records = store.load_records()
+    return Report(state=store.load_state(), milestones=sorted(
+        records, key=lambda r: (r.created_at, r.id))).model_dump_json() + "\n"
+
+
 @pytest.fixture
 def fake_env(fake_claude: FakeClaude) -> dict[str, str]:
     return {"ANIMA_CLAUDE_COMMAND": fake_claude.command, **fake_claude.env}
@@ -227,15 +246,7 @@ def test_status_json_is_the_records_dump_and_loads_only_what_it_needs(tmp_path: 
          str(tmp_path)], capture_output=True, timeout=60)
     assert status.returncode == 0, status.stderr
     assert status.stderr.decode().strip() == "[]"
-    from anima.cli import StatusReport
-    from anima.paths import ProjectPaths
-    from anima.store.store import Store
-
-    store = Store(ProjectPaths(tmp_path))
-    records = [store.load_record(p.stem) for p in sorted(store.paths.milestones.glob("*.json"))]
-    expected = StatusReport(state=store.load_state(), milestones=sorted(
-        records, key=lambda r: (r.created_at, r.id))).model_dump_json() + "\n"
-    assert status.stdout.decode("utf-8") == expected  # compact through a pipe
+    assert status.stdout.decode("utf-8") == reference_status(tmp_path)  # compact in a pipe
     assert any(m["title"] == "Grüße — ünïcode" for m in json.loads(status.stdout)["milestones"])
 
 

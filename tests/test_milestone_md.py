@@ -11,8 +11,9 @@ from pydantic import ValidationError
 
 from anima.config import Config
 from anima.errors import MilestoneError
-from anima.store.definitions import MILESTONE_ID_RE, FeatureDef, MilestoneDef, validate_milestone_id
+from anima.store.definitions import FeatureDef, MilestoneDef
 from anima.store.milestone_md import load_milestone, parse_milestone
+from anima.store.names import MILESTONE_ID_RE, validate_milestone_id
 
 DATA = Path(__file__).parent / "data"
 EXAMPLE = Path(__file__).parent.parent / ".anima.example"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from anima.engine.watcher import MilestoneWatcher
-from anima.store.definitions import is_milestone_name
+from anima.store.names import is_milestone_name
 
 DEBOUNCE = 0.3
 TIMEOUT = 5.0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import signal
 import sys
@@ -11,9 +10,6 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
-
-from anima.config import load_config
 from anima.errors import (
     ActionError,
     AgentNotFound,
@@ -24,16 +20,13 @@ from anima.errors import (
     ProjectError,
     RecordError,
 )
-from anima.logsetup import configure_logging
 from anima.paths import ProjectPaths
-from anima.store.models import MergeState, MilestoneRecord, State
-from anima.store.store import Store
 
 if TYPE_CHECKING:
     from anima.events import EventBus
 
-# The engine, git and the lock are imported by the commands that use them: `anima status` is
-# what scripts poll, and importing the whole engine would double its start-up time.
+# Each command imports what it uses: `anima status` is what scripts poll, and the engine, git,
+# the lock, even pydantic would more than double its start-up time.
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +54,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
+    from anima.config import load_config
     from anima.engine.facade import Engine
 
     paths = _project(args.project)
@@ -71,70 +65,11 @@ def cmd_add(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-class StatusReport(BaseModel):
-    """`anima status --json`; serialised by pydantic's own encoder, many times faster than
-    `json.dumps(indent=2)` on a hundred long records."""
-
-    state: State
-    milestones: list[MilestoneRecord]
-
-
 def cmd_status(args: argparse.Namespace) -> int:
-    # A short-lived command building a hundred records' objects, none of them in a cycle: the
-    # cyclic collector would only rescan them, a quarter of the command's time.
-    gc.disable()
-    paths = _project(args.project)
-    config = load_config(paths.config)
-    store = Store(paths)
-    state = store.load_state()
-    # Status only reads: registration is left to a running Anima or `anima add`.
-    scan = store.scan(max_iterations=config.max_iterations_per_milestone,
-                      requires_human_review=config.requires_human_review, register=False)
-    records, problems = scan.records, [str(p) for p in scan.problems]
-    if args.json:
-        # As bytes straight to stdout: the str round trip of 8 MB costs as much as the dump.
-        # Indented for a human at a terminal; compact for the scripts that poll it through a
-        # pipe (the same JSON, in two fifths less time and bytes).
-        report = StatusReport(state=state, milestones=records)
-        indent = 2 if sys.stdout.isatty() else None
-        dump = StatusReport.__pydantic_serializer__.to_json(report, indent=indent) + b"\n"
-        buffer = getattr(sys.stdout, "buffer", None)  # None: a caller's in-memory stdout
-        if buffer is None:
-            sys.stdout.write(dump.decode())
-        else:
-            sys.stdout.flush()
-            buffer.write(dump)
-            buffer.flush()
-    else:
-        current = state.current_milestone or "-"
-        waiting = f"; {state.waiting_reason}" if state.waiting_reason else ""
-        print(f"state: {state.status.value} (current milestone: {current}){waiting}")
-        if not records:
-            print("no milestones yet")
-        for r in records:
-            print(f"  {r.id:<24} {r.status.value:<16} features {r.features_done}/"
-                  f"{len(r.features)}  rounds {r.rounds}  rejections {r.consecutive_rejections}/"
-                  f"{config.max_consecutive_rejections}  ${r.cost_usd:.2f}"
-                  + (f"  paused: {r.pause_reason}" if r.pause_reason else ""))
-            for line in _status_details(r):
-                print(f"      {line}")
-    for p in problems:
-        print(f"problem: {p}", file=sys.stderr)
+    from anima.cli.status import show_status
+
+    show_status(_project(args.project), args.json)
     return EXIT_OK
-
-
-def _status_details(record: MilestoneRecord) -> list[str]:
-    """What a human must know beyond the counters: why it failed, where its merge stands."""
-    lines = [f"failed: {record.error}"] if record.error else []
-    merge = record.merge
-    if merge is not None and merge.state is MergeState.PENDING:
-        lines.append(f"merge pending: {merge.detail} (cut short; the next `anima run` or the "
-                     "app finishes it)")
-    elif merge is not None and merge.state is MergeState.FAILED:
-        lines.append(f"not merged: {merge.detail}")
-    elif merge is not None:
-        lines.append(f"merged: {merge.detail}")
-    return lines
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -207,8 +142,10 @@ def _action_bus(paths: ProjectPaths) -> EventBus:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     paths = _project(args.project)
+    from anima.config import load_config
     from anima.lock import ProjectLock
     from anima.loop import actions
+    from anima.store.store import Store
 
     config = load_config(paths.config)
     with ProjectLock(paths.lock, command=f"anima resume {args.id}"):
@@ -222,10 +159,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_approve(args: argparse.Namespace) -> int:
     paths = _project(args.project)
+    from anima.config import load_config
     from anima.engine.project import ensure_gitignore
     from anima.git import GitRepo
     from anima.lock import ProjectLock
     from anima.loop import actions
+    from anima.store.store import Store
 
     config = load_config(paths.config)
     with ProjectLock(paths.lock, command=f"anima approve {args.id}"):
@@ -239,9 +178,11 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 def cmd_abort(args: argparse.Namespace) -> int:
     paths = _project(args.project)
+    from anima.config import load_config
     from anima.git import GitRepo
     from anima.lock import ProjectLock
     from anima.loop import actions
+    from anima.store.store import Store
 
     config = load_config(paths.config)
     with ProjectLock(paths.lock, command=f"anima abort {args.id}"):
@@ -328,6 +269,8 @@ def _configure_logging(args: argparse.Namespace) -> Path | None:
     project = getattr(args, "project", None)
     if args.command == "init" or project is None:
         return None
+    from anima.logsetup import configure_logging
+
     paths = ProjectPaths(Path(project).resolve())
     if not paths.anima.is_dir():
         return None

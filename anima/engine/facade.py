@@ -53,12 +53,12 @@ from anima.loop.state import reconcile_state
 from anima.notify import NotifyCommand
 from anima.paths import ProjectPaths
 from anima.phases import Phase
-from anima.store.definitions import validate_milestone_id
 from anima.store.milestone_md import load_milestone
 from anima.store.models import Feature as Feature  # the records' parts, for the UI's type hints
 from anima.store.models import Iteration as Iteration
 from anima.store.models import MilestoneRecord as MilestoneRecord
 from anima.store.models import now
+from anima.store.names import validate_milestone_id
 from anima.store.store import Scan, Store
 from anima.text.context import ApiTokenCounter
 from anima.text.prompts import PromptBuilder

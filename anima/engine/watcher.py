@@ -48,7 +48,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
-from anima.store.definitions import is_milestone_name
+from anima.store.names import is_milestone_name
 
 log = logging.getLogger(__name__)
 

@@ -18,12 +18,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
 from anima.errors import MilestoneError
-from anima.store.definitions import (
-    FeatureDef,
-    FrontMatterValue,
-    MilestoneDef,
-    validate_milestone_id,
-)
+from anima.store.definitions import FeatureDef, FrontMatterValue, MilestoneDef
+from anima.store.names import validate_milestone_id
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt

@@ -20,12 +20,7 @@ from anima.atomic import write_model_atomic
 from anima.config import describe_validation_error
 from anima.errors import AnimaError, MilestoneError, RecordError
 from anima.paths import ProjectPaths
-from anima.store.definitions import (
-    MILESTONE_ID_RE,
-    MilestoneDef,
-    is_milestone_name,
-    validate_milestone_id,
-)
+from anima.store.definitions import MilestoneDef
 from anima.store.migrations import migrate
 from anima.store.milestone_md import load_milestone
 from anima.store.models import (
@@ -36,23 +31,31 @@ from anima.store.models import (
     State,
     now,
 )
+from anima.store.names import MILESTONE_ID_RE, is_milestone_name, validate_milestone_id
 
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> bytes:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
+        return path.read_bytes()
+    except OSError as e:
+        raise RecordError(path, f"cannot read: {e}") from e
+
+
+def _decode_json(path: Path, data: bytes) -> dict[str, Any]:
+    try:
+        decoded = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
         raise RecordError(path, f"cannot read: {e}") from e
     except json.JSONDecodeError as e:
         raise RecordError(path, f"corrupt JSON (line {e.lineno}, column {e.colno}): {e.msg}; "
                                 "left untouched") from e
-    if not isinstance(data, dict):
+    if not isinstance(decoded, dict):
         raise RecordError(path, "expected a JSON object; left untouched")
-    return data
+    return decoded
 
 
 def _validate(model: type[M], data: dict[str, Any], path: Path) -> M:
@@ -63,14 +66,14 @@ def _validate(model: type[M], data: dict[str, Any], path: Path) -> M:
                           + describe_validation_error(path, e)) from e
 
 
-def _current_record(path: Path) -> MilestoneRecord | None:
-    """The record at `path` parsed and validated in one pass (pydantic's JSON parser, twice
+def _current_record(data: bytes) -> MilestoneRecord | None:
+    """The record in `data` parsed and validated in one pass (pydantic's JSON parser, twice
     as fast as `json.loads` then `model_validate` on a hundred long records), if it is valid
     and says it is of the current schema; None sends it down the careful path, which migrates
     an older record and words what is wrong with a broken one."""
     try:
-        record = MilestoneRecord.model_validate_json(path.read_bytes())
-    except (OSError, ValidationError):
+        record = MilestoneRecord.model_validate_json(data)
+    except ValidationError:
         return None
     current = ("schema_version" in record.model_fields_set
                and record.schema_version == RECORD_SCHEMA_VERSION)
@@ -97,9 +100,15 @@ class Store:
     def load_state(self) -> State:
         if not self.paths.state.exists():
             return State()
-        data = migrate(_read_json(self.paths.state), STATE_SCHEMA_VERSION, self.paths.state,
-                        "state")
-        return _validate(State, data, self.paths.state)
+        return self.parse_state(_read(self.paths.state))
+
+    def parse_state(self, data: bytes | None) -> State:
+        """The state in `data`, the bytes of state.json (None: there is none yet)."""
+        if data is None:
+            return State()
+        path = self.paths.state
+        return _validate(State, migrate(_decode_json(path, data), STATE_SCHEMA_VERSION, path,
+                                        "state"), path)
 
     def save_state(self, state: State) -> None:
         state.updated_at = now()
@@ -108,10 +117,15 @@ class Store:
     # --- milestone records ----------------------------------------------------------------
     def load_record(self, milestone_id: str) -> MilestoneRecord:
         path = self.paths.milestone_record(milestone_id)
-        record = _current_record(path)
+        return self.parse_record(milestone_id, _read(path))
+
+    def parse_record(self, milestone_id: str, data: bytes) -> MilestoneRecord:
+        """The record of `milestone_id` from `data`, the bytes of its file, read once."""
+        path = self.paths.milestone_record(milestone_id)
+        record = _current_record(data)
         if record is None:
-            data = migrate(_read_json(path), RECORD_SCHEMA_VERSION, path, "record")
-            record = _validate(MilestoneRecord, data, path)
+            fields = migrate(_decode_json(path, data), RECORD_SCHEMA_VERSION, path, "record")
+            record = _validate(MilestoneRecord, fields, path)
         if record.id != milestone_id:
             raise RecordError(path, f"id {record.id!r} does not match the file name; "
                                     "left untouched")

@@ -1,0 +1,151 @@
+"""`anima status`: where every milestone stands, for a human or (with `--json`) a script.
+
+Scripts poll it, so the JSON is put together from the status cache, record by record: only
+records that changed since the last run are validated again, and a run where none did never
+loads pydantic. Whatever the path, the bytes are those of pydantic's compact dump of
+`{"state": State, "milestones": [MilestoneRecord, ...]}` (tests/test_cli.py holds it to that).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from anima.paths import ProjectPaths
+from anima.store.status_cache import Entry, Snapshot, StatusCache, microseconds, read_snapshot
+
+if TYPE_CHECKING:
+    from anima.errors import AnimaError
+    from anima.store.models import MilestoneRecord, State
+    from anima.store.store import Scan
+
+
+def show_status(paths: ProjectPaths, as_json: bool) -> None:
+    # A short-lived command building a hundred records' objects, none of them in a cycle: the
+    # cyclic collector would only rescan them, a quarter of the command's time.
+    gc.disable()
+    if not as_json:
+        _print_table(paths)
+        return
+    report, problems = _report(paths)
+    if sys.stdout.isatty():  # indented for a human at a terminal; compact for the scripts
+        report = json.dumps(json.loads(report), indent=2, ensure_ascii=False).encode()
+    buffer = getattr(sys.stdout, "buffer", None)  # None: a caller's in-memory stdout
+    if buffer is None:
+        sys.stdout.write(report.decode() + "\n")
+    else:
+        sys.stdout.flush()
+        buffer.write(report + b"\n")
+        buffer.flush()
+    for problem in problems:
+        print(f"problem: {problem}", file=sys.stderr)
+
+
+def _report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
+    """The JSON report and what is wrong with the project's files."""
+    snapshot = read_snapshot(paths)
+    if snapshot is None:
+        return _scanned_report(paths)
+    cache = StatusCache(paths.root)
+    state_key = cache.key("state.json", snapshot.state)
+    state = cache.get(state_key)
+    keys = {i: cache.key(f"{i}.json", data) for i, data in snapshot.records.items()}
+    found = {i: cache.get(key) for i, key in keys.items()}
+    if state is None or None in found.values():
+        state, found, problems = _validate(paths, snapshot, cache, state_key, state, keys, found)
+        cache.prune()
+    else:
+        problems = []
+    records = sorted((entry.order, i, entry.json) for i, entry in found.items()
+                     if entry is not None)
+    return _assemble(state.json, [r[2] for r in records]), problems
+
+
+def _validate(paths: ProjectPaths, snapshot: Snapshot, cache: StatusCache, state_key: str,
+              state: Entry | None, keys: dict[str, str], found: dict[str, Entry | None],
+              ) -> tuple[Entry, dict[str, Entry | None], list[AnimaError]]:
+    """Validate what the cache did not have, from the bytes already read, and keep it."""
+    from anima.errors import RecordError
+    from anima.store.models import MilestoneRecord, State
+    from anima.store.store import Store
+
+    store = Store(paths)
+    if state is None:
+        state = Entry(0, State.__pydantic_serializer__.to_json(store.parse_state(snapshot.state)))
+        cache.put(state_key, state)
+    problems: list[AnimaError] = []
+    for milestone_id, data in snapshot.records.items():
+        if found[milestone_id] is not None:
+            continue
+        try:
+            record = store.parse_record(milestone_id, data)
+        except RecordError as e:
+            problems.append(e)
+            continue
+        entry = Entry(microseconds(record.created_at),
+                      MilestoneRecord.__pydantic_serializer__.to_json(record))
+        found[milestone_id] = entry
+        cache.put(keys[milestone_id], entry)
+    return state, found, problems
+
+
+def _assemble(state: bytes, records: list[bytes]) -> bytes:
+    return b'{"state":' + state + b',"milestones":[' + b",".join(records) + b"]}"
+
+
+def _scan(paths: ProjectPaths) -> tuple[int, State, Scan]:
+    """The full scan, which also lists definitions that wait for their record (as pending,
+    without writing one: registering is left to a running Anima or `anima add`)."""
+    from anima.config import load_config
+    from anima.store.store import Store
+
+    config = load_config(paths.config)
+    store = Store(paths)
+    scan = store.scan(max_iterations=config.max_iterations_per_milestone,
+                      requires_human_review=config.requires_human_review, register=False)
+    return config.max_consecutive_rejections, store.load_state(), scan
+
+
+def _scanned_report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
+    from anima.store.models import MilestoneRecord, State
+
+    _, state, scan = _scan(paths)
+    dump = MilestoneRecord.__pydantic_serializer__.to_json
+    return (_assemble(State.__pydantic_serializer__.to_json(state),
+                      [dump(r) for r in scan.records]), scan.problems)
+
+
+def _print_table(paths: ProjectPaths) -> None:
+    max_rejections, state, scan = _scan(paths)
+    current = state.current_milestone or "-"
+    waiting = f"; {state.waiting_reason}" if state.waiting_reason else ""
+    print(f"state: {state.status.value} (current milestone: {current}){waiting}")
+    if not scan.records:
+        print("no milestones yet")
+    for r in scan.records:
+        print(f"  {r.id:<24} {r.status.value:<16} features {r.features_done}/"
+              f"{len(r.features)}  rounds {r.rounds}  rejections {r.consecutive_rejections}/"
+              f"{max_rejections}  ${r.cost_usd:.2f}"
+              + (f"  paused: {r.pause_reason}" if r.pause_reason else ""))
+        for line in _details(r):
+            print(f"      {line}")
+    for problem in scan.problems:
+        print(f"problem: {problem}", file=sys.stderr)
+
+
+def _details(record: MilestoneRecord) -> list[str]:
+    """What a human must know beyond the counters: why it failed, where its merge stands."""
+    from anima.store.models import MergeState
+
+    lines = [f"failed: {record.error}"] if record.error else []
+    merge = record.merge
+    if merge is not None and merge.state is MergeState.PENDING:
+        lines.append(f"merge pending: {merge.detail} (cut short; the next `anima run` or the "
+                     "app finishes it)")
+    elif merge is not None and merge.state is MergeState.FAILED:
+        lines.append(f"not merged: {merge.detail}")
+    elif merge is not None:
+        lines.append(f"merged: {merge.detail}")
+    return lines

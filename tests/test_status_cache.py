@@ -1,0 +1,126 @@
+"""`anima status --json` from its cache: the same bytes as a full validation, and never a
+stale one. Each check edits the project's files the way a person, an agent or a crash would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import milestone_md
+from tests.test_cli import anima, reference_status
+
+#: Prints the report and then, on stderr, whether pydantic was loaded.
+PROBE = ("import sys; from anima.cli import main; code = main(['status', sys.argv[1], '--json']);"
+         " print('pydantic' in sys.modules, file=sys.stderr); sys.exit(code)")
+
+
+@pytest.fixture
+def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def project(tmp_path: Path, cache_home: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    assert anima("init", "--git-init", str(repo)).returncode == 0
+    for name, title in (("b-second", "Zweite — ü"), ("a-first", "First")):
+        md = tmp_path / f"{name}.md"
+        md.write_text(milestone_md(title, ["One", "Two"]), encoding="utf-8")
+        assert anima("add", str(repo), str(md)).returncode == 0
+    return repo
+
+
+def status(repo: Path) -> tuple[str, str, bool]:
+    """stdout, the problems on stderr, and whether pydantic was loaded."""
+    done = subprocess.run([sys.executable, "-c", PROBE, str(repo)], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    *problems, loaded = done.stderr.splitlines()
+    return done.stdout, "\n".join(problems), loaded == "True"
+
+
+def entries(cache_home: Path) -> list[Path]:
+    return sorted(p for p in cache_home.rglob("*") if p.is_file())
+
+
+def edit_record(repo: Path, milestone_id: str, **fields: object) -> None:
+    path = repo / ".anima" / "milestones" / f"{milestone_id}.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**data, **fields}, indent=2, ensure_ascii=False),
+                    encoding="utf-8")
+
+
+def test_a_second_poll_prints_the_same_bytes_without_loading_pydantic(
+        project: Path, cache_home: Path) -> None:
+    first, _, loaded = status(project)
+    assert loaded and first == reference_status(project)
+    assert len(entries(cache_home)) == 3  # the state and two records, outside the project
+    second, _, loaded = status(project)
+    assert second == first and not loaded
+    assert [m["id"] for m in json.loads(second)["milestones"]] == ["b-second", "a-first"]
+
+
+def test_a_record_changed_since_the_last_poll_is_read_again(project: Path,
+                                                            cache_home: Path) -> None:
+    status(project)
+    edit_record(project, "a-first", status="paused", pause_reason="3 rejections: ünïcode")
+    out, _, loaded = status(project)
+    assert loaded and out == reference_status(project)
+    assert json.loads(out)["milestones"][1]["pause_reason"] == "3 rejections: ünïcode"
+    assert len(entries(cache_home)) == 3  # the old entry went
+
+
+def test_a_record_broken_since_the_last_poll_is_a_problem_not_its_old_self(
+        project: Path) -> None:
+    status(project)
+    edit_record(project, "a-first", status="on-fire")
+    out, problems, _ = status(project)
+    assert [m["id"] for m in json.loads(out)["milestones"]] == ["b-second"]
+    assert "a-first.json" in problems and "status" in problems
+
+
+def test_a_damaged_cache_entry_is_a_miss(project: Path, cache_home: Path) -> None:
+    status(project)
+    for entry in entries(cache_home):
+        entry.write_bytes(entry.read_bytes()[:-7])  # what a crash before a flush leaves
+    out, _, loaded = status(project)
+    assert loaded and out == reference_status(project)
+
+
+def test_a_definition_without_its_record_is_listed_as_pending(project: Path) -> None:
+    status(project)
+    (project / ".anima" / "milestones" / "c-new.md").write_text(milestone_md("New", ["X"]),
+                                                               encoding="utf-8")
+    out, _, _ = status(project)
+    listed = {m["id"]: m["status"] for m in json.loads(out)["milestones"]}
+    assert listed == {"a-first": "pending", "b-second": "pending", "c-new": "pending"}
+    assert not (project / ".anima" / "milestones" / "c-new.json").exists()  # status only reads
+
+
+def test_a_cache_folder_that_cannot_be_written_only_costs_time(
+        project: Path, cache_home: Path) -> None:
+    cache_home.write_text("not a folder")
+    assert status(project)[0] == reference_status(project)
+    assert status(project)[0] == reference_status(project)
+
+
+def test_the_state_file_changing_is_seen(project: Path) -> None:
+    status(project)
+    state = project / ".anima" / "state.json"
+    data = json.loads(state.read_text(encoding="utf-8"))
+    state.write_text(json.dumps({**data, "status": "paused", "current_milestone": "a-first"}),
+                     encoding="utf-8")
+    out, _, _ = status(project)
+    assert json.loads(out)["state"]["current_milestone"] == "a-first"
+    state.unlink()
+    out, _, _ = status(project)
+    assert out == reference_status(project)
+    assert json.loads(out)["state"]["status"] == "sleeping"
