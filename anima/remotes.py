@@ -21,13 +21,15 @@ import subprocess
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from anima.git_options import NO_AGENT_CODE
+
 RefMap = dict[str, str]  # "<remote>:<ref>" or "<tracking ref>" -> object id
 
 
 def _git(cwd: Path, *args: str) -> str:
     try:
-        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                             timeout=30, stdin=subprocess.DEVNULL)
+        out = subprocess.run(["git", *NO_AGENT_CODE, *args], cwd=cwd, capture_output=True,
+                             text=True, timeout=30, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return out.stdout if out.returncode == 0 else ""

@@ -238,3 +238,24 @@ def test_a_report_without_a_commit_field_uses_the_rounds_commits(
         "feat: F1"
     assert any("the report named no commit" in n for n in first.notes)
     assert 1 in reviewed_rounds(fake_claude)
+
+
+def test_hooks_and_an_fsmonitor_the_developer_plants_never_run_in_animas_name(
+        project: Path, fake_claude: FakeClaude, tmp_path: Path) -> None:
+    """Anima switches to main and merges there after the last review: a `post-checkout` hook
+    or an fsmonitor command the Developer planted would run then, in Anima's name."""
+    ran = tmp_path / "ran.txt"
+    planted = tmp_path / "planted.sh"
+    planted.write_text(f'#!/bin/sh\n[ -n "$ANIMA_AGENT" ] || echo "$0" >> {ran}\nexit 1\n',
+                       encoding="utf-8")
+    planted.chmod(0o755)
+    hooks = ("post-checkout", "post-merge", "post-commit", "reference-transaction")
+    fake_claude.write_script({"developer": [{"shell": [
+        *(f"cp {planted} .git/hooks/{hook}" for hook in hooks),
+        f"git config core.fsmonitor {planted}",
+        "mkdir -p features && echo F1 > features/F1.txt",
+        "git add -A && git commit -qm 'feat: F1'"], "text": report()}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    assert not ran.exists(), ran.read_text()

@@ -26,6 +26,7 @@ from typing import Self
 import git
 
 from anima.errors import GitError
+from anima.git_options import NO_AGENT_CODE
 
 ANIMA_DIR = ".anima"
 #: Where `switch` keeps a copy of the human's files it must step aside for a moment.
@@ -212,7 +213,7 @@ class RepoBase:
                 stream.seek(0)
             try:
                 code, out, err = self._repo.git.execute(
-                    ["git", *args],
+                    ["git", *NO_AGENT_CODE, *args],
                     istream=stream,
                     with_extended_output=True,
                     with_exceptions=False,
