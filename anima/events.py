@@ -373,5 +373,5 @@ class Notice(Event):
     """A milestone paused, completed or failed: worth a desktop notification."""
 
     milestone_id: str
-    kind: str  # "paused" | "completed" | "awaiting_review" | "failed" | "waiting"
+    kind: str  # "paused" | "completed" | "awaiting_review" | "failed" | "waiting" | "held"
     message: str

@@ -1,4 +1,4 @@
-"""What a Developer turn may not change: the human's definitions, and main.
+"""What an agent may not change: the human's definitions, main, and its own queue of work.
 
 Before each Developer turn Anima takes its own copy of the human's definitions
 (`.anima/config.json`, `soul.md`, `.anima/.gitignore`, every milestone `.md`) and notes where
@@ -7,6 +7,7 @@ may be the Developer's by then — puts the human's bytes back, and says what th
 and whether it moved main itself (its working tree's HEAD was on main's new commits) or
 someone else did. The copy also goes to `.anima/turn_guard.json` (ignored by git) while the
 turn runs, so a kill during the turn is repaired on the next start before the config is read.
+A milestone file the agents' tool calls named is held instead of queued (`put_back`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,17 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import re
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from anima.atomic import write_model_atomic
+from anima.events import Event, ToolUse
 from anima.git import GitRepo
 from anima.paths import ProjectPaths
 
@@ -39,20 +44,35 @@ def read_definitions(paths: ProjectPaths) -> dict[str, bytes]:
     return found
 
 
-def put_back(paths: ProjectPaths, copy: dict[str, bytes]) -> list[str]:
-    """Make the definitions on disk equal `copy` again; describe each one changed.
+@dataclass
+class PutBack:
+    """What putting the human's definitions back did."""
 
-    A milestone `.md` that is new on disk is left alone: the human drops milestones into the
-    folder while one runs. Any other new definition is removed.
+    #: "<path> (added|deleted|modified)": what an agent may not change, undone
+    changed: list[str] = field(default_factory=list)
+    #: milestones that arrived meanwhile, and where each one is held (repository-relative)
+    held: list[tuple[str, str]] = field(default_factory=list)
+
+
+def put_back(paths: ProjectPaths, copy: dict[str, bytes],
+             agents_wrote: Callable[[Path], bool]) -> PutBack:
+    """Make the definitions on disk equal `copy` again.
+
+    A milestone `.md` that is new is the human's (they drop milestones in while one runs),
+    unless `agents_wrote` it: an agent may not set itself work, so that one is held in
+    `.anima/held/` until the human adds it again. Any other new definition is removed.
     """
-    changed: list[str] = []
+    done = PutBack()
     now = read_definitions(paths)
     for rel in sorted(set(copy) | set(now)):
         before, after = copy.get(rel), now.get(rel)
-        if before == after or (before is None and rel.endswith(".md")
-                               and rel.startswith(".anima/milestones/")):
+        if before == after:
             continue
         target = paths.root / rel
+        if before is None and rel.endswith(".md") and rel.startswith(".anima/milestones/"):
+            if agents_wrote(target):
+                done.held.append((rel, hold(paths, target).relative_to(paths.root).as_posix()))
+            continue
         if before is None:
             target.unlink()
         else:
@@ -61,8 +81,73 @@ def put_back(paths: ProjectPaths, copy: dict[str, bytes]) -> list[str]:
                 target.unlink()
             target.write_bytes(before)
         word = "added" if before is None else "deleted" if after is None else "modified"
-        changed.append(f"{rel} ({word})")
-    return changed
+        done.changed.append(f"{rel} ({word})")
+    return done
+
+
+def hold(paths: ProjectPaths, md: Path) -> Path:
+    """Move `md` out of the queue into `.anima/held/`, never over another file; the record
+    registered for it meanwhile (pending, never run) goes: it is only the file's echo."""
+    paths.held.mkdir(parents=True, exist_ok=True)
+    target, n = paths.held / md.name, 2
+    while target.exists():
+        target, n = paths.held / f"{md.stem}-{n}{md.suffix}", n + 1
+    md.rename(target)
+    record = paths.milestone_record(md.stem)
+    with contextlib.suppress(OSError, ValueError):
+        fields = json.loads(record.read_text(encoding="utf-8"))
+        if fields.get("status") == "pending" and not fields.get("iterations"):
+            record.unlink()
+    return target
+
+
+class ToolMentions:
+    """The milestone files the agents' tool calls name: a bus subscriber for one milestone's
+    run. A call that can write (anything but the read-only tools) and whose input names the
+    milestones folder marks every `*.md` name in it: a Write or Edit of
+    `.anima/milestones/x.md`, `cat > .anima/milestones/x.md`, `cd .anima/milestones && …
+    > x.md`. The project's checks run code the Developer wrote, so the marks last the run."""
+
+    #: Tools that cannot write a file; every other one (Bash above all) can.
+    READ_ONLY = frozenset({"Read", "Glob", "Grep", "LS", "WebFetch", "WebSearch", "TodoWrite"})
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._names: set[str] = set()
+
+    def __call__(self, event: Event) -> None:
+        if not isinstance(event, ToolUse) or event.tool in self.READ_ONLY:
+            return
+        text = "\n".join(_strings(event.input))
+        if "milestones" in text:
+            with self._lock:
+                self._names.update(m.lower() for m in _MD_NAME.findall(text))
+
+    def named(self, path: Path) -> bool:
+        with self._lock:
+            return path.name.lower() in self._names
+
+
+_MD_NAME = re.compile(r"[\w.-]+\.md\b", re.IGNORECASE)
+
+
+def _strings(value: object) -> list[str]:
+    """Every string in a tool call's input (a command, a path, a file's new content)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+def describe_held(held: list[tuple[str, str]], who: str) -> str:
+    """The line the log, the round and the window give held arrivals."""
+    names = ", ".join(f"{rel} (held as {target})" for rel, target in held)
+    return (f"{names} arrived while {who} was working: not queued, because Anima cannot tell "
+            "whether you or the agent wrote it; if it is yours, add it again (File ▸ Add "
+            "milestone, or `anima add`)")
 
 
 class _Saved(BaseModel):
@@ -83,6 +168,7 @@ class TurnFindings:
     """What one Developer turn did that it may not."""
 
     definitions: list[str] = field(default_factory=list)  # put back in the working tree
+    held: list[tuple[str, str]] = field(default_factory=list)  # milestones that arrived
     head_before: str = ""  # HEAD when the turn began
     main_before: str = ""
     main_after: str = ""
@@ -101,24 +187,42 @@ class TurnGuard:
         self.milestone = milestone
         self.copy: dict[str, bytes] = read_definitions(paths)
         self._saved: _Saved | None = None
+        self.mentions = ToolMentions()
+        # `admit` comes from the window's thread while the worker begins or ends a turn.
+        self._lock = threading.Lock()
+
+    def admit(self, rel: str, content: bytes) -> None:
+        """A milestone the human adds through Anima while an agent works is theirs: it joins
+        the copy (on disk too) before the file is written, so it is not held."""
+        with self._lock:
+            self.copy = {**self.copy, rel: content}
+            if self._saved is not None:
+                self._saved.definitions[rel] = base64.b64encode(content).decode()
+                write_model_atomic(self.paths.turn_guard, self._saved)
 
     def begin(self, main: str) -> None:
         """Take the copy of the definitions and note main's tip, on disk too."""
-        self.copy = read_definitions(self.paths)
-        self._saved = _Saved(
-            milestone=self.milestone, started=time.time(), main=main,
-            main_before=self.repo.branch_head(main), head_before=self.repo.head(),
-            definitions={k: base64.b64encode(v).decode() for k, v in self.copy.items()})
-        write_model_atomic(self.paths.turn_guard, self._saved)
+        with self._lock:
+            self.copy = read_definitions(self.paths)
+            self._saved = _Saved(
+                milestone=self.milestone, started=time.time(), main=main,
+                main_before=self.repo.branch_head(main), head_before=self.repo.head(),
+                definitions={k: base64.b64encode(v).decode() for k, v in self.copy.items()})
+            write_model_atomic(self.paths.turn_guard, self._saved)
 
     def end(self) -> TurnFindings:
         """Put the human's definitions back; say what the turn changed, and who moved main."""
+        with self._lock:
+            return self._end()
+
+    def _end(self) -> TurnFindings:
         saved, self._saved = self._saved, None
         if saved is None:
             return TurnFindings()
-        findings = TurnFindings(definitions=put_back(self.paths, self.copy),
+        done = put_back(self.paths, self.copy, self.mentions.named)
+        findings = TurnFindings(definitions=done.changed, held=done.held,
                                 main_before=saved.main_before, head_before=saved.head_before)
-        self.copy = read_definitions(self.paths)  # a milestone dropped meanwhile joins it
+        self.copy = read_definitions(self.paths)
         after = self.repo.resolve(f"refs/heads/{saved.main}")
         if after is not None and after != saved.main_before:
             findings.main_after = after
@@ -135,9 +239,10 @@ class TurnGuard:
         saved = load_saved(self.paths)
         if saved is None or saved.milestone != self.milestone:
             return None
-        self._saved = saved
-        self.copy = _decoded(saved)
-        return self.end()
+        with self._lock:
+            self._saved = saved
+            self.copy = _decoded(saved)
+            return self._end()
 
 
 def load_saved(paths: ProjectPaths) -> _Saved | None:
@@ -152,8 +257,18 @@ def _decoded(saved: _Saved) -> dict[str, bytes]:
     return {k: base64.b64decode(v) for k, v in saved.definitions.items()}
 
 
-def put_back_interrupted(paths: ProjectPaths) -> list[str]:
+def put_back_interrupted(paths: ProjectPaths) -> PutBack:
     """At start-up, before the config is read: a Developer turn was running when Anima was
     killed, so its copy is the truth for the human's definitions."""
     saved = load_saved(paths)
-    return put_back(paths, _decoded(saved)) if saved is not None else []
+    if saved is None:
+        return PutBack()
+    # What its tool calls named died with Anima: what arrived after the turn began is held.
+    return put_back(paths, _decoded(saved), lambda md: _changed_since(md, saved.started))
+
+
+def _changed_since(path: Path, started: float) -> bool:
+    try:
+        return path.lstat().st_ctime >= started - 1.0  # ctime: no program can set it back
+    except FileNotFoundError:
+        return False

@@ -50,6 +50,11 @@ class ProjectPaths:
         return self.anima / "milestones"
 
     @property
+    def held(self) -> Path:
+        """Milestones that arrived while an agent worked (see anima.guard)."""
+        return self.anima / "held"
+
+    @property
     def logs(self) -> Path:
         return self.anima / "logs"
 

@@ -40,7 +40,7 @@ from ui.review import RunControls
 MAX_RECENT = 8
 NOTICE_TITLES = {"paused": "Anima paused", "completed": "Milestone completed",
                  "awaiting_review": "Ready for your review", "failed": "Milestone failed",
-                 "waiting": "Waiting for a usage limit"}
+                 "waiting": "Waiting for a usage limit", "held": "Milestone held"}
 
 def app_icon() -> QIcon:
     icon = resource("icons", "anima.svg")

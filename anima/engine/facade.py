@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import queue
 import shlex
-import shutil
 import sys
 import threading
 from collections.abc import Callable
@@ -36,11 +35,13 @@ from anima.events import (
     AgentEvent,
     EngineError,
     EngineReady,
+    Event,
     EventBus,
     LogLine,
+    Notice,
 )
 from anima.git import GitRepo
-from anima.guard import put_back_interrupted
+from anima.guard import describe_held, put_back_interrupted
 from anima.journal import Journal, log_event, read_transcript_tail
 from anima.lock import ProjectLock
 from anima.logsetup import configure_logging
@@ -103,6 +104,7 @@ class Engine:
         self._run: MilestoneRun | None = None
         self._control = RunControl()
         self.milestones = MilestoneQueue(self.store, self.bus, lambda: self.config, self._log)
+        self.bus.subscribe(self._on_held)
         self.journal = Journal(self.paths, self.bus)
         self.summarizer: Summarizer | None = None
         self._unlog: Callable[[], None] | None = None
@@ -126,9 +128,12 @@ class Engine:
             self._locked = True
             if (old := self._lock.taken_over_from) is not None:
                 self._log(None, f"took over the lock of an Anima that is gone ({old.describe()})")
-        for line in put_back_interrupted(self.paths):
+        done = put_back_interrupted(self.paths)
+        for line in done.changed:
             self._log(None, f"put back the human's {line}, changed by a Developer turn that "
                             "a kill cut short")
+        if done.held:
+            self._log(None, describe_held(done.held, "a Developer turn that a kill cut short"))
         stamp = file_stamp(self.paths.config)  # before reading: an edit meanwhile is seen
         self.config = self.agents.config = open_config(self.paths, self._overrides)
         self._config_stamp = stamp
@@ -330,6 +335,7 @@ class Engine:
         self._run = run
         if self._shutdown.is_set():  # a stop that came before the run existed
             run.stop("shutdown")
+        unwatch = self.bus.subscribe(run.tool_mentions)
         try:
             phase = run.run()
             if self._control.stop.is_set() and self._control.stop_reason == "user" and \
@@ -337,12 +343,18 @@ class Engine:
                 phase = run.pause_now("stopped by you")
             return phase
         finally:
+            unwatch()
             self._run = None
             self.milestones.requested.discard(record.id)
             self._stop_leftovers(record.id)
             self.journal.close()
             if counter is not None:
                 counter.close()
+
+    def _on_held(self, event: Event) -> None:
+        """A held arrival's record (registered when it came) is gone: the list says so now."""
+        if isinstance(event, Notice) and event.kind == "held":
+            self.milestones.refresh()
 
     def _stop_leftovers(self, milestone_id: str) -> None:
         """Nothing the agents started outlives the milestone's run (each agent's stop took its
@@ -389,11 +401,16 @@ class Engine:
             raise MilestoneError(md, f"a milestone named {milestone_id!r} already exists "
                                      f"({target}); rename the file")
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
+        content = md.read_bytes()
+        if (run := self._run) is not None:  # yours, not an agent's: not held after its turn
+            run.admit_definition(target, content)
         tmp = target.with_name(f".{target.name}.tmp")
-        shutil.copyfile(md, tmp)
+        tmp.write_bytes(content)
         tmp.replace(target)
         # Written whole, atomically: no need to wait for it to settle.
         self.milestones.register(target, now())
+        if md.resolve().parent == self.paths.held.resolve():
+            md.unlink(missing_ok=True)  # a held milestone you added again
         self._wake.set()
         return milestone_id
 

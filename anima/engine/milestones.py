@@ -49,6 +49,7 @@ class MilestoneQueue:
         # read before a registration publish after it (it would remove the new record).
         self._registering = threading.Lock()
         self._reported_problems: set[str] = set()
+        self._orphans_reported: set[str] = set()
         # What the subscribers were last told (records by id, problems).
         self._shown: dict[str, MilestoneRecord] | None = None
         self._shown_problems: set[str] = set()
@@ -93,8 +94,11 @@ class MilestoneQueue:
 
     def next(self, scan: Scan) -> MilestoneRecord | None:
         """An interrupted milestone first; nothing while one waits for a human after a pause
-        (milestones build on each other); else the earliest pending one."""
-        records = [r for r in scan.records if r.id not in self.broken]
+        (milestones build on each other); else the earliest pending one. Never one without
+        its definition: the human's `.md` is what a milestone is, and a record alone may be
+        anyone's (an agent can write a file)."""
+        self._report_orphans(scan)
+        records = [r for r in scan.records if r.id not in self.broken | scan.orphans]
         if active := [r for r in records if r.status is MilestoneStatus.IN_PROGRESS]:
             return active[0]
         if any(r.status is MilestoneStatus.PAUSED for r in records):
@@ -103,6 +107,15 @@ class MilestoneQueue:
         if self._config().auto_start or self.start_all:
             return pending[0] if pending else None
         return next((r for r in pending if r.id in self.requested), None)
+
+    def _report_orphans(self, scan: Scan) -> None:
+        startable = {r.id for r in scan.records if r.id in scan.orphans
+                     and r.status in (MilestoneStatus.PENDING, MilestoneStatus.IN_PROGRESS)}
+        for milestone_id in sorted(startable - self._orphans_reported):
+            self._log(milestone_id, f"{self.store.paths.milestone_md(milestone_id)} is missing: "
+                                    f"{milestone_id} is not started or continued without its "
+                                    "definition (put the file back to go on)")
+        self._orphans_reported = startable
 
     def register(self, md: Path, appeared: datetime) -> None:
         """Register a milestone file as pending at once, created when it appeared, even while

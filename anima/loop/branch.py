@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from anima.git import GitRepo
-from anima.guard import TurnFindings, TurnGuard
+from anima.git import GitRepo, TreeSnapshot
+from anima.guard import TurnFindings, TurnGuard, describe_held, put_back
 from anima.loop.ledger import Ledger
 from anima.store.models import FeatureStatus, MilestoneRecord, RoundKind, Verdict
 from anima.text.formats import DeveloperReport
@@ -19,7 +19,7 @@ class BranchKeeper:
 
     def __init__(self, *, record: MilestoneRecord, repo: GitRepo, guard: TurnGuard,
                  ledger: Ledger, save: Callable[[], None], log_line: Callable[[str], None],
-                 request_pause: Callable[[str], None]) -> None:
+                 request_pause: Callable[[str], None], notice: Callable[[str], None]) -> None:
         self.record = record
         self.repo = repo
         self.guard = guard
@@ -27,6 +27,7 @@ class BranchKeeper:
         self._save = save
         self._log = log_line
         self._request_pause = request_pause
+        self._notice = notice
         # What the Developer's turns did that they may not: the round is rejected for it.
         self.guarded: list[str] = []
 
@@ -94,6 +95,7 @@ class BranchKeeper:
         """Undo what a Developer turn may not do, and say so; the round is rejected for it."""
         rec = self.record
         problems: list[str] = []
+        self._held(findings.held, "the Developer")
         if findings.definitions:
             self._log("put back the human's " + ", ".join(findings.definitions))
             problems.append("the round changed definitions only the human may change: "
@@ -116,6 +118,27 @@ class BranchKeeper:
         elif findings.main_after:
             self.follow_main()
         self.guarded += problems
+
+    def undo_changes(self, snapshot: TreeSnapshot, who: str) -> None:
+        """A review (or a check run) leaves the tree as it found it, and the round says so."""
+        undone = self.repo.restore(snapshot)
+        done = put_back(self.guard.paths, self.guard.copy, self.guard.mentions.named)
+        self._held(done.held, who)
+        undone += [f"the human's {d} put back" for d in done.changed]
+        if undone and self.ledger.round is not None:
+            note = f"{who} changed the repository; undone: " + "; ".join(undone)
+            self.ledger.round.notes.append(note)
+            self._log(note)
+
+    def _held(self, held: list[tuple[str, str]], who: str) -> None:
+        """Milestones that arrived during the work: held, said everywhere the human looks."""
+        if not held:
+            return
+        line = describe_held(held, who)
+        if self.ledger.round is not None:
+            self.ledger.round.notes.append(line)
+        self._log(line)
+        self._notice(line)
 
     def _revert_branch_definitions(self, turn_began_at: str) -> str | None:
         """Commits of the turn on the milestone branch that change the human's definitions

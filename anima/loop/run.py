@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from anima import procfs
 from anima.agents.dialect import Dialect
@@ -29,8 +30,8 @@ from anima.events import (
     Notice,
     PhaseChanged,
 )
-from anima.git import GitRepo, TreeSnapshot
-from anima.guard import TurnGuard, put_back
+from anima.git import GitRepo
+from anima.guard import ToolMentions, TurnGuard
 from anima.loop.branch import BranchKeeper
 from anima.loop.checks import CheckCancelled, display, run_check
 from anima.loop.completion import begin_completion, finish_completed
@@ -95,9 +96,10 @@ class MilestoneRun:
                            ledger=self.ledger, save=self._save, log_line=self._log,
                            request_pause=self._request_pause)
         self._guard = TurnGuard(store.paths, repo, record.id)
-        self.branch = BranchKeeper(record=record, repo=repo, guard=self._guard,
-                                   ledger=self.ledger, save=self._save, log_line=self._log,
-                                   request_pause=self._request_pause)
+        self.branch = BranchKeeper(record=record, repo=repo, guard=self._guard, ledger=self.ledger,
+                                   save=self._save, log_line=self._log,
+                                   request_pause=self._request_pause, notice=lambda line:
+                                   bus.publish(Notice(record.id, "held", line)))
         # Pause before the next round, and why: a main the Developer moved, a push that got
         # past the tool rules.
         self._pause_request: str | None = None
@@ -169,6 +171,11 @@ class MilestoneRun:
     def _begin(self) -> None:
         """The seed's "自动触发" for a new milestone, or its "重启恢复" for one in progress."""
         rec = self.record
+        if rec.status is MilestoneStatus.PENDING and (changed := self.store.retake_definition(
+                rec, max_iterations=self.config.max_iterations_per_milestone,
+                requires_human_review=self.config.requires_human_review)):
+            self._log(f"{', '.join(changed)} taken from its definition and the config as they "
+                      "are now (the record said otherwise)")
         if rec.status is MilestoneStatus.PENDING or rec.base_commit is None:
             self._start_branch()
         else:
@@ -277,7 +284,6 @@ class MilestoneRun:
         return RoundKind.FIX if last is not None and last.verdict is Verdict.REJECTED \
             else RoundKind.FEATURE
 
-    # ------------------------------------------------------------------ sessions
     # ------------------------------------------------------------------ the project's checks
     def _checks_failed(self, report: DeveloperReport) -> bool:
         """Run `check_command` on the round's commit; a failure rejects the round before any
@@ -297,7 +303,7 @@ class MilestoneRun:
         except CheckCancelled as e:
             raise Stopped from e
         finally:
-            self._undo_changes(snapshot, "the checks")
+            self.branch.undo_changes(snapshot, "the checks")
         self.bus.publish(CheckFinished(self.record.id, rnd.round, shown, result.passed,
                                        result.outcome, result.tail))
         self._log(f"checks: `{shown}` {result.outcome}"
@@ -367,7 +373,7 @@ class MilestoneRun:
                 if verdict is None:
                     verdict = parse_verdict(self._turn(ACCEPTOR, render("acceptor_restate")))
             finally:
-                self._undo_changes(snapshot, "the Acceptor")
+                self.branch.undo_changes(snapshot, "the Acceptor")
         except (TurnTimeout, AgentCrashed) as e:
             self._reject(f"Acceptor {self.seats.failure(e)}")
             return None
@@ -375,16 +381,6 @@ class MilestoneRun:
             self._reject("unreadable verdict: the Acceptor's reply had neither ACCEPTED nor "
                          "REJECTED, even when asked to restate it")
         return verdict
-
-    def _undo_changes(self, snapshot: TreeSnapshot, who: str) -> None:
-        """A review (or a check run) leaves the tree as it found it, and the round says so."""
-        undone = self.repo.restore(snapshot)
-        undone += [f"the human's {d} put back" for d in put_back(self.store.paths,
-                                                                 self._guard.copy)]
-        if undone and self.ledger.round is not None:
-            note = f"{who} changed the repository; undone: " + "; ".join(undone)
-            self.ledger.round.notes.append(note)
-            self._log(note)
 
     # ------------------------------------------------------------------ verdicts
     def _reject(self, reason: str) -> None:
@@ -469,6 +465,15 @@ class MilestoneRun:
             return self.seats.turn(role, prompt)
         finally:
             self.branch.after_developer_turn(self._guard.end())
+
+    @property
+    def tool_mentions(self) -> ToolMentions:
+        """The bus subscriber that notes the milestone files the agents' tools name."""
+        return self._guard.mentions
+
+    def admit_definition(self, md: Path, content: bytes) -> None:
+        """From the window's thread: the human adds `md`; it is not an agent's arrival."""
+        self._guard.admit(md.relative_to(self.store.paths.root).as_posix(), content)
 
     def stop(self, reason: str = "", grace: float = 3.0) -> None:
         """From any thread: end the running turn and leave the loop without recording it."""

@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
+#: What a pending record holds that its definition (and the config) decide.
+_FROM_DEFINITION = ("title", "features", "acceptance_criteria", "max_iterations",
+                    "requires_human_review")
+
 
 def _read(path: Path) -> bytes:
     try:
@@ -87,6 +91,8 @@ class Scan:
     records: list[MilestoneRecord] = field(default_factory=list)
     problems: list[AnimaError] = field(default_factory=list)
     registered: list[str] = field(default_factory=list)
+    #: Records listed without their definition (`<id>.md` is gone, or never was).
+    orphans: set[str] = field(default_factory=set)
 
 
 class Store:
@@ -168,6 +174,20 @@ class Store:
             acceptance_criteria=list(definition.acceptance_criteria),
         )
 
+    def retake_definition(self, record: MilestoneRecord, *, max_iterations: int,
+                          requires_human_review: bool) -> list[str]:
+        """Give a pending record what its definition (and the config) ask now; the names of
+        the fields that differed. The human may have edited the `.md` since it was
+        registered, and a record is a file an agent with a shell could have changed."""
+        fresh = self.new_record(self.definition(record.id), record.id, record.created_at,
+                                max_iterations=max_iterations,
+                                requires_human_review=requires_human_review)
+        changed = [name for name in _FROM_DEFINITION
+                   if getattr(record, name) != getattr(fresh, name)]
+        for name in changed:
+            setattr(record, name, getattr(fresh, name))
+        return changed
+
     def register(self, md: Path, created_at: datetime, *, max_iterations: int,
                  requires_human_review: bool) -> MilestoneRecord | None:
         """Make the definition `md` a pending milestone created at `created_at` (when the
@@ -229,6 +249,7 @@ class Store:
             if milestone_id not in listed:
                 try:
                     result.records.append(self.load_record(milestone_id))
+                    result.orphans.add(milestone_id)
                 except RecordError as e:
                     result.problems.append(e)
         result.records.sort(key=lambda r: (r.created_at, r.id))
