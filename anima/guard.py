@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from anima.atomic import write_model_atomic
+from anima.atomic import write_model_atomic, write_text_atomic
 from anima.events import Event, ToolUse
 from anima.git import GitRepo
 from anima.paths import ProjectPaths
@@ -52,6 +52,14 @@ class PutBack:
     changed: list[str] = field(default_factory=list)
     #: milestones that arrived meanwhile, and where each one is held (repository-relative)
     held: list[tuple[str, str]] = field(default_factory=list)
+
+
+def read_records(paths: ProjectPaths, running: str) -> dict[str, bytes]:
+    """Every milestone record by file name, but the running milestone's."""
+    if not paths.milestones.is_dir():
+        return {}
+    return {p.name: p.read_bytes() for p in sorted(paths.milestones.glob("*.json"))
+            if p.stem != running and p.is_file() and not p.is_symlink()}
 
 
 def put_back(paths: ProjectPaths, copy: dict[str, bytes],
@@ -168,6 +176,7 @@ class TurnFindings:
     """What one Developer turn did that it may not."""
 
     definitions: list[str] = field(default_factory=list)  # put back in the working tree
+    records: list[str] = field(default_factory=list)  # other milestones' records, put back
     held: list[tuple[str, str]] = field(default_factory=list)  # milestones that arrived
     head_before: str = ""  # HEAD when the turn began
     main_before: str = ""
@@ -188,8 +197,10 @@ class TurnGuard:
         self.copy: dict[str, bytes] = read_definitions(paths)
         self._saved: _Saved | None = None
         self.mentions = ToolMentions()
-        # `admit` comes from the window's thread while the worker begins or ends a turn.
-        self._lock = threading.Lock()
+        #: The other milestones' records as Anima left them (see `note_records`).
+        self.records: dict[str, bytes] = {}
+        # `admit…` come from other threads while the worker begins or ends a turn.
+        self._lock = threading.RLock()
 
     def admit(self, rel: str, content: bytes) -> None:
         """A milestone the human adds through Anima while an agent works is theirs: it joins
@@ -200,9 +211,36 @@ class TurnGuard:
                 self._saved.definitions[rel] = base64.b64encode(content).decode()
                 write_model_atomic(self.paths.turn_guard, self._saved)
 
+    def note_records(self) -> None:
+        """Before an agent or the project's checks run: the other milestones' records, which
+        only Anima writes (the running one's it rewrites from memory anyway)."""
+        with self._lock:
+            self.records = read_records(self.paths, self.milestone)
+
+    def admit_record(self, path: Path, content: bytes) -> None:
+        """The store's listener: Anima wrote this record (a registration, your action)."""
+        if path.stem != self.milestone:
+            with self._lock:
+                self.records[path.name] = content
+
+    def restore_records(self) -> list[str]:
+        """Put back every other milestone's record the work changed or deleted, so no agent
+        resumes a paused milestone, retries a cancelled one or passes a review by editing a
+        file; a new record is left (it never runs without its definition)."""
+        with self._lock:
+            now = read_records(self.paths, self.milestone)
+            changed = []
+            for name, before in sorted(self.records.items()):
+                if (after := now.get(name)) != before:
+                    write_text_atomic(self.paths.milestones / name, before.decode("utf-8"))
+                    word = "deleted" if after is None else "modified"
+                    changed.append(f".anima/milestones/{name} ({word})")
+            return changed
+
     def begin(self, main: str) -> None:
         """Take the copy of the definitions and note main's tip, on disk too."""
         with self._lock:
+            self.note_records()
             self.copy = read_definitions(self.paths)
             self._saved = _Saved(
                 milestone=self.milestone, started=time.time(), main=main,
@@ -219,8 +257,9 @@ class TurnGuard:
         saved, self._saved = self._saved, None
         if saved is None:
             return TurnFindings()
+        records = self.restore_records()  # first: holding an arrival drops its record
         done = put_back(self.paths, self.copy, self.mentions.named)
-        findings = TurnFindings(definitions=done.changed, held=done.held,
+        findings = TurnFindings(definitions=done.changed, records=records, held=done.held,
                                 main_before=saved.main_before, head_before=saved.head_before)
         self.copy = read_definitions(self.paths)
         after = self.repo.resolve(f"refs/heads/{saved.main}")

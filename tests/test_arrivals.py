@@ -1,18 +1,23 @@
 """An agent may not set itself work: a milestone file an agent writes is held, not queued; a
 record without its definition never runs; a pending record starts with what its definition
-asks. The human's own drops are queued as always. The real engine and loop, the fake `claude`
+asks; another milestone's record an agent edits is put back. The human's own drops are queued
+as always. The real engine and loop, the fake `claude`
 scripted to write into `.anima/milestones/` the ways a model would."""
 
 from __future__ import annotations
 
 import base64
+import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from anima.engine.facade import Engine
 from anima.events import Event, Notice
-from anima.store.models import MilestoneStatus
+from anima.paths import ProjectPaths
+from anima.store.models import MilestoneStatus, Verdict, now
+from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
 from tests.test_integrity import TWO, log_text, report
@@ -115,23 +120,25 @@ def test_a_record_without_its_definition_is_never_started(
 
 def test_a_pending_milestone_starts_with_what_its_definition_asks(
         project: Path, fake_claude: FakeClaude) -> None:
-    """m1's Developer lowers the bar of the milestone queued after it, in its record."""
-    (folder(project) / "m2.md").write_text(milestone_md("Second", ["Gamma"], ["gamma works"]),
-                                           encoding="utf-8")
-    fake_claude.write_script({"developer": [{"shell": [
-        "mkdir -p features && echo F1 > features/F1.txt",
-        "git add -A && git commit -qm 'feat: F1'",
-        "python3 -c \"import json; p='.anima/milestones/m2.json'; d=json.load(open(p)); "
-        "d.update(acceptance_criteria=['anything goes'], requires_human_review=False, "
-        "max_iterations=999); d['features'][0]['title']='Nothing'; "
-        "json.dump(d, open(p, 'w'))\""], "text": report()}]})
+    """Registered, then its definition edited by the human and its record by someone else
+    (outside any turn Anima watches): it starts with the definition as it is now."""
+    store = Store(ProjectPaths(project))
+    md = folder(project) / "m2.md"
+    md.write_text(milestone_md("Second", ["Gamma"], ["gamma works"]), encoding="utf-8")
+    assert store.register(md, now(), max_iterations=20, requires_human_review=False)
+    md.write_text(milestone_md("Second", ["Gamma", "Delta"], ["gamma and delta work"]),
+                  encoding="utf-8")
+    path = folder(project) / "m2.json"
+    fields = json.loads(path.read_text(encoding="utf-8"))
+    fields.update(acceptance_criteria=["anything goes"], max_iterations=999)
+    path.write_text(json.dumps(fields), encoding="utf-8")
+    fake_claude.write_script({"developer_default": {"auto": True}})
     run_engine(project)
     second = record(project, "m2")
     assert second.status is MilestoneStatus.COMPLETED
-    assert second.acceptance_criteria == ["gamma works"] and second.max_iterations == 20
-    assert [f.title for f in second.features] == ["Gamma"]
-    final = [p for p in fake_claude.prompts("acceptor") if "gamma works" in p]
-    assert final and not any("anything goes" in p for p in fake_claude.prompts("acceptor"))
+    assert second.acceptance_criteria == ["gamma and delta work"] and second.max_iterations == 20
+    assert [f.title for f in second.features] == ["Gamma", "Delta"]
+    assert not any("anything goes" in p for p in fake_claude.prompts("acceptor"))
     assert "taken from its definition and the config as they are now" in \
         (project / ".anima" / "logs" / "m2.log").read_text(encoding="utf-8")
 
@@ -187,3 +194,44 @@ def test_a_milestone_written_before_a_kill_is_held_at_the_next_start(
     assert again.proc.returncode == 0, again.stdout[-2000:] + again.stderr
     assert_held(project, "zz-evil")
     assert record(project, "m1").status is MilestoneStatus.COMPLETED
+
+
+def cancelled_m0(project: Path) -> bytes:
+    """A milestone the human cancelled earlier; its record as Anima wrote it."""
+    store = Store(ProjectPaths(project))
+    (folder(project) / "m0.md").write_text(milestone_md("Old", ["Zeta"]), encoding="utf-8")
+    old = store.register(folder(project) / "m0.md", now() - timedelta(hours=1),
+                         max_iterations=20, requires_human_review=False)
+    assert old is not None
+    old.status = MilestoneStatus.CANCELLED
+    store.save_record(old)
+    return (folder(project) / "m0.json").read_bytes()
+
+
+REVIVE_M0 = ("python3 -c \"import json; p='.anima/milestones/m0.json'; d=json.load(open(p)); "
+             "d['status']='pending'; json.dump(d, open(p, 'w'))\"")
+
+
+def test_another_milestones_record_the_developer_edits_is_put_back_and_the_round_rejected(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """Reviving a cancelled milestone by editing its record: put back, never run."""
+    human = cancelled_m0(project)
+    fake_claude.write_script({"developer": [{"shell": [
+        "mkdir -p features && echo F1 > features/F1.txt",
+        "git add -A && git commit -qm 'feat: F1'", REVIVE_M0], "text": report()}]})
+    run_engine(project)
+    assert (folder(project) / "m0.json").read_bytes() == human
+    assert record(project, "m0").status is MilestoneStatus.CANCELLED
+    assert run_git(project, "branch", "--list", "milestone/m0") == ""
+    first = record(project, "m1").iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert "changed other milestones' records" in first.reason and "m0.json" in first.reason
+
+
+def test_one_the_acceptor_edits_is_put_back_too(project: Path, fake_claude: FakeClaude) -> None:
+    human = cancelled_m0(project)
+    fake_claude.write_script({"acceptor": [{"shell": [REVIVE_M0], "text": "ACCEPTED"}]})
+    run_engine(project)
+    assert (folder(project) / "m0.json").read_bytes() == human
+    notes = record(project, "m1").iterations[0].notes
+    assert any(".anima/milestones/m0.json (modified) put back" in n for n in notes)

@@ -96,6 +96,10 @@ class BranchKeeper:
         rec = self.record
         problems: list[str] = []
         self._held(findings.held, "the Developer")
+        if findings.records:
+            self._log("put back " + ", ".join(findings.records))
+            problems.append("the round changed other milestones' records, which only Anima "
+                            f"writes: {', '.join(findings.records)}; Anima put them back")
         if findings.definitions:
             self._log("put back the human's " + ", ".join(findings.definitions))
             problems.append("the round changed definitions only the human may change: "
@@ -119,9 +123,15 @@ class BranchKeeper:
             self.follow_main()
         self.guarded += problems
 
+    def snapshot(self) -> TreeSnapshot:
+        """Before a review or the project's checks: what `undo_changes` puts back."""
+        self.guard.note_records()
+        return self.repo.snapshot()
+
     def undo_changes(self, snapshot: TreeSnapshot, who: str) -> None:
         """A review (or a check run) leaves the tree as it found it, and the round says so."""
         undone = self.repo.restore(snapshot)
+        undone += [f"{r} put back" for r in self.guard.restore_records()]
         done = put_back(self.guard.paths, self.guard.copy, self.guard.mentions.named)
         self._held(done.held, who)
         undone += [f"the human's {d} put back" for d in done.changed]

@@ -295,7 +295,7 @@ class MilestoneRun:
         shown, timeout = display(command), self.config.check_timeout_seconds
         self._log(f"checks: running `{shown}` on {(rnd.commit or 'HEAD')[:7]}")
         self.bus.publish(CheckStarted(self.record.id, rnd.round, shown, time.time(), timeout))
-        snapshot = self.repo.snapshot()
+        snapshot = self.branch.snapshot()
         try:
             result = run_check(command, self.repo.root, timeout=timeout, cancel=self.control.stop,
                                marker=procfs.agent_marker(self.repo.root, self.record.id,
@@ -366,7 +366,7 @@ class MilestoneRun:
 
         None means the round was already recorded as rejected (timeout, crash, unreadable).
         """
-        snapshot = self.repo.snapshot()
+        snapshot = self.branch.snapshot()
         try:
             try:
                 verdict = parse_verdict(self._turn(ACCEPTOR, prompt))

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from anima.atomic import write_model_atomic
+from anima.atomic import write_model_atomic, write_text_atomic
 from anima.config import describe_validation_error
 from anima.errors import AnimaError, MilestoneError, RecordError
 from anima.paths import ProjectPaths
@@ -101,6 +101,9 @@ class Store:
 
     def __init__(self, paths: ProjectPaths) -> None:
         self.paths = paths
+        #: Told of every record written (path, bytes): the guard of a running milestone
+        #: keeps the other records as Anima wrote them (anima.guard).
+        self.on_save: list[Callable[[Path, bytes], None]] = []
 
     # --- state.json ---------------------------------------------------------------------
     def load_state(self) -> State:
@@ -138,7 +141,11 @@ class Store:
         return record
 
     def save_record(self, record: MilestoneRecord) -> None:
-        write_model_atomic(self.paths.milestone_record(record.id), record)
+        path = self.paths.milestone_record(record.id)
+        text = record.model_dump_json(indent=2) + "\n"
+        write_text_atomic(path, text)
+        for listener in list(self.on_save):
+            listener(path, text.encode("utf-8"))
 
     def load_records(self) -> list[MilestoneRecord]:
         """Every readable record, whether or not its definition is still there (a record is
