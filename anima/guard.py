@@ -52,6 +52,8 @@ class PutBack:
     changed: list[str] = field(default_factory=list)
     #: milestones that arrived meanwhile, and where each one is held (repository-relative)
     held: list[tuple[str, str]] = field(default_factory=list)
+    #: the running milestone's record, put back as Anima last wrote it (after a kill)
+    record: str | None = None
 
 
 def read_records(paths: ProjectPaths, running: str) -> dict[str, bytes]:
@@ -169,6 +171,8 @@ class _Saved(BaseModel):
     main_before: str
     head_before: str
     definitions: dict[str, str]  # base64 of each file
+    #: base64 of the running milestone's record as Anima last wrote it ("": none yet)
+    record: str = ""
 
 
 @dataclass
@@ -218,10 +222,14 @@ class TurnGuard:
             self.records = read_records(self.paths, self.milestone)
 
     def admit_record(self, path: Path, content: bytes) -> None:
-        """The store's listener: Anima wrote this record (a registration, your action)."""
-        if path.stem != self.milestone:
-            with self._lock:
+        """The store's listener, told before each record is written: Anima writes this (a
+        registration, your action, the running milestone's progress)."""
+        with self._lock:
+            if path.stem != self.milestone:
                 self.records[path.name] = content
+            elif self._saved is not None:  # the copy a kill during the turn is repaired from
+                self._saved.record = base64.b64encode(content).decode()
+                write_model_atomic(self.paths.turn_guard, self._saved)
 
     def restore_records(self) -> list[str]:
         """Put back every other milestone's record the work changed or deleted, so no agent
@@ -242,10 +250,12 @@ class TurnGuard:
         with self._lock:
             self.note_records()
             self.copy = read_definitions(self.paths)
+            own = self.paths.milestone_record(self.milestone)
             self._saved = _Saved(
                 milestone=self.milestone, started=time.time(), main=main,
                 main_before=self.repo.branch_head(main), head_before=self.repo.head(),
-                definitions={k: base64.b64encode(v).decode() for k, v in self.copy.items()})
+                definitions={k: base64.b64encode(v).decode() for k, v in self.copy.items()},
+                record=base64.b64encode(own.read_bytes()).decode() if own.is_file() else "")
             write_model_atomic(self.paths.turn_guard, self._saved)
 
     def end(self) -> TurnFindings:
@@ -258,6 +268,8 @@ class TurnGuard:
         if saved is None:
             return TurnFindings()
         records = self.restore_records()  # first: holding an arrival drops its record
+        if (own := _restore_own_record(self.paths, saved)) is not None:
+            records.append(f"{own} (its own)")
         done = put_back(self.paths, self.copy, self.mentions.named)
         findings = TurnFindings(definitions=done.changed, records=records, held=done.held,
                                 main_before=saved.main_before, head_before=saved.head_before)
@@ -297,13 +309,31 @@ def _decoded(saved: _Saved) -> dict[str, bytes]:
 
 
 def put_back_interrupted(paths: ProjectPaths) -> PutBack:
-    """At start-up, before the config is read: a Developer turn was running when Anima was
-    killed, so its copy is the truth for the human's definitions."""
+    """At start-up, before the config or any record is read: a Developer turn was running
+    when Anima was killed (perhaps by the Developer), so its copy is the truth for the human's
+    definitions and for the running milestone's record, which the Developer may have edited
+    (features done, rounds accepted) before the kill."""
     saved = load_saved(paths)
     if saved is None:
         return PutBack()
     # What its tool calls named died with Anima: what arrived after the turn began is held.
-    return put_back(paths, _decoded(saved), lambda md: _changed_since(md, saved.started))
+    done = put_back(paths, _decoded(saved), lambda md: _changed_since(md, saved.started))
+    done.record = _restore_own_record(paths, saved)
+    return done
+
+
+def _restore_own_record(paths: ProjectPaths, saved: _Saved) -> str | None:
+    """The running milestone's record as Anima last wrote it, if the turn changed it."""
+    own = paths.milestone_record(saved.milestone)
+    if not saved.record:
+        return None
+    before = base64.b64decode(saved.record)
+    if own.is_file() and not own.is_symlink() and own.read_bytes() == before:
+        return None
+    with contextlib.suppress(FileNotFoundError):
+        own.unlink()  # a symlink or a folder the agent put there is not written through
+    write_text_atomic(own, before.decode("utf-8"))
+    return own.relative_to(paths.root).as_posix()
 
 
 def _changed_since(path: Path, started: float) -> bool:

@@ -225,7 +225,7 @@ def test_another_milestones_record_the_developer_edits_is_put_back_and_the_round
     assert run_git(project, "branch", "--list", "milestone/m0") == ""
     first = record(project, "m1").iterations[0]
     assert first.verdict is Verdict.REJECTED
-    assert "changed other milestones' records" in first.reason and "m0.json" in first.reason
+    assert "changed milestone records" in first.reason and "m0.json" in first.reason
 
 
 def test_one_the_acceptor_edits_is_put_back_too(project: Path, fake_claude: FakeClaude) -> None:
@@ -235,3 +235,39 @@ def test_one_the_acceptor_edits_is_put_back_too(project: Path, fake_claude: Fake
     assert (folder(project) / "m0.json").read_bytes() == human
     notes = record(project, "m1").iterations[0].notes
     assert any(".anima/milestones/m0.json (modified) put back" in n for n in notes)
+
+
+GRADE_MYSELF = ("python3 -c \"import json; p='.anima/milestones/m1.json'; d=json.load(open(p)); "
+                "d['status']='completed'; [f.update(status='done') for f in d['features']]; "
+                "json.dump(d, open(p, 'w'))\"")
+
+
+def test_its_own_record_the_developer_edits_is_put_back_and_the_round_rejected(
+        project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{"shell": [
+        "mkdir -p features && echo F1 > features/F1.txt",
+        "git add -A && git commit -qm 'feat: F1'", GRADE_MYSELF], "text": report()}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED and "m1.json (its own)" in first.reason
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+
+
+def test_its_own_record_edited_before_a_kill_is_put_back_at_the_next_start(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """The Developer marks its milestone completed, then Anima dies (it could kill it)."""
+    fake_claude.write_script({"developer": [{"shell": [GRADE_MYSELF], "hang_after": True}]})
+    runner = Runner(project, fake_claude)
+    wait_until(lambda: status(project, "m1") is MilestoneStatus.COMPLETED,
+               what="the Developer's edit")
+    runner.kill()
+    runner.wait(15)
+    fake_claude.write_script({})
+    again = run_to_end(project, fake_claude)
+    assert again.proc.returncode == 0, again.stdout[-2000:] + again.stderr
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    assert [i.verdict for i in rec.iterations if i.kind.value == "final"] == \
+        [Verdict.ACCEPTED]  # completed by the Acceptor's final review, not by the edit
+    assert "put back .anima/milestones/m1.json as Anima last wrote it" in again.stdout

@@ -134,6 +134,9 @@ class Engine:
                             "a kill cut short")
         if done.held:
             self._log(None, describe_held(done.held, "a Developer turn that a kill cut short"))
+        if done.record:
+            self._log(None, f"put back {done.record} as Anima last wrote it: a Developer turn "
+                            "that a kill cut short had changed it")
         stamp = file_stamp(self.paths.config)  # before reading: an edit meanwhile is seen
         self.config = self.agents.config = open_config(self.paths, self._overrides)
         self._config_stamp = stamp

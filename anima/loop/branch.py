@@ -98,8 +98,8 @@ class BranchKeeper:
         self._held(findings.held, "the Developer")
         if findings.records:
             self._log("put back " + ", ".join(findings.records))
-            problems.append("the round changed other milestones' records, which only Anima "
-                            f"writes: {', '.join(findings.records)}; Anima put them back")
+            problems.append("the round changed milestone records, which only Anima writes: "
+                            f"{', '.join(findings.records)}; Anima put them back")
         if findings.definitions:
             self._log("put back the human's " + ", ".join(findings.definitions))
             problems.append("the round changed definitions only the human may change: "

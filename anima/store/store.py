@@ -101,8 +101,8 @@ class Store:
 
     def __init__(self, paths: ProjectPaths) -> None:
         self.paths = paths
-        #: Told of every record written (path, bytes): the guard of a running milestone
-        #: keeps the other records as Anima wrote them (anima.guard).
+        #: Told of every record about to be written (path, bytes): the guard of a running
+        #: milestone keeps the records as Anima wrote them (anima.guard).
         self.on_save: list[Callable[[Path, bytes], None]] = []
 
     # --- state.json ---------------------------------------------------------------------
@@ -143,9 +143,9 @@ class Store:
     def save_record(self, record: MilestoneRecord) -> None:
         path = self.paths.milestone_record(record.id)
         text = record.model_dump_json(indent=2) + "\n"
-        write_text_atomic(path, text)
-        for listener in list(self.on_save):
+        for listener in list(self.on_save):  # first: a kill in between leaves them ahead
             listener(path, text.encode("utf-8"))
+        write_text_atomic(path, text)
 
     def load_records(self) -> list[MilestoneRecord]:
         """Every readable record, whether or not its definition is still there (a record is
