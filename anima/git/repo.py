@@ -38,13 +38,14 @@ _MILESTONE_MD = re.compile(r"\.anima/milestones/[^/]+\.md")
 _MAX_LISTED = 10
 _FALLBACK_NAME = "Anima"
 _FALLBACK_EMAIL = "anima@localhost"
-# Git's own states for an operation left half done (a reviewer may start one and walk away).
+# Git's own states for an operation left half done (a reviewer may start one and walk away),
+# and the command that ends it (`--quit` forgets it, `--abort` also puts back the start).
 IN_PROGRESS = (
-    ("MERGE_HEAD", ("merge", "--quit"), "an unfinished merge"),
-    ("CHERRY_PICK_HEAD", ("cherry-pick", "--quit"), "an unfinished cherry-pick"),
-    ("REVERT_HEAD", ("revert", "--quit"), "an unfinished revert"),
-    ("rebase-merge", ("rebase", "--quit"), "an unfinished rebase"),
-    ("rebase-apply", ("rebase", "--quit"), "an unfinished rebase or am"),
+    ("MERGE_HEAD", "merge", "an unfinished merge"),
+    ("CHERRY_PICK_HEAD", "cherry-pick", "an unfinished cherry-pick"),
+    ("REVERT_HEAD", "revert", "an unfinished revert"),
+    ("rebase-merge", "rebase", "an unfinished rebase"),
+    ("rebase-apply", "rebase", "an unfinished rebase or am"),
 )
 
 

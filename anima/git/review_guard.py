@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
+from typing import Literal
 
 from anima.errors import GitError
 from anima.git.repo import (
@@ -61,7 +62,7 @@ class ReviewGuard(RepoBase):
         paths that were already dirty at snapshot time are never overwritten (a change to
         them is only reported).
         """
-        undone = self._quit_in_progress()
+        undone = self.end_operations("quit")
         status = self._status()
         fingerprint = self._fingerprint(status.entries)
         moved = status.head != snap.head or status.branch != snap.branch
@@ -136,17 +137,24 @@ class ReviewGuard(RepoBase):
         return undone
 
 
-    def _quit_in_progress(self) -> list[str]:
-        """Forget a merge/rebase/cherry-pick left half done (index and files stay for now)."""
+    def end_operations(self, how: Literal["quit", "abort"]) -> list[str]:
+        """End a merge/rebase/cherry-pick/revert/am left half done: `quit` forgets it (index
+        and files stay for the caller), `abort` also puts HEAD, index and files back as they
+        were before it began; quit when an abort cannot."""
         done: list[str] = []
-        for marker, command, label in IN_PROGRESS:
-            if os.path.lexists(self.git_dir / marker):
+        for marker, verb, label in IN_PROGRESS:
+            if not os.path.lexists(self.git_dir / marker):
+                continue
+            for command in dict.fromkeys([(verb, f"--{how}"), (verb, "--quit")]):
                 code, _, err = self._run(list(command), check=False)
                 if code != 0 and marker == "rebase-apply":
-                    code, _, err = self._run(["am", "--quit"], check=False)
-                if code != 0:
-                    raise GitError(f"Cannot abandon {label} in {self.root}: {err.strip()}")
-                done.append(f"{label} was abandoned")
+                    code, _, err = self._run(["am", command[1]], check=False)
+                if code == 0:
+                    break
+            if code != 0:
+                raise GitError(f"Cannot abandon {label} in {self.root}: {err.strip()}")
+            aborted = how == "abort" and command[1] == "--abort"
+            done.append(f"{label} was {'aborted' if aborted else 'abandoned'}")
         return done
 
 

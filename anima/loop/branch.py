@@ -8,10 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from anima.git import GitRepo, TreeSnapshot
+from anima.git.locks import clear_stale_locks, wait_for_git
 from anima.guard import TurnFindings, TurnGuard, describe_held, put_back
 from anima.loop.ledger import Ledger
 from anima.store.models import FeatureStatus, MilestoneRecord, RoundKind, Verdict
 from anima.text.formats import DeveloperReport
+
+# A git the agent left running in the background gets this long to finish before Anima's.
+_GIT_WAIT = 5.0
 
 
 class BranchKeeper:
@@ -95,6 +99,12 @@ class BranchKeeper:
         """Undo what a Developer turn may not do, and say so; the round is rejected for it."""
         rec = self.record
         problems: list[str] = []
+        self._note(self._settle_git())
+        if ended := self.repo.end_operations("abort"):
+            problems.append(f"the round left git mid-operation: {'; '.join(ended)}, which "
+                            "put things back as they were before it began; finish or abort "
+                            "such operations within your turn")
+            self._log("; ".join(ended))
         self._held(findings.held, "the Developer")
         if findings.records:
             self._log("put back " + ", ".join(findings.records))
@@ -130,7 +140,8 @@ class BranchKeeper:
 
     def undo_changes(self, snapshot: TreeSnapshot, who: str) -> None:
         """A review (or a check run) leaves the tree as it found it, and the round says so."""
-        undone = self.repo.restore(snapshot)
+        undone = self._settle_git()
+        undone += self.repo.restore(snapshot)
         undone += [f"{r} put back" for r in self.guard.restore_records()]
         done = put_back(self.guard.paths, self.guard.copy, self.guard.mentions.named)
         self._held(done.held, who)
@@ -138,6 +149,23 @@ class BranchKeeper:
         if undone and self.ledger.round is not None:
             note = f"{who} changed the repository; undone: " + "; ".join(undone)
             self.ledger.round.notes.append(note)
+            self._log(note)
+
+    def _settle_git(self) -> list[str]:
+        """A turn or a check may leave git's lock files behind (a git it killed, one it ran in
+        the background): Anima's next git command would fail on them."""
+        notes = []
+        if busy := wait_for_git(self.repo.root, _GIT_WAIT):
+            notes.append(f"git still running in the project after {_GIT_WAIT:g}s (pids "
+                         f"{', '.join(map(str, busy))}); its locks are left alone")
+        notes += [f".git/{lock} was left by a git command that no longer runs; removed"
+                  for lock in clear_stale_locks(self.repo.root, self.repo.git_dir)]
+        return notes
+
+    def _note(self, notes: list[str]) -> None:
+        for note in notes:
+            if self.ledger.round is not None:
+                self.ledger.round.notes.append(note)
             self._log(note)
 
     def _held(self, held: list[tuple[str, str]], who: str) -> None:

@@ -33,6 +33,7 @@ from anima import procfs
 from anima.atomic import write_text_atomic
 from anima.errors import AgentCrashed, TurnTimeout
 from anima.git import GitRepo
+from anima.git.locks import clear_stale_locks, wait_for_git
 from anima.paths import ProjectPaths
 from anima.store.models import MilestoneRecord, now
 from anima.text.prompts import render
@@ -192,36 +193,6 @@ def reap_leftover_agents(paths: ProjectPaths, registry: AgentRegistry,
 # --------------------------------------------------------------------------- the project
 
 
-def _git_processes(root: Path) -> list[int]:
-    """Live `git` processes working in this repository (cwd inside it)."""
-    return [pid for pid in procfs.pids()
-            if (argv := procfs.cmdline(pid)) and os.path.basename(argv[0]) == "git"
-            and procfs.alive(pid) and procfs.in_tree(pid, root)]
-
-
-def wait_for_git(root: Path, timeout: float = _GIT_WAIT) -> list[int]:
-    """Let the dead Anima's git commands finish (SIGKILL does not reach its children: a
-    `git merge` or `git commit` it started runs on). Returns those still running after
-    `timeout` (a human's long git command, most likely), which are left alone."""
-    deadline = time.monotonic() + timeout
-    while (running := _git_processes(root)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return running
-
-
-def clear_stale_index_lock(root: Path, git_dir: Path) -> str | None:
-    """Remove `.git/index.lock` left by a git killed with the previous Anima (a power cut).
-
-    Stale only if no git process works in this repository (`wait_for_git` ran first).
-    """
-    lock = git_dir / "index.lock"
-    if not lock.exists() or _git_processes(root):
-        return None
-    with contextlib.suppress(FileNotFoundError):
-        lock.unlink()
-    return f"removed a stale {lock} left by a git command killed with the previous run"
-
-
 def remove_stale_temps(paths: ProjectPaths) -> list[Path]:
     """Temp files of atomic writes (records, state, the lock) whose writer died mid-write."""
     removed = []
@@ -273,11 +244,11 @@ def recover_project(paths: ProjectPaths, registry: AgentRegistry,
     dead Anima's own git commands are allowed to finish, then files are tidied.
     """
     lines = reap_leftover_agents(paths, registry, session_ids(records))
-    if still := wait_for_git(paths.root):
+    if still := wait_for_git(paths.root, _GIT_WAIT):
         lines.append(f"git still busy in the project after {_GIT_WAIT:g}s (pids "
                      f"{', '.join(map(str, still))}); going on")
-    if (note := clear_stale_index_lock(paths.root, repo.git_dir)) is not None:
-        lines.append(note)
+    lines += [f"removed a stale .git/{lock} left by a git command killed with the previous run"
+              for lock in clear_stale_locks(paths.root, repo.git_dir)]
     mains = {r.main_branch for r in records if r.main_branch} or {"main", "master"}
     if (note := repo.settle_interrupted_merge(mains)) is not None:
         lines.append(note)
