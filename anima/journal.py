@@ -65,13 +65,14 @@ class Journal:
             self.paths.logs.mkdir(parents=True, exist_ok=True)
             self._folder = folder = self.paths.transcripts(milestone_id)
             folder.mkdir(parents=True, exist_ok=True)
-            self._log = self.paths.log(milestone_id).open("a", encoding="utf-8")
+            self._log = self.paths.log(milestone_id).open("a+", encoding="utf-8")
             self._rotate_at = max(1, max_bytes // 2) if max_bytes else None
             self._open_transcript()
 
     def _open_transcript(self) -> None:
         assert self._folder is not None
-        self._transcript = (self._folder / TRANSCRIPT).open("a", encoding="utf-8")
+        # "a+": readable, so `_revived` can write back a file deleted under it
+        self._transcript = (self._folder / TRANSCRIPT).open("a+", encoding="utf-8")
         self._size = self._transcript.tell()
 
     def _rotate(self) -> None:
@@ -102,6 +103,8 @@ class Journal:
         elif isinstance(event, AgentEvent):
             with self._lock:
                 if self._transcript is not None:
+                    assert self._folder is not None
+                    self._transcript = _revived(self._transcript, self._folder / TRANSCRIPT)
                     record = {"t": round(time.time(), 3), "type": type(event).__name__,
                               **dataclasses.asdict(event)}
                     del record["milestone_id"]  # the transcript's folder says it
@@ -116,12 +119,32 @@ class Journal:
         line = f"[{datetime.now():%H:%M:%S}] {redact(text)}\n"
         with self._lock:
             if milestone_id is not None and milestone_id == self._milestone and self._log:
+                self._log = _revived(self._log, self.paths.log(milestone_id))
                 self._log.write(line)
                 self._log.flush()
             elif milestone_id is not None:
                 self.paths.logs.mkdir(parents=True, exist_ok=True)
                 with self.paths.log(milestone_id).open("a", encoding="utf-8") as fh:
                     fh.write(line)
+
+
+def _revived(fh: IO[str], path: Path) -> IO[str]:
+    """An agent's shell may delete the files Anima appends to (`git clean -fdx`, `git stash
+    --all`, `rm -rf .anima`); appending on would lose them with everything they held. The
+    open file still holds every byte: it is written back under its name, appending goes on
+    there."""
+    fd = fh.fileno()
+    if os.fstat(fd).st_nlink:
+        return fh
+    fh.flush()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as out:
+        offset, size = 0, os.fstat(fd).st_size
+        while offset < size and (chunk := os.pread(fd, min(size - offset, 1 << 20), offset)):
+            out.write(chunk)
+            offset += len(chunk)
+    fh.close()
+    return path.open("a+", encoding="utf-8")
 
 
 def transcript_files(folder: Path) -> list[Path]:

@@ -69,6 +69,7 @@ class ProjectLock:
         self.taken_over_from: LockInfo | None = None
         self._fd: int | None = None
         self._owner_pid: int | None = None
+        self._since = ""
 
     @property
     def held(self) -> bool:
@@ -91,13 +92,43 @@ class ProjectLock:
                 raise self._refuse(holder)
             time.sleep(0.02)
         self._fd, self._owner_pid = fd, os.getpid()
+        self._since = datetime.now(UTC).astimezone().isoformat(timespec="seconds")
         self.taken_over_from = old = self._record()
         if self.path.exists():
             log.warning("taking over the stale lock %s (%s is gone)", self.path,
                         old.describe() if old else "it held no valid record")
-        write_text_atomic(self.path, LockInfo(
-            os.getpid(), socket.gethostname(),
-            datetime.now(UTC).astimezone().isoformat(timespec="seconds"), self.command).to_json())
+        self._write_record()
+
+    def ensure_held(self) -> bool:
+        """An agent has a shell in the project (`git clean -fdx`, `rm -rf .anima`): if the
+        lock file was deleted or replaced, a second Anima could flock a new one. Take the file
+        at the path again at once; True if it had to be. Raises LockError naming the holder
+        if another process took it meanwhile."""
+        if not self.held:
+            return False
+        assert self._fd is not None
+        mine = os.fstat(self._fd)
+        try:
+            there = os.stat(self.flock_path)
+        except FileNotFoundError:
+            there = None
+        if there is not None and (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
+            if not self.path.exists():
+                self._write_record()
+            return False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.flock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        if not _flock(fd, fcntl.LOCK_EX):
+            os.close(fd)
+            raise self._refuse(self._record())
+        os.close(self._fd)
+        self._fd = fd
+        self._write_record()
+        return True
+
+    def _write_record(self) -> None:
+        write_text_atomic(self.path, LockInfo(os.getpid(), socket.gethostname(),
+                                              self._since, self.command).to_json())
 
     def release(self) -> None:
         """Give the lock up; in a child forked from the holder only close the shared file."""

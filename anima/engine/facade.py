@@ -30,7 +30,7 @@ from anima.engine.milestones import MilestoneQueue
 from anima.engine.outcome import RunOutcome
 from anima.engine.project import ensure_gitignore, open_config
 from anima.engine.watcher import MilestoneWatcher
-from anima.errors import AnimaError, ConfigError, MilestoneError, ProjectError
+from anima.errors import AnimaError, ConfigError, LockError, MilestoneError, ProjectError
 from anima.events import (
     AgentEvent,
     EngineError,
@@ -39,6 +39,7 @@ from anima.events import (
     EventBus,
     LogLine,
     Notice,
+    PhaseChanged,
 )
 from anima.git import GitRepo
 from anima.guard import describe_held, put_back_interrupted
@@ -105,6 +106,7 @@ class Engine:
         self._control = RunControl()
         self.milestones = MilestoneQueue(self.store, self.bus, lambda: self.config, self._log)
         self.bus.subscribe(self._on_held)
+        self.bus.subscribe(self._keep_lock)
         self.journal = Journal(self.paths, self.bus)
         self.summarizer: Summarizer | None = None
         self._unlog: Callable[[], None] | None = None
@@ -360,6 +362,20 @@ class Engine:
         """A held arrival's record (registered when it came) is gone: the list says so now."""
         if isinstance(event, Notice) and event.kind == "held":
             self.milestones.refresh()
+
+    def _keep_lock(self, event: Event) -> None:
+        """After each step of a run (an agent's shell may have deleted `.anima/` files): the
+        lock file is still the one held, or taken again before anything else happens."""
+        if not isinstance(event, PhaseChanged) or not self._locked:
+            return
+        try:
+            if self._lock.ensure_held():
+                self._log(event.milestone_id, "the project's lock file .anima/anima.flock was "
+                          "deleted (by an agent's command, most likely); Anima took it again")
+        except LockError as e:
+            self._log(event.milestone_id, f"{e}: this Anima stops driving the project")
+            self._locked = False
+            self.request_stop()
 
     def _stop_leftovers(self, milestone_id: str) -> None:
         """Nothing the agents started outlives the milestone's run (each agent's stop took its
