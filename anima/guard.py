@@ -57,11 +57,13 @@ class PutBack:
 
 
 def read_records(paths: ProjectPaths, running: str) -> dict[str, bytes]:
-    """Every milestone record by file name, but the running milestone's."""
-    if not paths.milestones.is_dir():
-        return {}
-    return {p.name: p.read_bytes() for p in sorted(paths.milestones.glob("*.json"))
-            if p.stem != running and p.is_file() and not p.is_symlink()}
+    """Every milestone record but the running milestone's, and state.json (what users'
+    scripts poll), by repository-relative path."""
+    files = [paths.state]
+    if paths.milestones.is_dir():
+        files += sorted(p for p in paths.milestones.glob("*.json") if p.stem != running)
+    return {p.relative_to(paths.root).as_posix(): p.read_bytes() for p in files
+            if p.is_file() and not p.is_symlink()}
 
 
 def put_back(paths: ProjectPaths, copy: dict[str, bytes],
@@ -225,8 +227,8 @@ class TurnGuard:
         """The store's listener, told before each record is written: Anima writes this (a
         registration, your action, the running milestone's progress)."""
         with self._lock:
-            if path.stem != self.milestone:
-                self.records[path.name] = content
+            if path != self.paths.milestone_record(self.milestone):
+                self.records[path.relative_to(self.paths.root).as_posix()] = content
             elif self._saved is not None:  # the copy a kill during the turn is repaired from
                 self._saved.record = base64.b64encode(content).decode()
                 write_model_atomic(self.paths.turn_guard, self._saved)
@@ -238,11 +240,11 @@ class TurnGuard:
         with self._lock:
             now = read_records(self.paths, self.milestone)
             changed = []
-            for name, before in sorted(self.records.items()):
-                if (after := now.get(name)) != before:
-                    write_text_atomic(self.paths.milestones / name, before.decode("utf-8"))
+            for rel, before in sorted(self.records.items()):
+                if (after := now.get(rel)) != before:
+                    write_text_atomic(self.paths.root / rel, before.decode("utf-8"))
                     word = "deleted" if after is None else "modified"
-                    changed.append(f".anima/milestones/{name} ({word})")
+                    changed.append(f"{rel} ({word})")
             return changed
 
     def begin(self, main: str) -> None:

@@ -225,7 +225,26 @@ def test_another_milestones_record_the_developer_edits_is_put_back_and_the_round
     assert run_git(project, "branch", "--list", "milestone/m0") == ""
     first = record(project, "m1").iterations[0]
     assert first.verdict is Verdict.REJECTED
-    assert "changed milestone records" in first.reason and "m0.json" in first.reason
+    assert "changed Anima's records" in first.reason and "m0.json" in first.reason
+
+
+SLEEPING = "echo '{\"schema_version\": 2, \"status\": \"sleeping\"}' > .anima/state.json"
+
+
+def test_a_state_json_the_developer_forges_is_put_back(project: Path,
+                                                       fake_claude: FakeClaude) -> None:
+    """What `anima status` and users' scripts read says what Anima is doing, not the agent."""
+    fake_claude.write_script({"developer": [
+        {"shell": ["mkdir -p features && echo F1 > features/F1.txt",
+                   "git add -A && git commit -qm 'feat: F1'", SLEEPING], "text": report()},
+        {"shell": ["cp .anima/state.json seen.json", "git add -A && git commit -qm 'feat: F1'"],
+         "text": report()}]})
+    run_engine(project)
+    first = record(project, "m1").iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert ".anima/state.json (modified)" in first.reason
+    seen = json.loads(run_git(project, "show", "main:seen.json"))
+    assert (seen["status"], seen["current_milestone"]) == ("awake", "m1")
 
 
 def test_one_the_acceptor_edits_is_put_back_too(project: Path, fake_claude: FakeClaude) -> None:

@@ -108,7 +108,7 @@ class BranchKeeper:
         self._held(findings.held, "the Developer")
         if findings.records:
             self._log("put back " + ", ".join(findings.records))
-            problems.append("the round changed milestone records, which only Anima writes: "
+            problems.append("the round changed Anima's records, which only Anima writes: "
                             f"{', '.join(findings.records)}; Anima put them back")
         if findings.definitions:
             self._log("put back the human's " + ", ".join(findings.definitions))

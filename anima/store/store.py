@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from anima.atomic import write_model_atomic, write_text_atomic
+from anima.atomic import write_text_atomic
 from anima.config import describe_validation_error
 from anima.errors import AnimaError, MilestoneError, RecordError
 from anima.paths import ProjectPaths
@@ -121,7 +121,7 @@ class Store:
 
     def save_state(self, state: State) -> None:
         state.updated_at = now()
-        write_model_atomic(self.paths.state, state)
+        self._write(self.paths.state, state.model_dump_json(indent=2) + "\n")
 
     # --- milestone records ----------------------------------------------------------------
     def load_record(self, milestone_id: str) -> MilestoneRecord:
@@ -142,7 +142,9 @@ class Store:
 
     def save_record(self, record: MilestoneRecord) -> None:
         path = self.paths.milestone_record(record.id)
-        text = record.model_dump_json(indent=2) + "\n"
+        self._write(path, record.model_dump_json(indent=2) + "\n")
+
+    def _write(self, path: Path, text: str) -> None:
         for listener in list(self.on_save):  # first: a kill in between leaves them ahead
             listener(path, text.encode("utf-8"))
         write_text_atomic(path, text)
