@@ -1,7 +1,8 @@
 """What an agent may not change: the human's definitions, main, and its own queue of work.
 
 Before each Developer turn Anima takes its own copy of the human's definitions
-(`.anima/config.json`, `soul.md`, `.anima/.gitignore`, every milestone `.md`) and notes where
+(`.anima/config.json`, `soul.md`, `.anima/.gitignore`, every milestone `.md`, and `.git/config`
+for the keys that run programs) and notes where
 main stands. After the turn it compares with that copy — never with the files on disk, which
 may be the Developer's by then — puts the human's bytes back, and says what the turn changed
 and whether it moved main itself (its working tree's HEAD was on main's new commits) or
@@ -16,6 +17,7 @@ import base64
 import contextlib
 import json
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -27,15 +29,25 @@ from pydantic import BaseModel, ConfigDict
 from anima.atomic import write_model_atomic, write_text_atomic
 from anima.events import Event, ToolUse
 from anima.git import GitRepo
+from anima.git_options import NO_AGENT_CODE
 from anima.paths import ProjectPaths
 
 _FIXED = (".anima/config.json", ".anima/soul.md", ".anima/.gitignore")
+#: Git's settings for the repository: a key that names a program (a filter or diff driver
+#: `.gitattributes` can switch on, a signing program, an editor, an included file) would run
+#: it in Anima's git commands, at the merge into main too.
+GIT_CONFIG = ".git/config"
+_RUNS_PROGRAMS = re.compile(
+    r"(filter|diff|merge|gpg|credential|include|includeif|pager|difftool|mergetool|sequence|"
+    r"uploadpack|receive)\..*|core\.(fsmonitor|hookspath|editor|pager|sshcommand|askpass|"
+    r"attributesfile|gitproxy|alternaterefscommand|worktree)|(commit|tag|push)\.gpgsign",
+    re.IGNORECASE)
 
 
 def read_definitions(paths: ProjectPaths) -> dict[str, bytes]:
     """The human's definitions as they are on disk now, by repository-relative path."""
     found: dict[str, bytes] = {}
-    files = [paths.root / rel for rel in _FIXED]
+    files = [paths.root / rel for rel in (*_FIXED, GIT_CONFIG)]
     if paths.milestones.is_dir():
         files += sorted(paths.milestones.glob("*.md"))
     for path in files:
@@ -78,7 +90,7 @@ def put_back(paths: ProjectPaths, copy: dict[str, bytes],
     now = read_definitions(paths)
     for rel in sorted(set(copy) | set(now)):
         before, after = copy.get(rel), now.get(rel)
-        if before == after:
+        if before == after or (rel == GIT_CONFIG and not _runs_new_programs(before, after)):
             continue
         target = paths.root / rel
         if before is None and rel.endswith(".md") and rel.startswith(".anima/milestones/"):
@@ -95,6 +107,30 @@ def put_back(paths: ProjectPaths, copy: dict[str, bytes],
         word = "added" if before is None else "deleted" if after is None else "modified"
         done.changed.append(f"{rel} ({word})")
     return done
+
+
+def _runs_new_programs(before: bytes | None, after: bytes | None) -> bool:
+    """Whether a change to git's settings adds or changes a key that runs a program (an
+    agent may set its commit identity; not a clean filter that runs in Anima's name)."""
+    old, new = _config_entries(before), _config_entries(after)
+    return after is None or any(_RUNS_PROGRAMS.fullmatch(key) for key, _ in new - old)
+
+
+def _config_entries(data: bytes | None) -> set[tuple[str, str]]:
+    """A git config file's (key, value) pairs; one that git cannot read counts as a key
+    that runs programs, so it is put back."""
+    if data is None:
+        return set()
+    done = subprocess.run(["git", *NO_AGENT_CODE, "config", "--file", "-", "--list", "-z"],
+                          input=data, capture_output=True, check=False)
+    if done.returncode != 0:
+        return {("include.path", "(unreadable)")}
+    entries = set()
+    for item in done.stdout.split(b"\0"):
+        key, _, value = item.decode("utf-8", "replace").partition("\n")
+        if key:
+            entries.add((key, value))
+    return entries
 
 
 def hold(paths: ProjectPaths, md: Path) -> Path:

@@ -259,3 +259,41 @@ def test_hooks_and_an_fsmonitor_the_developer_plants_never_run_in_animas_name(
     rec = record(project, "m1")
     assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
     assert not ran.exists(), ran.read_text()
+
+
+def test_git_settings_that_would_run_the_developers_programs_are_put_back(
+        project: Path, fake_claude: FakeClaude, tmp_path: Path) -> None:
+    """A clean filter `.gitattributes` switches on, a signing program: each would run in
+    Anima's own commits and its merge into main. Its commit identity is the agent's to set."""
+    ran = tmp_path / "ran.txt"
+    planted = tmp_path / "planted.sh"
+    planted.write_text(f'#!/bin/sh\n[ -n "$ANIMA_AGENT" ] || echo "$0 $*" >> {ran}\ncat\n',
+                       encoding="utf-8")
+    planted.chmod(0o755)
+    fake_claude.write_script({"developer": [{"shell": [
+        f"git config filter.evil.clean {planted}",
+        f"git config gpg.program {planted} && git config commit.gpgsign true",
+        "git config user.email dev@example.com",
+        "echo '* filter=evil' > .gitattributes",
+        "mkdir -p features && echo F1 > features/F1.txt",
+        "git add -A && git commit -q --no-gpg-sign -m 'feat: F1'",
+        "echo more > notes.txt"], "text": report()}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED and ".git/config (modified)" in first.reason
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    assert not ran.exists(), ran.read_text()
+    config = run_git(project, "config", "--list", "--local")
+    assert "filter.evil" not in config and "gpg.program" not in config, config
+
+
+def test_a_commit_identity_the_developer_sets_is_left_alone(project: Path,
+                                                            fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{"shell": [
+        "git config user.email dev@example.com",
+        "mkdir -p features && echo F1 > features/F1.txt",
+        "git add -A && git commit -qm 'feat: F1'"], "text": report()}]})
+    run_engine(project)
+    assert record(project, "m1").iterations[0].verdict is Verdict.ACCEPTED
+    assert run_git(project, "config", "user.email") == "dev@example.com"
