@@ -27,6 +27,7 @@ from anima.events import (
     ToolUse,
     TurnResult,
 )
+from anima.text.redact import REDACTED
 
 # --- argv ---------------------------------------------------------------------------------
 
@@ -209,6 +210,22 @@ def test_result_states_the_turns_spend_when_the_cli_does() -> None:
                                           "claude-haiku": {"costUSD": 0.005}}}))
     assert isinstance(event, TurnResult)
     assert event.cost_usd == 0.3 and event.turn_cost_usd == pytest.approx(0.025)
+
+
+def test_refused_calls_are_redacted_before_they_are_described() -> None:
+    """A description keeps one value and cuts it at 160 characters: cut between `deploy:` and
+    `@`, or without its `password` key, a secret no longer looks like one."""
+    pw, head = "Hunter2SecretPassw0rdXYZ", "git push https://deploy:"
+    push = f"cd {'a' * (159 - len(head) - len(pw) - 7)} && {head}{pw}@github.com/acme/app.git"
+    (event,) = parse_line("developer", _line({
+        "type": "result", "subtype": "success", "result": "done", "permission_denials": [
+            {"tool_name": "Bash", "tool_input": {"command": push}},
+            {"tool_name": "mcp__db__connect",
+             "tool_input": {"password": "Hunter2Secret9", "host": "db"}}]}))
+    assert isinstance(event, TurnResult)
+    assert event.permission_denials[0].startswith("Bash: cd aaa")
+    assert event.permission_denials[1] == f"mcp__db__connect: {REDACTED}"
+    assert pw not in str(event.permission_denials) and "Hunter2" not in event.permission_denials[1]
 
 
 def test_interrupted_result_without_result_text() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from anima.store.models import MilestoneStatus, RoundKind, Verdict
 from anima.text.redact import REDACTED
 from tests.conftest import FakeClaude
-from tests.helpers import make_project, milestone_md, record
+from tests.helpers import make_project, milestone_md, record, run_engine
 
 #: kind -> (how it appears in text, the part that must never be stored or shown)
 SECRETS = {
@@ -112,3 +112,35 @@ def test_every_kind_of_secret_is_redacted_everywhere(git_repo: Path,
 
 def rec_note(repo: Path) -> str:
     return record(repo, "m1").human_notes[-1].text
+
+
+# --- leaks found by a tester: git-derived and shortened texts -------------------------------
+
+ONE = milestone_md("Greeter", ["Greet command"])
+KEY = "sk-ant-api03-" + "Qw3Er5Ty7U" * 6
+COMMIT = "echo x >> f1.txt && git add -A && git commit -qm 'feat: F1'"
+REPORT = ("## Implementation Report — Round 1\n**Feature**: F1\n**Commit**: {head}\n"
+          "**Tests**: ok\n**Lint**: clean\n\n### Changes\n- f1.txt\n")
+
+
+def where_it_leaks(repo: Path, fake: FakeClaude, secret: str) -> list[str]:
+    """Every file under .anima/, `anima status --json` and the prompts that hold `secret`."""
+    hits = [str(p.relative_to(repo)) for p in (repo / ".anima").rglob("*")
+            if p.is_file() and secret in p.read_text(errors="replace")]
+    status = anima("status", str(repo), "--json", env={})
+    hits += ["status --json"] if secret in status.stdout else []
+    return hits + [f"prompt to {role}" for role in ("developer", "acceptor")
+                   if any(secret in p for p in fake.prompts(role))]
+
+
+def test_a_refused_push_keeps_no_url_password(git_repo: Path, fake: FakeClaude) -> None:
+    """The denial is described (and cut to 160 characters) after it is redacted: the cut
+    here lands between `deploy:` and `@`, where the URL rule no longer sees a password."""
+    pw, head = "Hunter2SecretPassw0rdXYZ", "git push https://deploy:"
+    cmd = f"cd {'a' * (159 - len(head) - len(pw) - 7)} && {head}{pw}@github.com/acme/app.git"
+    make_project(git_repo, {"m1": ONE})
+    fake.write_script({"developer": [{"shell": [COMMIT, cmd], "text": REPORT}]})
+    run_engine(git_repo, summarizer={"enabled": False})
+    notes = " ".join(n for it in record(git_repo, "m1").iterations for n in it.notes)
+    assert "tool rules refused" in notes
+    assert where_it_leaks(git_repo, fake, pw) == []

@@ -26,6 +26,7 @@ from anima.events import (
     ToolUse,
     TurnResult,
 )
+from anima.text.redact import redact_data
 
 # CSI sequences, OSC sequences (terminated by BEL or ST) and lone two-byte escapes.
 # CSI, OSC, charset selection (ESC ( B), and the two-byte escapes (ESC 7, ESC =, ESC M…).
@@ -197,12 +198,20 @@ def _rate_limit(role: str, obj: dict[str, Any]) -> RateLimitChanged:
 
 
 def _denials(obj: dict[str, Any]) -> tuple[str, ...]:
-    """The result's `permission_denials` ({tool_name, tool_input, …} each), described."""
+    """The result's `permission_denials` ({tool_name, tool_input, …} each), described.
+
+    The input is redacted before it is described: the description keys off one value and cuts
+    it to a line, which can drop what marks a secret (a `password` key, a URL's `@`)."""
     found = obj.get("permission_denials")
     if not isinstance(found, list):
         return ()
-    return tuple(describe_tool(str(d.get("tool_name", "")), d.get("tool_input") or {})
+    return tuple(describe_tool(str(d.get("tool_name", "")), _redacted_input(d.get("tool_input")))
                  for d in found if isinstance(d, dict))
+
+
+def _redacted_input(tool_input: Any) -> dict[str, Any]:
+    cleaned = redact_data(tool_input) if isinstance(tool_input, dict) else {}
+    return cleaned if isinstance(cleaned, dict) else {}
 
 
 def _int(value: Any) -> int:
