@@ -90,6 +90,21 @@ def test_the_final_acceptance_lists_every_criterion_and_commit(paths: ProjectPat
     assert "one by one" in prompt
 
 
+def test_git_logs_pasted_into_prompts_are_redacted(paths: ProjectPaths) -> None:
+    """Commit subjects come from git, not through the agents' redaction."""
+    key = "sk-ant-api03-" + "Qw3Er5Ty7U" * 6
+    rec, log = record_of(paths), f"aaaaaaa feat: F1 key {key}"
+    prompts = [
+        builder(paths).developer(rec, DeveloperContext(recovery_log=log)),
+        builder(paths).developer(rec, DeveloperContext(fresh_session="rollover", commit_log=log)),
+        builder(paths).acceptor_review(rec, report="r", feature="F1", commit="d" * 40,
+                                       previous_head="b" * 40, commits=f"- {log}"),
+        builder(paths).acceptor_final(rec, report="r", commits=log),
+    ]
+    for prompt in prompts:
+        assert "aaaaaaa feat: F1 key <REDACTED>" in prompt and key not in prompt
+
+
 class CountingApi:
     """Stands in for the Messages API's count_tokens: this tokenizer counts 2× the estimate."""
 

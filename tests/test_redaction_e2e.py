@@ -144,3 +144,12 @@ def test_a_refused_push_keeps_no_url_password(git_repo: Path, fake: FakeClaude) 
     notes = " ".join(n for it in record(git_repo, "m1").iterations for n in it.notes)
     assert "tool rules refused" in notes
     assert where_it_leaks(git_repo, fake, pw) == []
+
+
+def test_commit_subjects_reach_the_acceptor_redacted(git_repo: Path, fake: FakeClaude) -> None:
+    make_project(git_repo, {"m1": ONE})
+    commit = COMMIT.replace("'feat: F1'", f"'feat: F1 key {KEY}'")
+    fake.write_script({"developer": [{"shell": [commit], "text": REPORT}]})
+    run_engine(git_repo, summarizer={"enabled": False})
+    assert any(f"F1 key {REDACTED}" in p for p in fake.prompts("acceptor"))
+    assert where_it_leaks(git_repo, fake, KEY) == []

@@ -23,6 +23,7 @@ from anima.text.context import (
     fit_to_budget,
 )
 from anima.text.formats import DEVELOPER_REPORT, VERDICT
+from anima.text.redact import redact
 
 SUMMARY_LINE_CHARS = 90
 # Shares of the budget one pasted piece may take before the whole prompt is fitted: a 2 MB
@@ -50,7 +51,11 @@ def template(name: str) -> Template:
 
 
 def render(name: str, **values: object) -> str:
-    return template(name).substitute({k: str(v) for k, v in values.items()}).strip() + "\n"
+    """Template `name` filled with `values`, each redacted: the texts pasted into prompts and
+    reasons (commit subjects, file names, git logs) come from git, not through the agents'
+    redaction, and a Developer can write a secret into a commit message."""
+    filled = {k: redact(str(v)) for k, v in values.items()}
+    return template(name).substitute(filled).strip() + "\n"
 
 
 def _short(commit: str | None) -> str:
