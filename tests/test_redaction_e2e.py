@@ -153,3 +153,13 @@ def test_commit_subjects_reach_the_acceptor_redacted(git_repo: Path, fake: FakeC
     run_engine(git_repo, summarizer={"enabled": False})
     assert any(f"F1 key {REDACTED}" in p for p in fake.prompts("acceptor"))
     assert where_it_leaks(git_repo, fake, KEY) == []
+
+
+def test_names_of_files_an_acceptor_made_are_redacted_in_notes(git_repo: Path,
+                                                               fake: FakeClaude) -> None:
+    make_project(git_repo, {"m1": ONE})
+    fake.write_script({"acceptor": [{"shell": [f"touch 'creds {KEY}'"], "text": "ACCEPTED"}]})
+    run_engine(git_repo, summarizer={"enabled": False})
+    notes = " ".join(n for it in record(git_repo, "m1").iterations for n in it.notes)
+    assert f"creds {REDACTED}" in notes
+    assert where_it_leaks(git_repo, fake, KEY) == []

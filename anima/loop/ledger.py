@@ -24,6 +24,7 @@ from anima.store.models import (
     now,
 )
 from anima.text.formats import ReviewVerdict
+from anima.text.redact import redact
 from anima.text.summarizer import RoundDigest, Summarizer, SummaryResult, fallback_summary
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ class Ledger:
         rec.usage = rec.usage + usage
         rec.cost_usd += cost
         what = f"round {rnd.round}" if rnd is not None else "the turns since the last round"
-        rec.notes.append(f"{what} was dropped ({why}); its ${cost:.4f} and {usage.total} "
+        rec.notes.append(f"{what} was dropped ({redact(why)}); its ${cost:.4f} and {usage.total} "
                          "tokens stay in the milestone's totals")
 
     def finish(self, verdict: ReviewVerdict, persist: bool = True) -> None:
@@ -120,6 +121,11 @@ class Ledger:
         `persist`, in the next one: the transition that the verdict brings)."""
         rec, rnd = self.record, self.round
         assert rnd is not None
+        # Notes, reasons and file names are built from git's output (the names of files an
+        # agent made, its commit subjects), which never crossed the agents' redaction.
+        reason = redact(verdict.reason)
+        notes = [redact(n) for n in rnd.notes]
+        changed_files = [redact(f) for f in rnd.changed_files]
         final = rnd.kind is RoundKind.FINAL
         feature = rec.feature(rnd.feature)
         if verdict.accepted:
@@ -137,16 +143,16 @@ class Ledger:
                     RoundKind.FINAL:
                 feature.commits.append(rnd.commit)
         digest = RoundDigest(round=rnd.round, kind=rnd.kind.value, feature=rnd.feature,
-                             commit=rnd.commit, changed_files=rnd.changed_files,
+                             commit=rnd.commit, changed_files=changed_files,
                              verdict="accepted" if verdict.accepted else "rejected",
-                             reason=verdict.reason, report=rnd.report)
+                             reason=reason, report=rnd.report)
         iteration = Iteration(
             round=rnd.round, kind=rnd.kind, feature=rnd.feature, commit=rnd.commit,
-            changed_files=rnd.changed_files, summary=fallback_summary(digest),
+            changed_files=changed_files, summary=fallback_summary(digest),
             verdict=Verdict.ACCEPTED if verdict.accepted else Verdict.REJECTED,
-            reason=verdict.reason, tokens=rnd.usage.total, usage=rnd.usage,
+            reason=reason, tokens=rnd.usage.total, usage=rnd.usage,
             cost_usd=rnd.cost_usd, tool_calls=rnd.tool_calls, auto_committed=rnd.auto_committed,
-            notes=rnd.notes, context=dict(rnd.context), check=rnd.check, started_at=rnd.started_at,
+            notes=notes, context=dict(rnd.context), check=rnd.check, started_at=rnd.started_at,
             ended_at=now())
         rec.iterations.append(iteration)
         rec.tokens_used += rnd.usage.total
@@ -155,11 +161,11 @@ class Ledger:
         if persist:
             self._save()
         self.round = None
-        word = "ACCEPTED" if verdict.accepted else f"REJECTED: {verdict.reason}"
+        word = "ACCEPTED" if verdict.accepted else f"REJECTED: {reason}"
         self._log(f"round {rnd.round} ({rnd.kind}{' ' + rnd.feature if rnd.feature else ''}) "
                   f"{word}")
         self.bus.publish(VerdictReached(rec.id, rnd.round, rnd.kind.value, verdict.accepted,
-                                        verdict.reason))
+                                        reason))
         if self.config.summarizer.enabled:
             self._pending_summaries.append((len(rec.iterations) - 1,
                                             self.summarizer.submit(digest)))
