@@ -7,7 +7,15 @@ import time
 
 import pytest
 
-from anima.text.redact import REDACTED, LineRedactor, is_secret_key, redact, redact_data
+from anima.events import EngineError, Event, LogLine, Notice
+from anima.text.redact import (
+    REDACTED,
+    LineRedactor,
+    RedactingBus,
+    is_secret_key,
+    redact,
+    redact_data,
+)
 
 ANT = "sk-ant-api03-" + "a1B2c3D4e5" * 8
 OPENAI = "sk-" + "Ab3dEf6hIj" * 5
@@ -162,6 +170,18 @@ def test_line_redactor_hides_a_pem_block_split_over_lines() -> None:
     out = [r(line) for line in lines]
     assert out == ["config:", REDACTED, REDACTED, REDACTED, f"{REDACTED} trailing",
                    f"next {REDACTED}"]
+
+
+def test_the_engine_bus_redacts_animas_own_lines_errors_and_notices() -> None:
+    bus = RedactingBus()
+    seen: list[Event] = []
+    bus.subscribe(seen.append)
+    bus.publish(LogLine("m1", f"undone: untracked creds {ANT} removed"))
+    bus.publish(EngineError(f"cannot read {ANT}.md", "m1"))
+    bus.publish(Notice("m1", "paused", f"paused: GITHUB_TOKEN={GHP}"))
+    assert seen == [LogLine("m1", f"undone: untracked creds {REDACTED} removed"),
+                    EngineError(f"cannot read {REDACTED}.md", "m1"),
+                    Notice("m1", "paused", f"paused: GITHUB_TOKEN={REDACTED}")]
 
 
 def test_hundred_thousand_stream_lines_are_quick() -> None:

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from anima.engine.facade import Engine
+from anima.events import Event, LogLine
 from anima.store.models import MilestoneStatus, RoundKind, Verdict
 from anima.text.redact import REDACTED
 from tests.conftest import FakeClaude
@@ -157,9 +159,19 @@ def test_commit_subjects_reach_the_acceptor_redacted(git_repo: Path, fake: FakeC
 
 def test_names_of_files_an_acceptor_made_are_redacted_in_notes(git_repo: Path,
                                                                fake: FakeClaude) -> None:
+    """The note that the review's changes were undone names the files from git; the record,
+    and the log lines the window and the notifications show, get it redacted."""
     make_project(git_repo, {"m1": ONE})
     fake.write_script({"acceptor": [{"shell": [f"touch 'creds {KEY}'"], "text": "ACCEPTED"}]})
-    run_engine(git_repo, summarizer={"enabled": False})
+    engine = Engine(git_repo, config_overrides={"summarizer": {"enabled": False}})
+    published: list[Event] = []
+    engine.bus.subscribe(published.append)
+    try:
+        engine.run(watch=False, start_all=True)
+    finally:
+        engine.shutdown()
     notes = " ".join(n for it in record(git_repo, "m1").iterations for n in it.notes)
     assert f"creds {REDACTED}" in notes
+    assert any(f"creds {REDACTED}" in e.text for e in published if isinstance(e, LogLine))
+    assert [e for e in published if KEY in repr(e)] == []
     assert where_it_leaks(git_repo, fake, KEY) == []

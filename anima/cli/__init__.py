@@ -130,10 +130,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _action_bus(paths: ProjectPaths) -> EventBus:
     """What a human's action says goes to the milestone's log, anima.log and stdout."""
     from anima.cli.printer import HeadlessPrinter
-    from anima.events import EventBus
     from anima.journal import Journal, log_event
+    from anima.text.redact import RedactingBus
 
-    bus = EventBus()
+    bus = RedactingBus()
     Journal(paths, bus)
     bus.subscribe(log_event)
     bus.subscribe(HeadlessPrinter(sys.stdout, sys.stderr))

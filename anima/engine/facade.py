@@ -64,6 +64,7 @@ from anima.store.names import validate_milestone_id
 from anima.store.store import Scan, Store
 from anima.text.context import ApiTokenCounter
 from anima.text.prompts import PromptBuilder
+from anima.text.redact import RedactingBus
 from anima.text.summarizer import Summarizer
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class Engine:
                  config_overrides: dict[str, Any] | None = None) -> None:
         self.root = Path(root).resolve()
         self.paths = ProjectPaths(self.root)
-        self.bus = bus or EventBus()
+        self.bus = bus or RedactingBus()
         self.store = Store(self.paths)
         self.config = Config()
         self._overrides = config_overrides

@@ -29,9 +29,10 @@ import dataclasses
 import re
 from typing import Any, Final, TypeVar
 
-from anima.events import Event, RawOutput
+from anima.events import AgentEvent, Event, EventBus, RawOutput
 
-__all__ = ["REDACTED", "LineRedactor", "is_secret_key", "redact", "redact_data"]
+__all__ = ["REDACTED", "LineRedactor", "RedactingBus", "is_secret_key", "redact",
+           "redact_data"]
 
 REDACTED: Final = "<REDACTED>"
 
@@ -346,3 +347,14 @@ class AgentRedactor:
             line = self._streams.setdefault(stream, LineRedactor())
             event = dataclasses.replace(event, text=line(event.text))
         return redact_event(event)
+
+
+class RedactingBus(EventBus):
+    """The engine's bus: Anima's own events (log lines, errors, verdicts, notices) are redacted
+    as they are published. Their texts quote git (file names, commit subjects) and exceptions,
+    which never crossed `AgentRedactor`; so the window, the logs, notifications and the
+    headless output all get them redacted, and no publisher has to remember to. Agent events
+    are already redacted where they left their process."""
+
+    def publish(self, event: Event) -> None:
+        super().publish(event if isinstance(event, AgentEvent) else redact_event(event))
