@@ -84,6 +84,17 @@ def test_the_tail_is_bounded_and_redacted(tmp_path: Path) -> None:
     assert secret not in result.tail and "REDACTED" in result.tail
 
 
+def test_a_key_whose_begin_line_is_above_the_tail_is_still_redacted(tmp_path: Path) -> None:
+    body = "".join(f"print('MIIEowIBAAKCAQEAx8nR{i:04d}secretbody');" for i in range(40))
+    long_line = "print('x' * 278 + ' sk-ant-api03-' + 'Qw3Er5Ty7U' * 6);"  # cut 7 chars in
+    command = (f"{sys.executable} -c \"print('-----BEGIN RSA PRIVATE KEY-----'); {body} "
+               f"print('-----END RSA PRIVATE KEY-----'); {long_line} print('done')\"")
+    result = run_check(command, tmp_path, timeout=30, marker=MARK)
+    assert "secretbody" not in result.tail and "Qw3Er5T" not in result.tail
+    assert result.tail.splitlines()[-1] == "done"
+
+
+
 # --------------------------------------------------------------------------- in the loop
 
 

@@ -172,6 +172,18 @@ def test_line_redactor_hides_a_pem_block_split_over_lines() -> None:
                    f"next {REDACTED}"]
 
 
+def test_a_key_split_over_outputs_is_hidden_up_to_its_end_and_no_further() -> None:
+    r = LineRedactor()
+    assert r("$ head -1 id_rsa\n-----BEGIN RSA PRIVATE KEY-----") == f"$ head -1 id_rsa\n{REDACTED}"
+    assert r("MIIEowIBAAKC\nq0ZmFh==\n-----END RSA PRIVATE KEY-----\nok") == f"{REDACTED}\nok"
+    assert r("after") == "after"
+    # Without an END, only what looks like a key body is hidden.
+    r = LineRedactor()
+    r("-----BEGIN OPENSSH PRIVATE KEY-----")
+    assert r("b3BlbnNzaC1rZXk=\nThat was the key.") == f"{REDACTED}\nThat was the key."
+    assert r("a.txt b.txt") == "a.txt b.txt"
+
+
 def test_the_engine_bus_redacts_animas_own_lines_errors_and_notices() -> None:
     bus = RedactingBus()
     seen: list[Event] = []

@@ -175,3 +175,18 @@ def test_names_of_files_an_acceptor_made_are_redacted_in_notes(git_repo: Path,
     assert any(f"creds {REDACTED}" in e.text for e in published if isinstance(e, LogLine))
     assert [e for e in published if KEY in repr(e)] == []
     assert where_it_leaks(git_repo, fake, KEY) == []
+
+
+def test_a_key_split_over_two_tool_outputs_is_redacted(git_repo: Path, fake: FakeClaude,
+                                                       tmp_path: Path) -> None:
+    """The BEGIN line comes in one tool result, the body and END line in the next."""
+    body = "MIIEowIBAAKCAQEAx8nRsplitbody"
+    rest = tmp_path / "rest-of-key"
+    rest.write_text(f"{body}\nq0ZmFh2Z3k==\n-----END RSA PRIVATE KEY-----\nafter\n")
+    make_project(git_repo, {"m1": ONE})
+    fake.write_script({"developer": [{"shell": [
+        "echo '-----BEGIN RSA PRIVATE KEY-----'", f"cat {rest}", COMMIT], "text": REPORT}]})
+    run_engine(git_repo, summarizer={"enabled": False})
+    transcript = (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+    assert f"{REDACTED}\\nafter" in transcript
+    assert where_it_leaks(git_repo, fake, body) == []

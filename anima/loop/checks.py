@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from anima import procfs
-from anima.text.redact import LineRedactor
+from anima.text.redact import redact
 
 #: Exit codes of `sh -c` when the command is missing (127) or not executable (126).
 _SHELL_CANNOT_START = {126: "not executable", 127: "command not found"}
@@ -82,13 +82,15 @@ def check_environment(marker: str) -> dict[str, str]:
 
 
 def tail_of(raw: bytes, lines: int = TAIL_LINES) -> str:
-    """The last lines of an output, without colour codes, each line bounded, redacted."""
+    """The last lines of an output, without colour codes, each line bounded, redacted.
+
+    The whole output is redacted before the tail is taken and lines are cut: a key whose BEGIN
+    line is above the tail, or a token cut at the line's end, no longer looks like one."""
     text = _ANSI.sub("", raw.decode("utf-8", errors="replace")).replace("\r\n", "\n")
-    kept = [line.rsplit("\r", 1)[-1] for line in text.rstrip().split("\n")][-lines:]
+    kept = [line.rsplit("\r", 1)[-1] for line in redact(text).rstrip().split("\n")][-lines:]
     clipped = [line if len(line) <= TAIL_LINE_CHARS else line[:TAIL_LINE_CHARS - 1] + "…"
                for line in kept]
-    redactor = LineRedactor()
-    return "\n".join(redactor(line) for line in clipped).strip("\n")
+    return "\n".join(clipped).strip("\n")
 
 
 def run_check(command: str | list[str], cwd: Path, *, timeout: float, marker: str,

@@ -29,7 +29,15 @@ import dataclasses
 import re
 from typing import Any, Final, TypeVar
 
-from anima.events import AgentEvent, Event, EventBus, RawOutput
+from anima.events import (
+    AgentEvent,
+    AssistantText,
+    Event,
+    EventBus,
+    RawOutput,
+    Thinking,
+    ToolResult,
+)
 
 __all__ = ["REDACTED", "LineRedactor", "RedactingBus", "is_secret_key", "redact",
            "redact_data"]
@@ -61,8 +69,11 @@ _TOKENS: Final = re.compile(
 # --- PEM private keys ---------------------------------------------------------------------
 _PEM: Final = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
                          r"(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|[\s\S]*)")
-_PEM_BEGIN: Final = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
 _PEM_END: Final = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+# The lines of a key's body: base64, blank lines, and the headers an armour may carry.
+_PEM_BODY: Final = re.compile(
+    r"(?:[ \t]*(?:[A-Za-z0-9+/]+=*|(?:Proc-Type|DEK-Info|Version|Comment|Hash):[^\n]*)?[ \t]*"
+    r"(?:\n|\Z))*")
 
 # --- key/value assignments ----------------------------------------------------------------
 # The last word of every secret key; a hit is then checked against the whole key.
@@ -289,26 +300,36 @@ def redact_data(obj: Any) -> Any:
 
 
 class LineRedactor:
-    """`redact` for a stream split into lines, where a PEM key spans many of them.
+    """`redact` for a stream of texts (lines, or whole tool outputs) where a PEM key spans
+    several of them.
 
-    A stateless `redact` sees `-----BEGIN … PRIVATE KEY-----` on one line and the base64 body on
-    the next ones; this hides every line up to the END line. One instance per stream.
+    A stateless `redact` sees `-----BEGIN … PRIVATE KEY-----` in one text and the base64 body in
+    the next ones; this hides the following texts up to the key's END line. Without an END, it
+    hides only what looks like a key body (base64 lines, armour headers), so a lone BEGIN line
+    (`head -1 key.pem`) does not hide everything after it. One instance per stream.
     """
 
     def __init__(self) -> None:
         self._in_pem = False
 
-    def __call__(self, line: str) -> str:
+    def __call__(self, text: str) -> str:
+        head = ""
         if self._in_pem:
-            end = _PEM_END.search(line)
-            if end is None:
-                return REDACTED
+            end = _PEM_END.search(text)
+            if end is not None:
+                head, text = REDACTED, text[end.end():]
+            else:
+                body = _PEM_BODY.match(text)
+                assert body is not None  # it matches the empty string at least
+                if body.end() == len(text):
+                    return REDACTED
+                head = REDACTED + "\n" if body.end() else ""
+                text = text[body.end():]
             self._in_pem = False
-            return REDACTED + redact(line[end.end():])
-        begin = _PEM_BEGIN.search(line)
-        if begin is not None and _PEM_END.search(line, begin.end()) is None:
-            self._in_pem = True
-        return redact(line)
+        if "-----BEGIN" in text:
+            blocks = list(_PEM.finditer(text))
+            self._in_pem = bool(blocks) and _PEM_END.search(blocks[-1].group()) is None
+        return head + redact(text)
 
 
 # Agent output: the one place where secrets in what an agent says are removed.
@@ -335,17 +356,25 @@ def redact_event(event: E) -> E:
     return dataclasses.replace(event, **changes) if changes else event
 
 
+# The text each kind of agent output carries; a PEM key may continue in the next one.
+_TEXT_FIELD: Final[dict[type[Event], str]] = {
+    RawOutput: "text", ToolResult: "content", AssistantText: "text", Thinking: "text"}
+
+
 class AgentRedactor:
-    """Redacts one agent process's events. Non-JSON lines arrive one by one, so a PEM private
-    key spans many events: a `LineRedactor` per stream hides lines until the key's END line."""
+    """Redacts one agent process's events. A PEM private key can span several outputs (lines
+    of its stderr, two tool results of one `cat`), so each stream and each kind of text output
+    has a `LineRedactor` that hides what follows a BEGIN line up to the key's END line."""
 
     def __init__(self) -> None:
         self._streams: dict[str, LineRedactor] = {}
 
     def __call__(self, event: E, stream: str) -> E:
-        if isinstance(event, RawOutput):
-            line = self._streams.setdefault(stream, LineRedactor())
-            event = dataclasses.replace(event, text=line(event.text))
+        field = _TEXT_FIELD.get(type(event))
+        if field is not None:
+            key = stream if isinstance(event, RawOutput) else type(event).__name__
+            text = self._streams.setdefault(key, LineRedactor())(getattr(event, field))
+            event = dataclasses.replace(event, **{field: text})
         return redact_event(event)
 
 
