@@ -75,6 +75,68 @@ def test_secret_is_redacted(text: str, expected: str) -> None:
     assert redact(text) == expected
 
 
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # glued to an escape: a colour code, a JSON or repr escape, a backslash-t in a command
+    (f"\x1b[33m{OPENAI}\x1b[0m", f"\x1b[33m{REDACTED}\x1b[0m"),
+    (f'"\\u001b[33m{OPENAI}"', f'"\\u001b[33m{REDACTED}"'),
+    (f"ANTHROPIC\\t{ANT}", f"ANTHROPIC\\t{REDACTED}"),
+    (f"'line\\n{GHP}'", f"'line\\n{REDACTED}'"),
+    (f"KEY{ANT}", f"KEY{REDACTED}"),
+    ("idAKIAIOSFODNN7EXAMPLE", f"id{REDACTED}"),
+    # more token formats
+    ("glpat-" + "Ab1_" * 5, REDACTED),
+    ("hf_" + "aB3d" * 9, REDACTED),
+    ("npm_" + "aB3d" * 9, REDACTED),
+    ("xapp-1-A0123456789-1234567890123-abcdef", REDACTED),
+    ("key sk-" + "AbcdefGhijKlmnopQrstUvwx", f"key {REDACTED}"),
+    # URLs: an empty user, a password holding `@`
+    ("redis://:pw9Secret@cache:6379/0", f"redis://:{REDACTED}@cache:6379/0"),
+    ("postgres://app:p@ss@db:5432/app", f"postgres://app:{REDACTED}@db:5432/app"),
+    # environment names
+    ("DB_PASS=hunter2 MYSQL_PWD=abc", f"DB_PASS={REDACTED} MYSQL_PWD={REDACTED}"),
+    ("SECRET_KEY_BASE=abcdef0123", f"SECRET_KEY_BASE={REDACTED}"),
+    ("STRIPE_KEY=rk_live_abc APP_KEY=base64:abcd==", f"STRIPE_KEY={REDACTED} APP_KEY={REDACTED}"),
+    ("AWS_CREDENTIALS=xyz GITHUB_AUTH=xyz", f"AWS_CREDENTIALS={REDACTED} GITHUB_AUTH={REDACTED}"),
+    # values with a dot, or cut by punctuation, or all digits, after a secret name
+    ("API_TOKEN=abc.def123", f"API_TOKEN={REDACTED}"),
+    ("MAPBOX_TOKEN=pk.eyJ1IjoiYWJjIn0.abc", f"MAPBOX_TOKEN={REDACTED}"),
+    ("DB_PASSWORD=p,a;s&s{w'rd next", f"DB_PASSWORD={REDACTED} next"),
+    ('"DB_PASS=abc,def"', f'"DB_PASS={REDACTED}"'),
+    ("API_KEY=86753091234", f"API_KEY={REDACTED}"),
+    ("password: 86753091", f"password: {REDACTED}"),
+    # PGP keys and passwords on command lines
+    ("-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF\n-----END PGP PRIVATE KEY BLOCK-----",
+     REDACTED),
+    ("curl -u admin:s3cr3t https://x", f"curl -u admin:{REDACTED} https://x"),
+    ("mysql -u root -pS3cret db", f"mysql -u root -p{REDACTED} db"),
+    ("sshpass -p 'Pw0rd' ssh host", f"sshpass -p '{REDACTED}' ssh host"),
+])
+def test_secret_glued_escaped_or_in_a_less_common_form_is_redacted(text: str,
+                                                                   expected: str) -> None:
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "docker run -u 1000:1000 img && mysql -p mydb",
+    "export DB_PASS=$(cat secret.txt) PASSWORD=${DB_PASSWORD} MYSQL_PWD=$PW",
+    "API_TOKEN = settings.api_token",
+    "sk-learn-style-hyphenated-words-here and task-management-system-design",
+    "timeout_token: 30 USE_AUTH=1",
+    "https://user@example.com/a@b and http://host:8080/x@y",
+])
+def test_look_alikes_of_the_less_common_forms_are_kept(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_redact_data_redacts_keys_and_any_value_under_a_secret_key() -> None:
+    data = {ANT: "k", "password": 86753091234, "api_key": ["PlainListSecret99"],
+            "env": {"DB_PASS": "hunter2"}, "secret": {"nested": 1}, "token": None,
+            "token_count": 12, "input_tokens": 1234567}
+    assert redact_data(data) == {
+        REDACTED: "k", "password": REDACTED, "api_key": [REDACTED], "env": {"DB_PASS": REDACTED},
+        "secret": REDACTED, "token": None, "token_count": 12, "input_tokens": 1234567}
+
 @pytest.mark.parametrize("text", [
     "commit 3f2a9c1e0b7d4a6f8e9c0b1a2d3e4f5a6b7c8d9e on milestone/m1",
     "session 123e4567-e89b-12d3-a456-426614174000 resumed",

@@ -190,3 +190,13 @@ def test_a_key_split_over_two_tool_outputs_is_redacted(git_repo: Path, fake: Fak
     transcript = (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
     assert f"{REDACTED}\\nafter" in transcript
     assert where_it_leaks(git_repo, fake, body) == []
+
+
+def test_a_token_after_a_colour_code_is_redacted(git_repo: Path, fake: FakeClaude) -> None:
+    """A coloured line puts `m` (the end of `\\x1b[33m`) right before the token."""
+    token = "sk-" + "Ab3dEf6hIj" * 5
+    make_project(git_repo, {"m1": ONE})
+    fake.write_script({"developer": [
+        {"shell": [f"printf '\\033[33m{token}\\033[0m\\n'", COMMIT], "text": REPORT}]})
+    run_engine(git_repo, summarizer={"enabled": False})
+    assert where_it_leaks(git_repo, fake, token) == []

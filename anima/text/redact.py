@@ -7,20 +7,25 @@ all (usually none), and only those families are searched.
 
 What is replaced by `<REDACTED>`:
 - provider tokens: Anthropic `sk-ant-…`, OpenAI `sk-…`/`sk-proj-…`, AWS key ids `AKIA…`/`ASIA…`,
-  GitHub `ghp_/gho_/ghs_/ghu_/ghr_…` and `github_pat_…`, Slack `xox[abprs]-…`, Google `AIza…`;
+  GitHub `ghp_/gho_/ghs_/ghu_/ghr_…` and `github_pat_…`, GitLab `glpat-…`, Hugging Face `hf_…`,
+  npm `npm_…`, Slack `xox[abprs]-…`/`xapp-…`, Google `AIza…` — also right after an escape
+  (`\n` in JSON or repr text, a colour code);
 - JWTs (`eyJ….eyJ….…`), `Bearer <token>`, the value of `Authorization:` headers (the scheme
-  word is kept), the password in `scheme://user:password@host`;
-- PEM private key blocks, whole (a block cut off by the end of the text is redacted to the end;
-  `LineRedactor` carries a block across separately streamed lines);
+  word is kept), the password in `scheme://user:password@host` (empty user, `@` inside);
+- passwords on well-known command lines: `curl -u user:pw`, `mysql -pPW`, `sshpass -p PW`;
+- PEM private key and PGP private key blocks, whole (a block cut off by the end of the text is
+  redacted to the end; `LineRedactor` carries a block across separately streamed texts);
 - values assigned to a key that names a secret (`password`, `passwd`, `secret`, `token`,
-  `api_key`/`apiKey`, `access_key`, `private_key`, `client_secret`, `ANTHROPIC_API_KEY`,
+  `api_key`/`apiKey`, `access_key`, `private_key`, `client_secret`, `credentials`,
+  `ANTHROPIC_API_KEY`, environment names ending `_PASS`/`_PWD`/`_KEY`/`_AUTH`,
   `--password x` …) in `k=v`, `k: v`, `"k": "v"`, `export K=v` forms, also inside JSON-escaped
-  strings. Key and quotes stay, so JSON stays JSON.
+  strings. Key and quotes stay, so JSON stays JSON. In `NAME=value` the value runs to white
+  space (`DB_PASS=a,b;c`, `API_TOKEN=abc.def`).
 
-Deliberately left alone: commit hashes, UUIDs, paths, counters (`token_count: 12`,
-`"input_tokens": 5`), placeholders (`${VAR}`, `<your-key>`, `***`), code that reads a secret
-(`password = getpass.getpass()`, `api_key = settings.api_key`), and the words in prose
-("the password: it must be long").
+Deliberately left alone: commit hashes, UUIDs, paths, counters and short numbers
+(`token_count: 12`, `"input_tokens": 5`, `USE_AUTH=1`), placeholders (`${VAR}`, `<your-key>`,
+`***`), code that reads a secret (`password = getpass.getpass()`, `api_key = settings.api_key`),
+and the words in prose ("the password: it must be long").
 """
 
 from __future__ import annotations
@@ -50,26 +55,32 @@ REDACTED: Final = "<REDACTED>"
 
 # --- provider tokens and JWTs -------------------------------------------------------------
 _TOKEN_TRIGGERS: Final = ("sk-", "akia", "asia", "ghp_", "gho_", "ghs_", "ghu_", "ghr_",
-                          "github_pat_", "xox", "aiza", "eyj")
+                          "github_pat_", "xox", "xapp-", "aiza", "eyj", "glpat-", "hf_", "npm_")
 # Word boundaries are checked in `_replace_token`: a leading `\b` would cost the fast scan.
 _TOKENS: Final = re.compile(
     r"sk-ant-[A-Za-z0-9_-]{16,}"
     r"|sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{16,}"
     r"|sk-(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9_-]{20,}"
+    # Without a digit: one unbroken mixed-case run (hyphenated words are not keys).
+    r"|sk-(?=[A-Za-z]*[a-z])(?=[A-Za-z]*[A-Z])[A-Za-z]{20,}(?![\w-])"
     r"|AKIA[A-Z0-9]{16}(?![A-Za-z0-9])"
     r"|ASIA[A-Z0-9]{16}(?![A-Za-z0-9])"
     r"|gh[pousr]_[A-Za-z0-9]{20,}"
     r"|github_pat_[A-Za-z0-9_]{20,}"
+    r"|glpat-[A-Za-z0-9_-]{20,}"
+    r"|(?:hf|npm)_(?=[A-Za-z0-9]*\d)[A-Za-z0-9]{30,}"
     r"|xox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|xapp-\d-[A-Za-z0-9-]{20,}"
     r"|AIza[0-9A-Za-z_-]{30,}"
     # header.payload.signature; header and payload are base64 JSON objects ("{"" -> "eyJ").
     r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"
 )
 
 # --- PEM private keys ---------------------------------------------------------------------
-_PEM: Final = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
-                         r"(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|[\s\S]*)")
-_PEM_END: Final = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+# PEM and PGP armour: `-----BEGIN RSA PRIVATE KEY-----`, `-----BEGIN PGP PRIVATE KEY BLOCK-----`.
+_PEM: Final = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+                         r"(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|[\s\S]*)")
+_PEM_END: Final = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
 # The lines of a key's body: base64, blank lines, and the headers an armour may carry.
 _PEM_BODY: Final = re.compile(
     r"(?:[ \t]*(?:[A-Za-z0-9+/]+=*|(?:Proc-Type|DEK-Info|Version|Comment|Hash):[^\n]*)?[ \t]*"
@@ -78,13 +89,18 @@ _PEM_BODY: Final = re.compile(
 # --- key/value assignments ----------------------------------------------------------------
 # The last word of every secret key; a hit is then checked against the whole key.
 _KEY_ROOTS: Final = ("password", "passwd", "passphrase", "secret", "token", "key",
-                     "authorization")
+                     "authorization", "credentials", "pass", "pwd", "auth", "key_base")
 _SECRET_WORD = (
     r"(?:passwd|password|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
-    r"|secret[_-]?key|signing[_-]?key|encryption[_-]?key|authorization)"
+    r"|secret[_-]?key(?:[_-]?base)?|signing[_-]?key|encryption[_-]?key|authorization"
+    r"|credentials)"
 )
-_SECRET_KEY_END: Final = re.compile(_SECRET_WORD + r"\Z", re.IGNORECASE)
-_SECRET_KEY_FULL: Final = re.compile(r"[\w.-]*?" + _SECRET_WORD, re.IGNORECASE)
+# Environment names: `DB_PASS`, `MYSQL_PWD`, `STRIPE_KEY`, `APP_KEY`, `GITHUB_AUTH`.
+_ENV_SECRET = r"(?-i:[A-Z0-9_]*_(?:PASS|PWD|AUTH|KEY))"
+_SECRET_KEY_END: Final = re.compile(
+    r"(?:" + _SECRET_WORD + r"|(?<![A-Za-z0-9_])" + _ENV_SECRET + r")\Z", re.IGNORECASE)
+_SECRET_KEY_FULL: Final = re.compile(r"[\w.-]*?" + _SECRET_WORD + "|" + _ENV_SECRET,
+                                     re.IGNORECASE)
 _SCHEME = r"(?:Bearer|Basic|Token|Digest|Bot)"
 _SCHEME_RE: Final = re.compile(_SCHEME + r"[ \t]+", re.IGNORECASE)
 # What may follow a secret key: an optional closing quote (possibly JSON-escaped, as in the
@@ -103,8 +119,18 @@ _FLAG: Final = re.compile(r"(?<![\w-])--[\w-]*?" + _SECRET_WORD + r"[ \t]+(?P<va
 # `Bearer <token>` outside a header: a token has a digit or is long; English words are not.
 _BEARER_TAIL: Final = re.compile(
     r"[ \t]+(?P<val>(?=[A-Za-z0-9._~+/-]*\d)[A-Za-z0-9._~+/-]{8,}=*|[A-Za-z0-9._~+/-]{20,}=*)")
-# `scheme://user:password@host`
-_URL: Final = re.compile(r"(?<=://)(?P<user>[^/\s:@\"']+:)(?P<pw>[^/\s@\"']+)(?=@)")
+# `scheme://user:password@host`; the user may be empty (`redis://:pw@host`) and the password
+# may hold `@` (the host starts after the last one).
+_URL: Final = re.compile(r"(?<=://)(?P<user>[^/\s:@\"']*:)(?P<pw>[^/\s\"'?#]+)(?=@)")
+# Passwords given to well-known commands: `curl -u user:pw`, `mysql -pPW`, `sshpass -p PW`.
+_CLI_TRIGGERS: Final = ("curl", "mysql", "sshpass")
+_CLI_PASSWORD: Final = re.compile(
+    r"\b(?:curl\b[^\n|;&]*?[ \t](?:-u|--user)[ \t=]+[\"']?[^\s:\"']*:"
+    r"|mysql(?:dump|admin)?\b[^\n|;&]*?[ \t]-p[\"']?"
+    r"|sshpass\b[^\n|;&]*?[ \t]-p[ \t]*[\"']?)"
+    r"(?P<val>[^\s\"']+)")
+# The rest of a `NAME=value` assignment's value, up to white space.
+_ENV_VALUE_REST: Final = re.compile(r"\S*")
 
 # Values under a secret-looking key that are not secrets: types, keywords, masks.
 _NOT_SECRET_VALUES: Final = frozenset({
@@ -115,6 +141,11 @@ _NOT_SECRET_VALUES: Final = frozenset({
 _CODE_REF: Final = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 _PLACEHOLDER: Final = re.compile(r"[$%<{]|\*+\Z|x+\Z|\.\.\.|…")
 _KEY_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+_DISTINCT_PREFIXES: Final = ("sk-ant-", "sk-proj-", "sk-svcacct-", "sk-admin-", "AKIA", "ASIA",
+                              "ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_", "glpat-",
+                              "xox", "xapp-")
+_ESCAPE_BEFORE: Final = re.compile(r"(?:\\[A-Za-z]|(?:\x1b|\\u001b|\\x1b|\\033|\\e)\[[0-9;]*m)\Z",
+                                   re.IGNORECASE)
 _WORD_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 _ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
@@ -125,7 +156,7 @@ def _is_placeholder(value: str) -> bool:
     return (
         v.lower() in _NOT_SECRET_VALUES
         or _PLACEHOLDER.match(v) is not None
-        or v.replace(".", "", 1).replace("_", "").isdigit()
+        or (v.replace(".", "", 1).replace("_", "").isdigit() and len(v) < 6)  # not a PIN
         or v == REDACTED
     )
 
@@ -137,6 +168,13 @@ def _with_scheme(value: str) -> tuple[str, str]:
     return prefix, value[len(prefix):]
 
 
+def _env_assignment(text: str, key_start: int, m: re.Match[str]) -> bool:
+    """`API_TOKEN=abc.def` as in a shell or a .env file (an upper-case name, `=` without
+    spaces): the value is data up to white space, never code."""
+    return (m.group("sep") == "=" and m.start("sep") == m.start()
+            and m.start("bare") == m.end("sep") and text[key_start: m.start()].isupper())
+
+
 def _bare_is_secret(text: str, key_start: int, m: re.Match[str]) -> bool:
     """Decide for an unquoted value whether it is data (redact) or code/prose (keep)."""
     value = m.group("bare")
@@ -144,7 +182,7 @@ def _bare_is_secret(text: str, key_start: int, m: re.Match[str]) -> bool:
         return False
     sep = m.group("sep")
     end = m.end("bare")
-    if _CODE_REF.fullmatch(value):
+    if _CODE_REF.fullmatch(value) and not _env_assignment(text, key_start, m):
         # A call, an index or an attribute chain reads a secret rather than holding one.
         if (end < len(text) and text[end] in "([") or "." in value:
             return False
@@ -162,8 +200,9 @@ def _bare_is_secret(text: str, key_start: int, m: re.Match[str]) -> bool:
     return True
 
 
-def _kv_replacement(text: str, key_start: int, m: re.Match[str]) -> str | None:
-    """The redacted form of the tail match `m`, or None to keep it as it is."""
+def _kv_replacement(text: str, key_start: int, m: re.Match[str]) -> tuple[int, str] | None:
+    """Where the tail match `m`'s secret ends and the redacted form up to there, or None to
+    keep it as it is."""
     for group, quote_len in (("dq", 1), ("edq", 2), ("sq", 1)):
         quoted = m.group(group)
         if quoted is not None:
@@ -171,15 +210,22 @@ def _kv_replacement(text: str, key_start: int, m: re.Match[str]) -> str | None:
             if _is_placeholder(secret):
                 return None
             q = quoted[:quote_len]
-            return f"{text[m.start(): m.start(group)]}{q}{prefix}{REDACTED}{q}"
+            return m.end(), f"{text[m.start(): m.start(group)]}{q}{prefix}{REDACTED}{q}"
     scheme = m.group("scheme")
     if scheme:
         if _is_placeholder(m.group("bare")):
             return None
-        return f"{text[m.start(): m.start('scheme')]}{scheme}{REDACTED}"
+        return m.end(), f"{text[m.start(): m.start('scheme')]}{scheme}{REDACTED}"
     if not _bare_is_secret(text, key_start, m):
         return None
-    return text[m.start(): m.start("bare")] + REDACTED
+    end = m.end()
+    if _env_assignment(text, key_start, m):  # `DB_PASS=p,a;s&s{w` is one value
+        rest = _ENV_VALUE_REST.match(text, end)
+        assert rest is not None
+        end = rest.end()
+        while end > m.end() and text[end - 1] in "\"'`)\\":
+            end -= 1
+    return end, text[m.start(): m.start("bare")] + REDACTED
 
 
 def _kv_spans(text: str, low: str) -> list[tuple[int, int, str]]:
@@ -198,9 +244,9 @@ def _kv_spans(text: str, low: str) -> list[tuple[int, int, str]]:
                 key = text[key_start:pos]
                 if (_SECRET_KEY_END.search(key) is not None
                         and not (key_start > 0 and text[key_start - 1] == "$")):
-                    repl = _kv_replacement(text, key_start, m)
-                    if repl is not None:
-                        spans.append((pos, m.end(), repl))
+                    found = _kv_replacement(text, key_start, m)
+                    if found is not None:
+                        spans.append((pos, *found))
             i = find(root, pos)
     i = low.find("bearer")
     while i != -1:
@@ -229,9 +275,14 @@ def _apply(text: str, spans: list[tuple[int, int, str]]) -> str:
 
 
 def _replace_token(m: re.Match[str]) -> str:
-    start = m.start()
-    if start > 0 and m.string[start - 1] in _WORD_CHARS:
-        return m.group(0)  # inside a longer word: "task-…" contains "sk-"
+    """A token glued to a word is part of it ("task-…" contains "sk-"), unless its prefix
+    could not be (`sk-ant-`, `ghp_`, `AKIA`…) or what it is glued to is an escape: `\n` in
+    JSON or repr text, a colour code (`\x1b[33m`)."""
+    start, token = m.start(), m.group(0)
+    if (start > 0 and m.string[start - 1] in _WORD_CHARS
+            and not token.startswith(_DISTINCT_PREFIXES)
+            and _ESCAPE_BEFORE.search(m.string, max(0, start - 16), start) is None):
+        return token
     return REDACTED
 
 
@@ -269,6 +320,8 @@ def redact(text: str) -> str:
         text = _FLAG.sub(_replace_flag, text)
     if "://" in text and "@" in text:
         text = _URL.sub(lambda m: m.group("user") + REDACTED, text)
+    if any(t in low for t in _CLI_TRIGGERS):
+        text = _CLI_PASSWORD.sub(_replace_flag, text)
     return text
 
 
@@ -278,25 +331,35 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact_data(obj: Any) -> Any:
-    """Redact strings anywhere in a JSON-like structure; returns a new structure.
+    """Redact strings anywhere in a JSON-like structure, keys too; returns a new structure.
 
-    A string stored under a secret-looking key is redacted as a whole, since after JSON
-    decoding nothing in the value itself says it is a secret (`{"password": "hunter2"}`).
+    Whatever is stored under a secret-looking key is redacted as a whole, since after JSON
+    decoding nothing in the value itself says it is a secret (`{"password": "hunter2"}`,
+    `{"pin": …, "api_key": ["…"]}`).
     """
     if isinstance(obj, str):
         return redact(obj)
     if isinstance(obj, dict):
-        out: dict[Any, Any] = {}
-        for k, v in obj.items():
-            if isinstance(v, str) and v and isinstance(k, str) and is_secret_key(k):
-                prefix, secret = _with_scheme(v)
-                out[k] = v if _is_placeholder(secret) else prefix + REDACTED
-            else:
-                out[k] = redact_data(v)
-        return out
+        return {(redact(k) if isinstance(k, str) else k):
+                (_secret_value(v) if isinstance(k, str) and is_secret_key(k) else redact_data(v))
+                for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [redact_data(v) for v in obj]
     return obj
+
+
+def _secret_value(value: Any) -> Any:
+    """A value under a secret key: kept only when it is a placeholder, a mask or a flag."""
+    if value is None or isinstance(value, bool) or value == "":
+        return value
+    if isinstance(value, str):
+        prefix, secret = _with_scheme(value)
+        return value if _is_placeholder(secret) else prefix + REDACTED
+    if isinstance(value, int | float):
+        return value if _is_placeholder(str(value)) else REDACTED
+    if isinstance(value, list | tuple):
+        return [_secret_value(v) for v in value]
+    return REDACTED  # a nested object: all of it is the secret
 
 
 class LineRedactor:
