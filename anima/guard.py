@@ -2,11 +2,12 @@
 
 Before each Developer turn Anima takes its own copy of the human's definitions
 (`.anima/config.json`, `soul.md`, `.anima/.gitignore`, every milestone `.md`, and `.git/config`
-for the keys that run programs) and notes where main stands. After the turn it compares with that copy — never with the files on disk, which
-may be the Developer's by then — puts the human's bytes back, and says what the turn changed
-and whether it moved main itself (its working tree's HEAD was on main's new commits) or
-someone else did. The copy also goes to `.anima/turn_guard.json` (ignored by git) while the
-turn runs, so a kill during the turn is repaired on the next start before the config is read.
+for the keys that run programs) and notes where main stands. After the turn it compares with
+that copy — never with the files on disk, which may be the Developer's by then — puts the
+human's bytes back, and says what the turn changed and whether it moved main itself (its working
+tree's HEAD was on main's new commits) or someone else did. The copy also goes to
+`.anima/turn_guard.json` (ignored by git) while the turn runs, so a kill during the turn is
+repaired on the next start before the config is read.
 A milestone file the agents' tool calls named is held instead of queued (`put_back`).
 """
 
