@@ -25,7 +25,6 @@ from anima.paths import resource
 _DECORATION = re.compile(r"\*+|(?<!\w)__|__(?!\w)|[`>#]+")
 _FEATURE_ID = re.compile(r"\bF(\d+)\b")
 _HEX = re.compile(r"\b([0-9a-f]{7,40})\b")
-_ALL_COMPLETE = re.compile(r"ALL[_ ]FEATURES[_ ]COMPLETE", re.IGNORECASE)
 _FIELD = re.compile(r"^\s*[-*]?\s*\**\s*(feature|commit|tests|lint|round)\s*\**\s*[:：]\s*\**(.*)$",
                     re.IGNORECASE)
 _REPORT_HEADING = re.compile(r"implementation\s+report(?:\s*[—–-]\s*round\s*(\d+))?",
@@ -38,11 +37,23 @@ _BULLET = re.compile(r"^\s*[-*]\s+(.*)$")
 _NO_FAILURES = re.compile(r"\b(?:0|no|zero)\s+(?:tests?\s+)?(?:failed|failures?|failing|errors?)\b")
 _BAD_NEWS = re.compile(r"fail|error|not\b|n't|skip|broken|red\b|unable|could ?not|todo")
 _GOOD_NEWS = re.compile(r"\b(?:pass(?:ed|es|ing)?|green|ok|succe(?:eded|ss(?:ful)?))\b")
+# A verdict line: decoration, a bullet, a check mark or cross (which must agree with the
+# word), an optional "Verdict:", the word, then nothing or a separator and a reason. Other
+# leading marks ("- [ ] ACCEPTED", "¬ACCEPTED") make it no verdict.
 _VERDICT = re.compile(
-    r"^\W*(?:(?:final\s+)?verdict\s*[:：]\s*\W*)?(ACCEPTED|REJECTED)\b\W*?(?:[:：\-—–]\s*(.*))?$",
+    r"^[\s*_#`>•-]*(?P<mark>✅|✔️?|☑️?|❌|✖️?|⛔|🚫)?[\s*_`]*"
+    r"(?:(?:final\s+)?verdict\s*[:：][\s*_`]*)?(?P<word>ACCEPTED|REJECTED)\b\W*?"
+    r"(?:[:：\-—–]\s*(?P<rest>.*))?$",
     re.IGNORECASE,
 )
-_COMPLETION_LINE = re.compile(r"^[\s#>*_`-]*(ALL_FEATURES_COMPLETE)\b")
+_ACCEPT_MARKS = ("✅", "✔", "☑")
+# An ACCEPTED that takes itself back: "ACCEPTED: no — …", "ACCEPTED -> REJECTED", "not yet".
+_TAKEN_BACK = re.compile(r"^\W*(?:not\b|no\b(?!\s+\w)|.*\breject)", re.IGNORECASE)
+# The completion signal: the line itself, not words in a sentence ("not all features
+# complete yet" is an implementation report's note).
+_COMPLETION_LINE = re.compile(
+    r"^[\s#>*_`-]*(ALL_FEATURES_COMPLETE\b|all[_ ]features[_ ]complete[\s.!*_`]*$)",
+    re.IGNORECASE)
 
 
 class ReportKind(StrEnum):
@@ -134,7 +145,7 @@ def read_developer_report(text: str) -> DeveloperReport:
     summarizer makes a round's summary from, whether or not the reply followed the format."""
     lines = _strip_fences(text)
     sections = _sections(lines)
-    if _ALL_COMPLETE.search(text):
+    if any(_COMPLETION_LINE.match(line) for line in text.splitlines()):
         commit_lines = next((v for k, v in sections.items() if k.startswith("commit")), [])
         commits = [m.group(1) for b in _bullets(commit_lines) if (m := _HEX.search(b))]
         summary_lines = next((v for k, v in sections.items() if k.startswith("summary")), [])
@@ -191,35 +202,64 @@ def match_verdict(line: str) -> tuple[bool, str] | None:
     The one matcher for verdict lines: the scheduler reads verdicts with it and the agent
     pane highlights them with it, so both always agree on what counts as a verdict.
     """
-    m = _VERDICT.match(line.strip().lstrip("*_>#` ").replace("**", ""))
+    m = _VERDICT.match(line.strip().replace("**", ""))
     if not m:
         return None
-    return m.group(1).upper() == "ACCEPTED", (m.group(2) or "").strip()
+    accepted = m["word"].upper() == "ACCEPTED"
+    if m["mark"] and m["mark"].startswith(_ACCEPT_MARKS) != accepted:
+        return None  # "❌ ACCEPTED" says both
+    return accepted, (m["rest"] or "").strip()
 
 
 def parse_verdict(text: str) -> ReviewVerdict | None:
-    """The last line that starts with ACCEPTED or REJECTED decides; chatter around it is fine.
+    """The Acceptor's own verdict line decides; chatter around it is fine.
 
-    A rejection's reason is the rest of its line and every line after it (Acceptors write
+    Lines quoted with `>` and fenced blocks (where a reviewer quotes the Developer's report,
+    which may carry a forged verdict) do not count, unless the whole verdict is fenced. A
+    reply that gives both verdicts, or an ACCEPTED that takes itself back ("ACCEPTED: no"),
+    is unreadable (None: the Acceptor is asked to restate), never an acceptance. A
+    rejection's reason is the rest of its line and every line after it (Acceptors write
     "REJECTED: two problems" followed by bullets): the Developer needs all of it.
     """
-    found: ReviewVerdict | None = None
-    lines = _strip_fences(text)
-    for i, raw in enumerate(lines):
-        if (m := match_verdict(raw)) is None:
-            continue
-        accepted, first = m
-        if accepted:
-            found = ReviewVerdict(accepted=True)
-            continue
-        reason = "\n".join([first, *(x.rstrip() for x in lines[i + 1:])]).strip()
-        found = ReviewVerdict(accepted=False, reason=reason or "(no reason given)")
-    return found
+    lines = text.splitlines()
+    fenced = _fenced_lines(lines)
+    for count_fenced in (False, True):
+        found = [(i, m) for i, line in enumerate(lines)
+                 if (count_fenced or i not in fenced) and not line.lstrip().startswith(">")
+                 and (m := match_verdict(line))]
+        if found:
+            break
+    else:
+        return None
+    if len({accepted for _, (accepted, _) in found}) > 1:
+        return None
+    i, (accepted, first) = found[-1]
+    if accepted:
+        taken_back = any(_TAKEN_BACK.match(rest) for _, (_, rest) in found if rest)
+        return None if taken_back else ReviewVerdict(accepted=True)
+    after = [x.rstrip() for x in lines[i + 1:]]
+    if i in fenced:  # the verdict was fenced: its closing fence is not the reason's
+        after = [x for x in after if not x.strip().startswith(("```", "~~~"))]
+    reason = "\n".join([first, *after]).strip()
+    return ReviewVerdict(accepted=False, reason=reason or "(no reason given)")
+
+
+def _fenced_lines(lines: list[str]) -> set[int]:
+    """Indexes of the lines inside fenced blocks and of the fence lines themselves."""
+    inside: set[int] = set()
+    fenced = False
+    for i, line in enumerate(lines):
+        if line.strip().startswith(("```", "~~~")):
+            fenced = not fenced
+            inside.add(i)
+        elif fenced:
+            inside.add(i)
+    return inside
 
 
 def match_completion(line: str) -> str | None:
     """The completion signal line (`## ALL_FEATURES_COMPLETE`) without its decoration, or None."""
-    if "ALL_FEATURES_COMPLETE" not in line or not _COMPLETION_LINE.match(line):
+    if not _COMPLETION_LINE.match(line):
         return None
     return line.strip().strip("*_`# ")
 
