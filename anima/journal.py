@@ -65,14 +65,13 @@ class Journal:
             self.paths.logs.mkdir(parents=True, exist_ok=True)
             self._folder = folder = self.paths.transcripts(milestone_id)
             folder.mkdir(parents=True, exist_ok=True)
-            self._log = self.paths.log(milestone_id).open("a+", encoding="utf-8")
+            self._log = _append(self.paths.log(milestone_id))
             self._rotate_at = max(1, max_bytes // 2) if max_bytes else None
             self._open_transcript()
 
     def _open_transcript(self) -> None:
         assert self._folder is not None
-        # "a+": readable, so `_revived` can write back a file deleted under it
-        self._transcript = (self._folder / TRANSCRIPT).open("a+", encoding="utf-8")
+        self._transcript = _append(self._folder / TRANSCRIPT)
         self._size = self._transcript.tell()
 
     def _rotate(self) -> None:
@@ -134,7 +133,7 @@ def _revived(fh: IO[str], path: Path) -> IO[str]:
     open file still holds every byte: it is written back under its name, appending goes on
     there."""
     fd = fh.fileno()
-    if os.fstat(fd).st_nlink:
+    if os.fstat(fd).st_nlink or not fh.readable():
         return fh
     fh.flush()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -144,7 +143,16 @@ def _revived(fh: IO[str], path: Path) -> IO[str]:
             out.write(chunk)
             offset += len(chunk)
     fh.close()
-    return path.open("a+", encoding="utf-8")
+    return _append(path)
+
+
+def _append(path: Path) -> IO[str]:
+    """A file opened for appending and, when it is a plain file, reading, so `_revived` can
+    write it back; a pipe or a device in its place (a user tailing the log through a FIFO)
+    cannot be read back, nor opened readable."""
+    if path.is_file() or not path.exists():
+        return path.open("a+", encoding="utf-8")
+    return path.open("a", encoding="utf-8")
 
 
 def transcript_files(folder: Path) -> list[Path]:
