@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from anima.errors import GitError
 from anima.git import GitRepo, TreeSnapshot
 from anima.git.locks import clear_stale_locks, wait_for_git
 from anima.guard import TurnFindings, TurnGuard, describe_held, put_back
@@ -41,12 +42,51 @@ class BranchKeeper:
         return guarded
 
     def back_on_branch(self) -> None:
-        """The Developer has a shell: if it left the milestone branch, return before a round."""
+        """The Developer has a shell: if it left the milestone branch, return to it, before a
+        round and before its work is checked, tested and reviewed (which happen on the branch,
+        never on wherever the Developer's tree was). Uncommitted changes git will not carry
+        over are stashed under a recorded name."""
         branch = self.record.branch_name
         current = self.repo.current_branch()
-        if branch and current != branch:
+        if not branch or current == branch:
+            return
+        where = current or f"a detached HEAD at {(self.repo.head() or '?')[:7]}"
+        try:
             self.repo.switch(branch)
-            self._log(f"the tree was on {current or 'a detached HEAD'}; back on {branch}")
+            note = f"the tree was on {where}; back on {branch}"
+        except GitError:
+            name = f"anima-{self.record.id}-left-on-{current or 'detached-head'}"
+            if (stash := self.repo.stash_all(name)) is None:
+                raise
+            self.repo.switch(branch)
+            note = (f"the tree was on {where}, with uncommitted changes that could not come "
+                    f"along; they are stashed as {stash[:7]} ({name}); back on {branch}")
+        self._note([note])
+
+    def _commit_leftovers(self, what: str) -> str | None:
+        """Every round's work is committed: what the Developer left uncommitted, Anima
+        commits on the milestone branch (and says so)."""
+        rnd = self.ledger.round
+        assert rnd is not None
+        leftover = self.repo.commit_leftovers(
+            f"chore(anima): commit uncommitted work of round {rnd.round}" + what)
+        if leftover:
+            rnd.auto_committed = True
+            self._note([f"Anima committed the Developer's uncommitted changes as "
+                        f"{leftover[:7]}"])
+        return leftover
+
+    def _new_this_round(self, commit: str) -> bool:
+        rnd = self.ledger.round
+        assert rnd is not None
+        return commit != rnd.previous_head and (
+            not rnd.previous_head or self.repo.is_ancestor(rnd.previous_head, commit))
+
+    def final_tip(self) -> str | None:
+        """What the final acceptance judges is what gets merged: the milestone branch's
+        tip, with the Developer's uncommitted work committed."""
+        self._commit_leftovers(" (final)")
+        return self.repo.resolve(f"refs/heads/{self.record.branch_name}")
 
     def _unreported_commit(self) -> str | None:
         """A report without a Commit field: the newest commit made on the branch this round."""
@@ -217,17 +257,19 @@ class BranchKeeper:
         rnd.feature = report.feature
         if (f := rec.feature(report.feature)) is not None and f.status is not FeatureStatus.DONE:
             f.status = FeatureStatus.IN_PROGRESS
-        leftover = self.repo.commit_leftovers(
-            f"chore(anima): commit uncommitted work of round {rnd.round}"
-            + (f" ({report.feature})" if report.feature else ""))
-        if leftover:
-            rnd.auto_committed = True
-            rnd.notes.append(f"Anima committed the Developer's uncommitted changes as "
-                             f"{leftover[:7]}")
-            self._log(rnd.notes[-1])
+        leftover = self._commit_leftovers(f" ({report.feature})" if report.feature else "")
         reported = self.repo.resolve(report.commit) if report.commit else None
         # Anima's own commit of the leftovers sits on top of whatever the Developer named.
         commit = leftover or reported or (None if report.commit else self._unreported_commit())
+        if leftover and reported and not self._new_this_round(reported):
+            self._note([f"the report named {reported[:7]}, which is not a commit of this "
+                        f"round; reviewing {leftover[:7]}, Anima's commit of the round's "
+                        "uncommitted work"])
+        tip = self.repo.resolve(f"refs/heads/{rec.branch_name}")
+        if commit and tip and tip != commit and self.repo.is_ancestor(commit, tip):
+            self._note([f"the report named {commit[:7]}, but {rec.branch_name} has newer "
+                        f"commits up to {tip[:7]}; reviewing all of the round's commits"])
+            commit = tip
         accepted = self.accepted_commits()
         if report.commit and reported is None:
             problems = [f"the reported commit {report.commit} does not exist in the repository"]

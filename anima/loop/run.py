@@ -268,6 +268,7 @@ class MilestoneRun:
         if self.branch.guarded:
             self._reject("")
             return None
+        self.branch.back_on_branch()
         if report.kind is ReportKind.ALL_COMPLETE:
             return report
         if (wrong := self.branch.check_commit(report)) is not None:
@@ -344,7 +345,7 @@ class MilestoneRun:
         rec, rnd = self.record, self.ledger.round
         assert rnd is not None
         rnd.kind = RoundKind.FINAL
-        rnd.commit = self.repo.head()
+        rnd.commit = self.branch.final_tip()
         if self._checks_failed(report):
             return ReviewVerdict(accepted=False, reason=rec.iterations[-1].reason)
         self.enter(Phase.FINAL_ACCEPTANCE, "the Developer reports ALL_FEATURES_COMPLETE",

@@ -350,6 +350,9 @@ class Turn:
                 f"**Lint**: clean\n\n### Changes\n- features/{fid}.txt: added")
 
     def fill(self, text: str) -> str:
+        """`{head}`, `{head_short}` and `{head~N}` (a commit N below HEAD) in a reply."""
+        text = re.sub(r"\{head~(\d+)\}",
+                      lambda m: git(self.cwd, "rev-parse", f"HEAD~{m.group(1)}"), text)
         if "{head" in text:
             head = git(self.cwd, "rev-parse", "HEAD")
             text = text.replace("{head_short}", head[:7]).replace("{head}", head)
