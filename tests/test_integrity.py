@@ -223,6 +223,49 @@ def test_main_moved_by_the_developer_pauses_at_once(project: Path,
     assert "switching to milestone/m1" in log_text(project)
 
 
+def test_main_moved_by_the_acceptor_during_a_review_is_not_merged_nor_its_verdict_taken(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """The Acceptor's shell is in the same repository: a commit on main during its review
+    would otherwise be followed as 'someone else's' and merged with the milestone."""
+    fake_claude.write_script({"acceptor": [{"shell": [
+        "git switch -q main", "echo x > byreviewer.txt", "git add byreviewer.txt",
+        "git commit -qm 'chore: the reviewer on main'"], "text": "ACCEPTED"}]})
+    _, outcome = run_engine(project)
+    rec = record(project, "m1")
+    assert outcome.paused == ("m1",) and len(rec.iterations) == 1
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert "the Acceptor moved main" in first.reason and "not taken" in first.reason
+    foreign = run_git(project, "rev-parse", "refs/anima/foreign-main/m1/1")
+    assert run_git(project, "log", "-1", "--format=%s", foreign) == "chore: the reviewer on main"
+    assert foreign[:7] in (rec.pause_reason or "")
+    assert run_git(project, "branch", "--show-current") == "milestone/m1"
+    assert "not by the Developer" not in log_text(project)
+
+
+def test_main_forced_onto_the_branch_in_the_final_review_is_not_a_completion(
+        project: Path, fake_claude: FakeClaude) -> None:
+    main_before = run_git(project, "rev-parse", "main")
+    fake_claude.write_script({"acceptor": [{"auto": True}, {"auto": True}, {"shell": [
+        "git branch -f main HEAD"], "text": "ACCEPTED"}]})
+    _, outcome = run_engine(project)
+    rec = record(project, "m1")
+    assert outcome.paused == ("m1",) and rec.status is MilestoneStatus.PAUSED
+    assert rec.merge is None
+    assert "the Acceptor moved main from " + main_before[:7] in (rec.pause_reason or "")
+    assert rec.iterations[-1].verdict is Verdict.REJECTED
+
+
+def test_checks_that_move_main_reject_the_round_and_pause(project: Path,
+                                                          fake_claude: FakeClaude) -> None:
+    _, outcome = run_engine(project, check_command="git branch -f main HEAD")
+    rec = record(project, "m1")
+    assert outcome.paused == ("m1",) and len(rec.iterations) == 1
+    assert rec.iterations[0].verdict is Verdict.REJECTED
+    assert "the checks moved main" in rec.iterations[0].reason
+    assert reviewed_rounds(fake_claude) == []
+
+
 # ------------------------------------------------------------------ 11.3 no Commit field
 
 def test_a_report_without_a_commit_field_uses_the_rounds_commits(

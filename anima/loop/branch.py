@@ -5,6 +5,7 @@ and turned into the round's rejection."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from anima.errors import GitError
@@ -35,6 +36,7 @@ class BranchKeeper:
         self._notice = notice
         # What the Developer's turns did that they may not: the round is rejected for it.
         self.guarded: list[str] = []
+        self._review_began: tuple[float, str] = (0.0, "")  # (time, main's tip): see snapshot
 
     def take_guarded(self) -> list[str]:
         """The problems found since the last rejection, which then starts with them."""
@@ -137,7 +139,6 @@ class BranchKeeper:
 
     def after_developer_turn(self, findings: TurnFindings) -> None:
         """Undo what a Developer turn may not do, and say so; the round is rejected for it."""
-        rec = self.record
         problems: list[str] = []
         self._note(self._settle_git())
         if ended := self.repo.end_operations("abort"):
@@ -157,31 +158,43 @@ class BranchKeeper:
                             + "; Anima put the human's versions back")
         if (reverted := self._revert_branch_definitions(findings.head_before)) is not None:
             problems.append(reverted)
-        main = rec.main_branch or ""
         if findings.main_after and findings.developer_moved_main:
-            ref = f"refs/anima/foreign-main/{rec.id}/{rec.rounds + 1}"
-            self.repo.keep_ref(ref, findings.main_after)
-            listed = ", ".join(f"{c[:7]} {subject}" for c, subject in findings.main_commits[:5])
-            moved = (f"the Developer moved {main} from {findings.main_before[:7]} to "
-                     f"{findings.main_after[:7]}" + (f" ({listed})" if listed else ""))
-            problems.append(f"{moved}; only the human may change {main}")
-            request = (f"{moved}; kept under {ref}. Anima left {main} as it is: put it where "
-                       f"you want it, then resume (Anima takes {main} as you leave it)")
-            self._request_pause(request)
-            self._log(request)
+            problems.append(self._foreign_main("the Developer", findings.main_before,
+                                               findings.main_after, findings.main_commits))
         elif findings.main_after:
             self.follow_main()
         self.guarded += problems
 
+    def _foreign_main(self, who: str, before: str, after: str,
+                      commits: list[tuple[str, str]]) -> str:
+        """An agent (or the checks, which run the Developer's code) moved main: it is kept
+        under a ref and left as it is, and the loop pauses for the human, who alone decides
+        where main goes. Returns the problem, for the round."""
+        rec, main = self.record, self.record.main_branch or ""
+        ref = f"refs/anima/foreign-main/{rec.id}/{rec.rounds + 1}"
+        self.repo.keep_ref(ref, after)
+        listed = ", ".join(f"{c[:7]} {subject}" for c, subject in commits[:5])
+        moved = f"{who} moved {main} from {before[:7]} to {after[:7]}" + (
+            f" ({listed})" if listed else "")
+        request = (f"{moved}; kept under {ref}. Anima left {main} as it is: put it where "
+                   f"you want it, then resume (Anima takes {main} as you leave it)")
+        self._request_pause(request)
+        self._log(request)
+        return f"{moved}; only the human may change {main}"
+
     def snapshot(self) -> TreeSnapshot:
         """Before a review or the project's checks: what `undo_changes` puts back."""
         self.guard.note_records()
+        main = self.record.main_branch
+        self._review_began = (time.time(), self.repo.resolve(f"refs/heads/{main}") or "")
         return self.repo.snapshot()
 
     def undo_changes(self, snapshot: TreeSnapshot, who: str) -> None:
-        """A review (or a check run) leaves the tree as it found it, and the round says so."""
+        """A review (or a check run) leaves the tree as it found it, and the round says so;
+        main it moved becomes the round's problem (see `_foreign_main`)."""
         undone = self._settle_git()
         undone += self.repo.restore(snapshot)
+        self._main_moved_during(snapshot, who)
         undone += [f"{r} put back" for r in self.guard.restore_records()]
         done = put_back(self.guard.paths, self.guard.copy, self.guard.mentions.named)
         self._held(done.held, who)
@@ -190,6 +203,18 @@ class BranchKeeper:
             note = f"{who} changed the repository; undone: " + "; ".join(undone)
             self.ledger.round.notes.append(note)
             self._log(note)
+
+    def _main_moved_during(self, snapshot: TreeSnapshot, who: str) -> None:
+        """Only the reviewed tree's own HEAD tells the reviewer's moves from someone else's:
+        main on a commit it visited (committed, checked out) or on the reviewed commit."""
+        main, (began, before) = self.record.main_branch, self._review_began
+        after = self.repo.resolve(f"refs/heads/{main}") if main else None
+        if after is None or after == before:
+            return
+        commits = self.repo.branch_log(before, after) if before else []
+        visited = self.repo.head_visits_since(began) | {snapshot.head}
+        if after in visited or any(c in visited for c, _ in commits):
+            self.guarded.append(self._foreign_main(who, before, after, commits))
 
     def _settle_git(self) -> list[str]:
         """A turn or a check may leave git's lock files behind (a git it killed, one it ran in

@@ -100,8 +100,7 @@ class MilestoneRun:
                                    save=self._save, log_line=self._log,
                                    request_pause=self._request_pause, notice=lambda line:
                                    bus.publish(Notice(record.id, "held", line)))
-        # Pause before the next round, and why: a main the Developer moved, a push that got
-        # past the tool rules.
+        # Pause before the next round, and why (a main an agent moved, a push past the rules).
         self._pause_request: str | None = None
         self._unsubscribe = bus.subscribe(self.seats.on_event)
 
@@ -317,9 +316,10 @@ class MilestoneRun:
             command=shown, passed=result.passed, exit_code=result.exit_code,
             timed_out=result.timed_out, duration_seconds=round(result.duration, 2),
             tail=result.tail, report_claim=claim)
-        if check.passed:
+        if check.passed and not self.branch.guarded:  # guarded: the checks moved main
             return False
-        reason = render("check_rejection", command=shown, outcome=check_outcome(check)).strip()
+        reason = "" if check.passed else render(
+            "check_rejection", command=shown, outcome=check_outcome(check)).strip()
         if claim is not None:
             reason += " " + render("check_false_claim", claim=claim).strip()
         self._reject(reason)
@@ -364,9 +364,7 @@ class MilestoneRun:
 
     def _acceptor_verdict(self, prompt: str) -> ReviewVerdict | None:
         """Ask the Acceptor, undo anything it changed, read its verdict (restating once).
-
-        None means the round was already recorded as rejected (timeout, crash, unreadable).
-        """
+        None: the round is already recorded as rejected (timeout, crash, unreadable)."""
         snapshot = self.branch.snapshot()
         try:
             try:
@@ -378,9 +376,11 @@ class MilestoneRun:
         except (TurnTimeout, AgentCrashed) as e:
             self._reject(f"Acceptor {self.seats.failure(e)}")
             return None
-        if verdict is None:
-            self._reject("unreadable verdict: the Acceptor's reply had neither ACCEPTED nor "
-                         "REJECTED, even when asked to restate it")
+        if verdict is None or self.branch.guarded:  # guarded: the Acceptor moved main
+            self._reject("its verdict is not taken" if verdict else "unreadable verdict: the "
+                         "Acceptor's reply had neither ACCEPTED nor REJECTED, even when asked "
+                         "to restate it")
+            return None
         return verdict
 
     # ------------------------------------------------------------------ verdicts
@@ -392,8 +392,8 @@ class MilestoneRun:
 
     # ------------------------------------------------------------------ endings
     def _pause_reason(self) -> str | None:
-        """Why the loop must pause before another round (the seed's three stops, a main the
-        Developer moved, a push that got past the tool rules), or None."""
+        """Why the loop must pause before another round (the seed's three stops, a main an
+        agent moved, a push that got past the tool rules), or None."""
         if (request := self._pause_request) is not None:
             self._pause_request = None
             return request
