@@ -78,7 +78,7 @@ def test_secret_is_redacted(text: str, expected: str) -> None:
 
 @pytest.mark.parametrize(("text", "expected"), [
     # glued to an escape: a colour code, a JSON or repr escape, a backslash-t in a command
-    (f"\x1b[33m{OPENAI}\x1b[0m", f"\x1b[33m{REDACTED}\x1b[0m"),
+    (f"\x1b[33m{OPENAI}\x1b[0m", REDACTED),  # the colour codes go too (terminal controls)
     (f'"\\u001b[33m{OPENAI}"', f'"\\u001b[33m{REDACTED}"'),
     (f"ANTHROPIC\\t{ANT}", f"ANTHROPIC\\t{REDACTED}"),
     (f"'line\\n{GHP}'", f"'line\\n{REDACTED}'"),
@@ -278,3 +278,14 @@ def test_hundred_thousand_stream_lines_are_quick() -> None:
     assert out[0] == f"password: {REDACTED} and export ANTHROPIC_API_KEY={REDACTED}"
     assert out[1] == lines[1]
     print(f"redact: {len(lines) / elapsed:,.0f} lines/s")
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("\x1b[1;31mFAILED\x1b[0m test_x", "FAILED test_x"),  # colours
+    ("\x1b]0;pwned\x07title set", "title set"),  # the terminal's title
+    ("bell\x07 nul\x00 del\x7f", "bell nul del"),
+    ("tab\tand\nnewline\r\nkept", "tab\tand\nnewline\nkept"),
+    ("Downloading 10%\rDownloading 100%\ndone", "Downloading 100%\ndone"),  # a progress line
+])
+def test_terminal_controls_in_agent_text_are_removed(raw: str, shown: str) -> None:
+    assert redact(raw) == shown

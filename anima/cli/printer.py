@@ -24,6 +24,9 @@ from anima.events import (
 )
 from anima.text.redact import redact
 
+# What one event may print; a terminal scrolling a megabyte of one reply is not watching.
+_MAX_CHARS = 20_000
+
 
 class HeadlessPrinter:
     """Streams both agents and Anima itself to stdout as `[role] …` lines."""
@@ -37,6 +40,9 @@ class HeadlessPrinter:
         if text is None:
             return
         stream = self.err if isinstance(event, EngineError) else self.out
+        if len(text) > _MAX_CHARS:  # a runaway reply: the transcript has all of it
+            text = f"{text[:_MAX_CHARS]}… ({len(text) - _MAX_CHARS} more characters in the " \
+                   "transcript)"
         lines = [f"[{prefix}] {line}" for line in text.splitlines() or [""]]
         with self._lock:
             stream.write("\n".join(lines) + "\n")

@@ -23,11 +23,16 @@ from anima.store.models import (
     Verdict,
     now,
 )
+from anima.text.context import clip
 from anima.text.formats import ReviewVerdict
 from anima.text.redact import redact
 from anima.text.summarizer import RoundDigest, Summarizer, SummaryResult, fallback_summary
 
 log = logging.getLogger(__name__)
+
+# A reason is the Developer's next brief: a runaway reply (megabytes) must not become the
+# record, every log line quoting it and the next prompt.
+MAX_REASON_TOKENS = 4000
 
 
 @dataclass
@@ -123,7 +128,8 @@ class Ledger:
         assert rnd is not None
         # Notes, reasons and file names are built from git's output (the names of files an
         # agent made, its commit subjects), which never crossed the agents' redaction.
-        reason = redact(verdict.reason)
+        reason = clip(redact(verdict.reason), MAX_REASON_TOKENS,
+                      "(the whole reply is in the Acceptor's transcript)")
         notes = [redact(n) for n in rnd.notes]
         changed_files = [redact(f) for f in rnd.changed_files]
         final = rnd.kind is RoundKind.FINAL

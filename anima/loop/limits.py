@@ -21,6 +21,9 @@ class Limit(Protocol):
         """What a human's resume does about it (a budget is raised in the config instead)."""
         ...
 
+# The pause line quotes this much of the last reason; the whole of it is on the round.
+_REASON_SHOWN = 400
+
 
 class Rejections:
     """`max_consecutive_rejections` rejections in a row; a resume starts the count again."""
@@ -29,7 +32,10 @@ class Rejections:
         count = record.consecutive_rejections
         if count < config.max_consecutive_rejections:
             return None
-        return f"{count} consecutive rejections; last: {record.iterations[-1].reason}"
+        last = " ".join(record.iterations[-1].reason.split())  # one line, however it came
+        if len(last) > _REASON_SHOWN:
+            last = last[:_REASON_SHOWN - 1] + "…"
+        return f"{count} consecutive rejections; last: {last}"
 
     def lift(self, record: MilestoneRecord, config: Config) -> None:
         record.consecutive_rejections = 0

@@ -146,6 +146,11 @@ _DISTINCT_PREFIXES: Final = ("sk-ant-", "sk-proj-", "sk-svcacct-", "sk-admin-", 
                               "xox", "xapp-")
 _ESCAPE_BEFORE: Final = re.compile(r"(?:\\[A-Za-z]|(?:\x1b|\\u001b|\\x1b|\\033|\\e)\[[0-9;]*m)\Z",
                                    re.IGNORECASE)
+# ESC sequences (CSI, OSC, two-character) and every C0/C1 control except tab and newline.
+_CONTROLS: Final = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+                              r"|\x1b[ -/]*[0-~]?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_OVERWRITTEN: Final = re.compile(r"^[^\n]*\r(?=[^\n\r])", re.MULTILINE)
+_CONTROLS_TRIGGER: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _WORD_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 _ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
@@ -299,12 +304,18 @@ def _lower(text: str) -> str:
 
 
 def redact(text: str) -> str:
-    """Return `text` with every recognised secret replaced by `<REDACTED>`.
+    """Return `text` with every recognised secret replaced by `<REDACTED>`, and without
+    terminal control sequences: an agent's ESC codes would otherwise drive the terminal of
+    whoever reads the headless output or `cat`s the log, and a NUL or a BEL garbles both.
 
     Cheap in the common case: only families whose trigger substrings occur are searched.
     """
     if not text:
         return text
+    if _CONTROLS_TRIGGER.search(text):
+        if "\r" in text:  # a progress line: what a terminal would show, its last state
+            text = _OVERWRITTEN.sub("", text.replace("\r\n", "\n"))
+        text = _CONTROLS.sub("", text)
     low = _lower(text)
     if "private key" in low:
         text = _PEM.sub(REDACTED, text)
