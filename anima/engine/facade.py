@@ -22,19 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from anima import comments, procfs
-from anima.config import Config
 from anima.diffs import ChangeSet, milestone_changes
 from anima.engine import read_only
 from anima.engine.agents import DIALECT, AgentFactory
 from anima.engine.milestones import MilestoneQueue
 from anima.engine.outcome import RunOutcome
-from anima.engine.project import ensure_gitignore, open_config
+from anima.engine.project import ensure_gitignore
+from anima.engine.settings import LiveConfig
 from anima.engine.watcher import MilestoneWatcher
 from anima.errors import AnimaError, ConfigError, LockError, MilestoneError, ProjectError
 from anima.events import (
     AgentEvent,
     EngineError,
-    EngineReady,
     Event,
     EventBus,
     LogLine,
@@ -52,7 +51,6 @@ from anima.loop.recovery import AgentRegistry, recover_project
 from anima.loop.run import MilestoneRun
 from anima.loop.seats import Agent, RunControl
 from anima.loop.state import reconcile_state
-from anima.notify import NotifyCommand
 from anima.paths import ProjectPaths
 from anima.phases import Phase
 from anima.store.milestone_md import load_milestone
@@ -71,15 +69,6 @@ log = logging.getLogger(__name__)
 
 
 
-def file_stamp(path: Path) -> tuple[int, int] | None:
-    """(mtime in ns, size) of a file, None when it is missing: enough to notice a save."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
-
-
 class Engine:
     """Drives one managed project. Not reentrant: one engine per project per process."""
 
@@ -89,8 +78,8 @@ class Engine:
         self.paths = ProjectPaths(self.root)
         self.bus = bus or RedactingBus()
         self.store = Store(self.paths)
-        self.config = Config()
-        self._overrides = config_overrides
+        self.settings = LiveConfig(self.paths, self.bus, config_overrides)
+        self.config = self.settings.config
         self._repo: GitRepo | None = None
         self._lock = ProjectLock(self.paths.lock, command=shlex.join(sys.argv))
         self._locked = False
@@ -111,8 +100,6 @@ class Engine:
         self.journal = Journal(self.paths, self.bus)
         self.summarizer: Summarizer | None = None
         self._unlog: Callable[[], None] | None = None
-        self._notify: NotifyCommand | None = None
-        self._config_stamp: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ set-up
     def prepare(self) -> None:
@@ -140,11 +127,7 @@ class Engine:
         if done.record:
             self._log(None, f"put back {done.record} as Anima last wrote it: a Developer turn "
                             "that a kill cut short had changed it")
-        stamp = file_stamp(self.paths.config)  # before reading: an edit meanwhile is seen
-        self.config = self.agents.config = open_config(self.paths, self._overrides)
-        self._config_stamp = stamp
-        self._apply_notify_command()
-        self.bus.publish(EngineReady(self.config.model_copy(deep=True)))
+        self.config = self.agents.config = self.settings.load()
         self.agents.start_probe()
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
         ensure_gitignore(self.paths)
@@ -231,7 +214,7 @@ class Engine:
         """`prepare()`; when watching, a broken config.json is reported and read again once
         the user saves it (the window's banner says to edit it: that must be enough)."""
         while True:
-            stamp = file_stamp(self.paths.config)
+            stamp = self.settings.stamp()
             try:
                 self.prepare()
                 return True
@@ -239,42 +222,21 @@ class Engine:
                 if not watch:
                     raise
                 self.bus.publish(EngineError(f"{e}; Anima reads it again when you save it"))
-            while file_stamp(self.paths.config) == stamp:
+            while self.settings.stamp() == stamp:
                 if self._shutdown.is_set():
                     return False
                 self._wait()
 
     def _reload_config(self) -> None:
-        """Before the next start: a config.json saved since it was read takes effect; an
-        invalid one is reported once and the settings read before are kept."""
-        stamp = file_stamp(self.paths.config)
-        if stamp == self._config_stamp:
-            return
-        self._config_stamp = stamp
-        try:
-            config = open_config(self.paths, self._overrides)
-        except ConfigError as e:
-            self.bus.publish(EngineError(f"{e}; the settings read before stay in use"))
-            return
-        if config == self.config:  # saved unchanged (or put back by a branch switch)
+        """Before the next start: a config.json saved since it was read takes effect."""
+        if (config := self.settings.reloaded()) is None:
             return
         self.agents.use_config(config)
         if config.summarizer != self.config.summarizer and self.summarizer is not None:
             self.summarizer.close()
             self.summarizer = Summarizer(config.summarizer)
         self.config = config
-        self._apply_notify_command()
-        self.bus.publish(EngineReady(config.model_copy(deep=True)))
         self._log(None, f"{self.paths.config} changed: settings reloaded")
-
-    def _apply_notify_command(self) -> None:
-        """Listen for notices with the configured `notify_command` (or stop listening)."""
-        command = self.config.notify_command
-        if self._notify is not None and self._notify.command != command:
-            self._notify.close()
-            self._notify = None
-        if command and self._notify is None:
-            self._notify = NotifyCommand(self.bus, command, str(self.root))
 
     def start(self, *, watch: bool = True) -> None:
         """Run the loop on a worker thread; problems arrive as EngineError events."""
@@ -309,8 +271,7 @@ class Engine:
         self.agents.wait_for_probe(timeout)
         if self.summarizer is not None:
             self.summarizer.close()
-        if self._notify is not None:
-            self._notify.close()
+        self.settings.close()
         self.journal.detach()
         if self._unlog is not None:
             self._unlog()
