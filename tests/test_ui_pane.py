@@ -127,6 +127,23 @@ def test_bridge_call_runs_off_the_gui_thread_and_reports_back_on_it(qtbot, bridg
     assert not bridge.busy
 
 
+def test_an_engine_calls_error_is_shown_redacted(qtbot, bridge) -> None:
+    """An approval's merge that fails quotes git, and git quotes the remote with its token."""
+    token = "ghp_" + "a1B2c3D4e5" * 4
+    errors: list[ev.EngineError] = []
+    handled: list[BaseException] = []
+    bridge.error_raised.connect(errors.append)
+
+    def fail() -> None:
+        raise RuntimeError(f"git push failed: https://me:{token}@github.com/me/repo.git")
+
+    bridge.call("Approving", fail)
+    bridge.call("Reading the changes", fail, on_error=handled.append)
+    qtbot.waitUntil(lambda: bool(errors) and bool(handled), timeout=3000)
+    for shown in (errors[0].message, str(handled[0])):
+        assert token not in shown and "<REDACTED>" in shown
+
+
 # --- rendering -------------------------------------------------------------------------------
 
 

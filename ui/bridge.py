@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from PySide6.QtCore import QMetaMethod, QObject, Qt, QTimer, Signal, SignalInstance, Slot
 
 from anima import events as ev
+from anima.text.redact import redact
 
 if TYPE_CHECKING:
     from anima.diffs import ChangeSet
@@ -68,6 +69,10 @@ def default_engine_factory(root: Path) -> EngineLike:
     return Engine(root)
 
 
+class EngineCallError(Exception):
+    """An engine call's error as the window may show it."""
+
+
 class _Call:
     """The outcome of a background engine call, queued back to the GUI thread."""
 
@@ -78,7 +83,9 @@ class _Call:
                  on_error: Callable[[BaseException], None] | None) -> None:
         self.label = label
         self.result = result
-        self.error = error
+        # Shown in the window as it is: an error quoting git (a remote URL with its token)
+        # is redacted first, like everything the engine publishes.
+        self.error = error if error is None else EngineCallError(redact(str(error)))
         self.on_done = on_done
         self.on_error = on_error
 
