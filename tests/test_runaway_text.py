@@ -28,7 +28,7 @@ def test_a_runaway_rejection_is_clean_and_bounded_everywhere(
     first = rec.iterations[0]
     assert first.verdict is Verdict.REJECTED
     assert first.reason.startswith("the tests fail\nprogress 99%\nxxx")
-    assert len(first.reason) < 40_000 and "transcript" in first.reason
+    assert len(first.reason) > 1_000_000  # the record keeps it whole, without the controls
     assert rec.pause_reason is not None and len(rec.pause_reason) < 600
     log = (git_repo / ".anima" / "logs" / "m1.log").read_text(encoding="utf-8")
     for shown in (runner.stdout, log, first.reason, rec.pause_reason):

@@ -30,9 +30,9 @@ from anima.text.summarizer import RoundDigest, Summarizer, SummaryResult, fallba
 
 log = logging.getLogger(__name__)
 
-# A reason is the Developer's next brief: a runaway reply (megabytes) must not become the
-# record, every log line quoting it and the next prompt.
-MAX_REASON_TOKENS = 4000
+# The log (and the headless output) quotes this much of a reason; the record keeps it whole,
+# and the prompts trim it to their budget.
+MAX_LOGGED_TOKENS = 2000
 
 
 @dataclass
@@ -128,8 +128,7 @@ class Ledger:
         assert rnd is not None
         # Notes, reasons and file names are built from git's output (the names of files an
         # agent made, its commit subjects), which never crossed the agents' redaction.
-        reason = clip(redact(verdict.reason), MAX_REASON_TOKENS,
-                      "(the whole reply is in the Acceptor's transcript)")
+        reason = redact(verdict.reason)
         notes = [redact(n) for n in rnd.notes]
         changed_files = [redact(f) for f in rnd.changed_files]
         final = rnd.kind is RoundKind.FINAL
@@ -167,7 +166,8 @@ class Ledger:
         if persist:
             self._save()
         self.round = None
-        word = "ACCEPTED" if verdict.accepted else f"REJECTED: {reason}"
+        word = "ACCEPTED" if verdict.accepted else "REJECTED: " + clip(
+            reason, MAX_LOGGED_TOKENS, f"(the whole reason is on round {rnd.round} in the record)")
         self._log(f"round {rnd.round} ({rnd.kind}{' ' + rnd.feature if rnd.feature else ''}) "
                   f"{word}")
         self.bus.publish(VerdictReached(rec.id, rnd.round, rnd.kind.value, verdict.accepted,
