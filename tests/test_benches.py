@@ -17,3 +17,18 @@ def test_every_bench_imports() -> None:
     done = subprocess.run([sys.executable, "-c", code, str(BENCH), *names], capture_output=True,
                           text=True, timeout=120, cwd=BENCH.parent)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_loop_driven_without_the_engine_facade_accepts_honest_rounds() -> None:
+    """`bench/instant.py` drives `MilestoneRun` itself, as any front end may: Anima's own
+    writes of the record during a turn must not read as an agent's (the round_overhead bench
+    once measured a rejection per milestone for it)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import instant
+    finally:
+        sys.path.remove(str(BENCH))
+    run, _, _ = instant.run_milestone(3)
+    run.run()
+    assert [i.verdict.value for i in run.record.iterations] == ["accepted"] * 4, \
+        [i.reason for i in run.record.iterations]

@@ -302,8 +302,6 @@ class Engine:
         self._run = run
         if self._shutdown.is_set():  # a stop that came before the run existed
             run.stop("shutdown")
-        unwatch = self.bus.subscribe(run.tool_mentions)
-        self.store.on_save.append(run.branch.guard.admit_record)
         try:
             phase = run.run()
             if self._control.stop.is_set() and self._control.stop_reason == "user" and \
@@ -311,8 +309,6 @@ class Engine:
                 phase = run.pause_now("stopped by you")
             return phase
         finally:
-            unwatch()
-            self.store.on_save.remove(run.branch.guard.admit_record)
             self._run = None
             self.milestones.requested.discard(record.id)
             self._stop_leftovers(record.id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from anima import procfs
@@ -31,7 +32,7 @@ from anima.events import (
     PhaseChanged,
 )
 from anima.git import GitRepo
-from anima.guard import ToolMentions, TurnGuard
+from anima.guard import TurnGuard
 from anima.loop.branch import BranchKeeper
 from anima.loop.checks import CheckCancelled, display, run_check
 from anima.loop.completion import begin_completion, finish_completed
@@ -102,7 +103,10 @@ class MilestoneRun:
                                    bus.publish(Notice(record.id, "held", line)))
         # Pause before the next round, and why (a main an agent moved, a push past the rules).
         self._pause_request: str | None = None
-        self._unsubscribe = bus.subscribe(self.seats.on_event)
+        store.on_save.append(self._guard.admit_record)  # until `run` ends: Anima's own writes
+        self._detach: list[Callable[[], None]] = [
+            bus.subscribe(self.seats.on_event), bus.subscribe(self._guard.mentions),
+            lambda: store.on_save.remove(self._guard.admit_record)]
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Phase:
@@ -152,7 +156,8 @@ class MilestoneRun:
         finally:
             self.seats.stop_all()
             self.ledger.apply_summaries(wait=True)
-            self._unsubscribe()
+            for detach in self._detach:
+                detach()
 
     # ------------------------------------------------------------------ phases
     def enter(self, target: Phase, reason: str = "", deadline: float | None = None) -> None:
@@ -466,11 +471,6 @@ class MilestoneRun:
             return self.seats.turn(role, prompt)
         finally:
             self.branch.after_developer_turn(self._guard.end())
-
-    @property
-    def tool_mentions(self) -> ToolMentions:
-        """The bus subscriber that notes the milestone files the agents' tools name."""
-        return self._guard.mentions
 
     def admit_definition(self, md: Path, content: bytes) -> None:
         """From the window's thread: the human adds `md`; it is not an agent's arrival."""
