@@ -220,7 +220,7 @@ def test_main_moved_by_the_developer_pauses_at_once(project: Path,
     assert outcome.paused == () and rec.status is MilestoneStatus.COMPLETED
     assert rec.merge and rec.merge.merged
     assert "feat: on main" in run_git(project, "log", "--format=%s", "main")
-    assert "switching to milestone/m1" in log_text(project)
+    assert "the tree was on main; back on milestone/m1" in log_text(project)
 
 
 def test_main_moved_by_the_acceptor_during_a_review_is_not_merged_nor_its_verdict_taken(
@@ -287,6 +287,49 @@ def test_a_report_cannot_pose_as_animas_own_sections_in_the_review_prompt(
     assert opener < forged_at < closer, "\n".join(lines[start:closer + 3])
     assert len(fence) > 4  # longer than the report's own fence, which cannot close it
     assert lines.count("## How to review") == 2 and lines.index("## How to review", closer) > closer
+
+
+@pytest.mark.parametrize("who", ["developer", "acceptor"])
+def test_main_deleted_by_an_agent_is_put_back_and_the_milestone_merges(
+        project: Path, fake_claude: FakeClaude, who: str) -> None:
+    main = run_git(project, "rev-parse", "main")
+    delete = {"shell": ["git checkout -q --detach", "git branch -D main"]}
+    if who == "developer":
+        fake_claude.write_script({"developer": [{**delete, "auto": True}]})
+    else:
+        fake_claude.write_script({"acceptor": [{**delete, "text": "ACCEPTED"}]})
+    _, outcome = run_engine(project)
+    rec = record(project, "m1")
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert f"the {who.capitalize()} deleted main; Anima put it back at {main[:7]}" in first.reason
+    assert outcome.paused == () and rec.status is MilestoneStatus.COMPLETED
+    assert rec.merge and rec.merge.merged
+    assert run_git(project, "rev-parse", "main^1") == main
+
+
+def test_the_milestone_branch_deleted_by_the_developer_is_recreated(
+        project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{"shell": [
+        "mkdir -p features && echo F1 > features/F1.txt", "git add -A",
+        "git commit -qm 'feat: F1'", "git checkout -q --detach",
+        "git branch -D milestone/m1"], "text": report()}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert "milestone/m1 was deleted; Anima recreated it at" in first.reason
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+
+
+def test_a_tag_named_like_the_branch_does_not_confuse_where_the_tree_is(
+        project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"developer": [{"shell": ["git tag milestone/m1 HEAD"],
+                                             "auto": True}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert not any("the tree was on" in n for i in rec.iterations for n in i.notes)
 
 
 # ------------------------------------------------------------------ 11.3 no Commit field

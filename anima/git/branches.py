@@ -221,7 +221,8 @@ class BranchOps(RepoBase):
 
 
     def keep_ref(self, ref: str, commit: str) -> None:
-        """Point `ref` (under refs/anima/) at `commit`, so it stays reachable."""
+        """Point `ref` at `commit`: a ref of Anima's under refs/anima/ (it stays reachable),
+        or a branch an agent deleted, put back."""
         self._run(["update-ref", ref, commit], what=f"Cannot create {ref} in {self.root}")
 
 

@@ -347,8 +347,9 @@ class RepoBase:
 
     def current_branch(self) -> str | None:
         """The checked-out branch, or None when HEAD is detached."""
-        code, out, _ = self._run(["symbolic-ref", "-q", "--short", "HEAD"], check=False)
-        name = os.fsdecode(out).strip()
+        # Not --short: with a tag of the same name it answers "heads/<name>".
+        code, out, _ = self._run(["symbolic-ref", "-q", "HEAD"], check=False)
+        name = os.fsdecode(out).strip().removeprefix("refs/heads/")
         return name if code == 0 and name else None
 
 

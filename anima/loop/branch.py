@@ -52,6 +52,8 @@ class BranchKeeper:
         current = self.repo.current_branch()
         if not branch or current == branch:
             return
+        if not self.repo.branch_exists(branch):
+            self._recreate(branch)
         where = current or f"a detached HEAD at {(self.repo.head() or '?')[:7]}"
         try:
             self.repo.switch(branch)
@@ -64,6 +66,18 @@ class BranchKeeper:
             note = (f"the tree was on {where}, with uncommitted changes that could not come "
                     f"along; they are stashed as {stash[:7]} ({name}); back on {branch}")
         self._note([note])
+
+    def _recreate(self, branch: str) -> None:
+        """The milestone branch deleted (only a shell in the project can): back where the
+        round began, or at the last accepted commit; a round in flight is rejected for it."""
+        rnd = self.ledger.round
+        at = (rnd.previous_head if rnd is not None else None) or \
+            (self.accepted_commits() or [self.record.base_commit or ""])[-1]
+        self.repo.keep_ref(f"refs/heads/{branch}", at)
+        problem = f"{branch} was deleted; Anima recreated it at {at[:7]}"
+        self._log(problem)
+        if rnd is not None:
+            self.guarded.append(problem)
 
     def _commit_leftovers(self, what: str) -> str | None:
         """Every round's work is committed: what the Developer left uncommitted, Anima
@@ -158,7 +172,9 @@ class BranchKeeper:
                             + "; Anima put the human's versions back")
         if (reverted := self._revert_branch_definitions(findings.head_before)) is not None:
             problems.append(reverted)
-        if findings.main_after and findings.developer_moved_main:
+        if (deleted := self._main_deleted("the Developer", findings.main_before)) is not None:
+            problems.append(deleted)
+        elif findings.main_after and findings.developer_moved_main:
             problems.append(self._foreign_main("the Developer", findings.main_before,
                                                findings.main_after, findings.main_commits))
         elif findings.main_after:
@@ -181,6 +197,17 @@ class BranchKeeper:
         self._request_pause(request)
         self._log(request)
         return f"{moved}; only the human may change {main}"
+
+    def _main_deleted(self, who: str, before: str) -> str | None:
+        """main deleted during a turn (only a shell in the project can): it is put back where
+        it was, and the round says so. Returns the problem, or None."""
+        main = self.record.main_branch
+        if not main or not before or self.repo.resolve(f"refs/heads/{main}") is not None:
+            return None
+        self.repo.keep_ref(f"refs/heads/{main}", before)
+        problem = f"{who} deleted {main}; Anima put it back at {before[:7]}"
+        self._log(problem)
+        return problem
 
     def snapshot(self) -> TreeSnapshot:
         """Before a review or the project's checks: what `undo_changes` puts back."""
@@ -208,6 +235,9 @@ class BranchKeeper:
         """Only the reviewed tree's own HEAD tells the reviewer's moves from someone else's:
         main on a commit it visited (committed, checked out) or on the reviewed commit."""
         main, (began, before) = self.record.main_branch, self._review_began
+        if (deleted := self._main_deleted(who, before)) is not None:
+            self.guarded.append(deleted)
+            return
         after = self.repo.resolve(f"refs/heads/{main}") if main else None
         if after is None or after == before:
             return

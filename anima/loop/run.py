@@ -269,10 +269,10 @@ class MilestoneRun:
         if (rewritten := self.branch.history_rewritten()) is not None:
             self._reject(rewritten)
             return None
+        self.branch.back_on_branch()
         if self.branch.guarded:
             self._reject("")
             return None
-        self.branch.back_on_branch()
         if report.kind is ReportKind.ALL_COMPLETE:
             return report
         if (wrong := self.branch.check_commit(report)) is not None:
