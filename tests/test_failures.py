@@ -27,8 +27,9 @@ from tests.test_recovery import (
 OTHER = milestone_md("Other", ["Farewell command"])
 NO = {"text": "REJECTED: not yet"}
 #: The Developer throws its own branch away: the next round cannot go back to it.
-BRANCH_GONE = {"shell": ["git checkout -q --detach && git branch -q -D milestone/m1"],
-               "auto": True}
+# The branch deleted and a branch under its name in the way: Anima cannot recreate it.
+BRANCH_GONE = {"shell": ["git checkout -q --detach && git branch -q -D milestone/m1 && "
+                         "git branch milestone/m1/blocker"], "auto": True}
 
 
 def anima(*args: str) -> subprocess.CompletedProcess[str]:
@@ -61,6 +62,7 @@ def test_an_unexpected_error_fails_one_milestone_the_others_go_on_and_resume_ret
     assert "failed: " in status.stdout and "milestone/m1" in status.stdout
 
     # The human puts the branch back and retries.
+    run_git(git_repo, "branch", "-D", "milestone/m1/blocker")
     run_git(git_repo, "branch", "milestone/m1", m1.base_commit or "")
     resumed = anima("resume", str(git_repo), "m1")
     assert resumed.returncode == 0, resumed.stderr

@@ -19,6 +19,7 @@ from PySide6.QtGui import QDropEvent
 from anima.engine.facade import Engine
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record
+from tests.test_failures import BRANCH_GONE
 from tests.test_ui_monitor import answer_dialog
 from ui.main_window import MainWindow
 
@@ -363,8 +364,7 @@ def test_the_checks_show_in_the_acceptor_pane_and_the_rounds_table(
 def test_a_failed_milestone_shows_its_error_and_abort_returns_the_tree_to_main(
         qtbot, git_repo: Path, fake: FakeClaude, app_window) -> None:
     make_project(git_repo, {"m1": TWO})
-    fake.write_script({"developer": [{"shell": ["git checkout -q --detach && "
-                                                "git branch -q -D milestone/m1"], "auto": True}]})
+    fake.write_script({"developer": [BRANCH_GONE]})
     app_window.window.open_project(git_repo)
     app_window.wait_status("m1", "failed")
     review = app_window.window.review
