@@ -332,6 +332,26 @@ def test_a_tag_named_like_the_branch_does_not_confuse_where_the_tree_is(
     assert not any("the tree was on" in n for i in rec.iterations for n in i.notes)
 
 
+def test_a_replacement_object_cannot_show_reviewers_other_content_than_is_merged(
+        project: Path, fake_claude: FakeClaude, tmp_path: Path) -> None:
+    """`git replace` makes every reader see other content for a blob than the commit holds:
+    the Acceptor and the window would review 'BENIGN' while main receives 'EVIL'."""
+    seen = tmp_path / "seen.txt"
+    fake_claude.write_script({
+        "developer": [{"shell": [
+            "mkdir -p features && echo EVIL > features/F1.txt", "git add -A",
+            "git commit -qm 'feat: F1'",
+            "env -u GIT_NO_REPLACE_OBJECTS git replace $(git rev-parse HEAD:features/F1.txt) "
+            "$(echo BENIGN | git hash-object -w --stdin)"], "text": report()}],
+        "acceptor": [{"shell": [f"git show HEAD:features/F1.txt > {seen}"],
+                      "text": "ACCEPTED"}]})
+    engine, _ = run_engine(project)
+    assert seen.read_text() == "EVIL\n"  # the Acceptor saw what the commit holds
+    assert run_git(project, "replace", "-l")  # the replacement is there, and ignored
+    change = engine.changes("m1").file("features/F1.txt")
+    assert change is not None and "+EVIL" in change.patch and "BENIGN" not in change.patch
+
+
 # ------------------------------------------------------------------ 11.3 no Commit field
 
 def test_a_report_without_a_commit_field_uses_the_rounds_commits(

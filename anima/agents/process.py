@@ -29,6 +29,7 @@ from anima.agents.dialect import Dialect
 from anima.agents.transport import ProcessOutcome, PtyProcess
 from anima.errors import AgentCrashed, AgentError, SessionLost, TurnTimeout
 from anima.events import AgentExited, Publisher, RawOutput, SessionStarted, TurnResult
+from anima.git_options import AGENT_GIT_ENV
 from anima.text.redact import AgentRedactor
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ class AgentProcess:
         )
 
     def child_env(self) -> dict[str, str]:
-        env = {**os.environ, **self._env_overrides}
+        env = {**os.environ, **AGENT_GIT_ENV, **self._env_overrides}
         env.pop("CLAUDECODE", None)
         if self._marker is not None:
             env[procfs.AGENT_VAR] = self._marker
