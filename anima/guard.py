@@ -37,10 +37,14 @@ _FIXED = (".anima/config.json", ".anima/soul.md", ".anima/.gitignore")
 #: `.gitattributes` can switch on, a signing program, an editor, an included file) would run
 #: it in Anima's git commands, at the merge into main too.
 GIT_CONFIG = ".git/config"
-_RUNS_PROGRAMS = re.compile(
+# Keys that run a program, or change which tree and objects git reads (a bare flag, a
+# worktree elsewhere, sparse or submodule checkouts, repository extensions).
+_UNSAFE_GIT_KEYS = re.compile(
     r"(filter|diff|merge|gpg|credential|include|includeif|pager|difftool|mergetool|sequence|"
-    r"uploadpack|receive)\..*|core\.(fsmonitor|hookspath|editor|pager|sshcommand|askpass|"
-    r"attributesfile|gitproxy|alternaterefscommand|worktree)|(commit|tag|push)\.gpgsign",
+    r"uploadpack|receive|submodule|protocol|extensions)\..*|core\.(fsmonitor|hookspath|"
+    r"editor|pager|sshcommand|askpass|attributesfile|gitproxy|alternaterefscommand|worktree|"
+    r"bare|sparsecheckout|sparsecheckoutcone|repositoryformatversion)"
+    r"|(commit|tag|push)\.gpgsign",
     re.IGNORECASE)
 
 
@@ -90,7 +94,7 @@ def put_back(paths: ProjectPaths, copy: dict[str, bytes],
     now = read_definitions(paths)
     for rel in sorted(set(copy) | set(now)):
         before, after = copy.get(rel), now.get(rel)
-        if before == after or (rel == GIT_CONFIG and not _runs_new_programs(before, after)):
+        if before == after or (rel == GIT_CONFIG and not _adds_unsafe_git_keys(before, after)):
             continue
         target = paths.root / rel
         if before is None and rel.endswith(".md") and rel.startswith(".anima/milestones/"):
@@ -109,11 +113,12 @@ def put_back(paths: ProjectPaths, copy: dict[str, bytes],
     return done
 
 
-def _runs_new_programs(before: bytes | None, after: bytes | None) -> bool:
-    """Whether a change to git's settings adds or changes a key that runs a program (an
-    agent may set its commit identity; not a clean filter that runs in Anima's name)."""
+def _adds_unsafe_git_keys(before: bytes | None, after: bytes | None) -> bool:
+    """Whether a change to git's settings adds or changes a key that runs a program or moves
+    what git reads (an agent may set its commit identity; not a clean filter that runs in
+    Anima's name, nor `core.bare`)."""
     old, new = _config_entries(before), _config_entries(after)
-    return after is None or any(_RUNS_PROGRAMS.fullmatch(key) for key, _ in new - old)
+    return after is None or any(_UNSAFE_GIT_KEYS.fullmatch(key) for key, _ in new - old)
 
 
 def _config_entries(data: bytes | None) -> set[tuple[str, str]]:

@@ -417,6 +417,22 @@ def test_git_settings_that_would_run_the_developers_programs_are_put_back(
     assert "filter.evil" not in config and "gpg.program" not in config, config
 
 
+@pytest.mark.parametrize("setting", ["core.bare true", "submodule.recurse true",
+                                     "core.sparseCheckout true"])
+def test_git_settings_that_change_what_git_reads_are_put_back(
+        project: Path, fake_claude: FakeClaude, setting: str) -> None:
+    fake_claude.write_script({"developer": [{"shell": [
+        "mkdir -p features && echo F1 > features/F1.txt",
+        "git add -A && git commit -qm 'feat: F1'", f"git config {setting}"],
+        "text": report()}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.iterations[0].verdict is Verdict.REJECTED
+    assert ".git/config (modified)" in rec.iterations[0].reason
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    assert setting.replace(" ", "=").lower() not in run_git(project, "config", "--list", "--local")
+
+
 def test_a_commit_identity_the_developer_sets_is_left_alone(project: Path,
                                                             fake_claude: FakeClaude) -> None:
     fake_claude.write_script({"developer": [{"shell": [
