@@ -8,6 +8,7 @@ naming the holder); a lock left by a dead Anima is taken over and said so.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -42,7 +43,37 @@ def project(git_repo: Path) -> Path:
     return make_project(git_repo, {"m1": TWO})
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_the_app_stops_its_agents_politely_on_a_logout_or_a_closed_terminal(
+        project: Path, fake_claude: FakeClaude, tmp_path: Path,
+        our_processes: Callable[[], list[int]], sig: int) -> None:
+    """A session logout sends SIGTERM, a closed terminal SIGHUP: the window closes as on
+    Ctrl+C, the agents stop, the lock goes and the milestone resumes next time."""
+    fake_claude.write_script({"developer": [{"auto": True}, {"hang": True}]})
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
+           "ANIMA_CLAUDE_COMMAND": fake_claude.command, **fake_claude.env,
+           "QT_QPA_PLATFORM": "offscreen"}
+    app = subprocess.Popen([sys.executable, "-m", "anima", str(project), "--settings",
+                            str(tmp_path / "settings.ini")], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: len(fake_claude.entries("developer")) >= 2, what="round 2 started",
+                   timeout=30)
+        agents = {e["pid"] for e in fake_claude.entries()}
+        app.send_signal(sig)
+        app.wait(15)
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.wait()
+    assert not any(alive(p) for p in agents) and our_processes() == []
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.IN_PROGRESS and rec.rounds == 1
+    assert not (project / ".anima" / "anima.lock").exists()
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130),
+                                           (signal.SIGHUP, 129)])
 def test_a_signal_stops_both_agents_within_seconds_and_the_next_run_resumes(
         project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]],
         sig: int, code: int) -> None:

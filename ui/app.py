@@ -70,9 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     window.show()
     warm_up_lexers()
 
-    # Ctrl+C in the terminal closes the window (and so stops the agents) instead of being
-    # swallowed while Qt's event loop holds the interpreter.
-    signal.signal(signal.SIGINT, lambda *_: window.close_without_asking())
+    # Ctrl+C in the terminal, SIGTERM (a logout, `kill`) and SIGHUP (the terminal closed)
+    # close the window and so stop the agents politely, instead of being swallowed while
+    # Qt's event loop holds the interpreter or killing Anima mid-write.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: window.close_without_asking())
     heartbeat = QTimer()
     heartbeat.start(250)
     heartbeat.timeout.connect(lambda: None)

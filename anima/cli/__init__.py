@@ -73,9 +73,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Drive the project headless. SIGTERM / Ctrl+C stop politely: the turn is interrupted,
-    both agents stop within seconds, the milestone stays in_progress and the next start
-    resumes it; the exit code is then 128 + the signal (130, 143) so scripts can tell."""
+    """Drive the project headless. SIGTERM / Ctrl+C / a closed terminal stop politely: the
+    turn is interrupted, both agents stop within seconds, the milestone stays in_progress and
+    the next start resumes it; the exit code is then 128 + the signal (130, 143, 129) so
+    scripts can tell."""
     from anima.engine.facade import Engine
 
     paths = _project(args.project)
@@ -97,8 +98,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         # request_stop waits for the agents; a signal handler must not block the loop.
         threading.Thread(target=engine.request_stop, name="anima-stop", daemon=True).start()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the terminal closed
+        signal.signal(sig, on_signal)
     try:
         outcome = engine.run(watch=args.watch, start_all=True)
     finally:
