@@ -210,6 +210,21 @@ def test_git_checks_reject_before_any_acceptor_token(project: Path, fake_claude:
     assert fake_claude.prompts("acceptor") == []
 
 
+def test_a_hallucinated_hash_beside_a_real_commit_reviews_the_real_one(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """Models invent hashes: git is the truth, so the round's own commit is reviewed (and the
+    record says the report named one that does not exist) instead of wasting the round."""
+    fake_claude.write_script({"developer": [{
+        "shell": ["mkdir -p features && echo F1 > features/F1.txt", "git add -A",
+                  "git commit -qm 'feat: F1'"], "text": report("1234567deadbeef")}]})
+    run_engine(project)
+    first = record(project, "m1").iterations[0]
+    assert first.verdict is Verdict.ACCEPTED
+    assert run_git(project, "log", "-1", "--format=%s", first.commit or "") == "feat: F1"
+    assert any("the report named 1234567deadb, which does not exist; reviewing "
+               f"{first.commit[:7]}" in n for n in first.notes), first.notes
+
+
 def test_uncommitted_leftovers_are_committed_by_anima(project: Path,
                                                       fake_claude: FakeClaude) -> None:
     fake_claude.write_script({"developer": [{"shell": ["echo left > left.txt"],

@@ -104,14 +104,16 @@ class BranchKeeper:
         self._commit_leftovers(" (final)")
         return self.repo.resolve(f"refs/heads/{self.record.branch_name}")
 
-    def _unreported_commit(self) -> str | None:
-        """A report without a Commit field: the newest commit made on the branch this round."""
+    def _unreported_commit(self, named: str | None) -> str | None:
+        """A report without a Commit field, or naming a hash that does not exist (a model's
+        hallucination): the newest commit made on the branch this round, if any."""
         rec, rnd = self.record, self.ledger.round
         assert rnd is not None
         tip = self.repo.resolve(f"refs/heads/{rec.branch_name}")
         if tip is None or tip == rnd.previous_head:
             return None
-        rnd.notes.append(f"the report named no commit; reviewing {tip[:7]}, the newest of the "
+        named = f"{named[:12]}, which does not exist" if named else "no commit"
+        rnd.notes.append(f"the report named {named}; reviewing {tip[:7]}, the newest of the "
                          f"commits made on {rec.branch_name} this round")
         self._log(rnd.notes[-1])
         return tip
@@ -315,22 +317,22 @@ class BranchKeeper:
         leftover = self._commit_leftovers(f" ({report.feature})" if report.feature else "")
         reported = self.repo.resolve(report.commit) if report.commit else None
         # Anima's own commit of the leftovers sits on top of whatever the Developer named.
-        commit = leftover or reported or (None if report.commit else self._unreported_commit())
-        if leftover and reported and not self._new_this_round(reported):
-            self._note([f"the report named {reported[:7]}, which is not a commit of this "
-                        f"round; reviewing {leftover[:7]}, Anima's commit of the round's "
-                        "uncommitted work"])
+        commit = leftover or reported or self._unreported_commit(report.commit)
+        if leftover and report.commit and not (reported and self._new_this_round(reported)):
+            what = "which is not a commit of this round" if reported else "which does not exist"
+            named = reported[:7] if reported else report.commit[:12]
+            self._note([f"the report named {named}, {what}; reviewing "
+                        f"{leftover[:7]}, Anima's commit of the round's uncommitted work"])
         tip = self.repo.resolve(f"refs/heads/{rec.branch_name}")
         if commit and tip and tip != commit and self.repo.is_ancestor(commit, tip):
             self._note([f"the report named {commit[:7]}, but {rec.branch_name} has newer "
                         f"commits up to {tip[:7]}; reviewing all of the round's commits"])
             commit = tip
         accepted = self.accepted_commits()
-        if report.commit and reported is None:
-            problems = [f"the reported commit {report.commit} does not exist in the repository"]
-        elif commit is None:
-            problems = [f"the report names no commit hash and nothing was committed on "
-                        f"{rec.branch_name} this round"]
+        if commit is None:
+            problems = [f"the reported commit {report.commit} does not exist in the repository"
+                        if report.commit else "the report names no commit hash"]
+            problems[0] += f" and nothing was committed on {rec.branch_name} this round"
         elif accepted and self.repo.is_ancestor(commit, accepted[-1]):
             problems = [f"commit {commit[:7]} is already part of the accepted history (the last "
                         f"accepted commit is {accepted[-1][:7]}), so it is not new work: commit "
