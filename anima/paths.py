@@ -73,6 +73,11 @@ class ProjectPaths:
         return self.anima / "turn_guard.json"
 
     @property
+    def review_guard(self) -> Path:
+        """Where main stood when a review or a check run began, while it runs."""
+        return self.anima / "review_guard.json"
+
+    @property
     def gitignore(self) -> Path:
         return self.anima / ".gitignore"
 

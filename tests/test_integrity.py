@@ -243,6 +243,27 @@ def test_main_moved_by_the_acceptor_during_a_review_is_not_merged_nor_its_verdic
     assert "not by the Developer" not in log_text(project)
 
 
+def test_main_moved_by_the_acceptor_before_a_kill_is_still_its_after_the_restart(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """Anima dies during the review: the next start still knows where main stood when the
+    review began, so the reviewer's commit on main is not followed and merged."""
+    fake_claude.write_script({"acceptor": [{"shell": [
+        "git switch -q main", "echo x > byreviewer.txt", "git add byreviewer.txt",
+        "git commit -qm 'chore: the reviewer on main'", "git switch -q milestone/m1"],
+        "hang_after": True}]})
+    first = Runner(project, fake_claude)
+    wait_until(lambda: "chore: the reviewer on main" in run_git(project, "log", "main",
+                                                                 "--format=%s"),
+               what="the reviewer's commit on main")
+    first.kill()
+    second = run_to_end(project, fake_claude)
+    assert second.proc.returncode == 3, second.stdout[-2000:] + second.stderr
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.PAUSED
+    assert "the Acceptor moved main" in (rec.pause_reason or "")
+    assert rec.merge is None and not (project / ".anima" / "review_guard.json").exists()
+
+
 def test_main_forced_onto_the_branch_in_the_final_review_is_not_a_completion(
         project: Path, fake_claude: FakeClaude) -> None:
     main_before = run_git(project, "rev-parse", "main")

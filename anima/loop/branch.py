@@ -5,9 +5,14 @@ and turned into the round's rejection."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from collections.abc import Callable
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from anima.atomic import write_model_atomic
 from anima.errors import GitError
 from anima.git import GitRepo, TreeSnapshot
 from anima.git.locks import clear_stale_locks, wait_for_git
@@ -18,6 +23,19 @@ from anima.text.formats import DeveloperReport
 
 # A git the agent left running in the background gets this long to finish before Anima's.
 _GIT_WAIT = 5.0
+
+
+class ReviewStart(BaseModel):
+    """`.anima/review_guard.json`: main's tip when a review or a check run began, so a kill
+    during it still tells main the reviewer moved from main someone else moved."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_version: int = 1
+    milestone: str
+    who: str
+    started: float
+    main_before: str
+    head: str
 
 
 class BranchKeeper:
@@ -211,19 +229,25 @@ class BranchKeeper:
         self._log(problem)
         return problem
 
-    def snapshot(self) -> TreeSnapshot:
+    def snapshot(self, who: str) -> TreeSnapshot:
         """Before a review or the project's checks: what `undo_changes` puts back."""
         self.guard.note_records()
         main = self.record.main_branch
         self._review_began = (time.time(), self.repo.resolve(f"refs/heads/{main}") or "")
-        return self.repo.snapshot()
+        snapshot = self.repo.snapshot()
+        write_model_atomic(self.guard.paths.review_guard, ReviewStart(
+            milestone=self.record.id, who=who, started=self._review_began[0],
+            main_before=self._review_began[1], head=snapshot.head))
+        return snapshot
 
     def undo_changes(self, snapshot: TreeSnapshot, who: str) -> None:
         """A review (or a check run) leaves the tree as it found it, and the round says so;
         main it moved becomes the round's problem (see `_foreign_main`)."""
         undone = self._settle_git()
         undone += self.repo.restore(snapshot)
-        self._main_moved_during(snapshot, who)
+        self._main_moved_during(snapshot.head, who)
+        with contextlib.suppress(FileNotFoundError):
+            self.guard.paths.review_guard.unlink()
         undone += [f"{r} put back" for r in self.guard.restore_records()]
         done = put_back(self.guard.paths, self.guard.copy, self.guard.mentions.named)
         self._held(done.held, who)
@@ -233,7 +257,23 @@ class BranchKeeper:
             self.ledger.round.notes.append(note)
             self._log(note)
 
-    def _main_moved_during(self, snapshot: TreeSnapshot, who: str) -> None:
+    def after_restart(self) -> None:
+        """A Developer turn, a review or a check run that a kill cut short: what it did to
+        main and the definitions is judged now, as it would have been at its end."""
+        if (findings := self.guard.resume_interrupted()) is not None:
+            self.after_developer_turn(findings)
+        path = self.guard.paths.review_guard
+        try:
+            start = ReviewStart.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, ValidationError):
+            return
+        if start.milestone == self.record.id:
+            self._review_began = (start.started, start.main_before)
+            self._main_moved_during(start.head, start.who)
+            self.guarded.clear()  # no round to reject: the pause request says it
+        path.unlink()
+
+    def _main_moved_during(self, reviewed: str, who: str) -> None:
         """Only the reviewed tree's own HEAD tells the reviewer's moves from someone else's:
         main on a commit it visited (committed, checked out) or on the reviewed commit."""
         main, (began, before) = self.record.main_branch, self._review_began
@@ -244,7 +284,7 @@ class BranchKeeper:
         if after is None or after == before:
             return
         commits = self.repo.branch_log(before, after) if before else []
-        visited = self.repo.head_visits_since(began) | {snapshot.head}
+        visited = self.repo.head_visits_since(began) | {reviewed}
         if after in visited or any(c in visited for c, _ in commits):
             self.guarded.append(self._foreign_main(who, before, after, commits))
 

@@ -183,8 +183,7 @@ class MilestoneRun:
         if rec.status is MilestoneStatus.PENDING or rec.base_commit is None:
             self._start_branch()
         else:
-            if (findings := self._guard.resume_interrupted()) is not None:
-                self.branch.after_developer_turn(findings)
+            self.branch.after_restart()
             self._recover()
         # Set while the loop runs; cleared when it leaves for a human (pause, review,
         # completion). Any other ending — a kill, a shutdown — resumes with recovery context.
@@ -300,7 +299,7 @@ class MilestoneRun:
         shown, timeout = display(command), self.config.check_timeout_seconds
         self._log(f"checks: running `{shown}` on {(rnd.commit or 'HEAD')[:7]}")
         self.bus.publish(CheckStarted(self.record.id, rnd.round, shown, time.time(), timeout))
-        snapshot = self.branch.snapshot()
+        snapshot = self.branch.snapshot("the checks")
         try:
             result = run_check(command, self.repo.root, timeout=timeout, cancel=self.control.stop,
                                marker=procfs.agent_marker(self.repo.root, self.record.id,
@@ -370,7 +369,7 @@ class MilestoneRun:
     def _acceptor_verdict(self, prompt: str) -> ReviewVerdict | None:
         """Ask the Acceptor, undo anything it changed, read its verdict (restating once).
         None: the round is already recorded as rejected (timeout, crash, unreadable)."""
-        snapshot = self.branch.snapshot()
+        snapshot = self.branch.snapshot("the Acceptor")
         try:
             try:
                 verdict = parse_verdict(self._turn(ACCEPTOR, prompt))
