@@ -267,11 +267,11 @@ class BranchKeeper:
             start = ReviewStart.model_validate(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError, ValidationError):
             return
-        if start.milestone == self.record.id:
+        if start.milestone == self.record.id:  # another's waits for its own restart
             self._review_began = (start.started, start.main_before)
             self._main_moved_during(start.head, start.who)
             self.guarded.clear()  # no round to reject: the pause request says it
-        path.unlink()
+            path.unlink()
 
     def _main_moved_during(self, reviewed: str, who: str) -> None:
         """Only the reviewed tree's own HEAD tells the reviewer's moves from someone else's:
