@@ -203,16 +203,22 @@ def describe_held(held: list[tuple[str, str]], who: str) -> str:
             "milestone, or `anima add`)")
 
 
-class _Saved(BaseModel):
-    """`.anima/turn_guard.json`: the copy and the main tip taken before a Developer turn."""
+class TurnStart(BaseModel):
+    """Where main and HEAD stood when an agent's turn (or a check run) began: kept on disk
+    while it runs, so a kill during it is judged at the next start as at its end."""
 
     model_config = ConfigDict(extra="forbid")
     schema_version: int = 1
     milestone: str
     started: float
-    main: str
     main_before: str
     head_before: str
+
+
+class _Saved(TurnStart):
+    """`.anima/turn_guard.json`: the copy and the main tip taken before a Developer turn."""
+
+    main: str
     definitions: dict[str, str]  # base64 of each file
     #: base64 of the running milestone's record as Anima last wrote it ("": none yet)
     record: str = ""

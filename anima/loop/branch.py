@@ -10,13 +10,13 @@ import json
 import time
 from collections.abc import Callable
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from anima.atomic import write_model_atomic
 from anima.errors import GitError
 from anima.git import GitRepo, TreeSnapshot
 from anima.git.locks import clear_stale_locks, wait_for_git
-from anima.guard import TurnFindings, TurnGuard, describe_held, put_back
+from anima.guard import TurnFindings, TurnGuard, TurnStart, describe_held, put_back
 from anima.loop.ledger import Ledger
 from anima.store.models import FeatureStatus, MilestoneRecord, RoundKind, Verdict
 from anima.text.formats import DeveloperReport
@@ -25,17 +25,11 @@ from anima.text.formats import DeveloperReport
 _GIT_WAIT = 5.0
 
 
-class ReviewStart(BaseModel):
-    """`.anima/review_guard.json`: main's tip when a review or a check run began, so a kill
-    during it still tells main the reviewer moved from main someone else moved."""
+class ReviewStart(TurnStart):
+    """`.anima/review_guard.json`: a kill during a review or a check run still tells main the
+    reviewer moved from main someone else moved."""
 
-    model_config = ConfigDict(extra="forbid")
-    schema_version: int = 1
-    milestone: str
     who: str
-    started: float
-    main_before: str
-    head: str
 
 
 class BranchKeeper:
@@ -237,7 +231,7 @@ class BranchKeeper:
         snapshot = self.repo.snapshot()
         write_model_atomic(self.guard.paths.review_guard, ReviewStart(
             milestone=self.record.id, who=who, started=self._review_began[0],
-            main_before=self._review_began[1], head=snapshot.head))
+            main_before=self._review_began[1], head_before=snapshot.head))
         return snapshot
 
     def undo_changes(self, snapshot: TreeSnapshot, who: str) -> None:
@@ -269,7 +263,7 @@ class BranchKeeper:
             return
         if start.milestone == self.record.id:  # another's waits for its own restart
             self._review_began = (start.started, start.main_before)
-            self._main_moved_during(start.head, start.who)
+            self._main_moved_during(start.head_before, start.who)
             self.guarded.clear()  # no round to reject: the pause request says it
             path.unlink()
 
