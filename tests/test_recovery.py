@@ -293,6 +293,25 @@ def test_killed_during_final_acceptance(
     assert our_processes() == []
 
 
+@pytest.mark.parametrize("role", ["developer", "acceptor"])
+def test_killed_while_an_agent_had_the_tree_on_main_continues(
+        project: Path, fake_claude: FakeClaude, role: str) -> None:
+    """The milestone's `.md` is committed on its branch (with the first round): an agent that
+    switched to main when Anima died left it out of the tree, and the milestone was never
+    continued. (The Developer's turn guard already covered its side; the Acceptor's did not.)"""
+    away = {"shell": ["git switch -q main"], "hang_after": True}
+    fake_claude.write_script({role: [{"auto": True}, away]})
+    first = Runner(project, fake_claude)
+    wait_until(lambda: len(fake_claude.entries(role)) >= 2 and not
+               (project / ".anima" / "milestones" / "m1.md").exists(), what="the tree on main")
+    first.kill()
+    second = run_to_end(project, fake_claude)
+    assert second.proc.returncode == 0, second.stdout[-2000:] + second.stderr
+    assert any(line.startswith("[anima] put back") and "milestones/m1.md" in line
+               for line in second.stdout.splitlines()), second.stdout
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+
+
 @pytest.mark.parametrize("dirty", [False, True], ids=["clean", "dirty-stashed"])
 def test_killed_between_rounds(
         project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]],

@@ -378,6 +378,13 @@ class RepoBase:
         return commit if code == 0 and commit else None
 
 
+    def file_at(self, branch: str, path: str) -> bytes | None:
+        """A file's bytes on a branch's tip (`path` relative to the root), None if absent."""
+        code, out, _ = self._run(["cat-file", "blob", f"refs/heads/{branch}:{path}"],
+                                 check=False)
+        return out if code == 0 else None
+
+
     def _resolve_many(self, revs: Sequence[str]) -> list[str | None]:
         """Resolve several revisions in one call when all exist, else one by one."""
         checked = [self._checked_rev(r) for r in revs]

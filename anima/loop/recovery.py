@@ -35,7 +35,7 @@ from anima.errors import AgentCrashed, TurnTimeout
 from anima.git import GitRepo
 from anima.git.locks import clear_stale_locks, wait_for_git
 from anima.paths import ProjectPaths
-from anima.store.models import MilestoneRecord, now
+from anima.store.models import MilestoneRecord, MilestoneStatus, now
 from anima.text.prompts import render
 
 # A temp file of an atomic write older than this belongs to a dead writer.
@@ -252,6 +252,7 @@ def recover_project(paths: ProjectPaths, registry: AgentRegistry,
     mains = {r.main_branch for r in records if r.main_branch} or {"main", "master"}
     if (note := repo.settle_interrupted_merge(mains)) is not None:
         lines.append(note)
+    lines += _definitions_left_on_branches(paths, records, repo)
     for tmp in remove_stale_temps(paths):
         lines.append(f"removed {tmp.name}, left by an interrupted write")
     torn = [*paths.logs.glob("*.log"), *(paths.anima / "transcripts").glob("*/events.jsonl")] \
@@ -259,6 +260,25 @@ def recover_project(paths: ProjectPaths, registry: AgentRegistry,
     for path in torn:
         if repair_torn_tail(path):
             lines.append(f"cut a half-written last line from {path.relative_to(paths.root)}")
+    return lines
+
+
+def _definitions_left_on_branches(paths: ProjectPaths, records: list[MilestoneRecord],
+                                  repo: GitRepo) -> list[str]:
+    """A kill while an agent had switched the tree away from the milestone branch (to main)
+    leaves the running milestone's `.md`, committed on its branch, out of the tree: without it
+    the milestone is never continued. It comes back from the branch (where Anima keeps the
+    human's version), and recovery then returns to the branch."""
+    lines = []
+    for rec in records:
+        md = paths.milestone_md(rec.id)
+        if rec.status is not MilestoneStatus.IN_PROGRESS or not rec.branch_name or md.exists():
+            continue
+        rel = md.relative_to(paths.root).as_posix()
+        if (content := repo.file_at(rec.branch_name, rel)) is not None:
+            write_text_atomic(md, content.decode("utf-8", "replace"))
+            lines.append(f"put back {rel} from {rec.branch_name}: the tree was left on "
+                         f"{repo.current_branch() or 'a detached HEAD'} by a kill")
     return lines
 
 
