@@ -11,5 +11,11 @@ from __future__ import annotations
 NO_AGENT_CODE = ("--no-replace-objects", "-c", "core.hooksPath=/dev/null",
                  "-c", "core.fsmonitor=false")
 
-#: The agents' own git sees the real objects as well: the Acceptor reviews what is merged.
-AGENT_GIT_ENV = {"GIT_NO_REPLACE_OBJECTS": "1"}
+#: What an agent's git writes in a ref's reflog (commit, merge, reset, rebase, cherry-pick):
+#: a commit on main from another worktree leaves no trace in the project tree's HEAD reflog,
+#: but main's own reflog names the agent.
+AGENT_REFLOG_MARK = "anima-agent"
+
+#: The agents' own git sees the real objects as well (the Acceptor reviews what is merged),
+#: and marks the ref moves it makes.
+AGENT_GIT_ENV = {"GIT_NO_REPLACE_OBJECTS": "1", "GIT_REFLOG_ACTION": AGENT_REFLOG_MARK}

@@ -327,7 +327,7 @@ class TurnGuard:
         if after is not None and after != saved.main_before:
             findings.main_after = after
             findings.main_commits = self.repo.branch_log(saved.main_before, after)
-            visited = self.repo.head_visits_since(saved.started)
+            visited = self.repo.agent_visits_since(saved.started, saved.main)
             findings.developer_moved_main = after in visited or any(
                 c in visited for c, _ in findings.main_commits)
         with contextlib.suppress(FileNotFoundError):

@@ -184,12 +184,13 @@ def test_status_lists_pending_definitions_without_writing(project: Path, capsys:
 def test_main_moved_by_someone_else_is_the_new_reference(project: Path, tmp_path: Path,
                                                          fake_claude: FakeClaude) -> None:
     human = tmp_path / "human-worktree"
-    # While the Developer's first turn runs, a human commits on main from another worktree.
+    # While the Developer's first turn runs, a human commits on main from another worktree
+    # (in the human's own environment, without the agents' reflog mark).
     fake_claude.write_script({"developer": [{"shell": [
         f"git worktree add -q {human} main",
         f"cd {human} && echo mine > human.txt && git add human.txt && "
-        "git commit -qm 'human: my own change'", f"git worktree remove {human}"],
-        "auto": True}]})
+        "env -u GIT_REFLOG_ACTION git commit -qm 'human: my own change'",
+        f"git worktree remove {human}"], "auto": True}]})
     _, outcome = run_engine(project)
     rec = record(project, "m1")
     assert outcome.paused == ()
@@ -221,6 +222,27 @@ def test_main_moved_by_the_developer_pauses_at_once(project: Path,
     assert rec.merge and rec.merge.merged
     assert "feat: on main" in run_git(project, "log", "--format=%s", "main")
     assert "the tree was on main; back on milestone/m1" in log_text(project)
+
+
+@pytest.mark.parametrize("role", ["developer", "acceptor"])
+def test_main_moved_by_an_agent_from_another_worktree_is_the_agents(
+        project: Path, tmp_path: Path, fake_claude: FakeClaude, role: str) -> None:
+    """The project tree's HEAD never visits such a commit, and the worktree (with its own
+    reflog) is gone: main's reflog still names an agent's git."""
+    other = tmp_path / "elsewhere"
+    fake_claude.write_script({role: [{"shell": [
+        f"git worktree add -q {other} main",
+        f"cd {other} && echo x > sneaky.txt && git add sneaky.txt && "
+        "git commit -qm 'feat: straight onto main'", f"git worktree remove --force {other}"],
+        "auto": True}]})
+    _, outcome = run_engine(project)
+    rec = record(project, "m1")
+    assert outcome.paused == ("m1",) and len(rec.iterations) == 1
+    assert f"the {role.capitalize()} moved main" in (rec.pause_reason or "") + \
+        rec.iterations[0].reason
+    foreign = run_git(project, "rev-parse", "refs/anima/foreign-main/m1/1")
+    assert run_git(project, "log", "-1", "--format=%s", foreign) == "feat: straight onto main"
+    assert "not by the Developer" not in log_text(project)
 
 
 def test_main_moved_by_the_acceptor_during_a_review_is_not_merged_nor_its_verdict_taken(

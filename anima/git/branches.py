@@ -20,6 +20,7 @@ from anima.git.repo import (
     listing,
     short_hash,
 )
+from anima.git_options import AGENT_REFLOG_MARK
 
 
 class BranchOps(RepoBase):
@@ -205,19 +206,27 @@ class BranchOps(RepoBase):
         return self._text(["rev-parse", "--verify", "refs/stash"])
 
 
-    def head_visits_since(self, since: float) -> set[str]:
-        """Commits this working tree's HEAD pointed at since `since` (Unix time), from its
-        reflog: what was checked out or committed here."""
+    def agent_visits_since(self, since: float, branch: str) -> set[str]:
+        """Commits an agent reached since `since` (Unix time): what this working tree's HEAD
+        pointed at (checked out, committed), and where an agent's git moved `branch` from any
+        worktree (its reflog entries carry the agents' mark)."""
+        visits = {commit for commit, _ in self._reflog_since("HEAD", since)}
+        return visits | {commit for commit, subject in self._reflog_since(
+            f"refs/heads/{branch}", since) if subject.startswith(AGENT_REFLOG_MARK)}
+
+
+    def _reflog_since(self, ref: str, since: float) -> list[tuple[str, str]]:
         code, out, _ = self._run(
-            ["reflog", "show", "--date=unix", "--format=%H %gd", "HEAD", "--"], check=False
+            ["reflog", "show", "--date=unix", "--format=%H %gd %gs", ref, "--"], check=False
         )
-        visits: set[str] = set()
+        entries = []
         for line in os.fsdecode(out).splitlines() if code == 0 else []:
-            commit, _, selector = line.partition(" ")
+            commit, _, rest = line.partition(" ")
+            selector, _, subject = rest.partition(" ")
             stamp = selector[selector.find("{") + 1 : -1]
             if stamp.isdigit() and int(stamp) >= int(since):
-                visits.add(commit)
-        return visits
+                entries.append((commit, subject))
+        return entries
 
 
     def keep_ref(self, ref: str, commit: str) -> None:

@@ -274,11 +274,10 @@ class BranchKeeper:
         if (deleted := self._main_deleted(who, before)) is not None:
             self.guarded.append(deleted)
             return
-        after = self.repo.resolve(f"refs/heads/{main}") if main else None
-        if after is None or after == before:
+        if not main or (after := self.repo.resolve(f"refs/heads/{main}")) in (None, before):
             return
         commits = self.repo.branch_log(before, after) if before else []
-        visited = self.repo.head_visits_since(began) | {reviewed}
+        visited = self.repo.agent_visits_since(began, main) | {reviewed}
         if after in visited or any(c in visited for c, _ in commits):
             self.guarded.append(self._foreign_main(who, before, after, commits))
 

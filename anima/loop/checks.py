@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from anima import procfs
+from anima.git_options import AGENT_GIT_ENV
 from anima.text.redact import redact
 
 #: Exit codes of `sh -c` when the command is missing (127) or not executable (126).
@@ -77,8 +78,7 @@ def display(command: str | list[str]) -> str:
 def check_environment(marker: str) -> dict[str, str]:
     """The agents' environment (Anima's own, without CLAUDECODE), marked as the check's."""
     env = {k: v for k, v in os.environ.items() if k != "CLAUDECODE"}
-    env[procfs.AGENT_VAR] = marker
-    return env
+    return {**env, **AGENT_GIT_ENV, procfs.AGENT_VAR: marker}
 
 
 def tail_of(raw: bytes, lines: int = TAIL_LINES) -> str:
