@@ -1,13 +1,18 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of either."""
+"""Files Anima keeps: atomic writes (a reader sees the old file or the new one, never half of
+either), and reads that never block on what an agent put in a file's place."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
+if TYPE_CHECKING:  # `anima status`'s fast path reads files without loading pydantic
+    from pydantic import BaseModel
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -33,3 +38,14 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 def write_model_atomic(path: Path, model: BaseModel) -> None:
     write_text_atomic(path, model.model_dump_json(indent=2) + "\n")
+
+
+def read_regular(path: Path, limit: int = -1) -> bytes:
+    """A regular file's bytes (the first `limit`). The agents share the tree: a FIFO where
+    Anima expects a file would hang the read, a link to /dev/zero would never end it; both
+    are an OSError here, like a missing file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return fh.read(limit)

@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from anima.atomic import read_regular
 from anima.errors import ConfigError
 
 CONFIG_SCHEMA_VERSION = 1
@@ -135,7 +136,7 @@ def load_config(path: Path) -> Config:
     if not path.exists():
         return Config()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_regular(path).decode("utf-8"))
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read: {e}") from e
     except json.JSONDecodeError as e:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from anima.atomic import write_model_atomic, write_text_atomic
+from anima.atomic import read_regular, write_model_atomic, write_text_atomic
 from anima.events import Event, ToolUse
 from anima.git import GitRepo
 from anima.git_options import NO_AGENT_CODE
@@ -148,7 +148,7 @@ def hold(paths: ProjectPaths, md: Path) -> Path:
     md.rename(target)
     record = paths.milestone_record(md.stem)
     with contextlib.suppress(OSError, ValueError):
-        fields = json.loads(record.read_text(encoding="utf-8"))
+        fields = json.loads(read_regular(record))
         if fields.get("status") == "pending" and not fields.get("iterations"):
             record.unlink()
     return target
@@ -348,7 +348,7 @@ class TurnGuard:
 def load_saved(paths: ProjectPaths) -> _Saved | None:
     path: Path = paths.turn_guard
     try:
-        return _Saved.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        return _Saved.model_validate(json.loads(read_regular(path)))
     except (OSError, ValueError):
         return None
 

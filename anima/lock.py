@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 
 from anima import procfs
-from anima.atomic import write_text_atomic
+from anima.atomic import read_regular, write_text_atomic
 from anima.errors import LockError, ProjectError
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class ProjectLock:
 
     def _record(self) -> LockInfo | None:
         try:
-            return LockInfo.from_json(self.path.read_text(encoding="utf-8", errors="replace"))
+            return LockInfo.from_json(read_regular(self.path).decode("utf-8", "replace"))
         except FileNotFoundError:
             return None
 

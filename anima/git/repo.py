@@ -90,6 +90,8 @@ def _digest(path: Path) -> str:
         return "l:" + hashlib.blake2b(os.fsencode(os.readlink(path)), digest_size=16).hexdigest()
     if stat.S_ISDIR(st.st_mode):
         return "d"
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read
+        return f"s:{stat.S_IFMT(st.st_mode):o}"
     try:
         data = path.read_bytes()
     except OSError as exc:

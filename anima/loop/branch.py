@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from anima.atomic import write_model_atomic
+from anima.atomic import read_regular, write_model_atomic
 from anima.errors import GitError
 from anima.git import GitRepo, TreeSnapshot
 from anima.git.locks import clear_stale_locks, wait_for_git
@@ -258,7 +258,7 @@ class BranchKeeper:
             self.after_developer_turn(findings)
         path = self.guard.paths.review_guard
         try:
-            start = ReviewStart.model_validate(json.loads(path.read_text(encoding="utf-8")))
+            start = ReviewStart.model_validate(json.loads(read_regular(path)))
         except (OSError, ValueError, ValidationError):
             return
         if start.milestone == self.record.id:  # another's waits for its own restart

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from anima import procfs
-from anima.atomic import write_text_atomic
+from anima.atomic import read_regular, write_text_atomic
 from anima.errors import AgentCrashed, TurnTimeout
 from anima.git import GitRepo
 from anima.git.locks import clear_stale_locks, wait_for_git
@@ -89,7 +89,7 @@ class AgentRegistry:
         """What is on record; an unreadable file (from a kill mid-rename cannot happen, but a
         human edit can) counts as empty: the session scan still finds leftovers."""
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = json.loads(read_regular(self.path))
             return [AgentEntry(**e) for e in data.get("agents", [])]
         except (OSError, ValueError, TypeError, AttributeError):
             return []

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
+from anima.atomic import read_regular
 from anima.errors import MilestoneError
 from anima.store.definitions import FeatureDef, FrontMatterValue, MilestoneDef
 from anima.store.names import validate_milestone_id
@@ -452,7 +453,7 @@ def load_milestone(path: Path) -> MilestoneDef:
     """Validate the id (file stem), read the file as UTF-8 and parse it."""
     validate_milestone_id(path.stem, path)
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path)
     except OSError as e:
         raise MilestoneError(path, f"cannot read: {e.strerror or e}") from e
     try:

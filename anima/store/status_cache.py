@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from anima.atomic import read_regular
 from anima.paths import ProjectPaths
 from anima.store.names import MILESTONE_ID_RE, is_milestone_name
 
@@ -61,10 +62,10 @@ def read_snapshot(paths: ProjectPaths) -> Snapshot | None:
         if any(n[:-3] not in known for n in names if is_milestone_name(n)):
             return None
         try:
-            state: bytes | None = paths.state.read_bytes()
+            state: bytes | None = read_regular(paths.state)
         except FileNotFoundError:
             state = None
-        return Snapshot(state, {i: paths.milestone_record(i).read_bytes() for i in ids})
+        return Snapshot(state, {i: read_regular(paths.milestone_record(i)) for i in ids})
     except OSError:
         return None
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from anima.atomic import write_text_atomic
+from anima.atomic import read_regular, write_text_atomic
 from anima.config import describe_validation_error
 from anima.errors import AnimaError, MilestoneError, RecordError
 from anima.paths import ProjectPaths
@@ -44,7 +44,7 @@ _FROM_DEFINITION = ("title", "features", "acceptance_criteria", "max_iterations"
 
 def _read(path: Path) -> bytes:
     try:
-        return path.read_bytes()
+        return read_regular(path)
     except OSError as e:
         raise RecordError(path, f"cannot read: {e}") from e
 

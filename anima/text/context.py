@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from anima.atomic import read_regular
 
 __all__ = [
     "ApiTokenCounter",
@@ -37,6 +40,8 @@ _CJK = re.compile(
 _MAX_HEADING_CHARS = 200
 # When trimming, end at a line break if one lies this close before the cut point.
 _SNAP_TO_LINE_CHARS = 400
+# More of a prompt file than any budget keeps (a few hundred thousand tokens at most).
+_MAX_READ = 4 * 2**20
 
 
 def estimate_tokens(text: str) -> int:
@@ -161,11 +166,15 @@ class FileCache:
         self.reads = 0  # how many times a file was actually read (for tests and stats)
 
     def read(self, path: Path) -> str | None:
-        """The file's text (UTF-8, undecodable bytes replaced), or None if it does not exist."""
+        """The file's text (UTF-8, undecodable bytes replaced, the first `_MAX_READ` bytes), or
+        None if it is not a regular file: the Developer writes these files, and a FIFO or a
+        link to /dev/zero in their place would hang Anima or fill its memory."""
         path = Path(path)
         try:
             st = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
             with self._lock:
                 self._entries.pop(path, None)
             return None
@@ -175,8 +184,8 @@ class FileCache:
             if entry is not None and entry[:2] == stamp:
                 return entry[2]
         try:
-            data = path.read_bytes()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            data = read_regular(path, _MAX_READ)
+        except OSError:
             return None
         text = data.decode("utf-8", errors="replace")
         with self._lock:
