@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -91,6 +91,13 @@ class Config(_Strict):
         None, description="the project's checks, run by Anima before each review: a shell "
         "command or an argv list; null = none")
     check_timeout_seconds: float = Field(600.0, gt=0)
+    worktree_setup_command: str | list[str] | None = Field(
+        None, description="run once in a milestone's new worktree before the first Developer "
+        "turn (`npm ci`, `uv sync`), confined like the agents, with check_timeout_seconds")
+    sandbox: Literal["auto", "required", "off"] = Field(
+        "auto", description="confine each agent, the checks and the setup to the milestone's "
+        "worktree with bubblewrap: auto = where it works, required = refuse to start without "
+        "it, off = never")
     max_usage_limit_wait_hours: float = Field(6.0, ge=0, description="wait this long at most "
                                               "for a usage limit to reset; longer pauses")
     usage_limit_margin_seconds: float = Field(60.0, ge=0, description="sent again this long "
@@ -100,7 +107,7 @@ class Config(_Strict):
     api_retry_max_wait_seconds: float = Field(300.0, ge=0, description="longest wait between "
                                               "those attempts (it doubles from 15 s)")
 
-    @field_validator("check_command")
+    @field_validator("check_command", "worktree_setup_command")
     @classmethod
     def _command_not_empty(cls, value: str | list[str] | None) -> str | list[str] | None:
         if value is not None and not (value.strip() if isinstance(value, str) else value):

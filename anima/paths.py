@@ -81,6 +81,28 @@ class ProjectPaths:
     def gitignore(self) -> Path:
         return self.anima / ".gitignore"
 
+    @property
+    def worktrees(self) -> Path:
+        """Each running milestone's git worktree: the only tree its agents may write."""
+        return self.anima / "worktrees"
+
+    def worktree(self, milestone_id: str) -> Path:
+        return self.worktrees / milestone_id
+
+    def sandbox(self, milestone_id: str) -> Path:
+        """What Anima keeps for a milestone's confined processes, which none of them can
+        write as a whole."""
+        return self.anima / "sandbox" / milestone_id
+
+    def agent_state(self, milestone_id: str, role: str) -> Path:
+        """A confined agent's own HOME (its CLI's sessions, a private git identity) and
+        temporary folder, which no other agent can write."""
+        return self.sandbox(milestone_id) / role
+
+    def setup_done(self, milestone_id: str) -> Path:
+        """There once `worktree_setup_command` passed in the milestone's worktree."""
+        return self.sandbox(milestone_id) / "setup.done"
+
     def milestone_md(self, milestone_id: str) -> Path:
         return self.milestones / f"{milestone_id}.md"
 

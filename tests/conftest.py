@@ -61,6 +61,8 @@ class FakeClaude:
             "FAKE_CLAUDE_SCRIPT": str(self.script_path),
             "FAKE_CLAUDE_STATE": str(self.state_dir),
             "FAKE_CLAUDE_LOG": str(self.log_path),
+            # Its log and state are the test's, outside any worktree: writable in the sandbox.
+            "ANIMA_SANDBOX_WRITABLE": str(self.root),
         }
 
     @property

@@ -42,8 +42,12 @@ def test_whole_milestone_completes_on_its_branch_and_merges(project: Path,
     assert run_git(project, "rev-parse", "--abbrev-ref", "HEAD") == "main"
     assert (project / "features" / "F2.txt").exists()
     assert state(project) == {**state(project), "status": "sleeping", "current_milestone": None}
-    # Both agents work in the managed project's root.
-    assert {e["cwd"] for e in fake_claude.entries()} == {str(project.resolve())}
+    # Both agents worked in the milestone's own worktree, which is gone once it is merged;
+    # the human's checkout stayed on main all along, and shows the merged files.
+    worktree = project / ".anima" / "worktrees" / "m1"
+    assert {e["cwd"] for e in fake_claude.entries()} == {str(worktree.resolve())}
+    assert not worktree.exists()
+    assert "worktrees/m1" not in run_git(project, "worktree", "list")
     # One persistent process per role for the whole milestone.
     assert len({e["pid"] for e in fake_claude.entries("developer")}) == 1
     assert len({e["pid"] for e in fake_claude.entries("acceptor")}) == 1
@@ -195,7 +199,8 @@ def test_an_unreadable_verdict_twice_is_a_rejection(project: Path,
 @pytest.mark.parametrize(("turn", "expected"), [
     ({"text": report("1234567deadbeef")}, "does not exist"),
     ({"text": report("").replace("**Commit**: \n", "")}, "names no commit"),
-    ({"shell": ["git add -f .anima/state.json", "git commit -qm 'chore: state'"],
+    ({"shell": ["mkdir -p .anima", "echo '{}' > .anima/state.json",
+                "git add -f .anima/state.json", "git commit -qm 'chore: state'"],
       "text": report()}, ".anima/state.json"),
     ({"shell": ["git switch -q main", "echo x > onmain.txt", "git add onmain.txt",
                 "git commit -qm 'feat: on main'"], "text": report()}, "main"),
@@ -264,7 +269,8 @@ def test_a_crashed_agent_is_restarted_on_its_session_and_the_turn_retried(
     assert rec.status is MilestoneStatus.COMPLETED
     assert rec.iterations[0].verdict is Verdict.ACCEPTED  # the retry answered
     first, second = fake_claude.entries("developer")[:2]
-    assert first["pid"] != second["pid"] and second["resume"]
+    # A new process (the sandbox gives each its own pid namespace: tell them by start time).
+    assert first["started"] != second["started"] and second["resume"]
     assert first["session_id"] == second["session_id"] == rec.sessions.developer
     log = (project / ".anima" / "logs" / "m1.log").read_text()
     assert "developer crashed" in log

@@ -19,6 +19,7 @@ import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from anima import procfs
@@ -64,6 +65,7 @@ class AgentProcess:
         marker: str | None = None,
         interrupt_grace: float = 3.0,
         dialect: Dialect = CLAUDE,
+        confine: Callable[[list[str]], tuple[list[str], dict[str, str]]] | None = None,
     ) -> None:
         self.role = role
         self.binary = binary
@@ -78,6 +80,7 @@ class AgentProcess:
         self._session_model = session_model  # what the session's system/init reported
         self._env_overrides = dict(env or {})
         self._marker = marker
+        self._confine = confine  # wraps the whole CLI in its sandbox (`anima.sandbox`)
         self.dialect = dialect
 
         self._cond = threading.Condition()
@@ -143,7 +146,11 @@ class AgentProcess:
         if self.alive:
             raise AgentError(f"{self.role} agent is already running (pid {self.pid})")
         self._reset_state()
-        self._io.start(self.argv(), self.cwd, self.child_env())
+        argv, env = self.argv(), self.child_env()
+        if self._confine is not None:
+            argv, extra = self._confine(argv)
+            env.update(extra)
+        self._io.start(argv, self.cwd, env)
         log.info("%s agent started: pid %s, session %s%s", self.role, self._io.pid,
                  self._session_id, " (resume)" if self._resume else "")
 

@@ -18,8 +18,10 @@ from anima.agents.claude.protocol import describe_tool
 from anima.agents.process import AgentProcess
 from anima.config import Config
 from anima.events import EventBus, MilestonePublisher
+from anima.loop.checks import Confine
 from anima.loop.recovery import AgentRegistry, TrackedAgent
 from anima.loop.seats import Agent
+from anima.paths import ProjectPaths
 from anima.store.models import MilestoneRecord
 
 #: The agent CLI every agent speaks (the one `Dialect` so far).
@@ -81,18 +83,21 @@ class AgentFactory:
                 probe.exception(timeout)
 
     def make(self, record: MilestoneRecord | None, role: str, session_id: str,
-             resume: bool) -> Agent:
+             resume: bool, confine: Confine | None = None) -> Agent:
         """A started agent, on record in `.anima/agents.json` until it is stopped (so the
         next run stops it if this one is killed)."""
         milestone_id = record.id if record else None
         model = getattr(record.sessions, f"{role}_model", None) if record else None
+        # Each milestone's agents work in its worktree, never in the human's checkout.
+        cwd = ProjectPaths(self.root).worktree(record.id) if record else self.root
         publisher = MilestonePublisher(
-            self.bus, milestone_id, lambda e: describe_tool(e.tool, e.input, self.root))
-        agent = AgentProcess(role, self.claude(), profile_for(role, self.config), self.root,
+            self.bus, milestone_id, lambda e: describe_tool(e.tool, e.input, cwd))
+        agent = AgentProcess(role, self.claude(), profile_for(role, self.config), cwd,
                              publisher,
                              session_id=session_id, resume=resume, session_model=model,
                              turn_timeout=self.config.agent_timeout_seconds,
                              idle_timeout=self.config.agent_idle_timeout_seconds,
-                             marker=procfs.agent_marker(self.root, milestone_id, role))
+                             marker=procfs.agent_marker(self.root, milestone_id, role),
+                             confine=confine)
         agent.start()
         return TrackedAgent(agent, self._registry, milestone_id)

@@ -47,10 +47,12 @@ from anima.lock import ProjectLock
 from anima.logsetup import configure_logging
 from anima.loop import actions, rewind
 from anima.loop.completion import finish_completed, merge_pending
+from anima.loop.confinement import MilestoneSandbox, sandbox_problem
 from anima.loop.recovery import AgentRegistry, recover_project
 from anima.loop.run import MilestoneRun
 from anima.loop.seats import Agent, RunControl
 from anima.loop.state import reconcile_state
+from anima.loop.worktree import prune_leftover_worktrees
 from anima.paths import ProjectPaths
 from anima.phases import Phase
 from anima.store.milestone_md import load_milestone
@@ -84,6 +86,7 @@ class Engine:
         self._lock = ProjectLock(self.paths.lock, command=shlex.join(sys.argv))
         self._locked = False
         self._recovered = False
+        self._said_unconfined = False  # `sandbox: "auto"` without bubblewrap: said once
         self._registry = AgentRegistry(self.paths)
         self.agents = AgentFactory(self.root, self.bus, self._registry,
                                    lambda text: self._log(None, text))
@@ -128,6 +131,7 @@ class Engine:
             self._log(None, f"put back {done.record} as Anima last wrote it: a Developer turn "
                             "that a kill cut short had changed it")
         self.config = self.agents.config = self.settings.load()
+        sandbox_problem(self.config.sandbox)  # "required" without bubblewrap: refused here
         self.agents.start_probe()
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
         ensure_gitignore(self.paths)
@@ -139,17 +143,28 @@ class Engine:
             self._recovered = True
         self.summarizer = Summarizer(self.config.summarizer)
 
+    def _confined(self) -> bool:
+        """Whether this milestone's processes run in the sandbox; where `sandbox: "auto"`
+        cannot have it, that is said once, plainly (`"required"` refuses to start)."""
+        problem = sandbox_problem(self.config.sandbox)
+        if self.config.sandbox == "off":
+            return False
+        if problem is not None and not self._said_unconfined:
+            self._said_unconfined = True
+            self.bus.publish(EngineError(f"agents run unconfined: {problem}; they can write "
+                                         "anything you can (sandbox \"auto\" in "
+                                         ".anima/config.json; \"off\" to hide this)"))
+        return problem is None
+
     def _recover(self) -> None:
         """After a crash: stop leftover agents, clean up files, finish a cut-short merge,
         make state.json agree with the records. Cheap and silent when nothing is wrong."""
         for line in recover_project(self.paths, self._registry, self.store.load_records(),
                                     self.repo):
             self._log(None, line)
-        # The human's files a cut-short switch kept aside come back before the definitions
-        # are read (a milestone whose .md is aside would otherwise look unregistered).
-        for rel in self.repo.restore_kept_files():
-            self._log(None, f"put back {rel}, kept aside by a branch switch a kill cut short")
         records = self.milestones.read(register=False).records
+        for line in prune_leftover_worktrees(self.repo, self.paths, records):
+            self._log(None, line)
         for record in filter(merge_pending, records):
             self._log(record.id, "finishing the merge into main that a restart cut short")
             finish_completed(record, self.store, self.repo, self.config, self.bus)
@@ -163,8 +178,9 @@ class Engine:
         return self._repo
 
     def _make_agent(self, role: str, session_id: str, resume: bool) -> Agent:
-        return self.agents.make(self._run.record if self._run else None, role, session_id,
-                                resume)
+        run = self._run
+        return self.agents.make(run.record if run else None, role, session_id, resume,
+                                confine=run.sandbox.confine(role) if run else None)
 
     # ------------------------------------------------------------------ the loop
     def run(self, *, watch: bool = False, start_all: bool = False) -> RunOutcome:
@@ -295,10 +311,12 @@ class Engine:
                                 recent_in_full=self.config.recent_rounds_in_full,
                                 counter=counter)
         assert self.summarizer is not None
+        sandbox = MilestoneSandbox(self.paths, record.id, active=self._confined(),
+                                   visible=self.agents.claude().install_paths())
         run = MilestoneRun(record=record, store=self.store, repo=self.repo, config=self.config,
                            prompts=prompts, agents=self._make_agent, bus=self.bus,
                            summarizer=self.summarizer, control=self._control,
-                           dialect=DIALECT)
+                           dialect=DIALECT, sandbox=sandbox)
         self._run = run
         if self._shutdown.is_set():  # a stop that came before the run existed
             run.stop("shutdown")

@@ -25,7 +25,8 @@ from anima.paths import ProjectPaths
 #: `git add -A`) never reach a commit, where the `.anima/` check would reject it.
 RUNTIME_IGNORES = ("milestones/*.json", "state.json", "logs/", "transcripts/", "anima.lock",
                    "anima.flock", "agents.json", "turn_guard.json", "review_guard.json",
-                   ".kept/", "held/", "*.tmp", ".*.tmp", ".*.swp", ".*.swo", ".#*", "*~")
+                   "held/", "worktrees/", "sandbox/", "*.tmp", ".*.tmp", ".*.swp", ".*.swo",
+                   ".#*", "*~")
 
 #: The example milestone, relative to the example folder. It stays in the installation: a copy
 #: under `.anima/milestones/` would start on the user's code by itself (`auto_start`).

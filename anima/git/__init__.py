@@ -2,22 +2,22 @@
 
 `GitRepo` is one handle composed of one part per job: the plumbing (`repo`), branch moves and
 Anima's own commits (`branches`), the Developer-commit checks (`check`), the Acceptor's review
-guard (`review_guard`), history reading (`history`) and merging (`merge`, which switches
-branches and so builds on `branches`).
+guard (`review_guard`), history reading (`history`), merging into main (`merge`) and each
+milestone's worktree (`worktrees`).
 """
 
 from __future__ import annotations
 
 from anima.git.check import CommitCheck
-from anima.git.history import History
 from anima.git.merge import MergeOutcome, Merging
 from anima.git.repo import is_definition_path, is_memory_path, is_under_anima
 from anima.git.review_guard import ReviewGuard, TreeSnapshot
+from anima.git.worktrees import Worktree, Worktrees
 
 
-class GitRepo(CommitCheck, ReviewGuard, History, Merging):
+class GitRepo(CommitCheck, ReviewGuard, Merging, Worktrees):
     """The managed project's git repository, as the loop needs it (`GitRepo.open(root)`)."""
 
 
-__all__ = ["GitRepo", "MergeOutcome", "TreeSnapshot", "is_definition_path", "is_memory_path",
-           "is_under_anima"]
+__all__ = ["GitRepo", "MergeOutcome", "TreeSnapshot", "Worktree", "is_definition_path",
+           "is_memory_path", "is_under_anima"]

@@ -1,13 +1,15 @@
-"""Merging a finished milestone into main, and settling a merge that died with Anima: the
-one place that knows how an unfinished merge is finished or undone."""
+"""Merging a finished milestone into main without touching the human's work: computed in
+git's object store, main moved last, and a kill at any point leaves either the old main or the
+merge, never half of one."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from anima.errors import GitError
 from anima.git.branches import BranchOps
+from anima.git.history import History
 from anima.git.repo import (
     listing,
     short_hash,
@@ -20,11 +22,13 @@ class MergeOutcome:
 
     merged: bool
     detail: str
+    #: the human's files that keep the merge waiting (changed in their checkout on main)
+    waiting: list[str] = field(default_factory=list)
 
 
 
-class Merging(BranchOps):
-    """Merging a milestone into main."""
+class Merging(BranchOps, History):
+    """Merging a milestone into main (call on the human's checkout)."""
 
     def merge_of(self, commit: str, into: str) -> str | None:
         """The merge commit on `into` whose second parent is `commit` (the milestone's merge)."""
@@ -49,77 +53,67 @@ class Merging(BranchOps):
 
 
     def merge_branch(self, branch: str, main: str, message: str) -> MergeOutcome:
-        """Merge a finished milestone branch into main with `--no-ff`; end on a clean main.
+        """Merge a finished milestone branch into main with a merge commit, without checking
+        anything out: whatever branch the human's checkout is on, main gets the merge.
 
-        A conflict aborts the merge and leaves both branches as they were; the outcome names
-        the conflicting files. Hooks are skipped, as for `commit_leftovers`.
+        The merge is computed in git's object store (`merge-tree`): a conflict leaves every
+        branch and file as it was and names the files. When the human's checkout is on main,
+        its files follow main (`read-tree -m -u`, which refuses, all or nothing, to touch a
+        file the human changed or an untracked one in the way): then the merge waits, naming
+        them (`MergeOutcome.waiting`). main moves last, only from where it was read.
         """
         for name in (branch, main):
             if not self.branch_exists(name):
                 raise GitError(f"Cannot merge {branch} into {main}: there is no branch {name!r}")
-        self.ensure_clean()
-        self.switch(main)
-        with self._keeping_human_files(f"refs/heads/{branch}"):
-            code, out, err = self._merge(branch, message)
-            if code != 0:  # aborted before the human's files come back in its way
-                return self._merge_failed(branch, main, out, err)
-        if b"Already up to date" in out:
+        before, tip = self.branch_head(main), self.branch_head(branch)
+        if self.is_ancestor(tip, before):
             return MergeOutcome(True, f"{main} already contains {branch}; nothing to merge")
-        return MergeOutcome(True, f"merged {branch} into {main} as {short_hash(self.head())}")
+        code, out, err = self._run(["merge-tree", "--write-tree", "-z", "--name-only",
+                                    "--no-messages", before, tip], check=False)
+        tree, *names = [os.fsdecode(p) for p in out.split(b"\0") if p]
+        if code != 0:
+            if code == 1 and names:
+                return MergeOutcome(False, f"merging {branch} into {main} conflicts in "
+                                           f"{listing(sorted(set(names)))}; {main} is unchanged "
+                                           f"and {branch} is kept")
+            reason = (err.strip() or "no detail").splitlines()
+            return MergeOutcome(False, f"merging {branch} into {main} failed "
+                                       f"({' '.join(reason[-3:])}); {main} is unchanged and "
+                                       f"{branch} is kept")
+        merge = self._text([*self._identity_args(), "commit-tree", tree, "-p", before,
+                            "-p", tip, "-m", message],
+                           what=f"Cannot write the merge of {branch} into {main}")
+        on_main = self.current_branch() == main
+        if on_main and (waiting := self._in_the_way(before, merge)):
+            return MergeOutcome(False, f"the merge of {branch} into {main} waits: your "
+                                       f"checkout has changes to {listing(waiting)}, which "
+                                       "the merge changes too; commit or stash them and it "
+                                       "goes on", waiting=waiting)
+        if on_main:
+            code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
+            if code != 0:
+                files = [line.split("'")[1] for line in err.splitlines() if line.count("'") >= 2]
+                return MergeOutcome(False, f"the merge of {branch} into {main} waits: "
+                                           f"{err.strip().splitlines()[0]}",
+                                    waiting=files or ["(see the log)"])
+        code, _, err = self._run(["update-ref", "-m", f"anima: {message}", f"refs/heads/{main}",
+                                  merge, before], check=False)
+        if code != 0:  # main moved meanwhile: put the checkout back, try again later
+            if on_main:
+                self._run(["read-tree", "-m", "-u", merge, before], check=False)
+            return MergeOutcome(False, f"{main} moved while {branch} was merged into it "
+                                       f"({err.strip()}); the merge is tried again")
+        return MergeOutcome(True, f"merged {branch} into {main} as {short_hash(merge)}")
 
-
-    def _merge(self, branch: str, message: str) -> tuple[int, bytes, str]:
-        return self._run(
-            [
-                *self._identity_args(),
-                "merge",
-                "--no-ff",
-                "--no-edit",
-                "--no-verify",
-                "-m",
-                message,
-                f"refs/heads/{branch}",
-            ],
-            check=False,
-        )
-
-
-    def settle_interrupted_merge(self, main_branches: set[str]) -> str | None:
-        """A `git merge` that died with Anima (its stdout pipe closes: SIGPIPE) leaves MERGE_HEAD.
-
-        If the merge commit was made, only the bookkeeping is left: `merge --quit` forgets it.
-        A merge into a main branch that was not committed is Anima's own (`merge_on_complete`;
-        the Developer never works on main): `merge --abort`, and the completion redoes it. A
-        merge on a milestone branch is the Developer's unfinished work: left to its clean-up.
-        """
-        if not os.path.lexists(self.git_dir / "MERGE_HEAD"):
-            return None
-        if self._run(["merge-base", "--is-ancestor", "MERGE_HEAD", "HEAD"], check=False)[0] == 0:
-            self._run(["merge", "--quit"], check=False)
-            return "a merge committed by the previous run had left its state behind: cleared it"
-        if (branch := self.current_branch()) in main_branches:
-            self._run(["merge", "--abort"], check=False)
-            return f"an unfinished merge into {branch} was aborted (the completion redoes it)"
-        return None
-
-
-    def _merge_failed(self, branch: str, main: str, out: bytes, err: str) -> MergeOutcome:
-        _, names, _ = self._run(["diff", "--name-only", "-z", "--diff-filter=U"], check=False)
-        conflicts = [os.fsdecode(p) for p in names.split(b"\0") if p]
-        if os.path.lexists(self.git_dir / "MERGE_HEAD"):
-            self._run(
-                ["merge", "--abort"],
-                what=f"Merging {branch} into {main} failed and could not be aborted in {self.root}",
-            )
-        if conflicts:
-            detail = (
-                f"merging {branch} into {main} conflicts in {listing(conflicts)}; the merge "
-                f"was aborted, {main} is unchanged and {branch} is kept"
-            )
-        else:
-            reason = (err.strip() or out.decode(errors="replace").strip()).splitlines()
-            detail = (
-                f"merging {branch} into {main} failed ({' '.join(reason[-3:]) or 'no detail'}); "
-                f"{main} is unchanged and {branch} is kept"
-            )
-        return MergeOutcome(False, detail)
+    def _in_the_way(self, before: str, merge: str) -> list[str]:
+        """The human's changed or untracked files that the merge would change, unless the
+        file already reads as the merge has it (a kill right after the checkout followed)."""
+        touched = set(self.changed_files_between(before, merge))
+        in_the_way = []
+        for path in (p for p in self.dirty_paths() if p in touched):
+            code, blob, _ = self._run(["cat-file", "blob", f"{merge}:{path}"], check=False)
+            file = self.root / path
+            if not (code == 0 and file.is_file() and not file.is_symlink()
+                    and file.read_bytes() == blob):
+                in_the_way.append(path)
+        return in_the_way

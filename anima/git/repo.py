@@ -29,8 +29,6 @@ from anima.errors import GitError
 from anima.git_options import NO_AGENT_CODE
 
 ANIMA_DIR = ".anima"
-#: Where `switch` keeps a copy of the human's files it must step aside for a moment.
-KEPT_DIR = ".anima/.kept"
 _ANIMA_PREFIX = ".anima/"
 _MEMORY_PREFIX = ".anima/memory/"
 _DEFINITION_FILES = frozenset({".anima/soul.md", ".anima/config.json", ".anima/.gitignore"})

@@ -16,8 +16,8 @@ from anima.git import GitRepo
 from anima.loop.completion import begin_completion, finish_completed
 from anima.loop.limits import LIMITS
 from anima.loop.phases import RESTING_PHASE, check_transition
-from anima.loop.recovery import return_to_main
 from anima.loop.state import reconcile_state
+from anima.loop.worktree import remove_worktree
 from anima.phases import Phase
 from anima.store.models import HumanNote, MilestoneRecord, MilestoneStatus, now
 from anima.store.store import Store
@@ -108,15 +108,13 @@ def approve(store: Store, repo: GitRepo, config: Config, milestone_id: str,
 
 def abort(store: Store, repo: GitRepo, config: Config, milestone_id: str,
           bus: EventBus | None = None) -> MilestoneRecord:
-    """paused / awaiting_review / pending / failed → cancelled. The tree goes back to main
-    first (its changes to a named stash); the branch is kept for the human."""
+    """paused / awaiting_review / pending / failed → cancelled. Its worktree goes (changes
+    left in it to a named stash); the branch is kept for the human."""
     record = store.load_record(milestone_id)
     _require(record, Phase.CANCELLED, MilestoneStatus.PAUSED, MilestoneStatus.AWAITING_REVIEW,
              MilestoneStatus.PENDING, MilestoneStatus.FAILED)
     lines: list[str] = []
-    if record.branch_name is not None:  # a milestone that never started left the tree alone
-        main = record.main_branch or repo.main_branch(config.main_branch)
-        return_to_main(record, repo, main, lines.append)
+    remove_worktree(repo, store.paths, record, lines.append, "it was cancelled")
     record.status = MilestoneStatus.CANCELLED
     record.phase = Phase.CANCELLED
     record.interrupted = False

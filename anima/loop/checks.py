@@ -22,6 +22,7 @@ import shlex
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,10 @@ TAIL_LINE_CHARS = 300
 _KEEP_BYTES = 64 * 1024  # of the output, from the end; a chatty suite never fills memory
 _POLL = 0.1
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+#: Wraps a command line in a sandbox: the confined argv, and variables for its environment.
+Confine = Callable[[list[str]], tuple[list[str], dict[str, str]]]
 
 
 class CheckCancelled(Exception):
@@ -94,14 +99,21 @@ def tail_of(raw: bytes, lines: int = TAIL_LINES) -> str:
 
 
 def run_check(command: str | list[str], cwd: Path, *, timeout: float, marker: str,
-              cancel: threading.Event | None = None) -> CheckResult:
+              cancel: threading.Event | None = None, confine: Confine | None = None
+              ) -> CheckResult:
     """Run the check to its end, its timeout or `cancel`; raise CheckCancelled on the last.
-    `marker` (`procfs.agent_marker`) marks every process it starts."""
+    `marker` (`procfs.agent_marker`) marks every process it starts; `confine` wraps it in the
+    milestone's sandbox (it runs code the Developer wrote)."""
     shown = display(command)
     started = time.monotonic()
+    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    env = check_environment(marker)
+    if confine is not None:
+        argv, extra = confine(argv)
+        env.update(extra)
     try:
         proc = subprocess.Popen(
-            command, shell=isinstance(command, str), cwd=cwd, env=check_environment(marker),
+            argv, cwd=cwd, env=env,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             start_new_session=True)
     except OSError as e:  # argv form: missing or not executable

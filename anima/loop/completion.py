@@ -3,22 +3,30 @@
 `begin_completion` puts the completion and the intent to merge (`merge.state: pending`) on the
 record, which the caller writes in the same atomic write as `completed` (and, from the loop, the
 final round): a final acceptance is recorded exactly once, and a kill before, during or after
-`git merge` leaves a record that says a merge is owed. `finish_completed` carries it out, and
+the merge leaves a record that says a merge is owed. `finish_completed` carries it out, and
 the next start calls it again for a merge still pending: merging is idempotent (a branch main
 already holds is "already merged"), and anything that stops it is recorded as the reason.
+Only the tip a final acceptance judged is merged, whatever a record says.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from anima.config import Config
 from anima.errors import AnimaError
 from anima.events import EventBus, LogLine, MilestoneChanged, Notice
 from anima.git import GitRepo
-from anima.loop.recovery import stash_changes
+from anima.git.merge import MergeOutcome
 from anima.loop.state import reconcile_state
-from anima.store.models import MergeInfo, MergeState, MilestoneRecord, MilestoneStatus, now
+from anima.loop.worktree import remove_worktree
+from anima.store.models import (
+    MergeInfo,
+    MergeState,
+    MilestoneRecord,
+    MilestoneStatus,
+    RoundKind,
+    Verdict,
+    now,
+)
 from anima.store.store import Store
 
 
@@ -40,19 +48,31 @@ def merge_pending(record: MilestoneRecord) -> bool:
 
 def finish_completed(record: MilestoneRecord, store: Store, repo: GitRepo, config: Config,
                      bus: EventBus) -> None:
-    """Do the pending merge (or just return to main), record the outcome, tell everyone."""
+    """Do the pending merge into main (`repo` is the human's checkout), record the outcome,
+    tell everyone; once nothing is owed, the milestone's worktree goes. A merge that waits for
+    the human's files stays pending, and is tried again (`retry_waiting`)."""
     def log(text: str) -> None:
         bus.publish(LogLine(record.id, text))
 
     if merge_pending(record):
-        record.merge = _merge(record, repo, config, log)
-        log(("merged: " if record.merge.merged else "not merged: ") + record.merge.detail)
-    elif record.main_branch:
-        try:
-            repo.switch(record.main_branch)
-        except AnimaError as e:
-            log(f"could not return to {record.main_branch}: {e}")
+        assert record.merge is not None
+        before = record.merge.detail
+        outcome = _merge(record, repo, config)
+        if outcome.waiting:
+            record.merge.detail = outcome.detail
+            if outcome.detail != before:
+                log(outcome.detail)
+                store.save_record(record)
+                bus.publish(MilestoneChanged(record.model_copy(deep=True)))
+                bus.publish(Notice(record.id, "merge_waiting", f"{record.title}: "
+                                   f"{outcome.detail}"))
+            return
+        record.merge = MergeInfo(state=MergeState.MERGED if outcome.merged else MergeState.FAILED,
+                                 merged=outcome.merged, detail=outcome.detail, at=now())
+        log(("merged: " if outcome.merged else "not merged: ") + outcome.detail)
     store.save_record(record)
+    remove_worktree(repo, store.paths, record, log, "the milestone is completed")
+    store.save_record(record)  # a stash of what was left uncommitted is noted in it
     reconcile_state(store, store.load_records())
     bus.publish(MilestoneChanged(record.model_copy(deep=True)))
     merged = record.merge is None or record.merge.merged
@@ -61,29 +81,29 @@ def finish_completed(record: MilestoneRecord, store: Store, repo: GitRepo, confi
                           if record.merge else "")))
 
 
-def _merge(record: MilestoneRecord, repo: GitRepo, config: Config,
-           log: Callable[[str], None]) -> MergeInfo:
+def _merge(record: MilestoneRecord, repo: GitRepo, config: Config) -> MergeOutcome:
     branch, main = record.branch_name or "", record.main_branch or ""
     if not config.merge_on_complete:
-        return MergeInfo(state=MergeState.FAILED, at=now(),
-                         detail=f"merge_on_complete is off: {main} is unchanged and {branch} "
-                                "is kept")
+        return MergeOutcome(False, f"merge_on_complete is off: {main} is unchanged and "
+                                   f"{branch} is kept")
+    if (unaccepted := _not_finally_accepted(record, repo)) is not None:
+        return MergeOutcome(False, f"{unaccepted}; {main} is unchanged and {branch} is kept")
     try:
-        if repo.dirty_paths():  # never reviewed, so never merged; kept in a named stash
-            stash_changes(record, repo, log, "uncommitted changes found before merging "
-                                             f"{branch} into {main}")
-        outcome = repo.merge_branch(branch, main, f"Merge {branch}: {record.title}")
+        return repo.merge_branch(branch, main, f"Merge {branch}: {record.title}")
     except AnimaError as e:
-        with_main = _back_on(repo, main)
-        return MergeInfo(state=MergeState.FAILED, at=now(),
-                         detail=f"merging {branch} into {main} failed: {e}; {with_main}")
-    return MergeInfo(state=MergeState.MERGED if outcome.merged else MergeState.FAILED,
-                     merged=outcome.merged, detail=outcome.detail, at=now())
+        return MergeOutcome(False, f"merging {branch} into {main} failed: {e}; {main} is "
+                                   f"unchanged and {branch} is kept")
 
 
-def _back_on(repo: GitRepo, main: str) -> str:
-    try:
-        repo.switch(main)
-    except AnimaError as e:
-        return f"could not return to {main} either ({e})"
-    return f"the tree is back on {main}; the branch is kept"
+def _not_finally_accepted(record: MilestoneRecord, repo: GitRepo) -> str | None:
+    """main receives only what a final acceptance judged: the branch's tip must be the
+    commit of the record's last accepted final round. Why not, or None."""
+    final = next((it for it in reversed(record.iterations) if it.kind is RoundKind.FINAL
+                  and it.verdict is Verdict.ACCEPTED), None)
+    tip = repo.resolve(f"refs/heads/{record.branch_name}") if record.branch_name else None
+    if final is None or final.commit is None:
+        return "no final acceptance is on record"
+    if tip != final.commit:
+        return (f"{record.branch_name} is at {(tip or 'nothing')[:7]}, not at "
+                f"{final.commit[:7]}, the commit its final acceptance judged")
+    return None

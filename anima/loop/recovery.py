@@ -10,8 +10,8 @@ dead Anima leaves *outside* its records:
   anything (`reap_leftover_agents`);
 - a stale `.git/index.lock`, temp files of interrupted atomic writes, a torn last line in a
   log or transcript (`recover_project`);
-- an interrupted milestone: the wrong branch checked out, a dirty tree the Developer left
-  mid-round (`recover_milestone`, the M4 seed's "重启恢复" steps 2–4).
+- an interrupted milestone: the wrong branch checked out in its worktree, a dirty tree the
+  Developer left mid-round (`recover_milestone`, the M4 seed's "重启恢复" steps 2–4).
 
 Nothing here discards work: a tree that stays dirty after the Developer's clean-up turn is
 stashed under a recorded name.
@@ -35,7 +35,7 @@ from anima.errors import AgentCrashed, TurnTimeout
 from anima.git import GitRepo
 from anima.git.locks import clear_stale_locks, wait_for_git
 from anima.paths import ProjectPaths
-from anima.store.models import MilestoneRecord, MilestoneStatus, now
+from anima.store.models import MilestoneRecord, now
 from anima.text.prompts import render
 
 # A temp file of an atomic write older than this belongs to a dead writer.
@@ -58,7 +58,7 @@ def is_our_agent(pid: int, root: Path, session_id: str) -> bool:
         return False
     if "stream-json" not in argv:
         return False
-    return procfs.cwd(pid) == os.path.realpath(root)
+    return procfs.in_tree(pid, root)  # the project, or one of its milestones' worktrees
 
 
 # --------------------------------------------------------------------------- the registry
@@ -247,12 +247,10 @@ def recover_project(paths: ProjectPaths, registry: AgentRegistry,
     if still := wait_for_git(paths.root, _GIT_WAIT):
         lines.append(f"git still busy in the project after {_GIT_WAIT:g}s (pids "
                      f"{', '.join(map(str, still))}); going on")
-    lines += [f"removed a stale .git/{lock} left by a git command killed with the previous run"
-              for lock in clear_stale_locks(paths.root, repo.git_dir)]
-    mains = {r.main_branch for r in records if r.main_branch} or {"main", "master"}
-    if (note := repo.settle_interrupted_merge(mains)) is not None:
-        lines.append(note)
-    lines += _definitions_left_on_branches(paths, records, repo)
+    for git_dir in [repo.git_dir, *sorted((repo.git_dir / "worktrees").glob("*"))]:
+        lines += [f"removed a stale {git_dir.relative_to(paths.root)}/{lock} left by a git "
+                  "command killed with the previous run"
+                  for lock in clear_stale_locks(paths.root, git_dir)]
     for tmp in remove_stale_temps(paths):
         lines.append(f"removed {tmp.name}, left by an interrupted write")
     torn = [*paths.logs.glob("*.log"), *(paths.anima / "transcripts").glob("*/events.jsonl")] \
@@ -260,25 +258,6 @@ def recover_project(paths: ProjectPaths, registry: AgentRegistry,
     for path in torn:
         if repair_torn_tail(path):
             lines.append(f"cut a half-written last line from {path.relative_to(paths.root)}")
-    return lines
-
-
-def _definitions_left_on_branches(paths: ProjectPaths, records: list[MilestoneRecord],
-                                  repo: GitRepo) -> list[str]:
-    """A kill while an agent had switched the tree away from the milestone branch (to main)
-    leaves the running milestone's `.md`, committed on its branch, out of the tree: without it
-    the milestone is never continued. It comes back from the branch (where Anima keeps the
-    human's version), and recovery then returns to the branch."""
-    lines = []
-    for rec in records:
-        md = paths.milestone_md(rec.id)
-        if rec.status is not MilestoneStatus.IN_PROGRESS or not rec.branch_name or md.exists():
-            continue
-        rel = md.relative_to(paths.root).as_posix()
-        if (content := repo.file_at(rec.branch_name, rel)) is not None:
-            write_text_atomic(md, content.decode("utf-8", "replace"))
-            lines.append(f"put back {rel} from {rec.branch_name}: the tree was left on "
-                         f"{repo.current_branch() or 'a detached HEAD'} by a kill")
     return lines
 
 
@@ -334,18 +313,6 @@ def recover_milestone(record: MilestoneRecord, repo: GitRepo, *,
             stash_changes(record, repo, log, "the tree was still dirty after the clean-up turn")
         history = repo.oneline_log(record.base_commit or "", branch)
     return history
-
-
-def return_to_main(record: MilestoneRecord, repo: GitRepo, main: str,
-                   log: Callable[[str], None]) -> None:
-    """Put the tree back on `main` (an abort, a failure); changes in it go to a named stash
-    first, noted in the record, so nothing is lost and nothing is carried over."""
-    if repo.current_branch() == main:
-        return
-    if repo.dirty_paths():
-        stash_changes(record, repo, log, f"changes found when returning to {main}")
-    repo.switch(main)
-    log(f"the tree is back on {main}; {record.branch_name or 'the branch'} is kept")
 
 
 def stash_changes(record: MilestoneRecord, repo: GitRepo, log: Callable[[str], None],

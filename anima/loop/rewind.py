@@ -50,9 +50,11 @@ def continue_from_round(store: Store, repo: GitRepo, config: Config, milestone_i
                               f"{record.branch_name} any more; nothing was changed")
         kept_under = f"{DROPPED_REFS}/{milestone_id}/{len(record.notes) + 1}"
         if head != target:
-            repo.ensure_clean()  # the reset must not take a human's edits with it
+            worktree = store.paths.worktree(milestone_id)
+            tree = GitRepo.open(worktree) if (worktree / ".git").exists() else repo
+            tree.ensure_clean()  # the reset must not take uncommitted edits with it
             repo.keep_ref(kept_under, head)
-            repo.reset_branch(record.branch_name, target)
+            tree.reset_branch(record.branch_name, target)
         for feature in record.features:
             kept = [c for c in feature.commits if repo.is_ancestor(c, target)]
             if kept != feature.commits:

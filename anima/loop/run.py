@@ -18,7 +18,7 @@ from pathlib import Path
 from anima import procfs
 from anima.agents.dialect import Dialect
 from anima.config import Config
-from anima.errors import AgentCrashed, AnimaError, ProjectError, TurnTimeout
+from anima.errors import AgentCrashed, ProjectError, TurnTimeout
 from anima.events import (
     ACCEPTOR,
     DEVELOPER,
@@ -36,13 +36,15 @@ from anima.guard import TurnGuard
 from anima.loop.branch import BranchKeeper
 from anima.loop.checks import CheckCancelled, display, run_check
 from anima.loop.completion import begin_completion, finish_completed
+from anima.loop.confinement import MilestoneSandbox
 from anima.loop.fault_policy import AgentFault, NotLoggedIn
 from anima.loop.ledger import Ledger
 from anima.loop.limits import LIMITS, REJECTIONS
 from anima.loop.phases import STATUS_OF, TRANSITIONS, check_transition
-from anima.loop.recovery import recover_milestone, return_to_main
+from anima.loop.recovery import recover_milestone
 from anima.loop.seats import AgentFactory, RunControl, Seats, Stopped
 from anima.loop.state import reconcile_state, write_state
+from anima.loop.worktree import MilestoneWorktree
 from anima.phases import RUNNING, Phase
 from anima.store.models import (
     CheckRun,
@@ -69,9 +71,10 @@ from anima.text.summarizer import Summarizer
 log = logging.getLogger(__name__)
 
 
-class _ChecksCannotStart(Exception):
-    """Internal: `check_command` cannot run at all (a configuration error, not the
-    Developer's fault): pause without recording the round, which is redone on resume."""
+class _ConfigurationProblem(Exception):
+    """Internal: `check_command` cannot run at all, or `worktree_setup_command` failed (a
+    configuration error, not the Developer's fault): pause without recording the round,
+    which is redone on resume."""
 
 
 class MilestoneRun:
@@ -79,10 +82,14 @@ class MilestoneRun:
 
     def __init__(self, *, record: MilestoneRecord, store: Store, repo: GitRepo, config: Config,
                  prompts: PromptBuilder, agents: AgentFactory, bus: EventBus,
-                 summarizer: Summarizer, control: RunControl, dialect: Dialect) -> None:
+                 summarizer: Summarizer, control: RunControl, dialect: Dialect,
+                 sandbox: MilestoneSandbox | None = None) -> None:
         self.record = record
         self.store = store
-        self.repo = repo
+        #: The human's checkout, never switched; `repo` becomes the milestone's worktree.
+        self.project = self.repo = repo
+        self.worktree = MilestoneWorktree(repo, store.paths, record.id, config, self._log)
+        self.sandbox = sandbox or MilestoneSandbox.off()
         self.config = config
         self.prompts = prompts
         self.make_agent = agents
@@ -141,7 +148,7 @@ class MilestoneRun:
             self._save()
             self._log(f"stopped during {self.phase}: {why}")
             return self.phase
-        except (_ChecksCannotStart, AgentFault) as e:  # not the agent's doing
+        except (_ConfigurationProblem, AgentFault) as e:  # not the agent's doing
             phase = self.pause_now(str(e))
             if isinstance(e, NotLoggedIn):  # this machine's set-up: an error, shown as one
                 self.bus.publish(EngineError(str(e)))
@@ -183,8 +190,10 @@ class MilestoneRun:
         if rec.status is MilestoneStatus.PENDING or rec.base_commit is None:
             self._start_branch()
         else:
+            self._enter_worktree()
             self.branch.after_restart()
             self._recover()
+        self._setup_worktree()
         # Set while the loop runs; cleared when it leaves for a human (pause, review,
         # completion). Any other ending — a kill, a shutdown — resumes with recovery context.
         rec.interrupted = True
@@ -192,18 +201,42 @@ class MilestoneRun:
         self._save()
 
     def _start_branch(self) -> None:
-        """Create `milestone/<id>` from main. Also finishes a start cut short by a kill
-        (status in_progress, no base commit yet): the branch is reused if it exists."""
+        """Create `milestone/<id>` from main in the milestone's own worktree. Also finishes a
+        start cut short by a kill (status in_progress, no base commit yet): the branch and
+        the worktree are reused if they exist."""
         rec = self.record
-        self.repo.ensure_clean()
-        main = self.repo.main_branch(self.config.main_branch)
-        self.enter(Phase.STARTING, f"creating milestone/{rec.id} from {main}")
+        main = self.project.main_branch(self.config.main_branch)
+        self.enter(Phase.STARTING, f"creating milestone/{rec.id} from {main} in its worktree")
         rec.branch_name = f"milestone/{rec.id}"
         rec.main_branch = main
-        rec.main_head = self.repo.branch_head(main)
-        rec.base_commit = self.repo.start_milestone_branch(rec.branch_name, main)
+        rec.main_head = self.project.branch_head(main)
+        rec.base_commit = self._enter_worktree()
         rec.started_at = rec.started_at or now()
-        self._log(f"branch {rec.branch_name} at {rec.base_commit[:7]}")
+        self._log(f"branch {rec.branch_name} at {rec.base_commit[:7]}, in "
+                  f"{self.repo.root.relative_to(self.project.root)}")
+
+    def _enter_worktree(self) -> str:
+        """From here on every git command, agent and check of the milestone works in its
+        worktree (made, or re-attached after a crash); returns the base commit."""
+        rec = self.record
+        assert rec.branch_name and rec.main_branch
+        self.repo = self.worktree.open(rec.branch_name, rec.main_branch)
+        self.branch.repo = self._guard.repo = self.repo
+        self.seats.root = self.repo.root
+        return self.worktree.base
+
+    def _setup_worktree(self) -> None:
+        """`worktree_setup_command`, once in a new worktree, before the first Developer turn;
+        failing or not starting, the milestone pauses as a configuration error."""
+        try:
+            result = self.worktree.setup(self.control.stop, self.sandbox.confine("setup"))
+        except CheckCancelled as e:
+            raise Stopped from e
+        if result is not None and not result.passed:
+            raise _ConfigurationProblem(
+                f"worktree_setup_command {result.outcome} in "
+                f"{self.worktree.path.relative_to(self.project.root)}; fix it in "
+                ".anima/config.json (or the project), then resume")
 
     def _recover(self) -> None:
         """Continue an in_progress milestone: right branch, clean tree, recovery context for
@@ -302,8 +335,9 @@ class MilestoneRun:
         snapshot = self.branch.snapshot("the checks")
         try:
             result = run_check(command, self.repo.root, timeout=timeout, cancel=self.control.stop,
-                               marker=procfs.agent_marker(self.repo.root, self.record.id,
-                                                          "checks"))
+                               marker=procfs.agent_marker(self.project.root, self.record.id,
+                                                          "checks"),
+                               confine=self.sandbox.confine("checks"))
         except CheckCancelled as e:
             raise Stopped from e
         finally:
@@ -313,7 +347,7 @@ class MilestoneRun:
         self._log(f"checks: `{shown}` {result.outcome}"
                   + ("" if result.passed or not result.tail else "\n" + result.tail))
         if result.error is not None:
-            raise _ChecksCannotStart(f"checks could not start: {result.error}; fix "
+            raise _ConfigurationProblem(f"checks could not start: {result.error}; fix "
                                      "check_command in .anima/config.json, then resume")
         claim = None if result.passed else report.claimed_tests_passed()
         rnd.check = check = CheckRun(
@@ -423,8 +457,8 @@ class MilestoneRun:
 
     def _fail(self, error: Exception) -> Phase:
         """`failed`, with the error in the record, the log (with its traceback in
-        .anima/logs/anima.log) and the window; the tree goes back to main so the next
-        milestone can start. `anima resume` retries it (recovery, then the next round)."""
+        .anima/logs/anima.log) and the window; its worktree stays as it is. `anima resume`
+        retries it (recovery, then the next round)."""
         rec = self.record
         log.error("milestone %s failed during %s", rec.id, self.phase, exc_info=error)
         text = redact(f"{type(error).__name__}: {error}")
@@ -433,13 +467,6 @@ class MilestoneRun:
         rec.notes.append(f"failed during {self.phase}: {text}")
         self.enter(Phase.FAILED, f"unexpected error: {text}")
         self._log("details in .anima/logs/anima.log; `anima resume` retries the milestone")
-        if rec.main_branch is not None:
-            self.seats.stop_all()  # no agent may write in the tree while it is put away
-            try:
-                return_to_main(rec, self.repo, rec.main_branch, self._log)
-                self._save()
-            except AnimaError as e:
-                self._log(f"could not return the tree to {rec.main_branch}: {e}")
         reconcile_state(self.store, self.store.load_records())
         self.bus.publish(Notice(rec.id, "failed", f"{rec.title} failed: {text}"))
         return self.phase
@@ -457,7 +484,7 @@ class MilestoneRun:
             return self.phase
         begin_completion(rec, self.config)
         self.enter(Phase.COMPLETED, "final acceptance passed")
-        finish_completed(rec, self.store, self.repo, self.config, self.bus)
+        finish_completed(rec, self.store, self.project, self.config, self.bus)
         return self.phase
 
     def _turn(self, role: str, prompt: str) -> str:

@@ -7,6 +7,7 @@ import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 from anima.errors import AgentNotFound
 
@@ -21,6 +22,15 @@ class ClaudeBinary:
 
     argv: list[str]
     version: str
+
+    def install_paths(self) -> tuple[Path, ...]:
+        """What a sandbox must keep visible to run it: the folders of the files its command
+        names, and their real locations (npm links `.bin/claude` into its package)."""
+        found: list[Path] = []
+        for word in self.argv:
+            if os.path.isabs(word) and os.path.exists(word):
+                found += [Path(word).parent, Path(os.path.realpath(word)).parent]
+        return tuple(dict.fromkeys(found))
 
 
 def _probe(command: str, source: str) -> tuple[ClaudeBinary | None, str]:

@@ -1,0 +1,218 @@
+"""Copy the files a project lists in `.worktreeinclude` into a new worktree.
+
+`git worktree add` checks out what git tracks; the files git ignores but a project needs in
+every tree (`.env`, local config) are not there. `.worktreeinclude` at the repository root
+lists them in `.gitignore` syntax (the convention Claude Code, Conductor, Codex and
+git-worktreeinclude share). A path is copied when it matches the list AND git ignores it in
+the source checkout, so a tracked file, or an untracked one git does not ignore, is never
+duplicated.
+
+One git call finds the candidates: `git ls-files --others --ignored --exclude-standard -z`.
+Without `--directory` git names every ignored file on its own (an ignored folder is not
+collapsed to `config/local/`, which would leave its files to a walk of our own), does not
+follow symlinks, does not descend into nested repositories (those come back as one `dir/`
+entry, skipped here) and leaves FIFOs out. Everything is then opened without following a
+symlink at any step, on both sides: only regular files are copied (with their permission
+bits), and an existing file in the target is never overwritten.
+
+What is copied is often a secret: nothing of a file's content is ever logged, only its path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pathspec
+
+from anima.errors import GitError
+from anima.git.repo import is_under_anima
+from anima.git_options import NO_AGENT_CODE
+
+log = logging.getLogger(__name__)
+
+#: The list, at the repository root.
+INCLUDE_FILE = ".worktreeinclude"
+
+#: Every untracked file git ignores, one by one (see the module's docstring).
+LS_IGNORED = ("ls-files", "--others", "--ignored", "--exclude-standard", "-z")
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO swapped in after the lstat opens at once (and is refused by the fstat).
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEVER_PARTS = frozenset({"", ".", "..", ".git"})
+# A step of the target path that is a symlink, a file, or already the file itself.
+_IN_THE_WAY = frozenset({errno.EEXIST, errno.ELOOP, errno.ENOTDIR, errno.EISDIR})
+
+
+def copy_included(source: Path, target: Path) -> list[str]:
+    """Copy into `target` (a new worktree) the files of `source` (the top folder of a
+    checkout of the same repository) that `.worktreeinclude` lists and git ignores; return
+    their repository-relative paths, sorted.
+
+    No `.worktreeinclude` (or one that is not a regular file) copies nothing. Nothing under
+    `.git`, `.anima/` or a nested repository is copied; nor a symlink, a FIFO or a device, nor
+    a file reached through a symlinked folder; a file that already exists in `target` is
+    kept. A path that cannot be read is skipped; GitError when git cannot list the ignored
+    files; an OSError writing into `target` (a full disk) is raised, the half-written file
+    removed.
+    """
+    source, target = Path(source), Path(target)
+    for folder in (source, target):
+        if not folder.is_dir():
+            raise GitError(f"{folder} does not exist or is not a folder")
+    spec = _read_spec(source)
+    if spec is None:
+        return []
+    wanted = sorted(p for p in _ignored_files(source) if _copyable(p) and spec.match_file(p))
+    if not wanted:
+        return []
+    copied: list[str] = []
+    src, dst = _Folders(source), _Folders(target)
+    try:
+        for rel in wanted:
+            if _copy_one(src, dst, rel):
+                copied.append(rel)
+    finally:
+        src.close()
+        dst.close()
+    if copied:
+        log.info("Copied %d file(s) listed in %s into %s: %s", len(copied), INCLUDE_FILE,
+                 target, ", ".join(copied))
+    return copied
+
+
+def _read_spec(source: Path) -> pathspec.GitIgnoreSpec | None:
+    """The compiled list, or None when there is none or nothing in it can match."""
+    path = source / INCLUDE_FILE
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            log.info("%s is not a regular file; nothing is copied into worktrees", path)
+            return None
+        fd = os.open(path, _READ_FLAGS)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("Cannot read %s (%s); nothing is copied into worktrees", path, exc.strerror)
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped after the lstat
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read()
+    # Like git: bytes as the file system names them, a UTF-8 BOM skipped, lines split at \n
+    # with one trailing \r dropped. A line git would not accept is left out on its own.
+    text = os.fsdecode(data).removeprefix("\ufeff")
+    lines: list[str] = []
+    for line in text.split("\n"):
+        line = line.removesuffix("\r")
+        try:
+            pathspec.GitIgnoreSpec.from_lines([line])
+        except ValueError:
+            log.info("%s: ignoring the line %r, which is not a valid pattern", path, line)
+            continue
+        lines.append(line)
+    spec = pathspec.GitIgnoreSpec.from_lines(lines)
+    if not any(p.include for p in spec.patterns):  # only comments, blanks or negations
+        return None
+    return spec
+
+
+def _ignored_files(source: Path) -> list[str]:
+    """Every untracked file git ignores in `source`, relative to it."""
+    try:
+        done = subprocess.run(["git", *NO_AGENT_CODE, *LS_IGNORED], cwd=source,
+                              stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    except FileNotFoundError:
+        raise GitError("git is not installed or not on PATH") from None
+    if done.returncode != 0:
+        detail = done.stderr.decode(errors="replace").strip()
+        raise GitError(f"Cannot list the files git ignores in {source}: {detail}")
+    return [os.fsdecode(p) for p in done.stdout.split(b"\0") if p]
+
+
+def _copyable(rel: str) -> bool:
+    """Not a nested repository (`dir/`), nothing of Anima's, nothing inside a `.git`."""
+    if rel.endswith("/") or is_under_anima(rel):
+        return False
+    return not any(part in _NEVER_PARTS for part in rel.split("/"))
+
+
+class _Folders:
+    """The folders of one tree, each opened from its parent without following a symlink, so
+    nothing is ever read or written through a symlinked folder."""
+
+    def __init__(self, root: Path) -> None:
+        self._fds = {"": os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)}
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def get(self, rel: str, like: _Folders | None = None) -> int:
+        """The descriptor of folder `rel` ("" for the root). With `like`, a missing folder
+        is made with the permission bits of `like`'s folder at the same path (a private
+        `secrets/` stays private). OSError when a step is missing, a symlink or a file."""
+        fd = self._fds.get(rel)
+        if fd is not None:
+            return fd
+        parent_rel, _, name = rel.rpartition("/")
+        parent = self.get(parent_rel, like)
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if like is None:
+                raise
+            mode = (stat.S_IMODE(os.fstat(like.get(rel)).st_mode) & 0o777) | 0o700
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, mode, dir_fd=parent)
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+        self._fds[rel] = fd
+        return fd
+
+
+def _copy_one(src: _Folders, dst: _Folders, rel: str) -> bool:
+    """Copy one regular file; False when it is not one, cannot be read, or the target
+    already has something at its path."""
+    folder, _, name = rel.rpartition("/")
+    try:
+        src_dir = src.get(folder)
+        if not stat.S_ISREG(os.stat(name, dir_fd=src_dir, follow_symlinks=False).st_mode):
+            log.info("%s is not a regular file; not copied", rel)
+            return False
+        fd = os.open(name, _READ_FLAGS, dir_fd=src_dir)
+    except OSError as exc:
+        log.info("%s is not copied: %s", rel, exc.strerror)
+        return False
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # swapped after the lstat
+        os.close(fd)
+        return False
+    with os.fdopen(fd, "rb") as fin:
+        try:
+            dst_dir = dst.get(folder, like=src)
+            out = os.open(name, _CREATE_FLAGS, 0o600, dir_fd=dst_dir)
+        except OSError as exc:
+            if exc.errno not in _IN_THE_WAY:
+                raise
+            log.info("%s is already in the worktree (or something is in its way); kept", rel)
+            return False
+        try:
+            with os.fdopen(out, "wb") as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+                fout.flush()
+                os.fchmod(fout.fileno(), stat.S_IMODE(st.st_mode) & 0o777)
+                os.utime(fout.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dst_dir)
+            raise
+    return True

@@ -1,0 +1,86 @@
+"""One git worktree per milestone: created when it starts, re-attached after a crash, removed
+when it ends. The human's own checkout is never switched, stashed or cleaned by Anima; each
+milestone's agents, checks and git commands work in `.anima/worktrees/<id>` instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from anima.errors import GitError
+from anima.git.repo import RepoBase
+
+
+@dataclass(frozen=True)
+class Worktree:
+    """One entry of `git worktree list`: where it is, and its branch (None: detached)."""
+
+    path: Path
+    branch: str | None
+    prunable: bool
+
+
+class Worktrees(RepoBase):
+    """The worktrees of the project's repository (call on the human's checkout)."""
+
+    def worktrees(self) -> list[Worktree]:
+        """Every linked worktree (not the main checkout), in one call."""
+        _, out, _ = self._run(["worktree", "list", "--porcelain", "-z"], check=False)
+        found: list[Worktree] = []
+        for block in os.fsdecode(out).split("\0\0"):
+            fields = dict(line.partition(" ")[::2] for line in block.split("\0") if line)
+            if "worktree" not in fields:
+                continue
+            path = Path(fields["worktree"])
+            if path == self.root:
+                continue
+            branch = fields.get("branch", "").removeprefix("refs/heads/") or None
+            found.append(Worktree(path, branch, "prunable" in fields))
+        return found
+
+    def add_worktree(self, path: Path, branch: str, main: str) -> str:
+        """Check `branch` out at `path`, creating it from `main`'s tip when it is missing;
+        return the milestone's base commit.
+
+        A restart finds what a kill left: a worktree already on `branch` is kept as it is (it
+        may hold the Developer's uncommitted work); a registration whose folder is gone is
+        pruned and the worktree added again. Anything else at `path` is not overwritten.
+        """
+        if self._run(["check-ref-format", f"refs/heads/{branch}"], check=False)[0] != 0:
+            raise GitError(f"{branch!r} is not a valid git branch name")
+        if not self.branch_exists(branch):
+            self._run(["branch", "--no-track", self._rev_arg(branch, "branch name"),
+                       f"refs/heads/{self._rev_arg(main, 'branch name')}"],
+                      what=f"Cannot create branch {branch!r} from {main!r} in {self.root}")
+        here = next((w for w in self.worktrees() if w.path == path), None)
+        if here is not None and (here.prunable or not path.exists()):
+            self._run(["worktree", "prune"], check=False)
+            here = None
+        if here is None:
+            if path.exists() and any(path.iterdir()):
+                raise GitError(f"{path} exists and is not a worktree of {self.root}; move it "
+                               "away, then resume the milestone")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._run(["worktree", "add", "--quiet", str(path),
+                       self._rev_arg(branch, "branch name")],
+                      what=f"Cannot add a worktree for {branch} at {path}")
+        elif here.branch != branch:
+            raise GitError(f"the worktree at {path} is on {here.branch or 'a detached HEAD'}, "
+                           f"not on {branch}")
+        return self._text(["merge-base", f"refs/heads/{main}", f"refs/heads/{branch}"],
+                          what=f"Branch {branch!r} shares no history with {main!r} in "
+                               f"{self.root}")
+
+    def remove_worktree(self, path: Path) -> bool:
+        """Remove a milestone's worktree (its branch stays); True when there was one. Call
+        only once what it held is committed or stashed: its files go."""
+        known = any(w.path == path for w in self.worktrees())
+        if known:
+            self._run(["worktree", "remove", "--force", "--force", str(path)], check=False)
+        if path.exists():  # not registered (a copy, a half-made add): Anima's folder anyway
+            shutil.rmtree(path, ignore_errors=True)
+        self._run(["worktree", "prune"], check=False)
+        return known

@@ -1,0 +1,101 @@
+"""How one milestone's processes are confined (config `sandbox`, see `anima.sandbox`).
+
+The Developer writes its worktree and what git needs to commit on its branch; the Acceptor
+reads it (it reviews, it does not change); the checks and the setup command, which run the
+Developer's code, write the worktree but not git. Each has its own HOME (its CLI's sessions:
+the Developer cannot edit the Acceptor's, nor another milestone's) and its own /tmp. The
+human's checkout, `.anima/` (records, config, Anima's own notes), `.git/config`, hooks, main
+and the other branches, other worktrees and `~/.gitconfig` stay read-only.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from anima import sandbox
+from anima.errors import ConfigError
+from anima.git_options import NO_AGENT_CODE
+from anima.loop.checks import Confine
+from anima.paths import ProjectPaths
+
+#: Extra folders confined processes may write (a shared build cache), separated by ':'.
+WRITABLE_VAR = "ANIMA_SANDBOX_WRITABLE"
+#: Writers of the agent's role: the Developer commits; the others do not touch git.
+_COMMITS = frozenset({"developer"})
+_READS_ONLY = frozenset({"acceptor"})
+#: The user's session bus and `systemd-run --user` would run a command outside the sandbox.
+_HIDDEN = (Path("/run/user"),)
+
+
+def sandbox_problem(mode: str) -> str | None:
+    """Why agents will run unconfined under `mode` (None: they are confined, or it is off);
+    `required` without bubblewrap is a configuration error naming what is missing."""
+    if mode == "off":
+        return None
+    problem = sandbox.unavailable()
+    if problem is not None and mode == "required":
+        raise ConfigError(f".anima/config.json: sandbox is \"required\" but {problem}")
+    return problem
+
+
+class MilestoneSandbox:
+    """The confinement of one milestone's agents, checks and setup command."""
+
+    def __init__(self, paths: ProjectPaths, milestone_id: str, active: bool,
+                 visible: tuple[Path, ...] = ()) -> None:
+        self.paths = paths
+        self.id = milestone_id
+        self.active = active
+        self._visible = (paths.root, *visible)
+        self._identity: tuple[str | None, str | None] | None = None
+
+    @classmethod
+    def off(cls) -> MilestoneSandbox:
+        return cls(ProjectPaths(Path("/")), "", active=False)
+
+    def confine(self, role: str) -> Confine | None:
+        """How to wrap a process of `role` ("developer", "acceptor", "checks", "setup"), or
+        None when processes run unconfined."""
+        if not self.active:
+            return None
+        worktree = self.paths.worktree(self.id)
+        writable: list[Path] = [] if role in _READS_ONLY else [worktree]
+        protected: list[Path] = []
+        if role in _COMMITS:
+            admin = _admin_dir(worktree)
+            common = Path(os.path.realpath(admin / (admin / "commondir").read_text(
+                encoding="utf-8").strip()))
+            more, protected = sandbox.git_writable(common, admin, f"milestone/{self.id}")
+            writable += more
+        extra = [Path(p) for p in os.environ.get(WRITABLE_VAR, "").split(os.pathsep) if p]
+        state = self.paths.agent_state(self.id, role)
+        home = state / "home"
+        rw_files = sandbox.prepare_home(home, self._user_identity())
+        c = sandbox.Confinement(
+            cwd=worktree, home=home, tmp=state / "tmp", writable=(*writable, *extra),
+            protected=tuple(protected), extra_rw_files=rw_files,
+            visible=self._visible, hidden=tuple(p for p in _HIDDEN if p.is_dir()))
+        return lambda argv: (sandbox.wrap(argv, c), sandbox.environment(c))
+
+    def _user_identity(self) -> tuple[str | None, str | None]:
+        """The human's git identity, for the agents' private global config (their commits
+        look as they did without the sandbox)."""
+        if self._identity is None:
+            self._identity = (_git_config(self.paths.root, "user.name"),
+                              _git_config(self.paths.root, "user.email"))
+        return self._identity
+
+
+def _admin_dir(worktree: Path) -> Path:
+    """The worktree's folder under `.git/worktrees/`, from its `.git` file (Anima wrote it
+    with `git worktree add`; the sandbox keeps it read-only)."""
+    text = (worktree / ".git").read_text(encoding="utf-8").strip()
+    return Path(os.path.realpath(worktree / text.removeprefix("gitdir:").strip()))
+
+
+def _git_config(root: Path, key: str) -> str | None:
+    done = subprocess.run(["git", *NO_AGENT_CODE, "config", "--get", key], cwd=root,
+                          capture_output=True, text=True, check=False)
+    return done.stdout.strip() or None if done.returncode == 0 else None

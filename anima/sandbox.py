@@ -1,0 +1,244 @@
+"""Confine a whole agent process with bubblewrap: it sees the machine read-only and may write
+only what its `Confinement` names (its milestone's worktree, the bits of `.git` a commit on its
+own branch needs, a private HOME and /tmp). A prompt cannot promise that; a mount can.
+
+Why each flag: `--cap-drop ALL`, because bwrap run by root keeps every capability and the agent
+could simply remount `/` read-write; `--unshare-pid` with `--die-with-parent`, so killing the
+sandbox (or Anima) kills everything started in it, background jobs included; `--new-session`,
+so nothing inside can push keystrokes into the terminal Anima was started from. The network
+stays shared: agents need their API.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from anima.atomic import write_text_atomic
+
+#: Names another bubblewrap binary (the tests point it at a missing one).
+BWRAP_VAR = "ANIMA_BWRAP"
+NOT_INSTALLED = "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+
+# The base every sandbox (and the probe) starts from.
+_BASE = ("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc")
+_FLAGS = ("--unshare-pid", "--die-with-parent", "--new-session", "--cap-drop", "ALL")
+
+_probe_lock = threading.Lock()
+_probed: dict[str, str | None] = {}
+
+
+def _binary() -> str:
+    return os.environ.get(BWRAP_VAR) or "bwrap"
+
+
+def unavailable() -> str | None:
+    """None when bubblewrap can make a sandbox here, else one sentence saying why not. Probed
+    once per binary: a desktop app asks often, and the answer does not change while it runs."""
+    name = _binary()
+    with _probe_lock:
+        if name not in _probed:
+            _probed[name] = _probe(name)
+        return _probed[name]
+
+
+def _probe(name: str) -> str | None:
+    path = shutil.which(name)
+    if path is None:
+        return NOT_INSTALLED
+    try:
+        done = subprocess.run([path, *_BASE, *_FLAGS, "true"], capture_output=True, text=True,
+                              timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bubblewrap cannot create a sandbox here: {exc}"
+    if done.returncode != 0:
+        detail = done.stderr.strip() or f"exit status {done.returncode}"
+        return f"bubblewrap cannot create a sandbox here: {detail}"
+    return None
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What one confined process may write, and what it must still see. Paths are absolute;
+    `wrap` resolves them, since a mount follows symlinks anyway."""
+
+    #: Where the process starts.
+    cwd: Path
+    #: A private HOME, bound read-write (its CLI state, its git identity).
+    home: Path
+    #: A private folder mounted at /tmp: temp files of different agents never meet.
+    tmp: Path
+    #: Folders and files bound read-write (the worktree, `git_writable`'s paths; none for a
+    #: read-only reviewer).
+    writable: tuple[Path, ...] = ()
+    #: Existing paths bound read-only on top of a writable bind (other branches' ref files).
+    protected: tuple[Path, ...] = ()
+    #: Single files bound read-write as (real file, where it appears), e.g. the CLI's login.
+    extra_rw_files: tuple[tuple[Path, Path], ...] = ()
+    #: Paths under /tmp that must stay visible (read-only) although the private /tmp hides
+    #: the real one: the project when it lives there, the CLI's install folder.
+    visible: tuple[Path, ...] = ()
+    #: Folders replaced by an empty tmpfs: what the agent must not reach although it could
+    #: only read it, e.g. the real HOME (ssh keys, tokens) or /run/user (the session bus and
+    #: `systemd-run --user`, which would run a command outside the sandbox).
+    hidden: tuple[Path, ...] = ()
+
+    def __post_init__(self) -> None:
+        files = [p for pair in self.extra_rw_files for p in pair]
+        for path in (self.cwd, self.home, self.tmp, *self.writable, *self.protected, *files,
+                     *self.visible, *self.hidden):
+            if not path.is_absolute():
+                raise ValueError(f"sandbox paths must be absolute: {path}")
+
+
+def _real(path: Path) -> str:
+    return os.path.realpath(path)
+
+
+def wrap(argv: list[str], c: Confinement) -> list[str]:
+    """`argv` run inside bubblewrap under `c`. Later mounts cover earlier ones, so the order
+    is the policy: all read-only, private /tmp, hidden, visible again, writable, protected."""
+    c.home.mkdir(parents=True, exist_ok=True)
+    c.tmp.mkdir(parents=True, exist_ok=True)
+    args = [shutil.which(_binary()) or _binary(), *_BASE, "--bind", _real(c.tmp), "/tmp"]
+    for path in c.hidden:
+        if path.is_dir():
+            args += ["--tmpfs", _real(path)]
+    for path in c.visible:
+        if path.exists():
+            args += ["--ro-bind", _real(path), _real(path)]
+    for path in (*c.writable, c.home):
+        if path.exists():
+            args += ["--bind", _real(path), _real(path)]
+    for source, target in c.extra_rw_files:
+        if source.is_file() and target.is_file():
+            args += ["--bind", _real(source), _real(target)]
+    for path in c.protected:
+        if path.exists():
+            args += ["--ro-bind", _real(path), _real(path)]
+    return [*args, "--chdir", _real(c.cwd), *_FLAGS, "--", *argv]
+
+
+def environment(c: Confinement) -> dict[str, str]:
+    """Variables to lay over the child's environment: its tools write their config, caches
+    and temp files where they can, and git reads only the private global config (an inherited
+    GIT_CONFIG_GLOBAL would point at the user's)."""
+    home = _real(c.home)
+    return {
+        "HOME": home,
+        "TMPDIR": "/tmp",
+        "XDG_CONFIG_HOME": f"{home}/.config",
+        "XDG_CACHE_HOME": f"{home}/.cache",
+        "XDG_DATA_HOME": f"{home}/.local/share",
+        "XDG_STATE_HOME": f"{home}/.local/state",
+        "GIT_CONFIG_GLOBAL": f"{home}/.gitconfig",
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+
+
+def git_writable(common_dir: Path, admin_dir: Path, branch: str) -> tuple[list[Path], list[Path]]:
+    """(writable, protected): what a worktree's git needs to commit on `branch`, and nothing
+    more. A commit writes objects, the worktree's own admin dir (index, HEAD, its reflog) and
+    the branch's loose ref and reflog, replacing the ref file by renaming `<ref>.lock` over it.
+    The folders holding those two are bound whole (a lock file must be creatable), so every
+    other ref in them is protected: a rename onto a mount point fails (EBUSY). Unbound, hence
+    read-only: config, hooks, packed-refs, every other ref. Also protected: the files that
+    say where the repository is (`commondir`, `gitdir`, the worktree's `.git`), so git run by
+    Anima in this worktree outside the sandbox reads no repository the agent made up, and
+    `objects/info`, where an `alternates` file would pull objects from elsewhere. Packed refs
+    in those folders get a loose copy first, so they can be protected too."""
+    common = Path(_real(common_dir))
+    admin = Path(_real(admin_dir))
+
+    writable = [common / "objects", admin]
+    protected: list[Path] = []
+    for leaf in (common / "refs" / "heads" / branch, common / "logs" / "refs" / "heads" / branch):
+        leaf.parent.mkdir(parents=True, exist_ok=True)
+        writable.append(leaf.parent)
+        own = {leaf.name, f"{leaf.name}.lock"}
+        # A symlink cannot be a mount point (the mount would land on its target): skip them;
+        # git makes none.
+        protected += sorted(p for p in leaf.parent.iterdir()
+                            if p.name not in own and not p.is_symlink())
+    protected += [admin / "commondir", admin / "gitdir", common / "objects" / "info"]
+    try:
+        dot_git = (admin / "gitdir").read_text(encoding="utf-8").strip()
+    except OSError:
+        dot_git = ""
+    if dot_git and os.path.isabs(dot_git):
+        protected.append(Path(dot_git))
+    return writable, [p for p in protected if p.exists()]
+
+
+def _unpack(common: Path, ref: str) -> None:
+    """Give every packed ref beside `ref` a loose copy, as git itself does before moving one
+    (the loose file wins over packed-refs). A packed-only ref has no file to protect, and an
+    agent could shadow it by writing one; a `git gc` packs every branch."""
+    folder = ref.rpartition("/")[0] + "/"
+    try:
+        lines = (common / "packed-refs").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return
+    for line in lines:
+        sha, _, name = line.partition(" ")
+        if (name.startswith(folder) and name != ref and not line.startswith(("#", "^"))
+                and not os.path.lexists(common / name)):
+            write_text_atomic(common / name, sha + "\n")
+
+
+def _gitconfig(name: str | None, email: str | None) -> str:
+    def quoted(value: str) -> str:
+        value = " ".join(value.splitlines())
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    user = [f"\t{key} = {quoted(value)}\n" for key, value in (("name", name), ("email", email))
+            if value]
+    return ("[user]\n" + "".join(user) if user else "") + "[gc]\n\tauto = 0\n"
+
+
+def _own_dir(path: Path) -> Path:
+    """`path` as a real folder. An agent could have left a symlink there, and Anima prepares
+    the home outside the sandbox: writing through it would write where the agent chose."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _own_file(path: Path) -> None:
+    """`path` as a regular file (an empty one if it was not): a file bind's mount point."""
+    if path.is_file() and not path.is_symlink():
+        return
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+    path.touch(mode=0o600)
+
+
+def prepare_home(home: Path, identity: tuple[str | None, str | None],
+                 real_home: Path | None = None) -> tuple[tuple[Path, Path], ...]:
+    """Make the private HOME: a `.gitconfig` with the human's identity and no automatic gc,
+    and nothing else (the user's real one may define filters or hooks that would run inside),
+    the CLI's state folder, a copy of the CLI's `~/.claude.json` (so it skips its first-start
+    flow). Returns the `extra_rw_files` that keep a subscriber's login working: the real
+    `~/.claude/.credentials.json` over a placeholder in the private home (the CLI refreshes
+    its token in place when a rename onto the bind fails). Idempotent; `real_home` defaults
+    to the user's."""
+    real = real_home if real_home is not None else Path.home()
+    _own_dir(home)
+    write_text_atomic(home / ".gitconfig", _gitconfig(*identity))
+    state = _own_dir(home / ".claude")
+    settings, real_settings = home / ".claude.json", real / ".claude.json"
+    if not os.path.lexists(settings) and real_settings.is_file():
+        write_text_atomic(settings, real_settings.read_text(encoding="utf-8"))
+    credentials = real / ".claude" / ".credentials.json"
+    if not credentials.is_file():
+        return ()
+    placeholder = state / ".credentials.json"
+    _own_file(placeholder)
+    return ((credentials, placeholder),)

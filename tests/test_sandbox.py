@@ -1,0 +1,336 @@
+"""anima.sandbox: real processes in real bubblewrap, on real git repositories. An agent confined
+to milestone m1 may commit on `milestone/m1` and write nothing else that matters."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anima import sandbox
+from anima.sandbox import Confinement
+
+if sandbox.unavailable() == sandbox.NOT_INSTALLED:
+    pytest.skip(f"{sandbox.NOT_INSTALLED}: the sandbox cannot be tested here",
+                allow_module_level=True)
+
+IDENTITY = ('Ada "The Countess" Lovelace', "ada@example.invalid")
+
+
+def git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
+    return done.stdout.strip()
+
+
+@dataclass
+class World:
+    """A project with two milestone worktrees and a bare `origin`; the fake user's home."""
+
+    root: Path
+    repo: Path
+    m1: Path
+    m2: Path
+    remote: Path
+    real_home: Path
+    state: Path
+
+    @property
+    def common(self) -> Path:
+        return self.repo / ".git"
+
+    def refs(self) -> dict[str, str]:
+        """Every ref of the project and of the remote, read from outside."""
+        found = {}
+        for where, repo in (("", self.repo), ("origin:", self.remote)):
+            for line in git(repo, "for-each-ref", "--format=%(refname) %(objectname)").split("\n"):
+                if line:
+                    name, sha = line.split()
+                    found[where + name] = sha
+        return found
+
+    def confine(self, **changes: Any) -> Confinement:
+        """The Developer of m1, as Anima would confine it; `changes` override fields."""
+        admin = Path(git(self.m1, "rev-parse", "--absolute-git-dir"))
+        writable, protected = sandbox.git_writable(self.common, admin, "milestone/m1")
+        home = self.state / "home"
+        c = Confinement(
+            cwd=self.m1, home=home, tmp=self.state / "tmp",
+            writable=(self.m1, *writable), protected=tuple(protected),
+            extra_rw_files=sandbox.prepare_home(home, IDENTITY, self.real_home),
+            # Everything outside /tmp stays visible; so must the test's folder.
+            visible=(self.root,))
+        return dataclasses.replace(c, **changes)
+
+    def run(self, script: str, c: Confinement | None = None, *args: str
+            ) -> subprocess.CompletedProcess[str]:
+        """`sh -c script` inside the sandbox; `$1`… are `args`."""
+        c = c or self.confine()
+        argv = sandbox.wrap(["sh", "-c", script, "sh", *args], c)
+        return subprocess.run(argv, env={**os.environ, **sandbox.environment(c)},
+                              capture_output=True, text=True, timeout=30, check=False)
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    real_home = tmp_path / "realhome"
+    (real_home / ".claude").mkdir(parents=True)
+    (real_home / ".gitconfig").write_text(
+        "[user]\n\tname = Real Person\n\temail = real@example.invalid\n"
+        "[alias]\n\treal-alias = status\n", encoding="utf-8")
+    (real_home / ".claude.json").write_text('{"hasCompletedOnboarding": true}\n')
+    (real_home / ".claude" / ".credentials.json").write_text('{"token": "real"}\n')
+    # Outside git (the fixture's, the asserts') reads the fake home, never the real one.
+    monkeypatch.setenv("HOME", str(real_home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for var in ("GIT_CONFIG_GLOBAL", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE",
+                "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME",
+                "GIT_COMMITTER_EMAIL", "EMAIL"):
+        monkeypatch.delenv(var, raising=False)
+
+    repo = tmp_path / "project"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("# project\n")
+    (repo / ".anima" / "milestones").mkdir(parents=True)
+    (repo / ".anima" / "milestones" / "m1.md").write_text("# m1\n")
+    (repo / ".anima" / ".gitignore").write_text("worktrees/\nsandbox/\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "initial")
+    m1, m2 = repo / ".anima" / "worktrees" / "m1", repo / ".anima" / "worktrees" / "m2"
+    git(repo, "worktree", "add", "-q", str(m1), "-b", "milestone/m1")
+    git(repo, "worktree", "add", "-q", str(m2), "-b", "milestone/m2")
+    # m1 is ahead of main and m2, so moving either to m1's HEAD would show.
+    (m1 / "work.txt").write_text("m1 work\n")
+    git(m1, "add", "-A")
+    git(m1, "commit", "-q", "-m", "m1 work")
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(repo, "remote", "add", "origin", str(remote))
+    git(repo, "push", "-q", "origin", "main")
+    return World(tmp_path, repo, m1, m2, remote, real_home, repo / ".anima" / "sandbox" / "m1")
+
+
+def test_probe_names_a_missing_binary(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert sandbox.unavailable() is None  # installed here: it must work, not be skipped
+    monkeypatch.setenv(sandbox.BWRAP_VAR, str(tmp_path / "no-such-bwrap"))
+    assert sandbox.unavailable() == sandbox.NOT_INSTALLED
+
+
+def test_confinement_wants_absolute_paths(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="absolute"):
+        Confinement(cwd=Path("work"), home=tmp_path, tmp=tmp_path)
+
+
+def test_commit_on_own_branch(world: World) -> None:
+    before = world.refs()
+    done = world.run("echo new > new.txt && git add new.txt && git commit -q -m 'agent work' "
+                     "&& git status --porcelain")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    after = world.refs()
+    assert after.pop("refs/heads/milestone/m1") != before.pop("refs/heads/milestone/m1")
+    assert after == before
+    assert git(world.repo, "show", "milestone/m1:new.txt") == "new"
+    author = git(world.repo, "log", "-1", "--format=%an <%ae>", "milestone/m1")
+    assert author == f"{IDENTITY[0]} <{IDENTITY[1]}>"
+    assert "agent work" in git(world.repo, "reflog", "milestone/m1")
+
+
+@pytest.mark.parametrize("target", [
+    "project/README.md",
+    "project/.anima/turn_guard.json",
+    "project/.anima/milestones/x.md",
+    "project/.anima/milestones/m1.md",
+    "project/.git/config",
+    "project/.git/hooks/pre-commit",
+    "project/.git/packed-refs",
+    "project/.git/worktrees/m1/gitdir",
+    "project/.git/worktrees/m1/commondir",
+    "project/.git/objects/info/alternates",
+    "project/.anima/worktrees/m1/.git",
+    "project/.anima/worktrees/m2/README.md",
+    "project/.anima/worktrees/m2/new.txt",
+    "realhome/.gitconfig",
+    "remote.git/config",
+])
+def test_writes_outside_the_worktree_fail(world: World, target: str) -> None:
+    path = world.root / target
+    before = path.read_bytes() if path.exists() else None
+    done = world.run('echo evil >> "$1"', None, str(path))
+    assert done.returncode != 0
+    assert "Read-only file system" in done.stderr
+    assert (path.read_bytes() if path.exists() else None) == before
+
+
+@pytest.mark.parametrize("command", [
+    "git branch -f main HEAD",
+    "git update-ref refs/heads/main HEAD",
+    "git branch -f milestone/m2 HEAD",
+    "git update-ref refs/heads/milestone/m2 HEAD",
+    "git update-ref -d refs/heads/milestone/m2",
+    "git rev-parse HEAD > ../../../.git/refs/heads/milestone/m2",
+    "rm ../../../.git/refs/heads/milestone/m2",
+    "git tag v1 HEAD",
+    "git push origin HEAD",
+    "git push origin HEAD:main",
+    "git push ../../../.git HEAD:refs/heads/main",
+])
+def test_other_refs_cannot_move(world: World, command: str) -> None:
+    before = world.refs()
+    done = world.run(command)
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert world.refs() == before
+
+
+def test_protected_ref_without_reflog_fails_on_the_rename(world: World) -> None:
+    """A ref file is protected by its own mount: renaming `<ref>.lock` over it fails."""
+    (world.common / "logs" / "refs" / "heads" / "milestone" / "m2").unlink()
+    before = world.refs()
+    done = world.run("git update-ref refs/heads/milestone/m2 HEAD")
+    assert done.returncode != 0
+    assert world.refs() == before
+
+
+def test_packed_refs_are_protected_too(world: World) -> None:
+    """After a `git gc` every branch lives in packed-refs only; an agent could shadow one
+    with a loose file. The confinement gives them loose copies first, and m1 still commits."""
+    git(world.repo, "pack-refs", "--all")
+    assert not (world.common / "refs" / "heads" / "milestone").exists()
+    before = world.refs()
+    c = world.confine()
+    assert world.refs() == before
+    done = world.run("git rev-parse HEAD > ../../../.git/refs/heads/milestone/m2", c)
+    assert done.returncode != 0
+    assert world.refs() == before
+    done = world.run("git commit -q --allow-empty -m more", c)
+    assert done.returncode == 0, done.stderr
+    assert git(world.repo, "log", "-1", "--format=%s", "milestone/m1") == "more"
+
+
+def test_capabilities_are_dropped(world: World) -> None:
+    """bwrap run by root keeps its capabilities unless told: a remount would undo it all."""
+    readme = world.repo / "README.md"
+    done = world.run('mount -o remount,rw,bind / 2>/dev/null; umount "$1"; echo evil >> "$1"',
+                     None, str(readme))
+    assert done.returncode != 0
+    assert readme.read_text() == "# project\n"
+
+
+def test_git_config_is_private(world: World) -> None:
+    real = (world.real_home / ".gitconfig").read_text()
+    done = world.run("git config --global user.name && git config --global --list && "
+                     "git config --global x.y z && git config --global x.y")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == IDENTITY[0]
+    assert not any("real" in line for line in lines)
+    assert lines[-1] == "z"
+    assert (world.real_home / ".gitconfig").read_text() == real
+    assert "[x]" in (world.state / "home" / ".gitconfig").read_text()
+    # The next start rewrites it: nothing an agent adds survives.
+    sandbox.prepare_home(world.state / "home", IDENTITY, world.real_home)
+    assert "[x]" not in (world.state / "home" / ".gitconfig").read_text()
+
+
+def test_tmp_is_private(world: World) -> None:
+    name = f"anima-sandbox-test-{uuid.uuid4().hex}"
+    done = world.run('echo hi > "/tmp/$1" && echo "$TMPDIR"', None, name)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "/tmp\n"
+    assert (world.state / "tmp" / name).read_text() == "hi\n"
+    assert not (Path("/tmp") / name).exists()
+
+
+def test_read_only_reviewer(world: World) -> None:
+    c = world.confine(writable=(), protected=())
+    done = world.run("echo evil >> work.txt", c)
+    assert done.returncode != 0
+    assert (world.m1 / "work.txt").read_text() == "m1 work\n"
+    assert world.run("cat work.txt && echo x > /tmp/x && echo y > ~/y", c).returncode == 0
+
+
+def test_hidden_folders_show_only_what_is_visible(world: World) -> None:
+    """Hide the user's whole HOME (keys, tokens), show the project inside it again."""
+    c = world.confine(hidden=(world.root,), visible=(world.repo,))
+    secret = world.real_home / ".gitconfig"
+    done = world.run('ls -A "$1"; cat "$2"', c, str(world.root), str(secret))
+    assert done.returncode != 0
+    assert done.stdout == "project\n"
+    assert world.run("git commit -q --allow-empty -m hidden", c).returncode == 0
+
+
+def test_login_file_is_shared_and_settings_copied(world: World) -> None:
+    home = world.state / "home"
+    c = world.confine()
+    assert (home / ".claude.json").read_text() == '{"hasCompletedOnboarding": true}\n'
+    done = world.run('cat ~/.claude/.credentials.json && echo \'{"token": "new"}\' '
+                     '> ~/.claude/.credentials.json', c)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == '{"token": "real"}\n'
+    assert (world.real_home / ".claude" / ".credentials.json").read_text() == '{"token": "new"}\n'
+    # Only the private copy changes from now on; a second prepare keeps it.
+    (home / ".claude.json").write_text("{}\n")
+    sandbox.prepare_home(home, IDENTITY, world.real_home)
+    assert (home / ".claude.json").read_text() == "{}\n"
+
+
+def test_prepare_home_writes_through_no_symlink(world: World) -> None:
+    """An agent may leave symlinks in its HOME; Anima prepares it outside the sandbox."""
+    home, victim = world.state / "home", world.root / "victim"
+    victim.mkdir()
+    home.mkdir(parents=True)
+    (home / ".claude").symlink_to(victim)
+    (home / ".claude.json").symlink_to(victim / "settings.json")
+    sandbox.prepare_home(home, (None, None), world.real_home)
+    assert list(victim.iterdir()) == []
+    assert (home / ".claude").is_dir() and not (home / ".claude").is_symlink()
+    assert (home / ".gitconfig").read_text() == "[gc]\n\tauto = 0\n"
+
+
+def _sleepers(tag: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if cmdline == f"sleep\0{tag}\0".encode() and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def _wait_for(condition: Callable[[], bool], limit: float = 5.0) -> bool:
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_killing_the_sandbox_kills_its_background_jobs(world: World) -> None:
+    tag = str(900000 + uuid.uuid4().int % 99999)
+    c = world.confine()
+    proc = subprocess.Popen(sandbox.wrap(["sh", "-c", f"sleep {tag} & echo started; wait"], c),
+                            env={**os.environ, **sandbox.environment(c)},
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "started\n"
+        assert _wait_for(lambda: len(_sleepers(tag)) == 1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    assert _wait_for(lambda: not _sleepers(tag))
