@@ -29,10 +29,9 @@ from pydantic import BaseModel, ConfigDict
 from anima.atomic import read_regular, write_model_atomic, write_text_atomic
 from anima.events import Event, ToolUse
 from anima.git import GitRepo
-from anima.git_options import NO_AGENT_CODE
-from anima.paths import ProjectPaths
+from anima.git_options import NO_AGENT_CODE, git_environment
+from anima.paths import DEFINITION_FILES, ProjectPaths
 
-_FIXED = (".anima/config.json", ".anima/soul.md", ".anima/.gitignore")
 #: Git's settings for the repository: a key that names a program (a filter or diff driver
 #: `.gitattributes` can switch on, a signing program, an editor, an included file) would run
 #: it in Anima's git commands, at the merge into main too.
@@ -51,7 +50,7 @@ _UNSAFE_GIT_KEYS = re.compile(
 def read_definitions(paths: ProjectPaths) -> dict[str, bytes]:
     """The human's definitions as they are on disk now, by repository-relative path."""
     found: dict[str, bytes] = {}
-    files = [paths.root / rel for rel in (*_FIXED, GIT_CONFIG)]
+    files = [paths.root / rel for rel in (*DEFINITION_FILES, GIT_CONFIG)]
     if paths.milestones.is_dir():
         files += sorted(paths.milestones.glob("*.md"))
     for path in files:
@@ -127,7 +126,7 @@ def _config_entries(data: bytes | None) -> set[tuple[str, str]]:
     if data is None:
         return set()
     done = subprocess.run(["git", *NO_AGENT_CODE, "config", "--file", "-", "--list", "-z"],
-                          input=data, capture_output=True, check=False)
+                          input=data, capture_output=True, check=False, env=git_environment())
     if done.returncode != 0:
         return {("include.path", "(unreadable)")}
     entries = set()

@@ -1,8 +1,10 @@
-"""Where everything lives in a managed project (the layout is a contract, see design.md)."""
+"""Where everything lives in a managed project: the one place that knows the layout of
+`.anima/` (what is the human's, what is Anima's, what git may track)."""
 
 from __future__ import annotations
 
 import importlib.resources
+import re
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -17,13 +19,42 @@ def resource(*parts: str) -> Traversable:
     return importlib.resources.files(RESOURCES_PACKAGE).joinpath(*parts)
 
 
+ANIMA_DIR = ".anima"
+#: The human's definitions under `.anima/`, repository-relative, besides milestones/*.md.
+DEFINITION_FILES = (".anima/config.json", ".anima/soul.md", ".anima/.gitignore")
+_MILESTONE_MD = re.compile(r"\.anima/milestones/[^/]+\.md")
+_MEMORY_PREFIX = ".anima/memory/"
+#: What `.anima/.gitignore` must hold so Anima's runtime files never dirty the tree, and
+#: editors' swap and lock files (a human editing a milestone in vim while the Developer runs
+#: `git add -A`) never reach a commit, where the `.anima/` check would reject it.
+RUNTIME_IGNORES = ("milestones/*.json", "state.json", "logs/", "transcripts/", "anima.lock",
+                   "anima.flock", "agents.json", "turn_guard.json", "review_guard.json",
+                   "held/", "worktrees/", "sandbox/", "*.tmp", ".*.tmp", ".*.swp", ".*.swo",
+                   ".#*", "*~")
+
+
+def is_under_anima(path: str) -> bool:
+    """True for `.anima` itself and anything below it (repository-relative, `/`-separated)."""
+    return path == ANIMA_DIR or path.startswith(ANIMA_DIR + "/")
+
+
+def is_memory_path(path: str) -> bool:
+    """The Developer keeps `.anima/memory/` current, so it may commit there."""
+    return path.startswith(_MEMORY_PREFIX)
+
+
+def is_definition_path(path: str) -> bool:
+    """Files the human writes under `.anima/` and may track; committing them as-is is fine."""
+    return path in DEFINITION_FILES or _MILESTONE_MD.fullmatch(path) is not None
+
+
 @dataclass(frozen=True)
 class ProjectPaths:
     root: Path
 
     @property
     def anima(self) -> Path:
-        return self.root / ".anima"
+        return self.root / ANIMA_DIR
 
     @property
     def config(self) -> Path:

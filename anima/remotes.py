@@ -21,16 +21,19 @@ import subprocess
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from anima.git_options import NO_AGENT_CODE
+from anima.errors import GitError
+from anima.git_options import NO_AGENT_CODE, git_environment, human_config
 
 RefMap = dict[str, str]  # "<remote>:<ref>" or "<tracking ref>" -> object id
 
 
 def _git(cwd: Path, *args: str) -> str:
     try:
-        out = subprocess.run(["git", *NO_AGENT_CODE, *args], cwd=cwd, capture_output=True,
-                             text=True, timeout=30, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
+        overrides = human_config(cwd).overrides
+        out = subprocess.run(["git", *NO_AGENT_CODE, *overrides, *args], cwd=cwd,
+                             capture_output=True, text=True, timeout=30,
+                             stdin=subprocess.DEVNULL, env=git_environment())
+    except (OSError, subprocess.TimeoutExpired, GitError):
         return ""
     return out.stdout if out.returncode == 0 else ""
 

@@ -153,7 +153,7 @@ def git_writable(common_dir: Path, admin_dir: Path, branch: str) -> tuple[list[P
     in those folders get a loose copy first, so they can be protected too."""
     common = Path(_real(common_dir))
     admin = Path(_real(admin_dir))
-
+    _unpack(common, f"refs/heads/{branch}")
     writable = [common / "objects", admin]
     protected: list[Path] = []
     for leaf in (common / "refs" / "heads" / branch, common / "logs" / "refs" / "heads" / branch):

@@ -16,6 +16,7 @@ import queue
 import shlex
 import sys
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -69,6 +70,9 @@ from anima.text.summarizer import Summarizer
 
 log = logging.getLogger(__name__)
 
+#: How often a merge into main that waits for the human's files is tried again.
+_MERGE_RETRY_SECONDS = 3.0
+
 
 
 class Engine:
@@ -86,7 +90,8 @@ class Engine:
         self._lock = ProjectLock(self.paths.lock, command=shlex.join(sys.argv))
         self._locked = False
         self._recovered = False
-        self._said_unconfined = False  # `sandbox: "auto"` without bubblewrap: said once
+        self._said_unconfined = False
+        self._next_merge_try = 0.0  # `sandbox: "auto"` without bubblewrap: said once
         self._registry = AgentRegistry(self.paths)
         self.agents = AgentFactory(self.root, self.bus, self._registry,
                                    lambda text: self._log(None, text))
@@ -142,6 +147,15 @@ class Engine:
             self._recover()
             self._recovered = True
         self.summarizer = Summarizer(self.config.summarizer)
+
+    def _retry_waiting_merges(self, scan: Scan) -> None:
+        """A merge that waits for the human's files is tried again every few seconds: it
+        goes on by itself once they commit or stash them."""
+        if time.monotonic() < self._next_merge_try:
+            return
+        self._next_merge_try = time.monotonic() + _MERGE_RETRY_SECONDS
+        for record in filter(merge_pending, scan.records):
+            finish_completed(record, self.store, self.repo, self.config, self.bus)
 
     def _confined(self) -> bool:
         """Whether this milestone's processes run in the sandbox; where `sandbox: "auto"`
@@ -202,6 +216,7 @@ class Engine:
                 self._drain_commands()
                 self._reload_config()
                 scan = self.milestones.scan()
+                self._retry_waiting_merges(scan)
                 record = self.milestones.next(scan)
                 if record is None:
                     if not watch:

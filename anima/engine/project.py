@@ -18,15 +18,7 @@ from anima.atomic import write_text_atomic
 from anima.config import Config, describe_validation_error, load_config
 from anima.errors import AnimaError, ConfigError, GitError, ProjectError
 from anima.git import GitRepo
-from anima.paths import ProjectPaths
-
-#: What `.anima/.gitignore` must hold so Anima's runtime files never dirty the tree, and
-#: editors' swap and lock files (a human editing a milestone in vim while the Developer runs
-#: `git add -A`) never reach a commit, where the `.anima/` check would reject it.
-RUNTIME_IGNORES = ("milestones/*.json", "state.json", "logs/", "transcripts/", "anima.lock",
-                   "anima.flock", "agents.json", "turn_guard.json", "review_guard.json",
-                   "held/", "worktrees/", "sandbox/", "*.tmp", ".*.tmp", ".*.swp", ".*.swo",
-                   ".#*", "*~")
+from anima.paths import RUNTIME_IGNORES, ProjectPaths
 
 #: The example milestone, relative to the example folder. It stays in the installation: a copy
 #: under `.anima/milestones/` would start on the user's code by itself (`auto_start`).

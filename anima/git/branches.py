@@ -7,14 +7,9 @@ import os
 from collections.abc import Sequence
 
 from anima.errors import GitError
-from anima.git.repo import (
-    RepoBase,
-    is_memory_path,
-    is_under_anima,
-    listing,
-    short_hash,
-)
+from anima.git.repo import RepoBase, listing, short_hash
 from anima.git_options import AGENT_REFLOG_MARK
+from anima.paths import is_memory_path, is_under_anima
 
 
 class BranchOps(RepoBase):

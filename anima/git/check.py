@@ -6,15 +6,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from anima.git.repo import (
-    ANIMA_DIR,
-    RepoBase,
-    blob_id,
-    is_definition_path,
-    is_memory_path,
-    listing,
-    short_hash,
-)
+from anima.git.repo import RepoBase, blob_id, listing, short_hash
+from anima.paths import ANIMA_DIR, is_definition_path, is_memory_path
 
 
 class CommitCheck(RepoBase):

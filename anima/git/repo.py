@@ -26,13 +26,9 @@ from typing import Self
 import git
 
 from anima.errors import GitError
-from anima.git_options import NO_AGENT_CODE
+from anima.git_options import ANIMA_GIT_ENV, NO_AGENT_CODE, HumanConfig, human_config
+from anima.paths import is_under_anima
 
-ANIMA_DIR = ".anima"
-_ANIMA_PREFIX = ".anima/"
-_MEMORY_PREFIX = ".anima/memory/"
-_DEFINITION_FILES = frozenset({".anima/soul.md", ".anima/config.json", ".anima/.gitignore"})
-_MILESTONE_MD = re.compile(r"\.anima/milestones/[^/]+\.md")
 _MAX_LISTED = 10
 _FALLBACK_NAME = "Anima"
 _FALLBACK_EMAIL = "anima@localhost"
@@ -45,24 +41,6 @@ IN_PROGRESS = (
     ("rebase-merge", "rebase", "an unfinished rebase"),
     ("rebase-apply", "rebase", "an unfinished rebase or am"),
 )
-
-
-def is_under_anima(path: str) -> bool:
-    """True for `.anima` itself and anything below it (repository-relative, `/`-separated)."""
-    return path == ANIMA_DIR or path.startswith(_ANIMA_PREFIX)
-
-
-
-def is_memory_path(path: str) -> bool:
-    """The Developer keeps `.anima/memory/` current, so it may commit there."""
-    return path.startswith(_MEMORY_PREFIX)
-
-
-
-def is_definition_path(path: str) -> bool:
-    """Files the human writes under `.anima/` and may track; committing them as-is is fine."""
-    return path in _DEFINITION_FILES or _MILESTONE_MD.fullmatch(path) is not None
-
 
 
 def short_hash(commit: str) -> str:
@@ -204,8 +182,9 @@ class RepoBase:
         """Run one git command in the project; return (exit code, stdout bytes, stderr).
 
         With `check`, a non-zero exit raises GitError starting with `what` (or the command)
-        and git's own message.
+        and git's own message. No program named in git's configuration runs (`git_options`).
         """
+        overrides = self._human_config().overrides
         with contextlib.ExitStack() as stack:
             stream = None
             if stdin is not None:  # GitPython wants a real file for stdin
@@ -214,7 +193,8 @@ class RepoBase:
                 stream.seek(0)
             try:
                 code, out, err = self._repo.git.execute(
-                    ["git", *NO_AGENT_CODE, *args],
+                    ["git", *NO_AGENT_CODE, *overrides, *args],
+                    env=ANIMA_GIT_ENV,
                     istream=stream,
                     with_extended_output=True,
                     with_exceptions=False,
@@ -235,18 +215,22 @@ class RepoBase:
         return os.fsdecode(self._run(args, what=what)[1]).strip()
 
 
+    def _human_config(self) -> HumanConfig:
+        """The per-repository part of how Anima runs git here (cached: a few `stat`s)."""
+        return human_config(self.root, Path(self._repo.git_dir), Path(self._repo.common_dir))
+
+
     def _identity_args(self) -> list[str]:
-        """`-c user.*` overrides for whatever identity the repository does not configure."""
-        code, out, _ = self._run(["config", "--get-regexp", r"^user\.(name|email)$"], check=False)
-        lines = os.fsdecode(out).splitlines() if code == 0 else []
-        keys = {line.split(" ", 1)[0] for line in lines}
+        """`-c user.*` for Anima's commits: the identity the human's own git would use (the
+        global config included, which Anima's git does not read), else Anima's."""
+        found = dict(self._human_config().identity)
+        args = [arg for key, value in found.items() for arg in ("-c", f"{key}={value}")]
         env = os.environ
-        args: list[str] = []
-        if "user.name" not in keys and not (
+        if "user.name" not in found and not (
             env.get("GIT_AUTHOR_NAME") and env.get("GIT_COMMITTER_NAME")
         ):
             args += ["-c", f"user.name={_FALLBACK_NAME}"]
-        if "user.email" not in keys and not (
+        if "user.email" not in found and not (
             (env.get("GIT_AUTHOR_EMAIL") and env.get("GIT_COMMITTER_EMAIL")) or env.get("EMAIL")
         ):
             args += ["-c", f"user.email={_FALLBACK_EMAIL}"]

@@ -9,15 +9,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from anima.errors import GitError
-from anima.git.repo import (
-    IN_PROGRESS,
-    RepoBase,
-    StatusEntry,
-    TreeStatus,
-    is_under_anima,
-    listing,
-    short_hash,
-)
+from anima.git.repo import IN_PROGRESS, RepoBase, StatusEntry, TreeStatus, listing, short_hash
+from anima.paths import is_under_anima
 
 
 @dataclass(frozen=True)

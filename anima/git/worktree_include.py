@@ -32,8 +32,8 @@ from pathlib import Path
 import pathspec
 
 from anima.errors import GitError
-from anima.git.repo import is_under_anima
 from anima.git_options import NO_AGENT_CODE
+from anima.paths import is_under_anima
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,117 @@
+"""A milestone's worktree: made at the start with the `.worktreeinclude` files, set up once by
+`worktree_setup_command` (confined like the agents), kept while it waits for the human,
+re-attached or removed after a crash. Real git repositories, the fake `claude`, the real
+engine."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from anima.git import GitRepo
+from anima.loop.confinement import sandbox_problem
+from anima.store.models import MilestoneStatus
+from tests.conftest import FakeClaude, run_git
+from tests.helpers import make_project, milestone_md, record, run_engine
+
+ONE = milestone_md("Greeter", ["Greet command"])
+SANDBOXES = ["auto", "off"]
+
+
+@pytest.fixture
+def project(git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> Path:
+    fake_claude.use_env(monkeypatch)
+    (git_repo / ".gitignore").write_text(".env\n", encoding="utf-8")
+    (git_repo / ".worktreeinclude").write_text(".env\n", encoding="utf-8")
+    run_git(git_repo, "add", ".gitignore", ".worktreeinclude")
+    run_git(git_repo, "commit", "-qm", "chore: ignore .env")
+    (git_repo / ".env").write_text("API_TOKEN=local-only\n", encoding="utf-8")
+    return make_project(git_repo, {"m1": ONE})
+
+
+def _log(project: Path) -> str:
+    return (project / ".anima" / "logs" / "m1.log").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_setup_runs_once_in_the_new_worktree_with_the_included_files(
+        project: Path, fake_claude: FakeClaude, sandbox: str) -> None:
+    # The setup sees the copied .env and leaves a file the Developer's first turn can see.
+    setup = "test -f .env && cat .env > setup-saw.txt && echo set up >> setup-ran.txt"
+    fake_claude.write_script({"developer": [{"shell": ["cat setup-saw.txt setup-ran.txt"],
+                                             "auto": True}]})
+    run_engine(project, sandbox=sandbox, worktree_setup_command=setup,
+               requires_human_review=True)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.AWAITING_REVIEW
+    worktree = project / ".anima" / "worktrees" / "m1"
+    assert (worktree / "setup-ran.txt").read_text() == "set up\n"  # once
+    assert (worktree / ".env").read_text() == "API_TOKEN=local-only\n"
+    log = _log(project)
+    assert "copied from .worktreeinclude: .env" in log
+    assert "worktree setup: `" in log and "passed" in log
+    assert "local-only" not in log  # a copied secret is named, never shown
+    # A second run (the milestone waits for review) does not set it up again.
+    run_engine(project, sandbox=sandbox, worktree_setup_command=setup,
+               requires_human_review=True)
+    assert (worktree / "setup-ran.txt").read_text() == "set up\n"
+    # The human's checkout never left main, and holds nothing the setup made.
+    assert run_git(project, "rev-parse", "--abbrev-ref", "HEAD") == "main"
+    assert not (project / "setup-ran.txt").exists()
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_failing_setup_pauses_as_a_configuration_error(
+        project: Path, fake_claude: FakeClaude, sandbox: str) -> None:
+    _, outcome = run_engine(project, sandbox=sandbox,
+                            worktree_setup_command="echo cannot fetch packages; exit 3")
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.PAUSED and outcome.paused == ("m1",)
+    assert "worktree_setup_command exited 3" in (rec.pause_reason or "")
+    assert rec.iterations == []  # no round was spent or counted
+    assert fake_claude.entries("developer") == []  # the Developer never started
+    assert "cannot fetch packages" in _log(project)  # the output's tail is in the log
+    # Fixed, then resumed: it runs again and the milestone goes on.
+    subprocess.run(["anima", "resume", str(project), "m1"], check=True, capture_output=True)
+    run_engine(project, sandbox=sandbox, worktree_setup_command="true")
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+
+
+@pytest.mark.skipif(sandbox_problem("auto") is not None, reason="bubblewrap cannot run here")
+def test_the_setup_is_confined_like_the_agents(project: Path) -> None:
+    outside = project / "written-by-setup.txt"
+    run_engine(project, worktree_setup_command=f"echo x > {outside}")
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.PAUSED  # the write failed: the setup failed
+    assert not outside.exists()
+    assert "Read-only file system" in _log(project)
+
+
+def test_a_worktree_left_by_a_crash_is_reattached_or_removed(
+        project: Path, fake_claude: FakeClaude) -> None:
+    # m1 is paused holding its worktree with uncommitted work; an orphan worktree of a
+    # milestone nobody knows is left behind too.
+    fake_claude.write_script({"developer": [{"shell": ["echo wip > wip.txt"], "text": "oops"},
+                                            {"text": "still no report"}]})
+    run_engine(project, max_iterations_per_milestone=1)
+    assert record(project, "m1").status is MilestoneStatus.PAUSED
+    worktree = project / ".anima" / "worktrees" / "m1"
+    assert (worktree / "wip.txt").exists()
+    repo = GitRepo.open(project)
+    orphan = project / ".anima" / "worktrees" / "ghost"
+    repo.add_worktree(orphan, "milestone/ghost", "main")
+    (orphan / "left.txt").write_text("left behind\n", encoding="utf-8")
+    run_engine(project)
+    assert (worktree / "wip.txt").exists()  # a paused milestone keeps its tree as it is
+    assert not orphan.exists()
+    assert "ghost" not in run_git(project, "worktree", "list")
+    assert "no milestone has it" in (project / ".anima" / "logs" / "anima.log").read_text()
+    assert "left behind" in run_git(project, "stash", "show", "-p", "--include-untracked")
+    # The worktree's folder gone but still registered (a crash mid-removal): re-attached.
+    subprocess.run(["rm", "-rf", str(worktree)], check=True)
+    subprocess.run(["anima", "resume", str(project), "m1"], check=True, capture_output=True)
+    fake_claude.write_script({})
+    run_engine(project)
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
