@@ -115,3 +115,32 @@ def test_a_worktree_left_by_a_crash_is_reattached_or_removed(
     fake_claude.write_script({})
     run_engine(project)
     assert record(project, "m1").status is MilestoneStatus.COMPLETED
+
+
+MEMORY_NOTE = ("echo '- the greeter lives in greet.py' >> .anima/memory/project.md && "
+               "git add .anima/memory/project.md && git commit -qm 'docs: memory'")
+
+
+def test_the_developers_memory_notes_reach_an_unchanged_untracked_copy_of_yours(
+        project: Path, fake_claude: FakeClaude) -> None:
+    memory = project / ".anima" / "memory" / "project.md"
+    mine = memory.read_text(encoding="utf-8")  # `anima init` made it; main does not track it
+    fake_claude.write_script({"developer": [{"shell": [MEMORY_NOTE], "auto": True}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.merge is not None and rec.merge.merged, rec.merge
+    assert memory.read_text(encoding="utf-8") == mine + "- the greeter lives in greet.py\n"
+    assert "memory" not in run_git(project, "status", "--porcelain")  # tracked now, as merged
+
+
+def test_memory_notes_you_changed_meanwhile_keep_the_merge_waiting(
+        project: Path, fake_claude: FakeClaude) -> None:
+    memory = project / ".anima" / "memory" / "project.md"
+    edit = f"echo '- mine' >> {memory}"  # the human, while the milestone ran (no sandbox)
+    fake_claude.write_script({"developer": [{"shell": [MEMORY_NOTE, edit], "auto": True}]})
+    run_engine(project, sandbox="off")
+    rec = record(project, "m1")
+    assert rec.merge is not None and not rec.merge.merged
+    assert ".anima/memory/project.md" in rec.merge.detail and "waits" in rec.merge.detail
+    assert memory.read_text(encoding="utf-8").endswith("- mine\n")  # never overwritten
+    assert run_git(project, "rev-parse", "main") == rec.base_commit  # main unchanged

@@ -24,6 +24,8 @@ class MergeOutcome:
     detail: str
     #: the human's files that keep the merge waiting (changed in their checkout on main)
     waiting: list[str] = field(default_factory=list)
+    #: not merged yet, but it will be when tried again (the human's files, main moving)
+    retry: bool = False
 
 
 
@@ -52,7 +54,8 @@ class Merging(BranchOps, History):
         return None
 
 
-    def merge_branch(self, branch: str, main: str, message: str) -> MergeOutcome:
+    def merge_branch(self, branch: str, main: str, message: str,
+                     replaceable: dict[str, bytes] | None = None) -> MergeOutcome:
         """Merge a finished milestone branch into main with a merge commit, without checking
         anything out: whatever branch the human's checkout is on, main gets the merge.
 
@@ -61,7 +64,10 @@ class Merging(BranchOps, History):
         its files follow main (`read-tree -m -u`, which refuses, all or nothing, to touch a
         file the human changed or an untracked one in the way): then the merge waits, naming
         them (`MergeOutcome.waiting`). main moves last, only from where it was read.
+        `replaceable`: untracked files of the human's that the merge may replace while they
+        hold exactly these bytes (memory notes the Developer started from).
         """
+        replaceable = replaceable or {}
         for name in (branch, main):
             if not self.branch_exists(name):
                 raise GitError(f"Cannot merge {branch} into {main}: there is no branch {name!r}")
@@ -84,35 +90,57 @@ class Merging(BranchOps, History):
                             "-p", tip, "-m", message],
                            what=f"Cannot write the merge of {branch} into {main}")
         on_main = self.current_branch() == main
-        if on_main and (waiting := self._in_the_way(before, merge)):
+        if on_main and (waiting := self._in_the_way(before, merge, replaceable)):
             return MergeOutcome(False, f"the merge of {branch} into {main} waits: your "
                                        f"checkout has changes to {listing(waiting)}, which "
                                        "the merge changes too; commit or stash them and it "
-                                       "goes on", waiting=waiting)
+                                       "goes on", waiting=waiting, retry=True)
         if on_main:
+            stepping_aside = self._step_aside(before, merge, replaceable)
             code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
             if code != 0:
+                for rel, content in stepping_aside.items():
+                    (self.root / rel).write_bytes(content)
                 files = [line.split("'")[1] for line in err.splitlines() if line.count("'") >= 2]
                 return MergeOutcome(False, f"the merge of {branch} into {main} waits: "
                                            f"{err.strip().splitlines()[0]}",
-                                    waiting=files or ["(see the log)"])
+                                    waiting=files, retry=True)
         code, _, err = self._run(["update-ref", "-m", f"anima: {message}", f"refs/heads/{main}",
                                   merge, before], check=False)
         if code != 0:  # main moved meanwhile: put the checkout back, try again later
             if on_main:
                 self._run(["read-tree", "-m", "-u", merge, before], check=False)
             return MergeOutcome(False, f"{main} moved while {branch} was merged into it "
-                                       f"({err.strip()}); the merge is tried again")
+                                       f"({err.strip()}); the merge is tried again",
+                                retry=True)
         return MergeOutcome(True, f"merged {branch} into {main} as {short_hash(merge)}")
 
-    def _in_the_way(self, before: str, merge: str) -> list[str]:
+    def _step_aside(self, before: str, merge: str,
+                    replaceable: dict[str, bytes]) -> dict[str, bytes]:
+        """Remove the replaceable untracked files the merge brings, so that the checkout can
+        take the merge's; returns them, to put back if it cannot."""
+        touched = set(self.changed_files_between(before, merge))
+        aside = {}
+        for rel, content in replaceable.items():
+            path = self.root / rel
+            if rel in touched and path.is_file() and not path.is_symlink() \
+                    and path.read_bytes() == content:
+                path.unlink()
+                aside[rel] = content
+        return aside
+
+    def _in_the_way(self, before: str, merge: str, replaceable: dict[str, bytes]) -> list[str]:
         """The human's changed or untracked files that the merge would change, unless the
-        file already reads as the merge has it (a kill right after the checkout followed)."""
+        file already reads as the merge has it (a kill right after the checkout followed) or
+        is a replaceable one as it was."""
         touched = set(self.changed_files_between(before, merge))
         in_the_way = []
         for path in (p for p in self.dirty_paths() if p in touched):
-            code, blob, _ = self._run(["cat-file", "blob", f"{merge}:{path}"], check=False)
             file = self.root / path
+            if path in replaceable and file.is_file() and not file.is_symlink() \
+                    and file.read_bytes() == replaceable[path]:
+                continue
+            code, blob, _ = self._run(["cat-file", "blob", f"{merge}:{path}"], check=False)
             if not (code == 0 and file.is_file() and not file.is_symlink()
                     and file.read_bytes() == blob):
                 in_the_way.append(path)

@@ -17,7 +17,8 @@ from anima.events import EventBus, LogLine, MilestoneChanged, Notice
 from anima.git import GitRepo
 from anima.git.merge import MergeOutcome
 from anima.loop.state import reconcile_state
-from anima.loop.worktree import remove_worktree
+from anima.loop.worktree import memory_as_started, remove_worktree
+from anima.paths import ProjectPaths
 from anima.store.models import (
     MergeInfo,
     MergeState,
@@ -57,8 +58,8 @@ def finish_completed(record: MilestoneRecord, store: Store, repo: GitRepo, confi
     if merge_pending(record):
         assert record.merge is not None
         before = record.merge.detail
-        outcome = _merge(record, repo, config)
-        if outcome.waiting:
+        outcome = _merge(record, repo, config, store.paths)
+        if outcome.retry:
             record.merge.detail = outcome.detail
             if outcome.detail != before:
                 log(outcome.detail)
@@ -81,7 +82,8 @@ def finish_completed(record: MilestoneRecord, store: Store, repo: GitRepo, confi
                           if record.merge else "")))
 
 
-def _merge(record: MilestoneRecord, repo: GitRepo, config: Config) -> MergeOutcome:
+def _merge(record: MilestoneRecord, repo: GitRepo, config: Config,
+           paths: ProjectPaths) -> MergeOutcome:
     branch, main = record.branch_name or "", record.main_branch or ""
     if not config.merge_on_complete:
         return MergeOutcome(False, f"merge_on_complete is off: {main} is unchanged and "
@@ -89,7 +91,8 @@ def _merge(record: MilestoneRecord, repo: GitRepo, config: Config) -> MergeOutco
     if (unaccepted := _not_finally_accepted(record, repo)) is not None:
         return MergeOutcome(False, f"{unaccepted}; {main} is unchanged and {branch} is kept")
     try:
-        return repo.merge_branch(branch, main, f"Merge {branch}: {record.title}")
+        return repo.merge_branch(branch, main, f"Merge {branch}: {record.title}",
+                                 replaceable=memory_as_started(paths, record))
     except AnimaError as e:
         return MergeOutcome(False, f"merging {branch} into {main} failed: {e}; {main} is "
                                    f"unchanged and {branch} is kept")

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 
 from anima import procfs
+from anima.atomic import read_regular
 from anima.config import Config
 from anima.git import GitRepo
 from anima.git.worktree_include import copy_included
@@ -17,6 +18,9 @@ from anima.loop.checks import CheckResult, Confine, display, run_check
 from anima.loop.recovery import stash_changes
 from anima.paths import ProjectPaths
 from anima.store.models import MilestoneRecord, MilestoneStatus, now
+
+#: Where the memory notes a worktree started from are kept (see `memory_as_started`).
+_MEMORY_BASE = "memory-base"
 
 
 class MilestoneWorktree:
@@ -39,11 +43,30 @@ class MilestoneWorktree:
         self.base = self.project.add_worktree(self.path, branch, main)
         if not known:
             self.paths.setup_done(self.id).unlink(missing_ok=True)
-            copied = copy_included(self.project.root, self.path)
+            copied = copy_included(self.project.root, self.path) + self._copy_memory()
             self._log(f"worktree {self.path.relative_to(self.project.root)} made for {branch}"
                       + (f"; copied from .worktreeinclude: {', '.join(copied)}"
                          if copied else ""))
         return GitRepo.open(self.path)
+
+    def _copy_memory(self) -> list[str]:
+        """The project's memory notes that main does not track: the Developer keeps them
+        current in its worktree and commits them, starting from yours. What it started from
+        is kept, so that the merge may replace your untracked copy only while it is unchanged
+        (`memory_as_started`)."""
+        copied = []
+        base = self.paths.sandbox(self.id) / _MEMORY_BASE
+        for source in sorted(self.paths.memory.parent.glob("*.md")):
+            rel = source.relative_to(self.project.root).as_posix()
+            target = self.path / rel
+            if target.exists() or source.is_symlink() or not source.is_file():
+                continue
+            content = read_regular(source)
+            for path in (target, base / rel):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(content)
+            copied.append(rel)
+        return copied
 
     def setup(self, cancel: threading.Event, confine: Confine | None) -> CheckResult | None:
         """Run `worktree_setup_command` once in the new worktree; None when there is none
@@ -61,6 +84,17 @@ class MilestoneWorktree:
             done.parent.mkdir(parents=True, exist_ok=True)
             done.write_text(f"{now().isoformat()}\n", encoding="utf-8")
         return result
+
+
+def memory_as_started(paths: ProjectPaths, record: MilestoneRecord) -> dict[str, bytes]:
+    """Your untracked memory notes as the milestone's worktree started from them: while your
+    copy is still exactly that, the merge may replace it with the Developer's (otherwise it
+    waits, naming it)."""
+    base = paths.sandbox(record.id) / _MEMORY_BASE
+    if not base.is_dir():
+        return {}
+    return {copy.relative_to(base).as_posix(): read_regular(copy)
+            for copy in sorted(base.rglob("*")) if copy.is_file() and not copy.is_symlink()}
 
 
 def remove_worktree(project: GitRepo, paths: ProjectPaths, record: MilestoneRecord,
