@@ -240,12 +240,18 @@ class TurnFindings:
 
 
 class TurnGuard:
-    """One milestone's guard: `begin` before each Developer turn, `end` after it."""
+    """One milestone's guard: `begin` before each Developer turn, `end` after it.
 
-    def __init__(self, paths: ProjectPaths, repo: GitRepo, milestone: str) -> None:
+    `confined`: the agents run in the sandbox, where the definitions, the records and Anima's
+    notes are read-only to them; then nothing needs putting back, no copy goes to disk, and a
+    file that appears meanwhile can only be the human's. What stays is where main stood."""
+
+    def __init__(self, paths: ProjectPaths, repo: GitRepo, milestone: str,
+                 confined: bool = False) -> None:
         self.paths = paths
         self.repo = repo
         self.milestone = milestone
+        self.confined = confined
         self.copy: dict[str, bytes] = read_definitions(paths)
         self._saved: _Saved | None = None
         self.mentions = ToolMentions()
@@ -259,13 +265,15 @@ class TurnGuard:
         the copy (on disk too) before the file is written, so it is not held."""
         with self._lock:
             self.copy = {**self.copy, rel: content}
-            if self._saved is not None:
+            if self._saved is not None and not self.confined:
                 self._saved.definitions[rel] = base64.b64encode(content).decode()
                 write_model_atomic(self.paths.turn_guard, self._saved)
 
     def note_records(self) -> None:
         """Before an agent or the project's checks run: the other milestones' records, which
         only Anima writes (the running one's it rewrites from memory anyway)."""
+        if self.confined:
+            return
         with self._lock:
             self.records = read_records(self.paths, self.milestone)
 
@@ -275,7 +283,7 @@ class TurnGuard:
         with self._lock:
             if path != self.paths.milestone_record(self.milestone):
                 self.records[path.relative_to(self.paths.root).as_posix()] = content
-            elif self._saved is not None:  # the copy a kill during the turn is repaired from
+            elif self._saved is not None and not self.confined:  # what a kill is repaired from
                 self._saved.record = base64.b64encode(content).decode()
                 write_model_atomic(self.paths.turn_guard, self._saved)
 
@@ -283,6 +291,8 @@ class TurnGuard:
         """Put back every other milestone's record the work changed or deleted, so no agent
         resumes a paused milestone, retries a cancelled one or passes a review by editing a
         file; a new record is left (it never runs without its definition)."""
+        if self.confined:
+            return []
         with self._lock:
             now = read_records(self.paths, self.milestone)
             changed = []
@@ -303,8 +313,10 @@ class TurnGuard:
                 milestone=self.milestone, started=time.time(), main=main,
                 main_before=self.repo.branch_head(main), head_before=self.repo.head(),
                 definitions={k: base64.b64encode(v).decode() for k, v in self.copy.items()},
-                record=base64.b64encode(own.read_bytes()).decode() if own.is_file() else "")
-            write_model_atomic(self.paths.turn_guard, self._saved)
+                record=base64.b64encode(own.read_bytes()).decode()
+                if own.is_file() and not self.confined else "")
+            if not self.confined:
+                write_model_atomic(self.paths.turn_guard, self._saved)
 
     def end(self) -> TurnFindings:
         """Put the human's definitions back; say what the turn changed, and who moved main."""
@@ -318,7 +330,8 @@ class TurnGuard:
         records = self.restore_records()  # first: holding an arrival drops its record
         if (own := _restore_own_record(self.paths, saved)) is not None:
             records.append(f"{own} (its own)")
-        done = put_back(self.paths, self.copy, self.mentions.named)
+        done = PutBack() if self.confined else put_back(self.paths, self.copy,
+                                                        self.mentions.named)
         findings = TurnFindings(definitions=done.changed, records=records, held=done.held,
                                 main_before=saved.main_before, head_before=saved.head_before)
         self.copy = read_definitions(self.paths)

@@ -79,12 +79,12 @@ class Confinement:
     protected: tuple[Path, ...] = ()
     #: Single files bound read-write as (real file, where it appears), e.g. the CLI's login.
     extra_rw_files: tuple[tuple[Path, Path], ...] = ()
-    #: Paths under /tmp that must stay visible (read-only) although the private /tmp hides
-    #: the real one: the project when it lives there, the CLI's install folder.
+    #: Paths shown again, read-only, although the private /tmp or a `hidden` folder covers
+    #: them: the project when it lives there, the CLI's install folder.
     visible: tuple[Path, ...] = ()
-    #: Folders replaced by an empty tmpfs: what the agent must not reach although it could
-    #: only read it, e.g. the real HOME (ssh keys, tokens) or /run/user (the session bus and
-    #: `systemd-run --user`, which would run a command outside the sandbox).
+    #: Folders replaced by an empty tmpfs (before `visible`): what the agent must not reach
+    #: although it could only read it, e.g. the real HOME (ssh keys, tokens) or /run/user
+    #: (the session bus and `systemd-run --user` would run a command outside the sandbox).
     hidden: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
@@ -177,17 +177,32 @@ def git_writable(common_dir: Path, admin_dir: Path, branch: str) -> tuple[list[P
 def _unpack(common: Path, ref: str) -> None:
     """Give every packed ref beside `ref` a loose copy, as git itself does before moving one
     (the loose file wins over packed-refs). A packed-only ref has no file to protect, and an
-    agent could shadow it by writing one; a `git gc` packs every branch."""
+    agent could shadow it by writing one; a `git gc` packs every branch. Done under git's own
+    lock file protocol, so a concurrent git never loses an update to a stale packed value."""
     folder = ref.rpartition("/")[0] + "/"
+    packed = common / "packed-refs"
     try:
-        lines = (common / "packed-refs").read_text(encoding="utf-8").splitlines()
+        lines = packed.read_text(encoding="utf-8").splitlines()
     except OSError:
         return
     for line in lines:
-        sha, _, name = line.partition(" ")
-        if (name.startswith(folder) and name != ref and not line.startswith(("#", "^"))
-                and not os.path.lexists(common / name)):
-            write_text_atomic(common / name, sha + "\n")
+        name = line.partition(" ")[2]
+        if not name.startswith(folder) or name == ref or line.startswith(("#", "^")):
+            continue
+        path = common / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = path.with_name(f"{path.name}.lock")
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue  # git is moving it now, which leaves it loose
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(line.partition(" ")[0] + "\n")
+        still_packed = line in packed.read_text(encoding="utf-8").splitlines()
+        if still_packed and not os.path.lexists(path):
+            os.rename(lock, path)
+        else:
+            os.unlink(lock)
 
 
 def _gitconfig(name: str | None, email: str | None) -> str:

@@ -242,10 +242,11 @@ class BranchKeeper:
         self._main_moved_during(snapshot.head, who)
         with contextlib.suppress(FileNotFoundError):
             self.guard.paths.review_guard.unlink()
-        undone += [f"{r} put back" for r in self.guard.restore_records()]
-        done = put_back(self.guard.paths, self.guard.copy, self.guard.mentions.named)
-        self._held(done.held, who)
-        undone += [f"the human's {d} put back" for d in done.changed]
+        if not self.guard.confined:  # in the sandbox they cannot be changed
+            undone += [f"{r} put back" for r in self.guard.restore_records()]
+            done = put_back(self.guard.paths, self.guard.copy, self.guard.mentions.named)
+            self._held(done.held, who)
+            undone += [f"the human's {d} put back" for d in done.changed]
         if undone and self.ledger.round is not None:
             note = f"{who} changed the repository; undone: " + "; ".join(undone)
             self.ledger.round.notes.append(note)

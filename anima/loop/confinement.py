@@ -25,8 +25,12 @@ WRITABLE_VAR = "ANIMA_SANDBOX_WRITABLE"
 #: Writers of the agent's role: the Developer commits; the others do not touch git.
 _COMMITS = frozenset({"developer"})
 _READS_ONLY = frozenset({"acceptor"})
-#: The user's session bus and `systemd-run --user` would run a command outside the sandbox.
+#: Hidden (an empty folder in their place): the user's session bus and `systemd-run --user`
+#: would run a command outside the sandbox; keys and tokens would let a push or a deploy past
+#: Anima (the rest of the home stays readable: the user's toolchains live there).
 _HIDDEN = (Path("/run/user"),)
+_HIDDEN_IN_HOME = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config/gh",
+                   ".config/gcloud")
 
 
 def sandbox_problem(mode: str) -> str | None:
@@ -76,7 +80,7 @@ class MilestoneSandbox:
         c = sandbox.Confinement(
             cwd=worktree, home=home, tmp=state / "tmp", writable=(*writable, *extra),
             protected=tuple(protected), extra_rw_files=rw_files,
-            visible=self._visible, hidden=tuple(p for p in _HIDDEN if p.is_dir()))
+            visible=self._visible, hidden=_hidden())
         return lambda argv: (sandbox.wrap(argv, c), sandbox.environment(c))
 
     def _user_identity(self) -> tuple[str | None, str | None]:
@@ -86,6 +90,12 @@ class MilestoneSandbox:
             self._identity = (_git_config(self.paths.root, "user.name"),
                               _git_config(self.paths.root, "user.email"))
         return self._identity
+
+
+def _hidden() -> tuple[Path, ...]:
+    home = Path.home()
+    return tuple(p for p in (*_HIDDEN, *(home / name for name in _HIDDEN_IN_HOME))
+                 if p.is_dir())
 
 
 def _admin_dir(worktree: Path) -> Path:

@@ -103,7 +103,7 @@ class MilestoneRun:
                            make_agent=agents, dialect=dialect, bus=bus, control=control,
                            ledger=self.ledger, save=self._save, log_line=self._log,
                            request_pause=self._request_pause)
-        self._guard = TurnGuard(store.paths, repo, record.id)
+        self._guard = TurnGuard(store.paths, repo, record.id, confined=self.sandbox.active)
         self.branch = BranchKeeper(record=record, repo=repo, guard=self._guard, ledger=self.ledger,
                                    save=self._save, log_line=self._log,
                                    request_pause=self._request_pause, notice=lambda line:
