@@ -144,3 +144,13 @@ def test_memory_notes_you_changed_meanwhile_keep_the_merge_waiting(
     assert ".anima/memory/project.md" in rec.merge.detail and "waits" in rec.merge.detail
     assert memory.read_text(encoding="utf-8").endswith("- mine\n")  # never overwritten
     assert run_git(project, "rev-parse", "main") == rec.base_commit  # main unchanged
+
+
+def test_the_next_prompt_carries_the_memory_the_developer_keeps_in_its_worktree(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": milestone_md("Greeter", ["Greet command", "Version flag"])})
+    fake_claude.write_script({"developer": [{"shell": [MEMORY_NOTE], "auto": True}]})
+    run_engine(git_repo)
+    second = fake_claude.prompts("developer")[1]
+    assert "the greeter lives in greet.py" in second

@@ -324,7 +324,8 @@ class Engine:
             if self.config.exact_token_count else None
         prompts = PromptBuilder(self.paths, budget_tokens=self.config.context_budget_tokens,
                                 recent_in_full=self.config.recent_rounds_in_full,
-                                counter=counter)
+                                counter=counter,
+                                memory=ProjectPaths(self.paths.worktree(record.id)).memory)
         assert self.summarizer is not None
         sandbox = MilestoneSandbox(self.paths, record.id, active=self._confined(),
                                    visible=self.agents.claude().install_paths())

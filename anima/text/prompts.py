@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from string import Template
 
 from anima.paths import ProjectPaths, resource
@@ -175,8 +176,10 @@ class PromptBuilder:
     """
 
     def __init__(self, paths: ProjectPaths, *, budget_tokens: int, recent_in_full: int,
-                 counter: ApiTokenCounter | None = None) -> None:
+                 counter: ApiTokenCounter | None = None, memory: Path | None = None) -> None:
         self.paths = paths
+        #: The memory notes as the Developer keeps them: in the milestone's worktree.
+        self.memory = memory or paths.memory
         self.budget_tokens = budget_tokens
         self.recent_in_full = recent_in_full
         self.files = FileCache()
@@ -235,7 +238,7 @@ class PromptBuilder:
             _file_section("milestone", f"Milestone definition (.anima/milestones/{record.id}.md)",
                           self.files.read(self.paths.milestone_md(record.id)), 4),
             _file_section("memory", "Project memory (.anima/memory/project.md)",
-                          self.files.read(self.paths.memory), 1),
+                          self.files.read(self.memory), 1),
             Section("history", history(record, self.recent_in_full,
                                        self.budget_tokens // HISTORY_REASON_SHARE), 3),
             Section("checklist", checklist(record), None),
