@@ -48,7 +48,7 @@ from anima.lock import ProjectLock
 from anima.logsetup import configure_logging
 from anima.loop import actions, rewind
 from anima.loop.completion import finish_completed, merge_pending
-from anima.loop.confinement import MilestoneSandbox, sandbox_problem
+from anima.loop.confinement import MilestoneSandbox, SandboxPolicy, sandbox_problem
 from anima.loop.recovery import AgentRegistry, recover_project
 from anima.loop.run import MilestoneRun
 from anima.loop.seats import Agent, RunControl
@@ -90,7 +90,8 @@ class Engine:
         self._lock = ProjectLock(self.paths.lock, command=shlex.join(sys.argv))
         self._locked = False
         self._recovered = False
-        self._said_unconfined = False
+        #: `sandbox: "auto"` without bubblewrap is said once, plainly
+        self._sandbox = SandboxPolicy(lambda text: self.bus.publish(EngineError(text)))
         self._next_merge_try = 0.0  # `sandbox: "auto"` without bubblewrap: said once
         self._registry = AgentRegistry(self.paths)
         self.agents = AgentFactory(self.root, self.bus, self._registry,
@@ -156,19 +157,6 @@ class Engine:
         self._next_merge_try = time.monotonic() + _MERGE_RETRY_SECONDS
         for record in filter(merge_pending, scan.records):
             finish_completed(record, self.store, self.repo, self.config, self.bus)
-
-    def _confined(self) -> bool:
-        """Whether this milestone's processes run in the sandbox; where `sandbox: "auto"`
-        cannot have it, that is said once, plainly (`"required"` refuses to start)."""
-        problem = sandbox_problem(self.config.sandbox)
-        if self.config.sandbox == "off":
-            return False
-        if problem is not None and not self._said_unconfined:
-            self._said_unconfined = True
-            self.bus.publish(EngineError(f"agents run unconfined: {problem}; they can write "
-                                         "anything you can (sandbox \"auto\" in "
-                                         ".anima/config.json; \"off\" to hide this)"))
-        return problem is None
 
     def _recover(self) -> None:
         """After a crash: stop leftover agents, clean up files, finish a cut-short merge,
@@ -327,7 +315,8 @@ class Engine:
                                 counter=counter,
                                 memory=ProjectPaths(self.paths.worktree(record.id)).memory)
         assert self.summarizer is not None
-        sandbox = MilestoneSandbox(self.paths, record.id, active=self._confined(),
+        sandbox = MilestoneSandbox(self.paths, record.id,
+                                   active=self._sandbox.active(self.config.sandbox),
                                    visible=self.agents.claude().install_paths())
         run = MilestoneRun(record=record, store=self.store, repo=self.repo, config=self.config,
                            prompts=prompts, agents=self._make_agent, bus=self.bus,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from anima import sandbox
@@ -42,6 +43,26 @@ def sandbox_problem(mode: str) -> str | None:
     if problem is not None and mode == "required":
         raise ConfigError(f".anima/config.json: sandbox is \"required\" but {problem}")
     return problem
+
+
+class SandboxPolicy:
+    """Whether processes run confined under config `sandbox`; where `"auto"` cannot confine
+    them, that is said once, plainly, through `say` (the window, the headless output, the
+    log)."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self._say = say
+        self._said = False
+
+    def active(self, mode: str) -> bool:
+        if mode == "off":
+            return False
+        problem = sandbox_problem(mode)
+        if problem is not None and not self._said:
+            self._said = True
+            self._say(f"agents run unconfined: {problem}; they can write anything you can "
+                      "(sandbox \"auto\" in .anima/config.json; \"off\" to hide this)")
+        return problem is None
 
 
 class MilestoneSandbox:
