@@ -98,6 +98,11 @@ class Merging(BranchOps, History):
         if on_main:
             stepping_aside = self._step_aside(before, merge, replaceable)
             code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
+            if code != 0 and not self._in_the_way(before, merge, replaceable):
+                # What git refused already reads as the merge has it: a checkout a kill cut
+                # short. Finishing it loses nothing.
+                code, _, err = self._run(["read-tree", "--reset", "-u", before, merge],
+                                         check=False)
             if code != 0:
                 for rel, content in stepping_aside.items():
                     (self.root / rel).write_bytes(content)
