@@ -11,11 +11,14 @@ askpass, ssh or upload-pack command, from the repository's, the global or the sy
   `safe.directory`) is carried over as plain values, and the human's identity is read for
   Anima's commits (`HumanConfig`). Neither can name a program.
 - The repository's config (the human's, which may include other files) is read, and every
-  filter, diff and merge driver defined there is switched off on the command line
-  (`human_config`, cached until one of the files it was read from changes).
+  filter, textconv, external diff and merge driver defined there is switched off on the
+  command line: files pass unfiltered, and a file with a custom merge driver conflicts
+  (`human_config`, cached until one of the files it was read from or includes changes).
 - The rest is fixed options (`NO_AGENT_CODE`) and environment (`ANIMA_GIT_ENV`).
 
-The human's own git commands are untouched; so is the agents' git (`AGENT_GIT_ENV`).
+Not covered: the config of a submodule's own repository (`git status` runs git in each
+submodule; its hooks and fsmonitor stay off, its filters do not). The human's own git
+commands are untouched; so is the agents' git (`AGENT_GIT_ENV`).
 """
 
 from __future__ import annotations
@@ -166,7 +169,8 @@ def parse_config_listing(listing: bytes, cwd: Path) -> tuple[HumanConfig, list[P
         source = cwd / origin[len("file:"):] if origin.startswith("file:") else None
         if source is not None and source not in files:
             files.append(source)
-        neutral.update(_neutralised(key))
+        if scope not in _PROTECTED_SCOPES:  # not read by Anima's git: nothing to switch off
+            neutral.update(_neutralised(key))
         if key in _CARRIED:
             carried[key] = (scope, value)
         elif key == _SAFE_DIRECTORY and scope in _PROTECTED_SCOPES:

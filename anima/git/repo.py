@@ -247,6 +247,9 @@ class RepoBase:
                 "--branch",
                 "--untracked-files=all",
                 "--no-renames",
+                # A submodule's status runs git inside it, where its own config's filters
+                # would run in Anima's name.
+                "--ignore-submodules=dirty",
             ],
             what=f"Cannot read the git status of {self.root}",
         )
