@@ -17,7 +17,7 @@ from anima.git.worktree_include import copy_included
 from anima.loop.checks import CheckResult, Confine, display, run_check
 from anima.loop.recovery import stash_changes
 from anima.paths import ProjectPaths
-from anima.store.models import MilestoneRecord, MilestoneStatus, now
+from anima.store.models import MergeState, MilestoneRecord, MilestoneStatus, now
 
 #: Where the memory notes a worktree started from are kept (see `memory_as_started`).
 _MEMORY_BASE = "memory-base"
@@ -117,11 +117,18 @@ _KEEPS_WORKTREE = frozenset({MilestoneStatus.IN_PROGRESS, MilestoneStatus.PAUSED
                              MilestoneStatus.FAILED, MilestoneStatus.AWAITING_REVIEW})
 
 
+def _merge_owed(record: MilestoneRecord) -> bool:
+    """Completed with its merge still pending: `finish_completed` removes the worktree once
+    the merge is done, and needs what its folder keeps until then (`memory_as_started`)."""
+    return record.status is MilestoneStatus.COMPLETED and record.merge is not None \
+        and record.merge.state is MergeState.PENDING
+
+
 def prune_leftover_worktrees(project: GitRepo, paths: ProjectPaths,
                              records: list[MilestoneRecord]) -> list[str]:
     """After a crash: worktrees under `.anima/worktrees/` whose milestone has ended (merged,
-    cancelled) or is unknown go, each named in the returned log lines; the others stay for
-    their milestone to re-attach."""
+    cancelled; not one whose merge is still owed) or is unknown go, each named in the
+    returned log lines; the others stay for their milestone to re-attach."""
     by_id = {r.id: r for r in records}
     lines: list[str] = []
     leftovers = {w.path for w in project.worktrees() if w.path.parent == paths.worktrees}
@@ -129,7 +136,7 @@ def prune_leftover_worktrees(project: GitRepo, paths: ProjectPaths,
         leftovers |= {p for p in paths.worktrees.iterdir() if p.is_dir()}
     for path in sorted(leftovers):
         record = by_id.get(path.name)
-        if record is not None and record.status in _KEEPS_WORKTREE:
+        if record is not None and (record.status in _KEEPS_WORKTREE or _merge_owed(record)):
             continue
         if record is None:
             record = MilestoneRecord(id=path.name, title=path.name, created_at=now())
