@@ -77,7 +77,10 @@ class Project:
         self.env = {**env, "ANIMA_CLAUDE_COMMAND": f"{sys.executable} {FAKE}",
                     "FAKE_CLAUDE_SCRIPT": str(self.fake / "script.json"),
                     "FAKE_CLAUDE_STATE": str(self.fake / "state"),
-                    "FAKE_CLAUDE_LOG": str(self.log), "PYTHONPATH": str(REPO)}
+                    "FAKE_CLAUDE_LOG": str(self.log), "PYTHONPATH": str(REPO),
+                    # The fake's script, state and log: writable inside the agents' sandbox
+                    # (its private /tmp would hide them), as tests/conftest.py does.
+                    "ANIMA_SANDBOX_WRITABLE": str(self.fake)}
         self.runs = 0
 
     def start(self, *args: str) -> subprocess.Popen[bytes]:

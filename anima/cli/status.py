@@ -3,7 +3,9 @@
 Scripts poll it, so the JSON is put together from the status cache, record by record: only
 records that changed since the last run are validated again, and a run where none did never
 loads pydantic. Whatever the path, the bytes are those of pydantic's compact dump of
-`{"state": State, "milestones": [MilestoneRecord, ...]}` (tests/test_cli.py holds it to that).
+`{"state": State, "milestones": [MilestoneRecord, ...]}` (tests/test_cli.py holds it to that),
+followed by `"sandbox": {"mode", "confined", "problem"}`: whether agents started now would be
+confined by bubblewrap (config `sandbox`, see `anima.loop.confinement`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 import gc
 import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from anima import sandbox
+from anima.atomic import read_regular
 from anima.paths import ProjectPaths
 from anima.store.status_cache import Entry, Snapshot, StatusCache, microseconds, read_snapshot
 
@@ -60,7 +64,7 @@ def _report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
         problems = []
     records = sorted((entry.order, i, entry.json) for i, entry in found.items()
                      if entry is not None)
-    return _assemble(state.json, [r[2] for r in records]), problems
+    return _assemble(state.json, [r[2] for r in records], paths), problems
 
 
 def _validate(paths: ProjectPaths, snapshot: Snapshot, cache: StatusCache, state_key: str,
@@ -91,8 +95,50 @@ def _validate(paths: ProjectPaths, snapshot: Snapshot, cache: StatusCache, state
     return state, found, problems
 
 
-def _assemble(state: bytes, records: list[bytes]) -> bytes:
-    return b'{"state":' + state + b',"milestones":[' + b",".join(records) + b"]}"
+def _assemble(state: bytes, records: list[bytes], paths: ProjectPaths) -> bytes:
+    confinement = json.dumps(sandbox_status(paths), ensure_ascii=False, separators=(",", ":"))
+    return (b'{"state":' + state + b',"milestones":[' + b",".join(records) + b'],"sandbox":'
+            + confinement.encode() + b"}")
+
+
+#: The values of config `sandbox` (`anima.config.Config.sandbox`; its default first).
+_SANDBOX_MODES = ("auto", "required", "off")
+
+
+def sandbox_status(paths: ProjectPaths) -> dict[str, Any]:
+    """{"mode", "confined", "problem"}: whether agents Anima starts now run confined, and
+    why not (None when they are, or when the sandbox is off). The same answer as
+    `anima.loop.confinement.sandbox_problem`, whose `required` error is a problem here (it
+    stops `anima run`, not `anima status`); asked of `anima.sandbox` directly, since the loop
+    is more than this command may import, and from the config's raw JSON, without pydantic.
+    """
+    mode: Any = "auto"
+    try:
+        data = json.loads(read_regular(paths.config).decode("utf-8"))
+    except FileNotFoundError:
+        data = {}
+    except (OSError, ValueError) as e:
+        return {"mode": None, "confined": False,
+                "problem": f"{paths.config} cannot be read: {e}"}
+    if isinstance(data, dict):
+        mode = data.get("sandbox", "auto")
+    if mode not in _SANDBOX_MODES:
+        return {"mode": mode, "confined": False, "problem": f"{paths.config}: sandbox is "
+                f"{json.dumps(mode)}, not one of {', '.join(_SANDBOX_MODES)}"}
+    problem = None if mode == "off" else sandbox.unavailable()
+    return {"mode": mode, "confined": mode != "off" and problem is None, "problem": problem}
+
+
+def sandbox_line(status: dict[str, Any]) -> str:
+    """The plain line `anima status` prints about it."""
+    mode, problem = status["mode"], status["problem"]
+    if status["confined"]:
+        return f"agents: confined by bubblewrap (sandbox {mode})"
+    if mode == "off":
+        return "agents: not confined (sandbox off)"
+    if mode == "required":
+        return f"agents: NOT confined — {problem}; sandbox is required, so none will start"
+    return f"agents: NOT confined — {problem}; sandbox is {mode}"
 
 
 def _scan(paths: ProjectPaths) -> tuple[int, State, Scan]:
@@ -114,7 +160,7 @@ def _scanned_report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
     _, state, scan = _scan(paths)
     dump = MilestoneRecord.__pydantic_serializer__.to_json
     return (_assemble(State.__pydantic_serializer__.to_json(state),
-                      [dump(r) for r in scan.records]), scan.problems)
+                      [dump(r) for r in scan.records], paths), scan.problems)
 
 
 def _print_table(paths: ProjectPaths) -> None:
@@ -122,6 +168,7 @@ def _print_table(paths: ProjectPaths) -> None:
     current = state.current_milestone or "-"
     waiting = f"; {state.waiting_reason}" if state.waiting_reason else ""
     print(f"state: {state.status.value} (current milestone: {current}){waiting}")
+    print(sandbox_line(sandbox_status(paths)))
     if not scan.records:
         print("no milestones yet")
     for r in scan.records:

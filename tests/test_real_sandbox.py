@@ -1,0 +1,181 @@
+"""The real `claude` CLI confined by bubblewrap to its milestone's worktree, offline against the
+local Messages API stub: the whole CLI runs in `MilestoneSandbox(...).confine("developer")` on
+a worktree made by `GitRepo.add_worktree`, as the engine runs it. A scripted Bash call commits
+on `milestone/<id>`, the session resumes (`--resume`) inside the sandbox with its conversation,
+and a write outside the worktree fails with the file left as it was."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from anima import sandbox
+from anima.agents.claude.discovery import find_claude
+from anima.agents.claude.profiles import DEVELOPER, profile_for
+from anima.agents.process import AgentProcess
+from anima.config import Config
+from anima.events import Event, EventBus, ToolResult
+from anima.git import GitRepo
+from anima.loop.confinement import MilestoneSandbox
+from anima.paths import ProjectPaths
+from tests.conftest import run_git
+from tests.fakes.api_stub import ApiStub, all_text
+from tests.helpers import make_project
+
+pytestmark = [pytest.mark.real_claude, pytest.mark.timeout(120)]
+
+if sandbox.unavailable() == sandbox.NOT_INSTALLED:
+    pytest.skip(f"{sandbox.NOT_INSTALLED}: the sandbox cannot be tested here",
+                allow_module_level=True)
+
+READ_ONLY = "Read-only file system"
+
+
+@dataclass
+class Milestone:
+    """A project under `anima init` with milestone m1's worktree, and what the tests check."""
+
+    paths: ProjectPaths
+    worktree: Path
+    main: str  # main's commit before the agent ran
+
+    @property
+    def root(self) -> Path:
+        return self.paths.root
+
+    @property
+    def agent_home(self) -> Path:
+        return self.paths.agent_state("m1", DEVELOPER) / "home"
+
+    def session_files(self, session_id: str) -> list[Path]:
+        return sorted(self.agent_home.glob(f".claude/projects/*/{session_id}.jsonl"))
+
+
+Factory = Callable[..., AgentProcess]
+
+
+@pytest.fixture
+def milestone(git_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Milestone:
+    # Each agent's private HOME gets a copy of the user's `~/.claude.json` and a bind of the
+    # CLI's login: the test's own user, never the real one.
+    user_home = tmp_path / "user-home"
+    user_home.mkdir()
+    monkeypatch.setenv("HOME", str(user_home))
+    make_project(git_repo)
+    run_git(git_repo, "add", "-A")
+    run_git(git_repo, "commit", "-q", "-m", "chore: anima init")
+    paths = ProjectPaths(git_repo)
+    GitRepo.open(git_repo).add_worktree(paths.worktree("m1"), "milestone/m1", "main")
+    return Milestone(paths, paths.worktree("m1"), run_git(git_repo, "rev-parse", "main"))
+
+
+@pytest.fixture
+def events() -> list[Event]:
+    return []
+
+
+@pytest.fixture
+def make_confined(real_claude_bin: str, real_env: dict[str, str], milestone: Milestone,
+                  events: list[Event]) -> Iterator[Factory]:
+    """The Developer of m1 as the engine makes it: its own sandbox (made again for each
+    process, as the engine does), its worktree as its cwd."""
+    binary = find_claude(real_claude_bin)
+    confinement = MilestoneSandbox(milestone.paths, "m1", active=True,
+                                   visible=binary.install_paths())
+    bus = EventBus()
+    bus.subscribe(events.append)
+    made: list[AgentProcess] = []
+
+    def make(*, session_id: str | None = None, resume: bool = False) -> AgentProcess:
+        agent = AgentProcess(DEVELOPER, binary, profile_for(DEVELOPER, Config()),
+                             milestone.worktree, bus, session_id=session_id or str(uuid.uuid4()),
+                             resume=resume, turn_timeout=60.0, idle_timeout=30.0, env=real_env,
+                             confine=confinement.confine(DEVELOPER))
+        made.append(agent)
+        agent.start()
+        return agent
+
+    yield make
+    for agent in made:
+        agent.stop(grace=3.0)
+
+
+def bash(command: str) -> dict[str, object]:
+    return {"tool_use": {"name": "Bash", "input": {"command": command, "description": "run"}}}
+
+
+def tool_results(events: list[Event]) -> list[ToolResult]:
+    return [e for e in events if isinstance(e, ToolResult)]
+
+
+def test_the_confined_cli_commits_on_its_branch_and_resumes_its_session(
+        make_confined: Factory, api_stub: ApiStub, milestone: Milestone,
+        real_env: dict[str, str], events: list[Event]) -> None:
+    commit = ('printf "x\\n" > feature.txt && git add feature.txt && '
+              'git commit -q -m "feat: committed inside the sandbox" && git rev-parse HEAD')
+    api_stub.push(bash(commit), "Committed. The word is BANANA.")
+    agent = make_confined()
+    result = agent.send("Commit a feature and remember the word BANANA")
+    assert result.text == "Committed. The word is BANANA." and not result.is_error
+    (committed,) = tool_results(events)
+    assert not committed.is_error, committed.content
+    head = run_git(milestone.root, "rev-parse", "milestone/m1")
+    assert committed.content.strip() == head
+    assert run_git(milestone.root, "log", "-1", "--format=%s", "milestone/m1") == \
+        "feat: committed inside the sandbox"
+    assert run_git(milestone.root, "rev-parse", f"{head}~1") == milestone.main
+    assert (milestone.worktree / "feature.txt").read_text() == "x\n"
+    assert run_git(milestone.root, "rev-parse", "main") == milestone.main
+    # The CLI kept its session in the sandbox's private HOME, not in the one it was given.
+    assert milestone.session_files(agent.session_id)
+    assert not list(Path(real_env["HOME"]).glob(f"**/{agent.session_id}.jsonl"))
+
+    time.sleep(1.0)  # the CLI writes its session file shortly after the result
+    assert agent.pid is not None
+    os.killpg(agent.pid, signal.SIGKILL)  # a crash: the engine starts a new, resumed one
+    config = milestone.paths.config.read_bytes()
+    api_stub.push(bash(f"printf '{{}}' > {milestone.paths.config}; echo wrote"),
+                  "The word was BANANA.")
+    resumed = make_confined(session_id=agent.session_id, resume=True)
+    again = resumed.send("Which word? Then reset the project's config.")
+    assert again.text == "The word was BANANA." and not again.is_error
+    assert again.session_id == agent.session_id
+    last = api_stub.agent_requests()[-1]
+    for earlier in ("Commit a feature and remember the word BANANA",
+                    "Committed. The word is BANANA.", head):
+        assert earlier in all_text(last)
+    refused = tool_results(events)[-1]
+    assert f"{milestone.paths.config}: {READ_ONLY}" in refused.content
+    assert milestone.paths.config.read_bytes() == config
+
+
+def test_writes_outside_the_worktree_fail_and_change_nothing(
+        make_confined: Factory, api_stub: ApiStub, milestone: Milestone,
+        events: list[Event]) -> None:
+    root, config = milestone.root, milestone.paths.config
+    before = {path: path.read_bytes() for path in (root / "README.md", config)}
+    outside = [root / "README.md", config, root / "planted.txt",
+               milestone.paths.milestones / "planted.md"]
+    command = "; ".join([*(f"printf 'agent was here\\n' > {p}" for p in outside),
+                         f"git -C {root} update-ref refs/heads/main HEAD",
+                         "printf 'inside\\n' > inside.txt", "echo finished"])
+    api_stub.push(bash(command), "Done.")
+    agent = make_confined()
+    assert agent.send("Write everywhere").text == "Done."
+    (result,) = tool_results(events)
+    for path in outside:
+        assert f"{path}: {READ_ONLY}" in result.content, result.content
+    assert f"{root}/.git/refs/heads/main.lock': {READ_ONLY}" in result.content
+    assert result.content.rstrip().endswith("finished")
+    assert (milestone.worktree / "inside.txt").read_text() == "inside\n"  # it did run
+    assert {path: path.read_bytes() for path in before} == before
+    assert not (root / "planted.txt").exists()
+    assert not (milestone.paths.milestones / "planted.md").exists()
+    assert run_git(root, "rev-parse", "main") == milestone.main
