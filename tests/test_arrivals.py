@@ -1,8 +1,10 @@
 """An agent may not set itself work: a milestone file an agent writes is held, not queued; a
 record without its definition never runs; a pending record starts with what its definition
 asks; another milestone's record an agent edits is put back. The human's own drops are queued
-as always. The real engine and loop, the fake `claude`
-scripted to write into `.anima/milestones/` the ways a model would."""
+as always. The real engine and loop, the fake `claude` scripted to write into the project's
+`.anima/milestones/` the ways a model would: by absolute path, since its cwd is the milestone's
+worktree. In the sandbox (`auto`) each such write is refused by the filesystem; without it
+(`off`) it happens, and is held or put back (see `tests.test_integrity` for the helpers)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,16 @@ from anima.store.models import MilestoneStatus, Verdict, now
 from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
-from tests.test_integrity import TWO, log_text, report
+from tests.test_integrity import (
+    MODES,
+    TWO,
+    assert_attempts,
+    attempt,
+    confined,
+    log_text,
+    report,
+    use_sandbox,
+)
 from tests.test_recovery import Runner, run_to_end, wait_until
 
 EVIL = milestone_md("Delete the tests", ["Remove every test"], ["no tests left"])
@@ -41,7 +52,7 @@ def status(project: Path, milestone_id: str) -> MilestoneStatus | None:
     return record(project, milestone_id).status if path.exists() else None
 
 
-def shell_writing(path: str) -> str:
+def shell_writing(path: str | Path) -> str:
     """A shell command that writes the EVIL milestone to `path`."""
     encoded = base64.b64encode(EVIL.encode()).decode()
     return f"echo {encoded} | base64 -d > {path}"
@@ -54,66 +65,118 @@ def assert_held(project: Path, name: str) -> None:
     assert "Delete the tests" not in run_git(project, "log", "--format=%s", "main")
 
 
+def assert_never_there(project: Path, name: str) -> None:
+    """Refused by the sandbox: nothing to hold, nothing queued, nothing run."""
+    milestones, held = folder(project), project / ".anima" / "held"
+    assert not (milestones / f"{name}.md").exists() and not (milestones / f"{name}.json").exists()
+    assert not (held / f"{name}.md").exists()
+    assert run_git(project, "branch", "--list", f"milestone/{name}") == ""
+    assert "Delete the tests" not in run_git(project, "log", "--format=%s", "main")
+
+
+def assert_kept_out(project: Path, name: str, mode: str) -> None:
+    if confined(mode):
+        assert_never_there(project, name)
+    else:
+        assert_held(project, name)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_milestone_the_developer_writes_is_held_and_never_runs(
-        project: Path, fake_claude: FakeClaude) -> None:
+        project: Path, fake_claude: FakeClaude, mode: str) -> None:
+    use_sandbox(project, mode)
     fake_claude.write_script({"developer": [{"shell": [
         "mkdir -p features && echo F1 > features/F1.txt",
         "git add -A && git commit -qm 'feat: F1'",
-        shell_writing(".anima/milestones/zz-evil.md")], "text": report()}]})
-    notices: list[Event] = []
+        attempt(fake_claude, "write", shell_writing(folder(project) / "zz-evil.md"))],
+        "text": report()}]})
+    notices: list[Notice] = []
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, Notice):
+            notices.append(event)
+
     engine = Engine(project)
-    engine.bus.subscribe(lambda e: notices.append(e) if isinstance(e, Notice) else None)
+    engine.bus.subscribe(on_event)
     try:
         engine.run(watch=False, start_all=True)
     finally:
         engine.shutdown()
-    assert_held(project, "zz-evil")
+    assert_attempts(fake_claude, mode, "write")
+    assert_kept_out(project, "zz-evil", mode)
     rec = record(project, "m1")
     assert rec.status is MilestoneStatus.COMPLETED
     assert rec.iterations[0].verdict.value == "accepted"  # held, not held against the round
     line = ".anima/milestones/zz-evil.md (held as .anima/held/zz-evil.md) arrived while the " \
            "Developer was working"
-    assert line in log_text(project) and any(line in n for n in rec.iterations[0].notes)
-    assert [n.kind for n in notices if line in n.message] == ["held"]
+    if confined(mode):
+        assert "held" not in log_text(project) and [n for n in notices if n.kind == "held"] == []
+    else:
+        assert line in log_text(project) and any(line in n for n in rec.iterations[0].notes)
+        assert [n.kind for n in notices if line in n.message] == ["held"]
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_one_the_acceptor_writes_from_inside_the_folder_is_held_too(
-        project: Path, fake_claude: FakeClaude) -> None:
-    fake_claude.write_script({"acceptor": [{"shell": [
-        f"cd .anima/milestones && {shell_writing('zz-evil.md')}"], "text": "ACCEPTED"}]})
+        project: Path, fake_claude: FakeClaude, mode: str) -> None:
+    """The project's folder found the way a shell in the worktree would: through git."""
+    use_sandbox(project, mode)
+    fake_claude.write_script({"acceptor": [{"shell": [attempt(
+        fake_claude, "write", 'cd "$(git rev-parse --git-common-dir)/../.anima/milestones" && '
+        + shell_writing("zz-evil.md"))], "text": "ACCEPTED"}]})
     run_engine(project)
-    assert_held(project, "zz-evil")
+    assert_attempts(fake_claude, mode, "write")
+    assert_kept_out(project, "zz-evil", mode)
     assert record(project, "m1").status is MilestoneStatus.COMPLETED
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_one_written_with_the_write_tool_is_held_while_the_watcher_is_on(
-        project: Path, fake_claude: FakeClaude) -> None:
+        project: Path, fake_claude: FakeClaude, mode: str) -> None:
     """In watch mode the file is registered the moment it settles; holding it takes its
-    record back before anything could start it."""
+    record back before anything could start it. (In the sandbox the write fails; the fake's
+    Write tool then crashes its process, which Anima restarts, retrying the turn.)"""
+    use_sandbox(project, mode)
     fake_claude.write_script({"developer": [
-        {"edit_file": {"path": ".anima/milestones/zz-evil.md", "content": EVIL},
+        {"edit_file": {"path": str(folder(project) / "zz-evil.md"), "content": EVIL},
          "shell": ["sleep 2"], "auto": True}]})
     runner = Runner(project, fake_claude, "--watch")
     try:
         wait_until(lambda: status(project, "m1") is MilestoneStatus.COMPLETED,
                    timeout=60, what=f"m1 completed\n{runner.stdout[-2000:]}")
-        assert_held(project, "zz-evil")
+        assert_kept_out(project, "zz-evil", mode)
     finally:
         runner.kill()
         runner.wait(15)
+    # refused: the fake's Write tool raised (a real CLI's reports the error and goes on)
+    assert ("developer crashed" in log_text(project)) is confined(mode)
 
 
+def forge_record_from(project: Path, source: str, target: str) -> str:
+    """A shell command writing `target`, a copy of the record `source` made pending."""
+    return (f"python3 -c \"import json; d=json.load(open('{folder(project) / source}')); "
+            "d.update(id='zz-forged', status='pending', iterations=[], title='Forged'); "
+            f"json.dump(d, open('{folder(project) / target}', 'w'))\"")
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_record_without_its_definition_is_never_started(
-        project: Path, fake_claude: FakeClaude) -> None:
+        project: Path, fake_claude: FakeClaude, mode: str) -> None:
+    use_sandbox(project, mode)
     fake_claude.write_script({"developer": [{"shell": [
         "mkdir -p features && echo F1 > features/F1.txt",
         "git add -A && git commit -qm 'feat: F1'",
-        "python3 -c \"import json; d=json.load(open('.anima/milestones/m1.json')); "
-        "d.update(id='zz-forged', status='pending', iterations=[], title='Forged'); "
-        "json.dump(d, open('.anima/milestones/zz-forged.json', 'w'))\""], "text": report()}]})
+        attempt(fake_claude, "forge", forge_record_from(project, "m1.json", "zz-forged.json"))],
+        "text": report()}]})
     run_engine(project)
-    assert record(project, "zz-forged").status is MilestoneStatus.PENDING
+    assert_attempts(fake_claude, mode, "forge")
     assert run_git(project, "branch", "--list", "milestone/zz-forged") == ""  # never started
+    assert not [p for p in fake_claude.prompts() if "Forged" in p]
+    if confined(mode):
+        assert not (folder(project) / "zz-forged.json").exists()
+        assert record(project, "m1").status is MilestoneStatus.COMPLETED
+        return
+    assert record(project, "zz-forged").status is MilestoneStatus.PENDING
     assert ".anima/milestones/zz-forged.md is missing: zz-forged is not started" in \
         (project / ".anima" / "logs" / "zz-forged.log").read_text(encoding="utf-8")
 
@@ -143,16 +206,20 @@ def test_a_pending_milestone_starts_with_what_its_definition_asks(
         (project / ".anima" / "logs" / "m2.log").read_text(encoding="utf-8")
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_the_humans_milestone_named_by_an_agent_meanwhile_is_not_held(
-        project: Path, fake_claude: FakeClaude, tmp_path: Path) -> None:
+        project: Path, fake_claude: FakeClaude, tmp_path: Path, mode: str) -> None:
     """The Developer looks for m2.md while the human adds it through the window."""
+    use_sandbox(project, mode)
     fake_claude.write_script({"developer": [{"shell": [
-        "ls .anima/milestones/m2.md; sleep 3"], "auto": True}]})
+        f"ls {folder(project) / 'm2.md'}; sleep 3"], "auto": True}]})
     engine = Engine(project)
     engine.start(watch=True)
     try:
         wait_until(lambda: fake_claude.entries("developer"), what="the Developer's turn")
-        wait_until(lambda: (project / ".anima" / "turn_guard.json").exists(), what="the guard")
+        if not confined(mode):  # the guard keeps its copy on disk only without the sandbox
+            wait_until(lambda: (project / ".anima" / "turn_guard.json").exists(),
+                       what="the guard")
         mine = tmp_path / "m2.md"
         mine.write_text(milestone_md("Second", ["Gamma"]), encoding="utf-8")
         assert engine.add_milestone(mine) == "m2"
@@ -165,8 +232,10 @@ def test_the_humans_milestone_named_by_an_agent_meanwhile_is_not_held(
 
 def test_a_held_milestone_added_again_is_queued_and_leaves_the_held_folder(
         project: Path, fake_claude: FakeClaude) -> None:
+    """Without the sandbox only: in it the agent's write is refused, so nothing is held."""
+    use_sandbox(project, "off")
     fake_claude.write_script({"developer": [{"shell": [
-        shell_writing(".anima/milestones/zz-evil.md")], "auto": True}]})
+        shell_writing(folder(project) / "zz-evil.md")], "auto": True}]})
     run_engine(project)
     held = project / ".anima" / "held" / "zz-evil.md"
     assert held.exists()
@@ -181,18 +250,24 @@ def test_a_held_milestone_added_again_is_queued_and_leaves_the_held_folder(
     assert record(project, "zz-evil").status is MilestoneStatus.PENDING
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_a_milestone_written_before_a_kill_is_held_at_the_next_start(
-        project: Path, fake_claude: FakeClaude) -> None:
+        project: Path, fake_claude: FakeClaude, mode: str) -> None:
+    use_sandbox(project, mode)
+    done = fake_claude.root / "attacked"
     fake_claude.write_script({"developer": [{"shell": [
-        shell_writing(".anima/milestones/zz-evil.md")], "hang_after": True}]})
+        attempt(fake_claude, "write", shell_writing(folder(project) / "zz-evil.md")),
+        f"touch {done}"], "hang_after": True}]})
     runner = Runner(project, fake_claude)
-    wait_until(lambda: (folder(project) / "zz-evil.md").exists(), what="the agent's file")
+    wait_until(done.exists, what="the agent's file")
+    assert_attempts(fake_claude, mode, "write")
+    assert (folder(project) / "zz-evil.md").exists() is not confined(mode)
     runner.kill()
     runner.wait(15)
     fake_claude.write_script({})
     again = run_to_end(project, fake_claude)
     assert again.proc.returncode == 0, again.stdout[-2000:] + again.stderr
-    assert_held(project, "zz-evil")
+    assert_kept_out(project, "zz-evil", mode)
     assert record(project, "m1").status is MilestoneStatus.COMPLETED
 
 
@@ -208,78 +283,121 @@ def cancelled_m0(project: Path) -> bytes:
     return (folder(project) / "m0.json").read_bytes()
 
 
-REVIVE_M0 = ("python3 -c \"import json; p='.anima/milestones/m0.json'; d=json.load(open(p)); "
-             "d['status']='pending'; json.dump(d, open(p, 'w'))\"")
+def revive_m0(project: Path) -> str:
+    return (f"python3 -c \"import json; p='{folder(project) / 'm0.json'}'; "
+            "d=json.load(open(p)); d['status']='pending'; json.dump(d, open(p, 'w'))\"")
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_another_milestones_record_the_developer_edits_is_put_back_and_the_round_rejected(
-        project: Path, fake_claude: FakeClaude) -> None:
-    """Reviving a cancelled milestone by editing its record: put back, never run."""
+        project: Path, fake_claude: FakeClaude, mode: str) -> None:
+    """Reviving a cancelled milestone by editing its record: refused, or put back; never
+    run."""
+    use_sandbox(project, mode)
     human = cancelled_m0(project)
     fake_claude.write_script({"developer": [{"shell": [
         "mkdir -p features && echo F1 > features/F1.txt",
-        "git add -A && git commit -qm 'feat: F1'", REVIVE_M0], "text": report()}]})
+        "git add -A && git commit -qm 'feat: F1'",
+        attempt(fake_claude, "revive", revive_m0(project))], "text": report()}]})
     run_engine(project)
+    assert_attempts(fake_claude, mode, "revive")
     assert (folder(project) / "m0.json").read_bytes() == human
     assert record(project, "m0").status is MilestoneStatus.CANCELLED
     assert run_git(project, "branch", "--list", "milestone/m0") == ""
     first = record(project, "m1").iterations[0]
-    assert first.verdict is Verdict.REJECTED
-    assert "changed Anima's records" in first.reason and "m0.json" in first.reason
+    if confined(mode):
+        assert first.verdict is Verdict.ACCEPTED
+    else:
+        assert first.verdict is Verdict.REJECTED
+        assert "changed Anima's records" in first.reason and "m0.json" in first.reason
 
 
-SLEEPING = "echo '{\"schema_version\": 2, \"status\": \"sleeping\"}' > .anima/state.json"
+def forge_state(project: Path) -> str:
+    return ("echo '{\"schema_version\": 2, \"status\": \"sleeping\"}' > "
+            f"{project / '.anima' / 'state.json'}")
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_a_state_json_the_developer_forges_is_put_back(project: Path,
-                                                       fake_claude: FakeClaude) -> None:
+                                                       fake_claude: FakeClaude,
+                                                       mode: str) -> None:
     """What `anima status` and users' scripts read says what Anima is doing, not the agent."""
+    use_sandbox(project, mode)
     fake_claude.write_script({"developer": [
         {"shell": ["mkdir -p features && echo F1 > features/F1.txt",
-                   "git add -A && git commit -qm 'feat: F1'", SLEEPING], "text": report()},
-        {"shell": ["cp .anima/state.json seen.json", "git add -A && git commit -qm 'feat: F1'"],
+                   "git add -A && git commit -qm 'feat: F1'",
+                   attempt(fake_claude, "forge", forge_state(project))], "text": report()},
+        {"shell": [f"cp {project / '.anima' / 'state.json'} seen.json",
+                   "git add -A && git commit -qm 'feat: F1'"],
          "text": report()}]})
     run_engine(project)
+    assert_attempts(fake_claude, mode, "forge")
     first = record(project, "m1").iterations[0]
-    assert first.verdict is Verdict.REJECTED
-    assert ".anima/state.json (modified)" in first.reason
+    if confined(mode):
+        assert first.verdict is Verdict.ACCEPTED
+    else:
+        assert first.verdict is Verdict.REJECTED
+        assert ".anima/state.json (modified)" in first.reason
     seen = json.loads(run_git(project, "show", "main:seen.json"))
     assert (seen["status"], seen["current_milestone"]) == ("awake", "m1")
 
 
-def test_one_the_acceptor_edits_is_put_back_too(project: Path, fake_claude: FakeClaude) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_one_the_acceptor_edits_is_put_back_too(project: Path, fake_claude: FakeClaude,
+                                                mode: str) -> None:
+    use_sandbox(project, mode)
     human = cancelled_m0(project)
-    fake_claude.write_script({"acceptor": [{"shell": [REVIVE_M0], "text": "ACCEPTED"}]})
+    fake_claude.write_script({"acceptor": [{"shell": [
+        attempt(fake_claude, "revive", revive_m0(project))], "text": "ACCEPTED"}]})
     run_engine(project)
+    assert_attempts(fake_claude, mode, "revive")
     assert (folder(project) / "m0.json").read_bytes() == human
+    assert record(project, "m0").status is MilestoneStatus.CANCELLED
     notes = record(project, "m1").iterations[0].notes
-    assert any(".anima/milestones/m0.json (modified) put back" in n for n in notes)
+    put_back = [n for n in notes if ".anima/milestones/m0.json (modified) put back" in n]
+    assert bool(put_back) is not confined(mode)
 
 
-GRADE_MYSELF = ("python3 -c \"import json; p='.anima/milestones/m1.json'; d=json.load(open(p)); "
-                "d['status']='completed'; [f.update(status='done') for f in d['features']]; "
-                "json.dump(d, open(p, 'w'))\"")
+def grade_myself(project: Path) -> str:
+    return (f"python3 -c \"import json; p='{folder(project) / 'm1.json'}'; "
+            "d=json.load(open(p)); d['status']='completed'; "
+            "[f.update(status='done') for f in d['features']]; json.dump(d, open(p, 'w'))\"")
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_its_own_record_the_developer_edits_is_put_back_and_the_round_rejected(
-        project: Path, fake_claude: FakeClaude) -> None:
+        project: Path, fake_claude: FakeClaude, mode: str) -> None:
+    use_sandbox(project, mode)
     fake_claude.write_script({"developer": [{"shell": [
         "mkdir -p features && echo F1 > features/F1.txt",
-        "git add -A && git commit -qm 'feat: F1'", GRADE_MYSELF], "text": report()}]})
+        "git add -A && git commit -qm 'feat: F1'",
+        attempt(fake_claude, "grade", grade_myself(project))], "text": report()}]})
     run_engine(project)
+    assert_attempts(fake_claude, mode, "grade")
     rec = record(project, "m1")
     first = rec.iterations[0]
-    assert first.verdict is Verdict.REJECTED and "m1.json (its own)" in first.reason
+    if confined(mode):
+        assert first.verdict is Verdict.ACCEPTED
+    else:
+        assert first.verdict is Verdict.REJECTED and "m1.json (its own)" in first.reason
     assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    assert len([i for i in rec.iterations if i.verdict is Verdict.ACCEPTED]) == 3
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_its_own_record_edited_before_a_kill_is_put_back_at_the_next_start(
-        project: Path, fake_claude: FakeClaude) -> None:
+        project: Path, fake_claude: FakeClaude, mode: str) -> None:
     """The Developer marks its milestone completed, then Anima dies (it could kill it)."""
-    fake_claude.write_script({"developer": [{"shell": [GRADE_MYSELF], "hang_after": True}]})
+    use_sandbox(project, mode)
+    done = fake_claude.root / "attacked"
+    fake_claude.write_script({"developer": [{"shell": [
+        attempt(fake_claude, "grade", grade_myself(project)), f"touch {done}"],
+        "hang_after": True}]})
     runner = Runner(project, fake_claude)
-    wait_until(lambda: status(project, "m1") is MilestoneStatus.COMPLETED,
-               what="the Developer's edit")
+    wait_until(done.exists, what="the Developer's edit")
+    assert_attempts(fake_claude, mode, "grade")
+    edited = status(project, "m1") is MilestoneStatus.COMPLETED
+    assert edited is not confined(mode)
     runner.kill()
     runner.wait(15)
     fake_claude.write_script({})
@@ -289,4 +407,5 @@ def test_its_own_record_edited_before_a_kill_is_put_back_at_the_next_start(
     assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
     assert [i.verdict for i in rec.iterations if i.kind.value == "final"] == \
         [Verdict.ACCEPTED]  # completed by the Acceptor's final review, not by the edit
-    assert "put back .anima/milestones/m1.json as Anima last wrote it" in again.stdout
+    put_back = "put back .anima/milestones/m1.json as Anima last wrote it" in again.stdout
+    assert put_back is not confined(mode)

@@ -3,8 +3,13 @@
 acceptance and the merge into main, then Anima runs again on the same project.
 
 Two ways of stopping a runner at an exact instant, without touching its code: a `git` on PATH
-that sleeps when asked to merge (the kill lands while the merge runs), and the milestone's log
-turned into a FIFO that the test stops reading (the runner blocks on its next log line).
+that sleeps at a chosen step of the merge (the kill lands while the merge runs), and the
+milestone's log turned into a FIFO that the test stops reading (the runner blocks on its next
+log line).
+
+The merge into main checks nothing out: `merge-tree` computes it, the human's checkout (on
+main) follows with `read-tree`, and `update-ref` moves main last; a kill at any step leaves
+either the old main or the merge.
 """
 
 from __future__ import annotations
@@ -20,10 +25,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from anima.store.models import MergeState, MilestoneStatus, RoundKind, Verdict
+from anima.git import GitRepo
+from anima.paths import ProjectPaths
+from anima.store.models import MergeInfo, MergeState, MilestoneStatus, RoundKind, Verdict, now
+from anima.store.store import Store
 from tests.conftest import FakeClaude, descendants, run_git
 from tests.helpers import make_project, record
 from tests.test_recovery import (
@@ -36,18 +45,24 @@ from tests.test_recovery import (
     wait_until,
 )
 
+#: The steps of the merge into main a kill can land in (a `case` pattern on git's arguments):
+#: where it begins, and where the human's checkout has followed but main has not moved yet.
+MERGE_STEPS = {"merge-tree": '*" merge-tree "*',
+               "update-ref": '*" update-ref -m anima: Merge "*'}
 
-def slow_git(where: Path, sleep: float) -> tuple[dict[str, str], Path]:
-    """A `git` first on PATH that marks and sleeps before any `git … merge …`, then runs the
-    real one: a kill while the marker exists lands in the merge. Returns (env, marker)."""
+
+def slow_git(where: Path, sleep: float, step: str = "merge-tree") -> tuple[dict[str, str], Path]:
+    """A `git` first on PATH that marks and sleeps before one `step` of the merge into main,
+    then runs the real one: a kill while the marker exists lands in the merge, there. Returns
+    (env, marker)."""
     real = shutil.which("git")
     assert real is not None
     folder = where / "slow-git"
     folder.mkdir()
     marker = where / "merging"
     shim = folder / "git"
-    shim.write_text(f'#!/bin/sh\ncase " $* " in *" merge "*) touch {marker}; sleep {sleep};; '
-                    f'esac\nexec {real} "$@"\n', encoding="utf-8")
+    shim.write_text(f'#!/bin/sh\ncase " $* " in {MERGE_STEPS[step]}) touch {marker}; '
+                    f'sleep {sleep};; esac\nexec {real} "$@"\n', encoding="utf-8")
     shim.chmod(0o755)
     return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}, marker
 
@@ -75,25 +90,46 @@ def anima(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
                           text=True, env={**os.environ, **(env or {})}, timeout=60)
 
 
+def outside_anima(project: Path) -> str:
+    """`git status` of the human's checkout, Anima's own folder aside."""
+    return run_git(project, "status", "--porcelain", "--", ".", ":(exclude).anima")
+
+
 def assert_merged(project: Path) -> None:
     rec = record(project, "m1")
     assert rec.status is MilestoneStatus.COMPLETED
     assert rec.merge is not None and rec.merge.state is MergeState.MERGED and rec.merge.merged
     assert subprocess.run(["git", "merge-base", "--is-ancestor", "milestone/m1", "main"],
                           cwd=project).returncode == 0
+    # The human's checkout stayed on main and followed it: the merged files, nothing half done.
     assert run_git(project, "branch", "--show-current") == "main"
+    assert run_git(project, "rev-parse", "HEAD") == run_git(project, "rev-parse", "main")
+    assert outside_anima(project) == ""
+    assert (project / "features" / "F1.txt").is_file()
+    assert not (project / ".git" / "MERGE_HEAD").exists()
+    assert not (project / ".anima" / "worktrees" / "m1").exists()  # removed once merged
     assert finals(project) == [Verdict.ACCEPTED]
     assert_consistent(rec)
     state = json.loads((project / ".anima" / "state.json").read_text())
     assert (state["status"], state["current_milestone"]) == ("sleeping", None)
 
 
+def old_main_or_the_merge(project: Path, base: str) -> None:
+    """What a kill mid-merge may leave: main where it was, or the whole merge; never half."""
+    main = run_git(project, "rev-parse", "main")
+    tip = run_git(project, "rev-parse", "milestone/m1")
+    assert main in (base, GitRepo.open(project).merge_of(tip, "main")), main
+    assert not (project / ".git" / "MERGE_HEAD").exists()
+
+
+@pytest.mark.parametrize("step", list(MERGE_STEPS))
 @pytest.mark.parametrize("power_cut", [False, True], ids=["anima-killed", "anima-and-git-killed"])
 def test_a_kill_during_the_merge_into_main_is_finished_by_the_next_run(
         git_repo: Path, fake_claude: FakeClaude, tmp_path: Path,
-        our_processes: Callable[[], list[int]], power_cut: bool) -> None:
+        our_processes: Callable[[], list[int]], power_cut: bool, step: str) -> None:
     make_project(git_repo, {"m1": ONE})
-    env, marker = slow_git(tmp_path, 1.0)
+    base = run_git(git_repo, "rev-parse", "main")
+    env, marker = slow_git(tmp_path, 1.0, step)
     first = Runner(git_repo, fake_claude, env=env)
     wait_until(marker.exists, what="the merge into main", timeout=30)
     if power_cut:
@@ -103,11 +139,14 @@ def test_a_kill_during_the_merge_into_main_is_finished_by_the_next_run(
     # The intent to merge was on disk before git was asked to merge.
     assert rec.status is MilestoneStatus.COMPLETED
     assert rec.merge is not None and rec.merge.state is MergeState.PENDING
+    if power_cut:
+        old_main_or_the_merge(git_repo, base)
     status = anima("status", str(git_repo))
     assert "merge pending" in status.stdout, status.stdout
     # The killed runner's merge goes on without it (through the shim, which the next start
     # cannot tell from git): let it end first.
     wait_until(lambda: our_processes() == [], what="the orphaned merge to end", timeout=15)
+    old_main_or_the_merge(git_repo, base)
 
     second = run_to_end(git_repo, fake_claude)
     assert second.proc.returncode == 0, second.stdout[-2000:] + second.stderr
@@ -202,7 +241,9 @@ def test_a_kill_during_the_merge_of_an_approval_is_finished_by_the_next_run(
     runner = run_to_end(git_repo, fake_claude)
     assert runner.proc.returncode == 0, runner.stdout[-2000:] + runner.stderr
     assert record(git_repo, "m1").status is MilestoneStatus.AWAITING_REVIEW
-    env, marker = slow_git(tmp_path, 30.0)
+    base = run_git(git_repo, "rev-parse", "main")
+    # Killed at the worst instant: the human's checkout has followed the merge, main not yet.
+    env, marker = slow_git(tmp_path, 30.0, "update-ref")
     approve = subprocess.Popen([sys.executable, "-m", "anima", "approve", str(git_repo), "m1"],
                                env={**os.environ, **env}, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
@@ -212,6 +253,7 @@ def test_a_kill_during_the_merge_of_an_approval_is_finished_by_the_next_run(
         kill_with_children(approve.pid)
         approve.wait(10)
     assert record(git_repo, "m1").merge.state is MergeState.PENDING  # type: ignore[union-attr]
+    assert run_git(git_repo, "rev-parse", "main") == base
 
     again = run_to_end(git_repo, fake_claude)
     assert again.proc.returncode == 0, again.stdout[-2000:] + again.stderr
@@ -243,3 +285,83 @@ def test_a_merge_that_cannot_be_done_says_why_in_the_record_and_status(
     # A failed merge is an outcome, not a pending one: the next run leaves it as it is.
     again = run_to_end(git_repo, fake_claude)
     assert again.proc.returncode == 0 and "finishing the merge" not in again.stdout
+
+
+# ------------------------------------------- only what a final acceptance judged reaches main
+
+
+def pending_merge(project: Path, edit: Callable[[Any], None]) -> tuple[str, str]:
+    """A milestone awaiting review, its record then edited by `edit` and made to say
+    "completed, merge pending" (what a kill right after `begin_completion` leaves, or a hand
+    edit). Returns (main, the branch's tip)."""
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.AWAITING_REVIEW
+    edit(rec)
+    rec.status = MilestoneStatus.COMPLETED
+    rec.merge = MergeInfo(state=MergeState.PENDING, at=now(),
+                          detail=f"merging {rec.branch_name} into {rec.main_branch}")
+    Store(ProjectPaths(project)).save_record(rec)
+    return run_git(project, "rev-parse", "main"), run_git(project, "rev-parse", "milestone/m1")
+
+
+def assert_not_merged(project: Path, main: str, tip: str, why: str) -> None:
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert rec.merge is not None and rec.merge.state is MergeState.FAILED
+    assert not rec.merge.merged
+    assert why in rec.merge.detail, rec.merge.detail
+    assert "main is unchanged and milestone/m1 is kept" in rec.merge.detail
+    assert run_git(project, "rev-parse", "main") == main
+    assert run_git(project, "rev-parse", "milestone/m1") == tip
+    assert outside_anima(project) == ""
+    assert "not merged" in (project / ".anima" / "logs" / "m1.log").read_text()
+
+
+def test_a_pending_merge_of_a_tip_the_final_acceptance_did_not_judge_is_not_merged(
+        git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    make_project(git_repo, {"m1": ONE}, config={"requires_human_review": True})
+    assert run_to_end(git_repo, fake_claude).proc.returncode == 0
+    judged = [i for i in record(git_repo, "m1").iterations if i.kind is RoundKind.FINAL]
+    assert [i.verdict for i in judged] == [Verdict.ACCEPTED]
+    assert judged[0].commit == run_git(git_repo, "rev-parse", "milestone/m1")
+    # After the final acceptance, a commit nobody reviewed reaches the branch (its worktree is
+    # kept while the milestone awaits review).
+    worktree = git_repo / ".anima" / "worktrees" / "m1"
+    (worktree / "unreviewed.txt").write_text("never judged\n", encoding="utf-8")
+    run_git(worktree, "add", "unreviewed.txt")
+    run_git(worktree, "commit", "-q", "-m", "feat: after the final acceptance")
+    main, tip = pending_merge(git_repo, lambda rec: None)
+    assert tip != judged[0].commit
+
+    again = run_to_end(git_repo, fake_claude)
+    assert again.proc.returncode == 0, again.stdout[-2000:] + again.stderr
+    assert "finishing the merge into main that a restart cut short" in again.stdout
+    assert_not_merged(git_repo, main, tip,
+                      f"milestone/m1 is at {tip[:7]}, not at {judged[0].commit[:7]}, the commit "
+                      "its final acceptance judged")
+    assert "unreviewed.txt" not in run_git(git_repo, "ls-tree", "-r", "--name-only", "main")
+    assert not (git_repo / "unreviewed.txt").exists()
+
+
+@pytest.mark.parametrize("final", ["none", "rejected"])
+def test_a_pending_merge_without_a_final_acceptance_is_not_merged(
+        git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]],
+        final: str) -> None:
+    make_project(git_repo, {"m1": ONE}, config={"requires_human_review": True})
+    assert run_to_end(git_repo, fake_claude).proc.returncode == 0
+
+    def no_final_acceptance(rec: Any) -> None:
+        if final == "none":
+            rec.iterations = [i for i in rec.iterations if i.kind is not RoundKind.FINAL]
+        else:
+            for i in rec.iterations:
+                if i.kind is RoundKind.FINAL:
+                    i.verdict = Verdict.REJECTED
+
+    main, tip = pending_merge(git_repo, no_final_acceptance)
+    assert main != tip  # the branch has work main lacks: merging it would change main
+
+    again = run_to_end(git_repo, fake_claude)
+    assert again.proc.returncode == 0, again.stdout[-2000:] + again.stderr
+    assert_not_merged(git_repo, main, tip, "no final acceptance is on record")
+    assert not (git_repo / "features" / "F1.txt").exists()

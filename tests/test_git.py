@@ -1,8 +1,13 @@
-"""GitRepo against real repositories in tmp_path: every rule the scheduler relies on."""
+"""GitRepo against real repositories in tmp_path: every rule the scheduler relies on.
+
+`root` is the human's checkout, which stays on main; a milestone's branch lives in its own
+worktree (`wt`, at `.anima/worktrees/m1`), where the Developer commits and the Acceptor
+reviews, so the branch-side operations run on `tree` (`GitRepo.open(wt)`)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import time
@@ -11,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from anima.errors import GitError
-from anima.git import GitRepo, MergeOutcome, TreeSnapshot
+from anima.git import GitRepo, MergeOutcome, TreeSnapshot, Worktree
 
-GITIGNORE = "*.json\n!config.json\nstate.json\nlogs/\ntranscripts/\nanima.lock\nanima.flock\n"
+GITIGNORE = ("*.json\n!config.json\nstate.json\nlogs/\ntranscripts/\nanima.lock\nanima.flock\n"
+             "worktrees/\nsandbox/\n")
 BRANCH = "milestone/m1"
 
 
@@ -90,11 +96,30 @@ def repo(root: Path) -> GitRepo:
 
 
 @pytest.fixture
-def milestone(root: Path, repo: GitRepo) -> dict[str, str]:
-    """A started milestone with one Developer commit; the kwargs check_developer_commit takes."""
-    base = repo.start_milestone_branch(BRANCH, "main")
-    write(root, "src/feature.py", "x = 1\n")
-    commit = commit_all(root, "feat: F1")
+def wt(root: Path) -> Path:
+    """Where the milestone's worktree goes (as Anima places it)."""
+    return root / ".anima" / "worktrees" / "m1"
+
+
+@pytest.fixture
+def tree(wt: Path, milestone: dict[str, str]) -> GitRepo:
+    """The milestone's worktree, as the loop opens it for every branch-side git command."""
+    return GitRepo.open(wt)
+
+
+def away_to_main(wt: Path) -> None:
+    """What an unconfined agent can do in its worktree: put it on main (which the human's
+    checkout already has: git wants `--ignore-other-worktrees` for that)."""
+    git(wt, "switch", "-q", "--ignore-other-worktrees", "main")
+
+
+@pytest.fixture
+def milestone(root: Path, repo: GitRepo, wt: Path) -> dict[str, str]:
+    """A started milestone with one Developer commit (made in its worktree); the kwargs
+    check_developer_commit takes."""
+    base = repo.add_worktree(wt, BRANCH, "main")
+    write(wt, "src/feature.py", "x = 1\n")
+    commit = commit_all(wt, "feat: F1")
     return {
         "commit": commit,
         "branch": BRANCH,
@@ -105,9 +130,11 @@ def milestone(root: Path, repo: GitRepo) -> dict[str, str]:
 
 
 def check(repo: GitRepo, ms: dict[str, str], **changes: str) -> list[str]:
+    """`check_developer_commit`, run in the milestone's worktree as the loop runs it."""
     args = {**ms, **changes}
     commit = args.pop("commit")
-    return repo.check_developer_commit(commit, **args)
+    return GitRepo.open(repo.root / ".anima" / "worktrees" / "m1").check_developer_commit(
+        commit, **args)
 
 
 # ------------------------------------------------------------------------------ opening
@@ -201,37 +228,73 @@ def test_ensure_clean_lists_at_most_ten_paths(root: Path, repo: GitRepo) -> None
         repo.ensure_clean()
 
 
-# ----------------------------------------------------------------------------- branches
+# ---------------------------------------------------------------------------- worktrees
 
 
-def test_start_milestone_branch_creates_then_reenters(root: Path, repo: GitRepo) -> None:
+def test_add_worktree_creates_the_branch_then_reattaches(root: Path, repo: GitRepo,
+                                                         wt: Path) -> None:
     main_head = repo.head()
-    assert repo.start_milestone_branch(BRANCH, "main") == main_head
-    assert repo.current_branch() == BRANCH
-    write(root, "src/feature.py", "x = 1\n")
-    commit_all(root, "feat")
-    repo.switch("main")
+    write(root, "src/app.py", "print('the human is editing')\n")
+    assert repo.add_worktree(wt, BRANCH, "main") == main_head
+    tree = GitRepo.open(wt)
+    assert tree.current_branch() == BRANCH and tree.head() == main_head
+    assert repo.worktrees() == [Worktree(wt, BRANCH, False)]
+    # The human's checkout is neither switched nor cleaned.
     assert repo.current_branch() == "main"
-    # A restart: the branch is kept as it is, its base is where it left main.
-    assert repo.start_milestone_branch(BRANCH, "main") == main_head
-    assert repo.current_branch() == BRANCH
-    assert (root / "src/feature.py").exists()
+    assert (root / "src/app.py").read_text() == "print('the human is editing')\n"
+    assert (wt / "src/app.py").read_text() == "print('hi')\n"
+    write(wt, "src/feature.py", "x = 1\n")
+    commit_all(wt, "feat")
+    write(wt, "wip.txt", "the Developer's uncommitted work\n")
+    # A restart: the worktree is kept as it is, its base is where the branch left main.
+    assert repo.add_worktree(wt, BRANCH, "main") == main_head
+    assert (wt / "wip.txt").exists() and (wt / "src/feature.py").exists()
+    assert not (root / "src/feature.py").exists()
+    # An agent left it elsewhere (a detached HEAD, with an edit) when Anima was killed: kept
+    # as it is, for the loop to put back on the branch (and stash what cannot come along).
+    git(wt, "checkout", "-q", "--detach", "HEAD~1")
+    write(wt, "wip.txt", "still there\n")
+    assert repo.add_worktree(wt, BRANCH, "main") == main_head
+    assert GitRepo.open(wt).current_branch() is None
+    assert (wt / "wip.txt").read_text() == "still there\n"
+    git(wt, "switch", "-q", BRANCH)
+    # Its folder gone (deleted by hand): the registration is pruned, the branch checked out
+    # again with its commits.
+    shutil.rmtree(wt)
+    assert repo.add_worktree(wt, BRANCH, "main") == main_head
+    assert (wt / "src/feature.py").exists() and GitRepo.open(wt).current_branch() == BRANCH
 
 
-def test_start_milestone_branch_starts_from_main(root: Path, repo: GitRepo) -> None:
+def test_add_worktree_starts_from_main_whatever_the_human_has_checked_out(
+        root: Path, repo: GitRepo, wt: Path) -> None:
     git(root, "checkout", "-q", "-b", "elsewhere")
     write(root, "other.txt", "o\n")
-    commit_all(root, "other")
-    base = repo.start_milestone_branch(BRANCH, "main")
-    assert base == repo.branch_head("main")
-    assert not (root / "other.txt").exists()
+    elsewhere = commit_all(root, "other")
+    base = repo.add_worktree(wt, BRANCH, "main")
+    assert base == repo.branch_head("main") != elsewhere
+    assert not (wt / "other.txt").exists()
+    assert repo.current_branch() == "elsewhere" and (root / "other.txt").exists()
 
 
-def test_bad_branch_names_and_switches(repo: GitRepo) -> None:
+def test_bad_branch_names_paths_and_switches(root: Path, repo: GitRepo, wt: Path) -> None:
     with pytest.raises(GitError, match="not a valid git branch name"):
-        repo.start_milestone_branch("milestone/bad..name", "main")
+        repo.add_worktree(wt, "milestone/bad..name", "main")
     with pytest.raises(GitError, match="'ghost': it does not exist"):
         repo.switch("ghost")
+    write(wt, "stray.txt", "not a worktree\n")  # something else at the path: never overwritten
+    with pytest.raises(GitError, match="is not a worktree of"):
+        repo.add_worktree(wt, BRANCH, "main")
+    assert (wt / "stray.txt").read_text() == "not a worktree\n"
+
+
+def test_remove_worktree_keeps_the_branch(root: Path, repo: GitRepo, wt: Path,
+                                          milestone: dict[str, str]) -> None:
+    assert repo.remove_worktree(wt) is True
+    assert not wt.exists() and repo.worktrees() == []
+    assert repo.branch_head(BRANCH) == milestone["commit"]
+    assert repo.current_branch() == "main" and repo.dirty_paths() == []
+    write(wt, "half-made.txt", "x\n")  # a folder git does not know: Anima's anyway
+    assert repo.remove_worktree(wt) is False and not wt.exists()
 
 
 # --------------------------------------------------------------- check_developer_commit
@@ -255,8 +318,7 @@ def test_a_missing_or_forged_hash_is_rejected(repo: GitRepo, milestone: dict[str
 def test_a_commit_made_on_main_is_rejected(
     root: Path, repo: GitRepo, milestone: dict[str, str]
 ) -> None:
-    git(root, "checkout", "-q", "main")
-    write(root, "hotfix.py", "y = 2\n")
+    write(root, "hotfix.py", "y = 2\n")  # on main, in the human's checkout
     on_main = commit_all(root, "oops, on main")
     problems = check(repo, milestone, commit=on_main)
     assert any("main has moved" in p for p in problems)
@@ -266,21 +328,19 @@ def test_a_commit_made_on_main_is_rejected(
 def test_main_moving_is_reported_even_for_a_good_commit(
     root: Path, repo: GitRepo, milestone: dict[str, str]
 ) -> None:
-    git(root, "checkout", "-q", "main")
     write(root, "human.txt", "h\n")
-    moved = commit_all(root, "human work")
-    git(root, "checkout", "-q", BRANCH)
+    moved = commit_all(root, "human work")  # on main, in the human's checkout
     [problem] = check(repo, milestone)
     assert problem.startswith(f"The main branch main has moved from {milestone['main_head'][:7]}")
     assert moved[:7] in problem
 
 
 def test_a_commit_on_another_branch_is_rejected(
-    root: Path, repo: GitRepo, milestone: dict[str, str]
+    wt: Path, repo: GitRepo, milestone: dict[str, str]
 ) -> None:
-    git(root, "checkout", "-q", "-b", "side", milestone["base_commit"])
-    write(root, "side.txt", "s\n")
-    side = commit_all(root, "side work")
+    git(wt, "checkout", "-q", "-b", "side", milestone["base_commit"])
+    write(wt, "side.txt", "s\n")
+    side = commit_all(wt, "side work")
     [problem] = check(repo, milestone, commit=side)
     assert problem.startswith(f"Commit {side} is not on the milestone branch {BRANCH}")
     assert "side" in problem
@@ -292,15 +352,13 @@ def test_no_new_work_is_rejected(repo: GitRepo, milestone: dict[str, str]) -> No
 
 
 def test_a_commit_before_the_base_is_rejected(
-    root: Path, repo: GitRepo, milestone: dict[str, str]
+    root: Path, wt: Path, repo: GitRepo, milestone: dict[str, str]
 ) -> None:
     older = git(root, "rev-parse", "main")
-    git(root, "checkout", "-q", "main")
     # Re-base the milestone on a later main commit, then report the old main commit.
     write(root, "later.txt", "l\n")
     later = commit_all(root, "later")
-    git(root, "checkout", "-q", BRANCH)
-    git(root, "merge", "-q", "--no-edit", "main")
+    git(wt, "merge", "-q", "--no-edit", "main")
     problems = check(repo, milestone, commit=older, base_commit=later, main_head=later)
     assert any("does not descend from the milestone's base commit" in p for p in problems)
 
@@ -314,36 +372,36 @@ def test_a_commit_before_the_base_is_rejected(
     ],
 )
 def test_committing_anima_runtime_files_is_rejected(
-    root: Path, repo: GitRepo, milestone: dict[str, str], rel: str, text: str
+    wt: Path, repo: GitRepo, milestone: dict[str, str], rel: str, text: str
 ) -> None:
-    write(root, rel, text)
-    git(root, "add", "-f", rel)
-    git(root, "commit", "-q", "-m", "sneaky")
-    [problem] = check(repo, milestone, commit=git(root, "rev-parse", "HEAD"))
+    write(wt, rel, text)
+    git(wt, "add", "-f", rel)
+    git(wt, "commit", "-q", "-m", "sneaky")
+    [problem] = check(repo, milestone, commit=git(wt, "rev-parse", "HEAD"))
     assert f"{rel} (added)" in problem and "Only .anima/memory/ may be committed" in problem
 
 
 def test_a_developer_edit_to_a_milestone_definition_is_rejected(
-    root: Path, repo: GitRepo, milestone: dict[str, str]
+    wt: Path, repo: GitRepo, milestone: dict[str, str]
 ) -> None:
-    write(root, ".anima/milestones/m1.md", "# M1\nall done, trust me\n")
-    commit = commit_all(root, "edit milestone")
-    write(root, ".anima/milestones/m1.md", "# M1\n")  # the human's version stays on disk
+    write(wt, ".anima/milestones/m1.md", "# M1\nall done, trust me\n")
+    commit = commit_all(wt, "edit milestone")
+    write(wt, ".anima/milestones/m1.md", "# M1\n")  # the human's version stays on disk
     [problem] = check(repo, milestone, commit=commit)
     assert ".anima/milestones/m1.md (modified)" in problem
     # Reverting it in a new commit fixes the range.
-    fixed = commit_all(root, "revert milestone edit")
+    fixed = commit_all(wt, "revert milestone edit")
     assert check(repo, milestone, commit=fixed) == []
 
 
 def test_memory_and_as_is_definitions_may_be_committed(
-    root: Path, repo: GitRepo, milestone: dict[str, str]
+    wt: Path, repo: GitRepo, milestone: dict[str, str]
 ) -> None:
-    write(root, ".anima/memory/project.md", "architecture\n")
-    write(root, ".anima/milestones/m2.md", "# M2, written by the human\n")
-    write(root, ".anima/soul.md", "be good, and kind\n")  # the human edited it
-    write(root, "src/more.py", "z = 3\n")
-    commit = commit_all(root, "feat: F2 (git add -A)")
+    write(wt, ".anima/memory/project.md", "architecture\n")
+    write(wt, ".anima/milestones/m2.md", "# M2, written by the human\n")
+    write(wt, ".anima/soul.md", "be good, and kind\n")  # the human edited it
+    write(wt, "src/more.py", "z = 3\n")
+    commit = commit_all(wt, "feat: F2 (git add -A)")
     assert check(repo, milestone, commit=commit) == []
 
 
@@ -357,27 +415,29 @@ def test_commit_leftovers_with_nothing_to_do(root: Path, repo: GitRepo) -> None:
 
 
 def test_commit_leftovers_commits_outside_anima_and_memory_never_definitions(
-    root: Path, repo: GitRepo, milestone: dict[str, str]
+    wt: Path, tree: GitRepo, repo: GitRepo, milestone: dict[str, str]
 ) -> None:
-    write(root, "src/app.py", "print('changed')\n")
-    write(root, "src/new.py", "n = 1\n")
-    (root / "README.md").unlink()
-    write(root, ".anima/memory/project.md", "notes\n")
-    write(root, ".anima/milestones/m2.md", "# M2\n")
-    (root / ".anima/.gitignore").unlink()  # even then, runtime files stay out
-    before = repo.head()
-    commit = repo.commit_leftovers("chore(anima): commit the Developer's leftovers")
-    assert commit == repo.head()
-    assert git(root, "log", "-1", "--format=%s%n%an") == (
+    write(wt, "src/app.py", "print('changed')\n")
+    write(wt, "src/new.py", "n = 1\n")
+    (wt / "README.md").unlink()
+    write(wt, ".anima/memory/project.md", "notes\n")
+    write(wt, ".anima/milestones/m2.md", "# M2\n")
+    write(wt, ".anima/state.json", "{}\n")
+    (wt / ".anima/.gitignore").unlink()  # even then, runtime files stay out
+    before = tree.head()
+    commit = tree.commit_leftovers("chore(anima): commit the Developer's leftovers")
+    assert commit == tree.head() == tree.branch_head(BRANCH)
+    assert repo.branch_head("main") == milestone["base_commit"]  # on the branch, not main
+    assert git(wt, "log", "-1", "--format=%s%n%an") == (
         "chore(anima): commit the Developer's leftovers\nTester"
     )
-    assert sorted(repo.changed_files_between(before, commit)) == [
+    assert sorted(tree.changed_files_between(before, commit)) == [
         ".anima/memory/project.md",
         "README.md",
         "src/app.py",
         "src/new.py",
     ]
-    assert repo.dirty_paths() == []
+    assert tree.dirty_paths() == []
     assert check(repo, milestone, commit=commit) == []
 
 
@@ -400,107 +460,111 @@ def test_commit_leftovers_without_an_identity_uses_anima(tmp_path: Path) -> None
 
 
 @pytest.fixture
-def reviewed(root: Path, repo: GitRepo, milestone: dict[str, str]) -> TreeSnapshot:
-    """A snapshot taken just before a review, with a pre-existing untracked file."""
-    write(root, "scratch/keep.txt", "the human's\n")
-    write(root, ".anima/transcripts/m1/acceptor.jsonl", "{}\n")
-    return repo.snapshot()
+def reviewed(wt: Path, tree: GitRepo) -> TreeSnapshot:
+    """A snapshot of the worktree taken just before a review, with a pre-existing untracked
+    file."""
+    write(wt, "scratch/keep.txt", "the human's\n")
+    write(wt, ".anima/transcripts/m1/acceptor.jsonl", "{}\n")
+    return tree.snapshot()
 
 
-def test_snapshot_of_an_unchanged_tree_is_stable(repo: GitRepo, reviewed: TreeSnapshot) -> None:
-    assert repo.snapshot() == reviewed
-    assert reviewed.branch == BRANCH and reviewed.head == repo.head()
+def test_snapshot_of_an_unchanged_tree_is_stable(tree: GitRepo, reviewed: TreeSnapshot) -> None:
+    assert tree.snapshot() == reviewed
+    assert reviewed.branch == BRANCH and reviewed.head == tree.head()
     assert reviewed.untracked == {"scratch/keep.txt"}
-    assert repo.restore(reviewed) == []
+    assert tree.restore(reviewed) == []
 
 
-def test_restore_reverts_a_modification(root: Path, repo: GitRepo, reviewed: TreeSnapshot) -> None:
-    write(root, "src/app.py", "print('reviewer was here')\n")
-    (root / "README.md").unlink()
-    assert sorted(repo.restore(reviewed)) == [
+def test_restore_reverts_a_modification(wt: Path, tree: GitRepo, reviewed: TreeSnapshot) -> None:
+    write(wt, "src/app.py", "print('reviewer was here')\n")
+    (wt / "README.md").unlink()
+    assert sorted(tree.restore(reviewed)) == [
         "deleted README.md restored",
         "modified src/app.py reverted",
     ]
-    assert (root / "src/app.py").read_text() == "print('hi')\n"
-    assert repo.snapshot() == reviewed
+    assert (wt / "src/app.py").read_text() == "print('hi')\n"
+    assert tree.snapshot() == reviewed
 
 
 def test_restore_removes_new_files_but_keeps_old_untracked_and_anima(
-    root: Path, repo: GitRepo, reviewed: TreeSnapshot
+    wt: Path, tree: GitRepo, reviewed: TreeSnapshot
 ) -> None:
-    write(root, "tmp/probe/test_x.py", "assert True\n")
-    write(root, "staged.txt", "s\n")
-    git(root, "add", "staged.txt")
-    write(root, ".anima/logs/m1.log", "[00:00:01] more\n")
-    write(root, ".anima/milestones/m3.md", "# M3 dropped in during the review\n")
-    undone = repo.restore(reviewed)
+    write(wt, "tmp/probe/test_x.py", "assert True\n")
+    write(wt, "staged.txt", "s\n")
+    git(wt, "add", "staged.txt")
+    write(wt, ".anima/logs/m1.log", "[00:00:01] more\n")
+    write(wt, ".anima/milestones/m3.md", "# M3 dropped in during the review\n")
+    undone = tree.restore(reviewed)
     assert sorted(undone) == [
         "new file staged.txt removed",
         "untracked tmp/probe/test_x.py removed",
     ]
-    assert not (root / "tmp").exists() and not (root / "staged.txt").exists()
-    assert (root / "scratch/keep.txt").read_text() == "the human's\n"
-    assert (root / ".anima/milestones/m3.md").exists()
-    assert (root / ".anima/transcripts/m1/acceptor.jsonl").exists()
-    assert repo.snapshot() == reviewed
+    assert not (wt / "tmp").exists() and not (wt / "staged.txt").exists()
+    assert (wt / "scratch/keep.txt").read_text() == "the human's\n"
+    assert (wt / ".anima/milestones/m3.md").exists()
+    assert (wt / ".anima/transcripts/m1/acceptor.jsonl").exists()
+    assert tree.snapshot() == reviewed
 
 
 def test_restore_undoes_a_reviewer_commit(
-    root: Path, repo: GitRepo, reviewed: TreeSnapshot
+    wt: Path, tree: GitRepo, reviewed: TreeSnapshot
 ) -> None:
-    write(root, "src/app.py", "print('fixed by reviewer')\n")
-    write(root, "src/extra.py", "e = 1\n")
-    git(root, "add", "src")
-    git(root, "commit", "-q", "-m", "reviewer commit")
-    moved = git(root, "rev-parse", "HEAD")
-    undone = repo.restore(reviewed)
+    write(wt, "src/app.py", "print('fixed by reviewer')\n")
+    write(wt, "src/extra.py", "e = 1\n")
+    git(wt, "add", "src")
+    git(wt, "commit", "-q", "-m", "reviewer commit")
+    moved = git(wt, "rev-parse", "HEAD")
+    undone = tree.restore(reviewed)
     assert undone[0] == f"HEAD moved to {moved[:7]}; reset to {reviewed.head[:7]}"
     assert "modified src/app.py reverted" in undone
     assert "untracked src/extra.py removed" in undone
-    assert repo.branch_head(BRANCH) == reviewed.head
-    assert (root / "scratch/keep.txt").exists()
-    assert repo.snapshot() == reviewed
+    assert tree.branch_head(BRANCH) == reviewed.head
+    assert (wt / "scratch/keep.txt").exists()
+    assert tree.snapshot() == reviewed
 
 
-def test_restore_undoes_a_branch_switch(root: Path, repo: GitRepo, reviewed: TreeSnapshot) -> None:
-    git(root, "checkout", "-q", "main")
-    assert not (root / "src/feature.py").exists()
-    undone = repo.restore(reviewed)
+def test_restore_undoes_a_branch_switch(
+    root: Path, wt: Path, tree: GitRepo, reviewed: TreeSnapshot
+) -> None:
+    away_to_main(wt)
+    assert not (wt / "src/feature.py").exists()
+    undone = tree.restore(reviewed)
     assert (
-        undone[0] == f"switched to branch main at {repo.branch_head('main')[:7]}; "
+        undone[0] == f"switched to branch main at {tree.branch_head('main')[:7]}; "
         f"switched back to {BRANCH}"
     )
     assert "deleted src/feature.py restored" in undone
-    assert repo.current_branch() == BRANCH
-    assert repo.snapshot() == reviewed
+    assert tree.current_branch() == BRANCH
+    assert tree.snapshot() == reviewed
+    assert git(root, "branch", "--show-current") == "main"  # the human's checkout: untouched
+    assert git(root, "status", "--porcelain", "--", "src", "README.md") == ""
 
 
 def test_restore_undoes_a_detached_checkout_and_an_unfinished_merge(
-    root: Path, repo: GitRepo, reviewed: TreeSnapshot
+    root: Path, wt: Path, tree: GitRepo, reviewed: TreeSnapshot
 ) -> None:
-    git(root, "checkout", "-q", "main")
     write(root, "src/feature.py", "x = 'conflict'\n")
-    commit_all(root, "conflicting")
-    git(root, "checkout", "-q", "--detach", reviewed.head)
-    subprocess.run(["git", "merge", "main"], cwd=root, capture_output=True, check=False)
-    assert (root / ".git/MERGE_HEAD").exists()
-    undone = repo.restore(reviewed)
+    commit_all(root, "conflicting")  # on main, in the human's checkout
+    git(wt, "checkout", "-q", "--detach", reviewed.head)
+    subprocess.run(["git", "merge", "main"], cwd=wt, capture_output=True, check=False)
+    assert (tree.git_dir / "MERGE_HEAD").exists()
+    undone = tree.restore(reviewed)
     assert "an unfinished merge was abandoned" in undone
-    assert repo.current_branch() == BRANCH
-    assert not (root / ".git/MERGE_HEAD").exists()
-    assert (root / "src/feature.py").read_text() == "x = 1\n"
-    assert repo.snapshot() == reviewed
+    assert tree.current_branch() == BRANCH
+    assert not (tree.git_dir / "MERGE_HEAD").exists()
+    assert (wt / "src/feature.py").read_text() == "x = 1\n"
+    assert tree.snapshot() == reviewed
 
 
 def test_restore_recreates_a_deleted_branch(
-    root: Path, repo: GitRepo, reviewed: TreeSnapshot
+    wt: Path, tree: GitRepo, reviewed: TreeSnapshot
 ) -> None:
-    git(root, "checkout", "-q", "main")
-    git(root, "branch", "-q", "-D", BRANCH)
-    undone = repo.restore(reviewed)
+    away_to_main(wt)
+    git(wt, "branch", "-q", "-D", BRANCH)
+    undone = tree.restore(reviewed)
     assert f"branch {BRANCH} was deleted; recreated at {reviewed.head[:7]}" in undone
-    assert repo.current_branch() == BRANCH and repo.head() == reviewed.head
-    assert repo.snapshot() == reviewed
+    assert tree.current_branch() == BRANCH and tree.head() == reviewed.head
+    assert tree.snapshot() == reviewed
 
 
 def test_option_like_revisions_are_refused(repo: GitRepo) -> None:
@@ -513,28 +577,28 @@ def test_option_like_revisions_are_refused(repo: GitRepo) -> None:
 
 
 def test_restore_keeps_an_old_untracked_file_the_reviewer_staged(
-    root: Path, repo: GitRepo, reviewed: TreeSnapshot
+    wt: Path, tree: GitRepo, reviewed: TreeSnapshot
 ) -> None:
-    git(root, "add", "scratch/keep.txt")
-    assert repo.restore(reviewed) == ["scratch/keep.txt unstaged"]
-    assert (root / "scratch/keep.txt").exists()
-    assert repo.snapshot() == reviewed
+    git(wt, "add", "scratch/keep.txt")
+    assert tree.restore(reviewed) == ["scratch/keep.txt unstaged"]
+    assert (wt / "scratch/keep.txt").exists()
+    assert tree.snapshot() == reviewed
 
 
 def test_restore_reports_but_keeps_a_changed_preexisting_file(
-    root: Path, repo: GitRepo, reviewed: TreeSnapshot
+    wt: Path, tree: GitRepo, reviewed: TreeSnapshot
 ) -> None:
-    write(root, "scratch/keep.txt", "the reviewer's\n")
-    [note] = repo.restore(reviewed)
+    write(wt, "scratch/keep.txt", "the reviewer's\n")
+    [note] = tree.restore(reviewed)
     assert "scratch/keep.txt" in note and "left as is" in note
-    assert (root / "scratch/keep.txt").read_text() == "the reviewer's\n"
+    assert (wt / "scratch/keep.txt").read_text() == "the reviewer's\n"
 
 
-def test_restore_is_cheap_when_nothing_changed(repo: GitRepo, reviewed: TreeSnapshot) -> None:
+def test_restore_is_cheap_when_nothing_changed(tree: GitRepo, reviewed: TreeSnapshot) -> None:
     timings = []
     for _ in range(15):
         start = time.perf_counter()
-        repo.restore(reviewed)
+        tree.restore(reviewed)
         timings.append(time.perf_counter() - start)
     assert statistics.median(timings) < 0.1  # one git call; typically a few ms
 
@@ -542,9 +606,9 @@ def test_restore_is_cheap_when_nothing_changed(repo: GitRepo, reviewed: TreeSnap
 # ----------------------------------------------------------------------------- history
 
 
-def test_logs_changed_files_and_diff(root: Path, repo: GitRepo, milestone: dict[str, str]) -> None:
-    write(root, "src/second.py", "s = 2\n")
-    second = commit_all(root, "feat: F2")
+def test_logs_changed_files_and_diff(wt: Path, repo: GitRepo, milestone: dict[str, str]) -> None:
+    write(wt, "src/second.py", "s = 2\n")
+    second = commit_all(wt, "feat: F2")
     log = repo.branch_log(milestone["base_commit"], BRANCH)
     assert log == [(milestone["commit"], "feat: F1"), (second, "feat: F2")]
     oneline = repo.oneline_log(milestone["base_commit"], BRANCH).splitlines()
@@ -563,42 +627,287 @@ def test_logs_changed_files_and_diff(root: Path, repo: GitRepo, milestone: dict[
 
 
 # ----------------------------------------------------------------------------- merging
+#
+# merge_branch runs on the human's checkout and never checks anything out: main gets the
+# merge whatever branch that checkout is on; when it is on main its files follow, unless a
+# file of the human's is in the way (then the merge waits, naming it).
+
+
+def merge(repo: GitRepo) -> MergeOutcome:
+    return repo.merge_branch(BRANCH, "main", "Merge milestone m1")
+
+
+def status(root: Path) -> str:
+    """Everything git sees in a checkout: staged, modified, untracked (ignored files aside)."""
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=root,
+                          capture_output=True, text=True, check=True).stdout.rstrip("\n")
+
+
+def parents(root: Path, rev: str = "main") -> list[str]:
+    return git(root, "log", "-1", "--format=%P", rev).split()
+
+
+class Killed(BaseException):
+    """Anima dying at an exact instant (nothing after it runs, no handler cleans up)."""
+
+
+def intercept(monkeypatch: pytest.MonkeyPatch, repo: GitRepo, command: str,
+              action: object, after: bool = False) -> None:
+    """Run `action()` once, just before (or after) the first `git <command> …` of `repo`."""
+    real = repo._run
+    fired: list[bool] = []
+
+    def run(args, **kwargs):  # type: ignore[no-untyped-def]
+        hit = not fired and list(args)[:1] == [command]
+        if hit and not after:
+            fired.append(True)
+            action()  # type: ignore[operator]
+        result = real(args, **kwargs)
+        if hit and after:
+            fired.append(True)
+            action()  # type: ignore[operator]
+        return result
+
+    monkeypatch.setattr(repo, "_run", run)
 
 
 def test_merge_clean(root: Path, repo: GitRepo, milestone: dict[str, str]) -> None:
-    outcome = repo.merge_branch(BRANCH, "main", "Merge milestone m1")
+    outcome = merge(repo)
     assert outcome.merged and outcome.detail.startswith(f"merged {BRANCH} into main as ")
+    assert outcome.waiting == [] and not outcome.retry
     assert repo.current_branch() == "main"
-    assert git(root, "log", "-1", "--format=%s%n%p").splitlines()[0] == "Merge milestone m1"
-    assert len(git(root, "log", "-1", "--format=%p").split()) == 2  # --no-ff
-    assert repo.is_ancestor(milestone["commit"], "main")
-    assert repo.dirty_paths() == []
-    again = repo.merge_branch(BRANCH, "main", "Merge milestone m1")
+    assert git(root, "log", "-1", "--format=%s%n%an") == "Merge milestone m1\nTester"
+    # A merge commit (never a fast-forward): old main first, the milestone's tip second.
+    assert parents(root) == [milestone["base_commit"], milestone["commit"]]
+    assert repo.head() == repo.branch_head("main")
+    # The human's checkout, on main, followed: the merged file is there, nothing is dirty.
+    assert (root / "src/feature.py").read_text() == "x = 1\n"
+    assert status(root) == "" and repo.dirty_paths() == []
+    again = merge(repo)
     assert again == MergeOutcome(True, f"main already contains {BRANCH}; nothing to merge")
-
-
-def test_merge_conflict_is_aborted_and_the_branch_kept(
-    root: Path, repo: GitRepo, milestone: dict[str, str]
-) -> None:
-    git(root, "checkout", "-q", "main")
-    write(root, "src/feature.py", "x = 'main'\n")
-    main_head = commit_all(root, "conflicting work on main")
-    outcome = repo.merge_branch(BRANCH, "main", "Merge milestone m1")
-    assert not outcome.merged
-    assert "conflicts in src/feature.py" in outcome.detail and "is kept" in outcome.detail
-    assert repo.current_branch() == "main"
-    assert repo.head() == main_head
-    assert repo.branch_head(BRANCH) == milestone["commit"]
-    assert repo.dirty_paths() == []
-    assert not (root / ".git/MERGE_HEAD").exists()
-
-
-def test_merge_refuses_a_dirty_tree(root: Path, repo: GitRepo, milestone: dict[str, str]) -> None:
-    write(root, "src/app.py", "dirty\n")
-    with pytest.raises(GitError, match=r"src/app\.py"):
-        repo.merge_branch(BRANCH, "main", "Merge")
     with pytest.raises(GitError, match="no branch 'ghost'"):
         repo.merge_branch("ghost", "main", "Merge")
+
+
+def test_merge_while_the_human_is_on_another_branch_moves_only_main(
+    root: Path, repo: GitRepo, milestone: dict[str, str]
+) -> None:
+    git(root, "switch", "-q", "-c", "mine")
+    write(root, "mine.txt", "staged\n")
+    git(root, "add", "mine.txt")
+    write(root, "src/app.py", "print('editing')\n")
+    write(root, "src/feature.py", "the human's own draft\n")  # untracked, where main gets one
+    mine, before = repo.head(), status(root)
+    outcome = merge(repo)
+    assert outcome.merged, outcome.detail
+    assert parents(root) == [milestone["base_commit"], milestone["commit"]]
+    # Their checkout is untouched: its branch, HEAD, index and every file.
+    assert repo.current_branch() == "mine" and repo.head() == mine
+    assert repo.branch_head("mine") == mine
+    assert status(root) == before
+    assert (root / "src/feature.py").read_text() == "the human's own draft\n"
+    assert (root / "src/app.py").read_text() == "print('editing')\n"
+
+
+def test_merge_on_main_keeps_the_humans_unrelated_edits(
+    root: Path, repo: GitRepo, milestone: dict[str, str]
+) -> None:
+    write(root, "src/app.py", "print('editing')\n")
+    write(root, "staged.txt", "staged\n")
+    git(root, "add", "staged.txt")
+    write(root, "notes.txt", "untracked\n")
+    before = status(root)
+    outcome = merge(repo)
+    assert outcome.merged, outcome.detail
+    assert repo.current_branch() == "main" and repo.head() == repo.branch_head("main")
+    assert parents(root) == [milestone["base_commit"], milestone["commit"]]
+    assert (root / "src/feature.py").read_text() == "x = 1\n"  # merged in, clean
+    assert git(root, "status", "--porcelain", "--", "src/feature.py") == ""
+    # The human's work is as it was: same edits, same index, same untracked file.
+    assert status(root) == before
+    assert (root / "src/app.py").read_text() == "print('editing')\n"
+    assert (root / "staged.txt").read_text() == "staged\n"
+    assert (root / "notes.txt").read_text() == "untracked\n"
+
+
+LINES = "".join(f"line {i}\n" for i in range(1, 11))
+
+
+def test_merge_waits_for_a_file_the_human_changed_then_goes_on_once_committed(
+    root: Path, repo: GitRepo, wt: Path
+) -> None:
+    write(root, "src/lines.txt", LINES)
+    base = commit_all(root, "ten lines")
+    repo.add_worktree(wt, BRANCH, "main")
+    write(wt, "src/lines.txt", LINES.replace("line 1\n", "line 1, the Developer's\n"))
+    write(wt, "src/feature.py", "x = 1\n")
+    tip = commit_all(wt, "feat")
+    mine = LINES.replace("line 10\n", "line 10, the human's\n")
+    write(root, "src/lines.txt", mine)  # uncommitted, in their checkout on main
+    before = status(root)
+
+    outcome = merge(repo)
+    assert not outcome.merged and outcome.retry
+    assert outcome.waiting == ["src/lines.txt"]
+    assert "waits" in outcome.detail and "src/lines.txt" in outcome.detail
+    # Nothing changed: main, the checkout, the human's edit.
+    assert repo.branch_head("main") == base and repo.head() == base
+    assert (root / "src/lines.txt").read_text() == mine
+    assert not (root / "src/feature.py").exists()
+    assert status(root) == before
+    assert repo.branch_head(BRANCH) == tip
+
+    mine_committed = commit_all(root, "the human's line 10")
+    outcome = merge(repo)
+    assert outcome.merged, outcome.detail
+    assert parents(root) == [mine_committed, tip]
+    assert (root / "src/lines.txt").read_text() == LINES.replace(
+        "line 1\n", "line 1, the Developer's\n").replace("line 10\n", "line 10, the human's\n")
+    assert (root / "src/feature.py").read_text() == "x = 1\n"
+    assert status(root) == ""
+
+
+def test_merge_waits_for_an_untracked_file_in_the_way(
+    root: Path, repo: GitRepo, milestone: dict[str, str]
+) -> None:
+    write(root, "src/feature.py", "the human's own draft\n")
+    outcome = merge(repo)
+    assert not outcome.merged and outcome.retry
+    assert outcome.waiting == ["src/feature.py"] and "src/feature.py" in outcome.detail
+    assert repo.branch_head("main") == milestone["base_commit"] == repo.head()
+    assert (root / "src/feature.py").read_text() == "the human's own draft\n"
+    assert status(root) == "?? src/feature.py"
+    (root / "src/feature.py").rename(root / "draft.py")  # the human moves it away
+    assert merge(repo).merged
+    assert (root / "src/feature.py").read_text() == "x = 1\n"
+    assert status(root) == "?? draft.py"
+
+
+@pytest.mark.parametrize("mine", ["file-where-a-folder-comes", "folder-where-a-file-comes"])
+def test_merge_waits_for_an_untracked_file_or_folder_on_the_path_of_a_new_one(
+    root: Path, repo: GitRepo, wt: Path, mine: str
+) -> None:
+    """git names the path the merge adds (`d`, or `d/f.py`), status the human's (`d/notes.txt`,
+    or `d`): the human's file is still in the way, never removed."""
+    repo.add_worktree(wt, BRANCH, "main")
+    if mine == "file-where-a-folder-comes":
+        write(wt, "d/f.py", "the Developer's\n")
+        write(root, "d", "the human's file\n")
+    else:
+        write(wt, "d", "the Developer's\n")
+        write(root, "d/notes.txt", "the human's notes\n")
+    commit_all(wt, "feat: d")
+    base, before = repo.branch_head("main"), status(root)
+    outcome = merge(repo)
+    assert not outcome.merged and outcome.retry and "waits" in outcome.detail
+    assert repo.branch_head("main") == base == repo.head()
+    assert status(root) == before
+    if mine == "file-where-a-folder-comes":
+        assert (root / "d").read_text() == "the human's file\n"
+    else:
+        assert (root / "d/notes.txt").read_text() == "the human's notes\n"
+
+
+def test_merge_waits_while_the_human_finishes_a_merge_of_their_own_on_main(
+    root: Path, repo: GitRepo, milestone: dict[str, str]
+) -> None:
+    """The human's own `git merge`, conflicted and half resolved in their checkout on main:
+    the milestone's merge touches none of it (their index, their resolution, MERGE_HEAD)."""
+    git(root, "switch", "-q", "-c", "theirs")
+    write(root, "src/app.py", "print('theirs')\n")
+    commit_all(root, "theirs")
+    git(root, "switch", "-q", "main")
+    write(root, "src/app.py", "print('main')\n")
+    main = commit_all(root, "main")
+    subprocess.run(["git", "merge", "theirs"], cwd=root, capture_output=True, check=False)
+    write(root, "src/app.py", "print('my resolution, half done')\n")
+    before = status(root)
+    assert before == "UU src/app.py"
+    outcome = merge(repo)
+    assert not outcome.merged and outcome.retry and "waits" in outcome.detail
+    assert repo.branch_head("main") == main
+    assert status(root) == before and (root / ".git/MERGE_HEAD").exists()
+    assert (root / "src/app.py").read_text() == "print('my resolution, half done')\n"
+    assert not (root / "src/feature.py").exists()
+
+
+def test_merge_conflict_leaves_main_the_branch_and_the_checkout_as_they_were(
+    root: Path, repo: GitRepo, milestone: dict[str, str]
+) -> None:
+    write(root, "src/feature.py", "x = 'main'\n")
+    main_head = commit_all(root, "conflicting work on main")
+    outcome = merge(repo)
+    assert not outcome.merged and not outcome.retry and outcome.waiting == []
+    assert "conflicts in src/feature.py" in outcome.detail and "is kept" in outcome.detail
+    assert "main is unchanged" in outcome.detail
+    assert repo.current_branch() == "main"
+    assert repo.head() == repo.branch_head("main") == main_head
+    assert repo.branch_head(BRANCH) == milestone["commit"]
+    # No half merge anywhere: no conflict markers, no merge state, nothing staged.
+    assert (root / "src/feature.py").read_text() == "x = 'main'\n"
+    assert status(root) == "" and repo.dirty_paths() == []
+    assert not (root / ".git/MERGE_HEAD").exists()
+    assert not (root / ".git/AUTO_MERGE").exists()
+
+
+@pytest.mark.parametrize("on_main", [True, False], ids=["on-main", "on-another-branch"])
+def test_merge_refuses_when_main_moved_meanwhile(
+    root: Path, repo: GitRepo, milestone: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+    on_main: bool,
+) -> None:
+    """main is moved last, compare-and-swap from where it was read: a commit that reached
+    main meanwhile (another process, the human's push) is never overwritten."""
+    if not on_main:
+        git(root, "switch", "-q", "-c", "mine")
+    # Same files as main: the human's checkout on main stays clean when main moves under it.
+    concurrent = git(root, "commit-tree", "main^{tree}", "-p", "main", "-m", "concurrent")
+    intercept(monkeypatch, repo, "update-ref",
+              lambda: git(root, "update-ref", "refs/heads/main", concurrent))
+    outcome = merge(repo)
+    assert not outcome.merged and outcome.retry
+    assert "main moved while" in outcome.detail
+    assert repo.branch_head("main") == concurrent  # not overwritten
+    assert repo.branch_head(BRANCH) == milestone["commit"]
+    # On main, the checkout's files followed the merge, then were put back.
+    assert not (root / "src/feature.py").exists()
+    assert status(root) == ""
+    monkeypatch.undo()
+    assert merge(repo).merged  # tried again: on top of the commit that came meanwhile
+    assert parents(root) == [concurrent, milestone["commit"]]
+    assert (root / "src/feature.py").exists() is on_main
+    assert status(root) == ""
+
+
+@pytest.mark.parametrize(("command", "after", "merged"), [
+    ("read-tree", False, False),   # before the checkout follows
+    ("update-ref", False, False),  # the checkout followed, main not moved yet
+    ("update-ref", True, True),    # main moved: the merge is done
+], ids=["before-the-checkout", "before-main-moves", "after-main-moved"])
+def test_a_kill_mid_merge_leaves_old_main_or_the_merge_and_the_next_run_finishes(
+    root: Path, repo: GitRepo, milestone: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+    command: str, after: bool, merged: bool,
+) -> None:
+    write(root, "src/app.py", "print('editing')\n")  # the human's, never touched
+
+    def kill() -> None:
+        raise Killed
+
+    intercept(monkeypatch, repo, command, kill, after=after)
+    with pytest.raises(Killed):
+        merge(repo)
+    main = repo.branch_head("main")
+    assert main in (milestone["base_commit"], repo.merge_of(milestone["commit"], "main"))
+    assert (main != milestone["base_commit"]) is merged
+    assert not (root / ".git/MERGE_HEAD").exists()
+    assert (root / "src/app.py").read_text() == "print('editing')\n"
+
+    again = GitRepo.open(root).merge_branch(BRANCH, "main", "Merge milestone m1")
+    assert again.merged, again.detail
+    assert ("already contains" in again.detail) is merged
+    assert parents(root) == [milestone["base_commit"], milestone["commit"]]
+    assert (root / "src/feature.py").read_text() == "x = 1\n"
+    assert status(root) == " M src/app.py"
+    assert (root / "src/app.py").read_text() == "print('editing')\n"
 
 
 # ------------------------------------------------------------------------------ stash
@@ -622,36 +931,40 @@ def test_stash_all_names_the_stash_and_leaves_anima_alone(root: Path, repo: GitR
     assert (root / "src/app.py").read_text() == "wip\n" and (root / "untracked.txt").exists()
 
 
-def test_the_humans_anima_files_survive_switching_back_to_main(root: Path,
-                                                               repo: GitRepo) -> None:
-    """A milestone branch that tracks .anima/ definitions must not delete them on main."""
+def test_a_merge_never_overwrites_the_humans_untracked_anima_files(
+    root: Path, repo: GitRepo, wt: Path
+) -> None:
+    """main does not track .anima/, the branch does (a Developer's `git add -A`): the human's
+    untracked definitions and memory in their checkout on main are never overwritten. Memory
+    notes still as the worktree started from them are replaceable: the merge brings the
+    Developer's; a definition in the way keeps the merge waiting, naming it."""
     git(root, "rm", "-r", "-q", "--cached", ".anima")
     git(root, "commit", "-q", "-m", "chore: .anima/ untracked on main")
     definition = write(root, ".anima/milestones/m1.md", "# M1\n")
-    ignore = root / ".anima" / ".gitignore"
+    memory = write(root, ".anima/memory/project.md", "notes\n")
     runtime = write(root, ".anima/state.json", "{}")
-    base = repo.start_milestone_branch("milestone/m1", "main")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "feat: with the definitions")
-    assert git(root, "ls-files", ".anima/.gitignore") == ".anima/.gitignore"
-    repo.switch("main")
-    assert definition.read_text() == "# M1\n" and ignore.exists() and runtime.exists()
-    assert git(root, "status", "--porcelain", "--", ".anima/state.json") == ""
-    # Merging brings them in as tracked files without complaining about untracked ones.
-    repo.switch("milestone/m1")
-    definition.write_text("# M1, edited by the human after the commit\n")
-    outcome = repo.merge_branch("milestone/m1", "main", "Merge milestone/m1")
+    base = repo.add_worktree(wt, BRANCH, "main")
+    assert not (wt / ".anima").exists()  # main tracks none of it
+    write(wt, ".anima/memory/project.md", "notes\nmore notes\n")
+    commit_all(wt, "docs: memory")
+    replaceable = {".anima/memory/project.md": b"notes\n"}
+    outcome = repo.merge_branch(BRANCH, "main", "Merge", replaceable=replaceable)
     assert outcome.merged, outcome.detail
+    assert memory.read_text() == "notes\nmore notes\n"  # as merged, and tracked now
+    assert git(root, "status", "--porcelain", "--", ".anima/memory") == ""
+
+    merged = repo.branch_head("main")
+    write(wt, ".anima/.gitignore", GITIGNORE)
+    write(wt, ".anima/milestones/m1.md", "# M1\n")  # the human's, as is
+    write(wt, "src/feature.py", "x = 1\n")
+    commit_all(wt, "feat: with the definitions")
+    definition.write_text("# M1, edited by the human after the commit\n")
+    before = status(root)
+    outcome = repo.merge_branch(BRANCH, "main", "Merge", replaceable=replaceable)
+    assert not outcome.merged and outcome.retry and "waits" in outcome.detail
+    # (.anima/.gitignore reads as the merge has it: not in the way.)
+    assert outcome.waiting == [".anima/milestones/m1.md"]
+    assert repo.branch_head("main") == merged != base
     assert definition.read_text() == "# M1, edited by the human after the commit\n"
-    assert repo.resolve("main") != base
-
-
-def test_files_kept_aside_by_a_switch_come_back_after_a_kill(root: Path, repo: GitRepo) -> None:
-    """The copy `switch` makes before stepping a human's file aside survives a kill."""
-    backup = root / ".anima" / ".kept" / "milestones" / "m9.md"
-    backup.parent.mkdir(parents=True)
-    backup.write_text("# M9, the human's\n")
-    assert repo.restore_kept_files() == [".anima/milestones/m9.md"]
-    assert (root / ".anima" / "milestones" / "m9.md").read_text() == "# M9, the human's\n"
-    assert not backup.parent.parent.exists()
-    assert repo.restore_kept_files() == []
+    assert (root / ".anima" / ".gitignore").read_text() == GITIGNORE and runtime.exists()
+    assert not (root / "src/feature.py").exists() and status(root) == before

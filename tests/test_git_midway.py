@@ -1,9 +1,14 @@
 """Git left mid-way never fails a milestone: a lock file of a git an agent killed, a rebase it
 walked away from, locks a power cut left. Anima's next git command would fail on each ("File
-exists", "cannot switch branch while rebasing"); the real engine and the fake `claude`."""
+exists", "cannot switch branch while rebasing"); the real engine and the fake `claude`.
+
+The agents work in the milestone's worktree, whose `.git` is a file: its own git state (index,
+HEAD, a rebase) is in `$(git rev-parse --git-dir)` (`.git/worktrees/m1/`), the refs in the
+common `.git/`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +19,9 @@ from tests.helpers import make_project, record, run_engine
 from tests.test_integrity import TWO, log_text, report
 
 F1 = ["mkdir -p features && echo F1 > features/F1.txt", "git add -A && git commit -qm 'feat: F1'"]
+#: Where git keeps the worktree's own state, and the shared refs, seen from the worktree.
+OWN = '"$(git rev-parse --git-dir)"'
+COMMON = '"$(git rev-parse --git-common-dir)"'
 
 
 @pytest.fixture
@@ -23,20 +31,23 @@ def project(git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyP
 
 
 def merged(project: Path) -> None:
-    """The milestone went on to the end, and git is at rest on main."""
+    """The milestone went on to the end, its worktree is gone, and git is at rest on main
+    (in the human's checkout and in whatever worktree is left)."""
     rec = record(project, "m1")
     assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged, rec.error
     assert run_git(project, "branch", "--show-current") == "main"
     assert "features/F1.txt" in run_git(project, "ls-tree", "-r", "--name-only", "main")
+    assert not (project / ".anima" / "worktrees" / "m1").exists()
     git_dir = project / ".git"
     assert not [p for p in git_dir.rglob("*.lock")]
-    assert not (git_dir / "rebase-merge").exists() and not (git_dir / "MERGE_HEAD").exists()
+    for state in ("rebase-merge", "rebase-apply", "MERGE_HEAD"):
+        assert not [p for p in git_dir.rglob(state)], state
 
 
 def test_a_lock_the_developer_left_is_removed_and_its_work_committed(
         project: Path, fake_claude: FakeClaude) -> None:
     fake_claude.write_script({"developer": [{"shell": [
-        *F1, "echo more > notes.txt", "touch .git/index.lock .git/HEAD.lock"],
+        *F1, "echo more > notes.txt", f"touch {OWN}/index.lock {OWN}/HEAD.lock"],
         "text": report()}]})
     run_engine(project)
     first = record(project, "m1").iterations[0]
@@ -47,31 +58,60 @@ def test_a_lock_the_developer_left_is_removed_and_its_work_committed(
     merged(project)
 
 
+def test_a_lock_on_its_branch_the_developer_left_is_removed_and_its_work_committed(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """What a `git commit` killed mid-way leaves: its branch's ref lock, in the common `.git/`
+    (which the Developer's sandbox lets it write), not in its worktree's own git folder."""
+    fake_claude.write_script({"developer": [{"shell": [
+        *F1, "echo more > notes.txt", f"touch {COMMON}/refs/heads/milestone/m1.lock"],
+        "text": report()}]})
+    run_engine(project)
+    first = record(project, "m1").iterations[0]
+    assert first.verdict is Verdict.ACCEPTED and first.auto_committed, record(project, "m1").error
+    assert ".git/refs/heads/milestone/m1.lock was left by a git command that no longer runs; " \
+        "removed" in first.notes
+    assert run_git(project, "show", "main:notes.txt") == "more"
+    merged(project)
+
+
 def test_a_rebase_the_developer_walked_away_from_is_aborted_and_the_round_rejected(
         project: Path, fake_claude: FakeClaude) -> None:
     fake_claude.write_script({"developer": [{"shell": [
         *F1, "echo a > a.txt && git add a.txt && git commit -qm a",
         "echo b > a.txt && git commit -qam b",
-        # a conflicting rebase, left stopped half way
-        "git checkout -q -b side HEAD~1 && echo c > a.txt && git commit -qam c",
+        # a conflicting rebase, left stopped half way (from a detached HEAD: in the sandbox
+        # the Developer may move no branch but its own)
+        "git checkout -q --detach HEAD~1 && echo c > a.txt && git commit -qam c",
         "git rebase milestone/m1 || true"], "text": report()}]})
     run_engine(project)
     first = record(project, "m1").iterations[0]
     assert first.verdict is Verdict.REJECTED
-    assert "the round left git mid-operation: an unfinished rebase was aborted" in first.reason
+    # (In the sandbox the rebase also leaves CHERRY_PICK_HEAD: its git cannot delete a ref.)
+    assert first.reason.startswith("the round left git mid-operation: ")
+    assert "an unfinished rebase was aborted" in first.reason
     assert "an unfinished rebase was aborted" in log_text(project)
     merged(project)
 
 
-def test_locks_the_acceptor_left_do_not_stop_the_merge(project: Path,
-                                                       fake_claude: FakeClaude) -> None:
+@pytest.mark.parametrize("sandbox", ["off", "auto"])
+def test_locks_the_acceptor_left_do_not_stop_the_merge(project: Path, fake_claude: FakeClaude,
+                                                       sandbox: str) -> None:
+    """Unconfined, the Acceptor can leave git's locks (its worktree's index, main's ref in the
+    common `.git`): they are removed and noted. Confined, it cannot write them at all."""
+    config = project / ".anima" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "sandbox": sandbox}))
     fake_claude.write_script({
         "developer": [{"shell": F1, "text": report()}],
-        "acceptor": [{"shell": ["touch .git/index.lock .git/refs/heads/main.lock"]}]})
+        "acceptor": [{"shell": [f"touch {OWN}/index.lock {COMMON}/refs/heads/main.lock"]}]})
     run_engine(project)
     first = record(project, "m1").iterations[0]
     assert first.verdict is Verdict.ACCEPTED
-    assert any("refs/heads/main.lock was left" in n for n in first.notes)
+    left = [n for n in first.notes if "was left by a git command" in n]
+    if sandbox == "off":
+        assert any("index.lock was left" in n for n in left), first.notes
+        assert any("refs/heads/main.lock was left" in n for n in left), first.notes
+    else:
+        assert left == []
     merged(project)
 
 

@@ -2,8 +2,13 @@
 controlled moment (a fake turn that hangs or sleeps, found in the fake's prompt log or the
 record), then run again on the same project; the fake `claude` and git are real processes.
 
-The killed runner's agents outlive it (they run in their own sessions): each test checks the
-next run stopped them, and `our_processes` kills whatever a failing test leaves.
+Each milestone works in its own worktree (`.anima/worktrees/<id>`): the agents' files, a dirty
+tree and a stash-worthy leftover are there, never in the human's checkout.
+
+Unconfined (`sandbox: off`), the killed runner's agents outlive it (they run in their own
+sessions): the next run stops them. Confined (the default where bubblewrap works), everything
+in an agent's sandbox dies with Anima. `our_processes` kills whatever a failing test leaves.
+Inside the sandbox pids are the namespace's: the fake's logged `started` tells agents apart.
 """
 
 from __future__ import annotations
@@ -139,9 +144,26 @@ def assert_consistent(rec: MilestoneRecord) -> None:
         assert f.rounds == sum(1 for i in its if i.feature == f.id)
 
 
-def developer_prompts_after(fake: FakeClaude, pid: int) -> list[dict[str, Any]]:
-    """Developer entries logged by agents other than `pid` (the first run's), in order."""
-    return [e for e in fake.entries("developer") if e["pid"] != pid]
+def developer_prompts_after(fake: FakeClaude, started: float) -> list[dict[str, Any]]:
+    """Developer entries logged by agents other than the one that started at `started` (the
+    first run's), in order."""
+    return [e for e in fake.entries("developer") if e["started"] != started]
+
+
+def worktree(project: Path, milestone_id: str = "m1") -> Path:
+    """Where the milestone's agents work (and leave their files)."""
+    return project / ".anima" / "worktrees" / milestone_id
+
+
+def set_config(project: Path, **values: Any) -> None:
+    path = project / ".anima" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **values}), encoding="utf-8")
+
+
+def assert_checkout_untouched(project: Path) -> None:
+    """The human's checkout: on main, nothing of the milestone's in it."""
+    assert run_git(project, "branch", "--show-current") == "main"
+    assert run_git(project, "status", "--porcelain", "--", ".", ":(exclude).anima") == ""
 
 
 @pytest.fixture(name="our_processes")
@@ -167,16 +189,24 @@ def project(git_repo: Path) -> Path:
 # --------------------------------------------------------------------------- scenarios
 
 
+@pytest.mark.parametrize("sandbox", ["off", "auto"])
 def test_killed_during_a_developer_turn_resumes_with_the_recovery_context(
-        project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
-    # A wedged agent ignores the SIGTERM it gets when Anima dies: the next run stops it.
+        project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]],
+        sandbox: str) -> None:
+    # A wedged agent ignores the SIGTERM it gets when Anima dies: unconfined, the next run
+    # stops it; confined, its sandbox dies with Anima.
+    set_config(project, sandbox=sandbox)
     fake_claude.write_script({"developer": [AUTO, {"hang": True, "ignore_sigterm": True}]})
     first = Runner(project, fake_claude)
     wait_until(lambda: len(fake_claude.entries("developer")) >= 2, what="round 2 started")
     first.kill()
-    hung = fake_claude.entries("developer")[-1]["pid"]
-    time.sleep(0.3)
-    assert alive(hung), "an agent that ignores SIGTERM outlives a SIGKILLed Anima"
+    hung = fake_claude.entries("developer")[-1]
+    if sandbox == "off":
+        time.sleep(0.3)
+        assert alive(hung["pid"]), "an agent that ignores SIGTERM outlives a SIGKILLed Anima"
+    else:
+        wait_until(lambda: our_processes() == [], timeout=5,
+                   what="the sandboxed agent to die with Anima")
     rec = record(project, "m1")
     assert rec.status is MilestoneStatus.IN_PROGRESS and rec.phase == "developer"
     assert rec.rounds == 1  # the round in flight is not in the record
@@ -184,8 +214,9 @@ def test_killed_during_a_developer_turn_resumes_with_the_recovery_context(
 
     second = run_to_end(project, fake_claude)
     assert second.proc.returncode == 0, second.stdout[-2000:] + second.stderr
-    assert not alive(hung)
-    assert "stopped a leftover" in second.stdout
+    if sandbox == "off":
+        assert not alive(hung["pid"])
+        assert "stopped a leftover" in second.stdout
     rec = record(project, "m1")
     assert rec.status is MilestoneStatus.COMPLETED
     assert [(i.round, i.kind, i.feature, i.verdict) for i in rec.iterations] == [
@@ -194,26 +225,34 @@ def test_killed_during_a_developer_turn_resumes_with_the_recovery_context(
         (3, RoundKind.FINAL, None, Verdict.ACCEPTED)]
     assert_consistent(rec)
     # The first Developer prompt after the restart carries the recovery context.
-    prompt = developer_prompts_after(fake_claude, hung)[0]["prompt"]
+    prompt = developer_prompts_after(fake_claude, hung["started"])[0]["prompt"]
     f1 = rec.iterations[0].commit
     assert RECOVERY_MARK in prompt and "Rounds completed before the interruption: 1" in prompt
     assert f"{f1[:7]} feat: F1" in prompt
     assert "Project memory" in prompt  # memory/project.md, as in every Developer prompt
     # Both sessions were resumed, not replaced.
-    restarted = developer_prompts_after(fake_claude, hung)[0]
+    restarted = developer_prompts_after(fake_claude, hung["started"])[0]
     assert restarted["resume"] and restarted["session_id"] == rec.sessions.developer
+    assert_checkout_untouched(project)
     assert our_processes() == []
 
 
+@pytest.mark.parametrize("sandbox", ["off", "auto"])
 def test_killed_with_a_dirty_tree_the_developer_commits_it_first(
-        project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+        project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]],
+        sandbox: str) -> None:
+    set_config(project, sandbox=sandbox)
     commit_wip = {"shell": ["git add wip.txt && git commit -q -m 'feat: F2 work in progress'"],
                   "text": "Committed wip.txt (finished work)."}
     fake_claude.write_script({"developer": [
         AUTO, {"shell": ["echo unfinished > wip.txt && sleep 60"]}, commit_wip]})
     first = Runner(project, fake_claude)
-    wait_until(lambda: (project / "wip.txt").exists(), what="the Developer's edit")
+    wip = worktree(project) / "wip.txt"
+    wait_until(wip.exists, what="the Developer's edit")
+    assert not (project / "wip.txt").exists()  # in its worktree, not the human's checkout
     first.kill()
+    if sandbox == "auto":  # the tool dies with the sandbox, the edit stays
+        wait_until(lambda: our_processes() == [], timeout=5, what="the sandbox to die")
 
     second = run_to_end(project, fake_claude)
     assert second.proc.returncode == 0, second.stdout[-2000:] + second.stderr
@@ -221,13 +260,17 @@ def test_killed_with_a_dirty_tree_the_developer_commits_it_first(
     assert rec.status is MilestoneStatus.COMPLETED
     assert_consistent(rec)
     assert "feat: F2 work in progress" in run_git(project, "log", "--format=%s", "milestone/m1")
+    assert "wip.txt" in run_git(project, "ls-tree", "--name-only", "main")  # merged
     assert run_git(project, "stash", "list") == ""
-    cleanup = developer_prompts_after(fake_claude, fake_claude.entries("developer")[1]["pid"])[0]
+    first_run = fake_claude.entries("developer")[1]["started"]
+    cleanup = developer_prompts_after(fake_claude, first_run)[0]
     assert "wip.txt" in cleanup["prompt"] and "commit" in cleanup["prompt"]
     assert RECOVERY_MARK in cleanup["prompt"]
     assert "tree dirty after the restart" in second.stdout
-    # The agent died with Anima; its `sleep 60` tool was stopped by the next start.
-    assert "leftover tool process" in second.stdout
+    if sandbox == "off":
+        # The agent died with Anima; its `sleep 60` tool was stopped by the next start.
+        assert "leftover tool process" in second.stdout
+    assert_checkout_untouched(project)
     assert our_processes() == []
 
 
@@ -235,13 +278,15 @@ def test_killed_with_a_dirty_tree_the_developer_commits_it_first(
 def test_killed_during_an_acceptor_review_redoes_the_round_once(
         project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]],
         dirty: bool) -> None:
+    if dirty:  # only an unconfined Acceptor can write its tree
+        set_config(project, sandbox="off")
     review = {"shell": ["echo scratch > scratch.txt && sleep 60"]} if dirty else {"hang": True}
     revert = {"shell": ["rm -f scratch.txt"], "text": "Reverted scratch.txt."}
     fake_claude.write_script({"acceptor": [review],
                               "developer": [AUTO, revert] if dirty else [AUTO]})
     first = Runner(project, fake_claude)
     if dirty:
-        wait_until(lambda: (project / "scratch.txt").exists(), what="the reviewer's file")
+        wait_until((worktree(project) / "scratch.txt").exists, what="the reviewer's file")
     else:
         wait_until(lambda: fake_claude.entries("acceptor"), what="the review")
     first.kill()
@@ -257,7 +302,9 @@ def test_killed_during_an_acceptor_review_redoes_the_round_once(
         (RoundKind.RECOVERY, "F1"), (RoundKind.FEATURE, "F2"), (RoundKind.FINAL, None)]
     assert rec.iteration_count == 2
     assert not (project / "scratch.txt").exists()
+    assert "scratch.txt" not in run_git(project, "ls-tree", "-r", "--name-only", "main")
     assert run_git(project, "stash", "list") == ""
+    assert_checkout_untouched(project)
     assert our_processes() == []
 
 
@@ -273,8 +320,8 @@ def test_killed_during_final_acceptance(
     wait_until(lambda: len(fake_claude.entries("acceptor")) >= 2, what="final acceptance")
     first.kill()
     assert record(git_repo, "m1").phase == "final_acceptance"
-    if dirty:  # an edit the killed round left behind
-        (git_repo / "notes.txt").write_text("half a thought\n", encoding="utf-8")
+    if dirty:  # an edit the killed round left behind, in the milestone's worktree
+        (worktree(git_repo) / "notes.txt").write_text("half a thought\n", encoding="utf-8")
 
     second = run_to_end(git_repo, fake_claude)
     assert second.proc.returncode == 0, second.stdout[-2000:] + second.stderr
@@ -288,28 +335,39 @@ def test_killed_during_final_acceptance(
         assert "anima-recovery-m1-" in stashes
         assert any("anima-recovery-m1-" in n and "stash" in n for n in rec.notes)
         assert not (git_repo / "notes.txt").exists()
+        assert "notes.txt" not in run_git(git_repo, "ls-tree", "-r", "--name-only", "main")
         stashed = run_git(git_repo, "show", "--name-only", "--format=", "stash@{0}^3")
         assert "notes.txt" in stashed  # nothing discarded: it is in the stash
+    assert_checkout_untouched(git_repo)
     assert our_processes() == []
 
 
-@pytest.mark.parametrize("role", ["developer", "acceptor"])
-def test_killed_while_an_agent_had_the_tree_on_main_continues(
-        project: Path, fake_claude: FakeClaude, role: str) -> None:
-    """The milestone's `.md` is committed on its branch (with the first round): an agent that
-    switched to main when Anima died left it out of the tree, and the milestone was never
-    continued. (The Developer's turn guard already covered its side; the Acceptor's did not.)"""
-    away = {"shell": ["git switch -q main"], "hang_after": True}
+@pytest.mark.parametrize(("role", "sandbox"), [("developer", "auto"), ("acceptor", "off")])
+def test_killed_while_an_agent_had_its_worktree_on_main_continues(
+        project: Path, fake_claude: FakeClaude, role: str, sandbox: str) -> None:
+    """An agent that put its worktree on main (git wants `--ignore-other-worktrees`, main
+    being the human's; the Developer can in its sandbox, the Acceptor only unconfined) when
+    Anima died: the next run puts the worktree back on the milestone's branch and goes on.
+    The human's checkout, and the milestone's definition in it, were never touched."""
+    set_config(project, sandbox=sandbox)
+    away = {"shell": ["git switch -q --ignore-other-worktrees main"], "hang_after": True}
     fake_claude.write_script({role: [{"auto": True}, away]})
+    definition = project / ".anima" / "milestones" / "m1.md"
     first = Runner(project, fake_claude)
-    wait_until(lambda: len(fake_claude.entries(role)) >= 2 and not
-               (project / ".anima" / "milestones" / "m1.md").exists(), what="the tree on main")
+    wait_until(lambda: len(fake_claude.entries(role)) >= 2 and worktree(project).is_dir()
+               and run_git(worktree(project), "branch", "--show-current") == "main",
+               what="the worktree on main")
     first.kill()
+    assert definition.read_text(encoding="utf-8") == TWO
+    assert_checkout_untouched(project)
     second = run_to_end(project, fake_claude)
     assert second.proc.returncode == 0, second.stdout[-2000:] + second.stderr
-    assert any(line.startswith("[anima] put back") and "milestones/m1.md" in line
-               for line in second.stdout.splitlines()), second.stdout
-    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+    assert "switching to milestone/m1" in second.stdout, second.stdout
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    assert_consistent(rec)
+    assert definition.read_text(encoding="utf-8") == TWO
+    assert_checkout_untouched(project)
 
 
 @pytest.mark.parametrize("dirty", [False, True], ids=["clean", "dirty-stashed"])
@@ -325,8 +383,9 @@ def test_killed_between_rounds(
                what="round 1 recorded")
     first.kill()
     assert record(project, "m1").rounds == 1
-    if dirty:  # a tool the killed round started kept writing
-        (project / "generated.txt").write_text("a tool kept writing\n", encoding="utf-8")
+    if dirty:  # a tool the killed round started kept writing, in the milestone's worktree
+        (worktree(project) / "generated.txt").write_text("a tool kept writing\n",
+                                                        encoding="utf-8")
 
     second = run_to_end(project, fake_claude)
     assert second.proc.returncode == 0, second.stdout[-2000:] + second.stderr
@@ -339,6 +398,8 @@ def test_killed_between_rounds(
         assert "anima-recovery-m1-" in run_git(project, "stash", "list")
         assert any("anima-recovery-m1-" in n for n in rec.notes)
         assert not (project / "generated.txt").exists()
+        assert "generated.txt" not in run_git(project, "ls-tree", "-r", "--name-only", "main")
+    assert_checkout_untouched(project)
     assert our_processes() == []
 
 
@@ -405,30 +466,28 @@ def test_a_kill_right_after_the_third_rejection_pauses_instead_of_a_fourth_round
     assert_consistent(rec)
 
 
-def test_a_merge_cut_short_by_the_kill_is_settled(git_repo: Path) -> None:
-    """The runner's `git merge` dies with it (SIGPIPE on its output): committed → the
-    leftover state is cleared; not committed, on main → aborted (the completion redoes it)."""
-    from anima.git import GitRepo
+def test_a_merge_the_human_left_unfinished_in_their_checkout_is_left_alone(
+        project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    """Anima never merges in the human's checkout, so a MERGE_HEAD there is theirs: a start
+    neither aborts nor commits it, and a milestone still runs beside it, in its worktree."""
+    set_config(project, requires_human_review=True)  # no merge into main in this test
+    run_git(project, "switch", "-q", "-c", "theirs")
+    (project / "README.md").write_text("# theirs\n", encoding="utf-8")
+    run_git(project, "commit", "-q", "-am", "theirs")
+    run_git(project, "switch", "-q", "main")
+    (project / "README.md").write_text("# mine\n", encoding="utf-8")
+    run_git(project, "commit", "-q", "-am", "mine")
+    main = run_git(project, "rev-parse", "main")
+    subprocess.run(["git", "merge", "theirs"], cwd=project, capture_output=True, check=False)
+    (project / "README.md").write_text("# my resolution, half done\n", encoding="utf-8")
+    assert (project / ".git" / "MERGE_HEAD").exists()
 
-    run_git(git_repo, "switch", "-q", "-c", "milestone/m1")
-    (git_repo / "f.txt").write_text("f\n", encoding="utf-8")
-    run_git(git_repo, "add", "f.txt")
-    run_git(git_repo, "commit", "-q", "-m", "feat: f")
-    tip = run_git(git_repo, "rev-parse", "HEAD")
-    run_git(git_repo, "switch", "-q", "main")
-    repo = GitRepo.open(git_repo)
-    gdir = repo.git_dir
-
-    run_git(git_repo, "merge", "-q", "--no-ff", "--no-commit", "milestone/m1")
-    assert (gdir / "MERGE_HEAD").exists()
-    note = repo.settle_interrupted_merge({"main"})
-    assert note and "aborted" in note and not (gdir / "MERGE_HEAD").exists()
-    assert run_git(git_repo, "status", "--porcelain") == ""
-
-    run_git(git_repo, "merge", "-q", "--no-ff", "-m", "Merge", "milestone/m1")
-    head = run_git(git_repo, "rev-parse", "HEAD")
-    (gdir / "MERGE_HEAD").write_text(tip + "\n", encoding="utf-8")  # git died after the commit
-    note = repo.settle_interrupted_merge({"main"})
-    assert note and "cleared" in note and not (gdir / "MERGE_HEAD").exists()
-    assert run_git(git_repo, "rev-parse", "HEAD") == head
-    assert repo.settle_interrupted_merge({"main"}) is None
+    runner = run_to_end(project, fake_claude)
+    assert runner.proc.returncode == 0, runner.stdout[-2000:] + runner.stderr
+    assert record(project, "m1").status is MilestoneStatus.AWAITING_REVIEW
+    assert (project / ".git" / "MERGE_HEAD").exists()
+    assert run_git(project, "status", "--porcelain", "--", "README.md") == "UU README.md"
+    assert (project / "README.md").read_text() == "# my resolution, half done\n"
+    assert run_git(project, "rev-parse", "main") == main
+    assert run_git(project, "branch", "--show-current") == "main"
+    assert our_processes() == []

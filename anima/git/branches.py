@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from anima.errors import GitError
 from anima.git.repo import RepoBase, listing, short_hash
@@ -12,8 +13,43 @@ from anima.git_options import AGENT_REFLOG_MARK
 from anima.paths import is_memory_path, is_under_anima
 
 
+@dataclass(frozen=True)
+class Tips:
+    """Where the milestone branch and main are, and whether the branch is checked out in this
+    working tree: what the loop reads before and after each agent's turn."""
+
+    branch: str | None  # the branch's commit; None: it does not exist
+    main: str | None
+    on_branch: bool
+
+
 class BranchOps(RepoBase):
     """Branch moves and the commits Anima makes on its own behalf."""
+
+    def tips(self, branch: str, main: str | None) -> Tips:
+        """Both branches' commits and where HEAD is, in one `git for-each-ref` (instead of a
+        `symbolic-ref` and a `rev-parse` for each); a ref that does not point at a commit is
+        peeled as `resolve` would."""
+        names = [f"refs/heads/{name}" for name in (branch, main) if name]
+        if not all(self._checked_rev(n) for n in names):
+            raise GitError(f"{names!r} are not valid branch names in {self.root}")
+        _, out, _ = self._run(
+            ["for-each-ref", "--format=%(HEAD)%00%(objecttype)%00%(objectname)%00%(refname)",
+             *names],
+            what=f"Cannot read the branches {listing(names)} in {self.root}",
+        )
+        found: dict[str, str | None] = {}
+        head = None
+        for line in os.fsdecode(out).splitlines():
+            star, kind, oid, ref = [*line.split("\0", 3), "", "", ""][:4]
+            if ref not in names:  # a pattern also matches refs below it (main/x)
+                continue
+            found[ref] = oid if kind == "commit" else self.resolve(ref)
+            if star == "*":
+                head = ref
+        return Tips(branch=found.get(names[0]),
+                    main=found.get(f"refs/heads/{main}") if main else None,
+                    on_branch=head == names[0])
 
     def switch(self, branch: str) -> None:
         """Check out an existing branch (local changes are carried over when git allows)."""
@@ -122,8 +158,9 @@ class BranchOps(RepoBase):
 
 
     def commit_anima_revert(self, base: str, paths: Sequence[str], message: str) -> str:
-        """Commit `paths` back to how `base` has them (absent if it lacks them), leaving the
-        working tree alone; return the new HEAD. Hooks are skipped (Anima's bookkeeping)."""
+        """Commit `paths` back to how `base` has them (absent if it lacks them), and make the
+        worktree's files match (else the next `git add -A` commits them again); return the
+        new HEAD. Hooks are skipped (Anima's bookkeeping)."""
         spec = b"\0".join(os.fsencode(p) for p in paths) + b"\0"
         what = f"Cannot put back {listing(list(paths))} in a commit in {self.root}"
         self._run(
@@ -134,6 +171,15 @@ class BranchOps(RepoBase):
         )
         self._run([*self._identity_args(), "commit", "-q", "--no-verify", "-m", message],
                   what=what)
+        kept = [p for p in paths if self._run(["cat-file", "-e", f"HEAD:{p}"], check=False)[0] == 0]
+        if kept:
+            self._run(["--literal-pathspecs", "checkout", "-q", "HEAD", "--pathspec-from-file=-",
+                       "--pathspec-file-nul"],
+                      stdin=b"\0".join(os.fsencode(p) for p in kept) + b"\0", what=what)
+        for path in set(paths) - set(kept):
+            target = self.root / path
+            if target.is_symlink() or target.is_file():
+                target.unlink()
         return self.head()
 
 

@@ -98,11 +98,11 @@ class Merging(BranchOps, History):
         if on_main:
             stepping_aside = self._step_aside(before, merge, replaceable)
             code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
-            if code != 0 and not self._in_the_way(before, merge, replaceable):
-                # What git refused already reads as the merge has it: a checkout a kill cut
-                # short. Finishing it loses nothing.
-                code, _, err = self._run(["read-tree", "--reset", "-u", before, merge],
-                                         check=False)
+            if code != 0 and (written := self._written_as_merged(before, merge)):
+                # A checkout of the merge that a kill cut short: the files it wrote already
+                # read as the merge has them; staged, the same all-or-nothing checkout ends.
+                self._run(["update-index", "--add", "--remove", "--", *written], check=False)
+                code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
             if code != 0:
                 for rel, content in stepping_aside.items():
                     (self.root / rel).write_bytes(content)
@@ -119,6 +119,22 @@ class Merging(BranchOps, History):
                                        f"({err.strip()}); the merge is tried again",
                                 retry=True)
         return MergeOutcome(True, f"merged {branch} into {main} as {short_hash(merge)}")
+
+    def _written_as_merged(self, before: str, merge: str) -> list[str]:
+        """Paths the merge changes whose file already reads as the merge has it (or is gone
+        where the merge deletes it) while the index still holds main's entry."""
+        written = []
+        for path in self.changed_files_between(before, merge):
+            file = self.root / path
+            code, blob, _ = self._run(["cat-file", "blob", f"{merge}:{path}"], check=False)
+            staged = self._run(["diff", "--cached", "--quiet", before, "--", path],
+                               check=False)[0] == 0
+            gone = code != 0 and not os.path.lexists(file)
+            same = code == 0 and file.is_file() and not file.is_symlink() \
+                and file.read_bytes() == blob
+            if staged and (gone or same):
+                written.append(path)
+        return written
 
     def _step_aside(self, before: str, merge: str,
                     replaceable: dict[str, bytes]) -> dict[str, bytes]:
@@ -140,7 +156,7 @@ class Merging(BranchOps, History):
         is a replaceable one as it was."""
         touched = set(self.changed_files_between(before, merge))
         in_the_way = []
-        for path in (p for p in self.dirty_paths() if p in touched):
+        for path in (e.path for e in self._status().entries if e.path in touched):
             file = self.root / path
             if path in replaceable and file.is_file() and not file.is_symlink() \
                     and file.read_bytes() == replaceable[path]:

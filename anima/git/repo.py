@@ -202,6 +202,8 @@ class RepoBase:
                     strip_newline_in_stdout=False,
                 )
             except git.GitCommandNotFound as exc:
+                if not self.root.is_dir():  # GitPython says so for a missing folder too
+                    raise GitError(f"{self.root} no longer exists") from None
                 raise GitError(f"git is not installed or not on PATH: {exc}") from None
         stderr = err.decode(errors="replace") if isinstance(err, bytes) else str(err or "")
         if check and code != 0:

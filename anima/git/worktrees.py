@@ -45,8 +45,9 @@ class Worktrees(RepoBase):
         """Check `branch` out at `path`, creating it from `main`'s tip when it is missing;
         return the milestone's base commit.
 
-        A restart finds what a kill left: a worktree already on `branch` is kept as it is (it
-        may hold the Developer's uncommitted work); a registration whose folder is gone is
+        A restart finds what a kill left: the worktree is kept as it is (it may hold the
+        Developer's uncommitted work, or be where an agent switched it: the caller puts it
+        back on `branch`, `recover_milestone`); a registration whose folder is gone is
         pruned and the worktree added again. Anything else at `path` is not overwritten.
         """
         if self._run(["check-ref-format", f"refs/heads/{branch}"], check=False)[0] != 0:
@@ -67,9 +68,6 @@ class Worktrees(RepoBase):
             self._run(["worktree", "add", "--quiet", str(path),
                        self._rev_arg(branch, "branch name")],
                       what=f"Cannot add a worktree for {branch} at {path}")
-        elif here.branch != branch:
-            raise GitError(f"the worktree at {path} is on {here.branch or 'a detached HEAD'}, "
-                           f"not on {branch}")
         return self._text(["merge-base", f"refs/heads/{main}", f"refs/heads/{branch}"],
                           what=f"Branch {branch!r} shares no history with {main!r} in "
                                f"{self.root}")
