@@ -113,11 +113,13 @@ def run_milestone(features: int, *, on_event=None) -> tuple[MilestoneRun, Clock,
     if on_event is not None:
         bus.subscribe(on_event)
     clock = Clock()
+    # The agents work in the milestone's own worktree, which the run makes when it starts.
+    worktree = paths.worktree(record.id)
     run = MilestoneRun(
         record=record, store=store, repo=GitRepo.open(repo), config=config,
         prompts=PromptBuilder(paths, budget_tokens=config.context_budget_tokens,
                               recent_in_full=config.recent_rounds_in_full),
-        agents=lambda role, sid, resume: InstantAgent(role, repo, clock, sid),
+        agents=lambda role, sid, resume: InstantAgent(role, worktree, clock, sid),
         bus=bus, summarizer=Summarizer(config.summarizer, env={}), control=RunControl(),
         dialect=CLAUDE)
     return run, clock, repo

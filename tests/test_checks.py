@@ -1,7 +1,8 @@
 """Anima runs the project's own checks (config `check_command`) before the Acceptor is asked.
 
-Real processes throughout: the check is a real shell command in a real git repo, the agents
-are the fake `claude`, the engine is the real one.
+Real processes throughout: the check is a real shell command in a real git repo (in the
+milestone's worktree, confined like the agents unless `sandbox` is off), the agents are the
+fake `claude`, the engine is the real one.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from anima import procfs
+from anima import procfs, sandbox
 from anima.cli.printer import HeadlessPrinter
 from anima.engine.facade import Engine
-from anima.loop.checks import run_check
+from anima.loop.checks import Confine, run_check
+from anima.loop.confinement import WRITABLE_VAR, sandbox_problem
 from anima.store.models import MilestoneStatus, RoundKind, Verdict
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
@@ -26,12 +28,41 @@ from tests.test_cli import ANIMA, anima
 
 MARK = procfs.agent_marker(Path("/nowhere"), "test", "checks")
 TWO = milestone_md("Greeter", ["Greet command", "Version flag"])
+NO_BWRAP = sandbox_problem("auto")
+#: The project's `sandbox` setting: the checks confined to the worktree, or not.
+SANDBOXES = [pytest.param("auto", marks=pytest.mark.skipif(
+    NO_BWRAP is not None, reason=f"the sandbox cannot run here: {NO_BWRAP}")), "off"]
 
 
 @pytest.fixture
 def project(git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> Path:
     fake_claude.use_env(monkeypatch)
     return make_project(git_repo, {"m1": TWO})
+
+
+def outside(tmp_path: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder outside the project where a check leaves what the test reads (how often it
+    ran, that it started). The checks are confined to the milestone's worktree, with a /tmp of
+    their own: the folder is made writable to them as a shared build cache would be
+    (ANIMA_SANDBOX_WRITABLE). Call after `fake_claude.use_env`, which sets that variable."""
+    folder = tmp_path / "outside"
+    folder.mkdir(exist_ok=True)
+    fake_claude.use_env(monkeypatch)
+    monkeypatch.setenv(WRITABLE_VAR, os.pathsep.join([str(fake_claude.root), str(folder)]))
+    return folder
+
+
+def _check_processes(project: Path) -> list[int]:
+    """The live processes of m1's checks, by their marker: real pids whether or not the
+    check runs in a sandbox (where its own `$$` is a pid of the sandbox's namespace)."""
+    return procfs.marked(procfs.agent_marker(project, "m1", "checks"))
+
+
+def _wait_for(path: Path, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:
@@ -63,14 +94,32 @@ def test_a_hanging_check_is_stopped_at_its_timeout_with_everything_it_started(
     assert [p for p in children if _alive(p)] == []
 
 
-def test_a_missing_command_cannot_start_in_either_form(tmp_path: Path) -> None:
-    argv = run_check(["no-such-checker-xyz", "--all"], tmp_path, timeout=10, marker=MARK)
+def _confined(tmp_path: Path) -> Confine:
+    """A sandbox around `tmp_path` as the milestone's checks get one (`MilestoneSandbox`)."""
+    c = sandbox.Confinement(cwd=tmp_path, home=tmp_path / ".home", tmp=tmp_path / ".tmp",
+                            writable=(tmp_path,), visible=(tmp_path,))
+    return lambda argv: (sandbox.wrap(argv, c), sandbox.environment(c))
+
+
+@pytest.mark.parametrize("confined", [pytest.param(True, id="confined", marks=pytest.mark.skipif(
+    NO_BWRAP is not None, reason=f"the sandbox cannot run here: {NO_BWRAP}")),
+    pytest.param(False, id="unconfined")])
+def test_a_missing_command_cannot_start_in_either_form(tmp_path: Path, confined: bool) -> None:
+    confine = _confined(tmp_path) if confined else None
+    argv = run_check(["no-such-checker-xyz", "--all"], tmp_path, timeout=10, marker=MARK,
+                     confine=confine)
     assert argv.error is not None and "no-such-checker-xyz" in argv.error
-    shell = run_check("no-such-checker-xyz --all", tmp_path, timeout=10, marker=MARK)
-    assert shell.error is not None and "command not found" in shell.error
+    shell = run_check("no-such-checker-xyz --all", tmp_path, timeout=10, marker=MARK,
+                      confine=confine)
+    assert shell.error is not None and "not found" in shell.error
     # A suite that fails with 127 for its own reasons is a failing check, not a config error.
-    own = run_check("echo 'running 3 tests'; exit 127", tmp_path, timeout=10, marker=MARK)
+    own = run_check("echo 'running 3 tests'; exit 127", tmp_path, timeout=10, marker=MARK,
+                    confine=confine)
     assert own.error is None and own.exit_code == 127 and not own.passed
+    # Nor is a suite that fails with 1, the exit code of bubblewrap when it cannot start one.
+    fails = run_check(["sh", "-c", "echo 'FAILED test_greet'; exit 1"], tmp_path, timeout=10,
+                      marker=MARK, confine=confine)
+    assert fails.error is None and fails.exit_code == 1 and not fails.passed
 
 
 def test_the_tail_is_bounded_and_redacted(tmp_path: Path) -> None:
@@ -122,8 +171,9 @@ def test_a_failing_check_rejects_without_an_acceptor_turn(project: Path,
 
 
 def test_a_passing_check_reaches_the_acceptor_and_the_final_acceptance(
-        project: Path, fake_claude: FakeClaude, tmp_path: Path) -> None:
-    runs = tmp_path / "check-runs"
+        project: Path, fake_claude: FakeClaude, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = outside(tmp_path, fake_claude, monkeypatch) / "check-runs"
     check = ["sh", "-c", f"echo run >> {runs}; ls features"]
     run_engine(project, check_command=check)
     rec = record(project, "m1")
@@ -138,8 +188,9 @@ def test_a_passing_check_reaches_the_acceptor_and_the_final_acceptance(
 
 
 def test_the_final_acceptance_runs_the_check_and_a_failure_goes_back(
-        project: Path, fake_claude: FakeClaude, tmp_path: Path) -> None:
-    count = tmp_path / "count"
+        project: Path, fake_claude: FakeClaude, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    count = outside(tmp_path, fake_claude, monkeypatch) / "count"
     # The third run (the first final acceptance) fails; every other run passes.
     check = (f"n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}; "
              "if [ $n -eq 3 ]; then echo 'integration: 1 failed'; exit 2; fi")
@@ -159,19 +210,27 @@ def test_the_final_acceptance_runs_the_check_and_a_failure_goes_back(
 
 def test_what_a_check_leaves_in_the_tree_is_undone(project: Path,
                                                   fake_claude: FakeClaude) -> None:
-    run_engine(project, check_command="echo junk > junk.txt; echo 1 >> features/F1.txt")
+    # Waiting for review, the milestone keeps its worktree, where the check ran: it is clean.
+    run_engine(project, check_command="echo junk > junk.txt; echo 1 >> features/F1.txt",
+               requires_human_review=True)
     rec = record(project, "m1")
-    assert rec.status is MilestoneStatus.COMPLETED
+    assert rec.status is MilestoneStatus.AWAITING_REVIEW
+    worktree = project / ".anima" / "worktrees" / "m1"
+    assert (worktree / "features" / "F1.txt").is_file()
+    assert not (worktree / "junk.txt").exists()
+    assert run_git(worktree, "status", "--porcelain") == ""
     assert not (project / "junk.txt").exists()
     assert "the checks changed the repository; undone" in " ".join(rec.iterations[0].notes)
     assert "junk" not in run_git(project, "log", "--stat", "--format=%s", "milestone/m1")
 
 
+@pytest.mark.parametrize("mode", SANDBOXES)
 def test_a_check_that_cannot_start_pauses_the_milestone(
-        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        mode: str) -> None:
     fake_claude.use_env(monkeypatch)
     project = make_project(git_repo, {"m1": TWO},
-                           config={"check_command": ["no-such-checker-xyz"]})
+                           config={"check_command": ["no-such-checker-xyz"], "sandbox": mode})
     result = anima("run", str(project), "--headless")
     assert result.returncode == 3, result.stdout + result.stderr
     rec = record(project, "m1")
@@ -185,14 +244,16 @@ def test_a_check_that_cannot_start_pauses_the_milestone(
     assert "[anima] checks: `no-such-checker-xyz` could not start" in result.stdout
 
 
+@pytest.mark.parametrize("mode", SANDBOXES)
 def test_a_round_cut_short_by_a_pause_keeps_what_it_spent(
-        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        mode: str) -> None:
     """The Developer's turn cost real money before the checks could not start: the round is
     redone on resume, but its spend stays in the record's totals (and so in the budget)."""
     fake_claude.use_env(monkeypatch)
     fake_claude.write_script({"developer_default": {"auto": True, "cost_usd": 0.25}})
     project = make_project(git_repo, {"m1": TWO},
-                           config={"check_command": ["no-such-checker-xyz"]})
+                           config={"check_command": ["no-such-checker-xyz"], "sandbox": mode})
     result = anima("run", str(project), "--headless")
     assert result.returncode == 3, result.stdout + result.stderr
     rec = record(project, "m1")
@@ -215,52 +276,65 @@ def test_headless_output_shows_the_checks(project: Path, fake_claude: FakeClaude
     assert "[anima] checks: `echo all good` passed in " in shown
 
 
+@pytest.mark.parametrize("mode", SANDBOXES)
 def test_a_stop_during_a_check_ends_it_at_once(project: Path, fake_claude: FakeClaude,
-                                              tmp_path: Path) -> None:
-    pid_file = tmp_path / "pid"
+                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              mode: str) -> None:
+    began = outside(tmp_path, fake_claude, monkeypatch) / "began"
     engine = Engine(project, config_overrides={
-        "check_command": f"echo $$ > {pid_file}; exec sleep 300"})
+        "check_command": f"echo $$ > {began}; exec sleep 300", "sandbox": mode})
     engine.start(watch=False)
     try:
-        deadline = time.monotonic() + 30
-        while not pid_file.exists() or not pid_file.read_text().strip():
-            assert time.monotonic() < deadline, "the check never started"
-            time.sleep(0.05)
-        pid = int(pid_file.read_text())
-        assert _alive(pid)
+        _wait_for(began, "the check never started")
+        pids = _check_processes(project)
+        assert pids and all(_alive(p) for p in pids)
         started = time.monotonic()
     finally:
         engine.shutdown()
     assert time.monotonic() - started < 8
-    assert not _alive(pid)
+    assert [p for p in pids if _alive(p)] == []
+    assert _check_processes(project) == []
     rec = record(project, "m1")
     assert rec.iterations == []  # the round in flight is redone on the next start
-    assert os.path.exists(project / "features" / "F1.txt")
+    # The Developer's work stays in the milestone's worktree, kept for the next start.
+    assert os.path.exists(project / ".anima" / "worktrees" / "m1" / "features" / "F1.txt")
 
 
+@pytest.mark.parametrize("mode", SANDBOXES)
 def test_a_check_left_running_by_a_killed_anima_is_stopped_by_the_next_start(
         git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
-        tmp_path: Path) -> None:
-    fake_claude.use_env(monkeypatch)
-    pid_file = tmp_path / "pid"
+        tmp_path: Path, mode: str) -> None:
+    """Without the sandbox the check outlives a killed Anima and the next start stops it; in
+    the sandbox it cannot outlive it at all (bubblewrap dies with its parent, and takes its
+    whole PID namespace along)."""
+    began = outside(tmp_path, fake_claude, monkeypatch) / "began"
     project = make_project(git_repo, {"m1": milestone_md("One", ["Alpha"])}, config={
-        "check_command": f"test -f {pid_file} && exit 0; echo $$ > {pid_file}; exec sleep 300"})
+        "check_command": f"test -f {began} && exit 0; echo $$ > {began}; exec sleep 300",
+        "sandbox": mode})
     command = [ANIMA] if ANIMA else [sys.executable, "-m", "anima"]
     first = subprocess.Popen([*command, "run", str(project), "--headless"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              stdin=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while not pid_file.exists() or not pid_file.read_text().strip():
-            assert time.monotonic() < deadline, "the check never started"
+        _wait_for(began, "the check never started")
+        deadline = time.monotonic() + 10
+        while not (pids := _check_processes(project)):
+            assert time.monotonic() < deadline, "no process of the check found"
             time.sleep(0.05)
     finally:
         first.kill()
         first.wait()
-    pid = int(pid_file.read_text())
-    assert _alive(pid)  # the check outlived the Anima that ran it
+    if mode == "off":
+        assert any(_alive(p) for p in pids)  # the check outlived the Anima that ran it
+    else:
+        deadline = time.monotonic() + 5
+        while _check_processes(project):
+            assert time.monotonic() < deadline, "the confined check outlived Anima"
+            time.sleep(0.05)
     second = anima("run", str(project), "--headless")
     assert second.returncode == 0, second.stdout + second.stderr
-    assert not _alive(pid)
-    assert "leftover tool process" in second.stdout
+    assert [p for p in pids if _alive(p)] == []
+    assert _check_processes(project) == []
+    if mode == "off":
+        assert "leftover tool process" in second.stdout
     assert record(project, "m1").status is MilestoneStatus.COMPLETED

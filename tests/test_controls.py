@@ -11,7 +11,7 @@ import pytest
 from anima.engine.facade import Engine
 from anima.events import EngineError, Event, PhaseChanged
 from anima.store.models import MilestoneStatus
-from tests.conftest import FakeClaude
+from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record
 
 
@@ -74,22 +74,29 @@ def test_stop_now_interrupts_then_resume_finishes(engine: Engine,
 
 def test_a_start_that_failed_is_retried_on_request(git_repo: Path, fake_claude: FakeClaude,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """In the app (watching), a dirty tree stops a start; once cleaned, Start retries it."""
+    """In the app (watching), a start that cannot begin stops with an error and the milestone
+    stays pending, not retried on its own; once the cause is fixed, Start retries it. (The
+    cause used to be an uncommitted edit in the checkout, which no longer stops a start: each
+    milestone has its own worktree. A configured main branch that does not exist yet does.)"""
     fake_claude.use_env(monkeypatch)
-    make_project(git_repo, {"m1": milestone_md("M", ["Alpha"])})
-    readme = git_repo / "README.md"
-    original = readme.read_text()
-    readme.write_text("uncommitted\n")
+    make_project(git_repo, {"m1": milestone_md("M", ["Alpha"])},
+                 config={"main_branch": "trunk"})
     errors: list[str] = []
     engine = Engine(git_repo)
     engine.bus.subscribe(lambda e: errors.append(e.message) if isinstance(e, EngineError)
                          else None)
     engine.start(watch=True)
     try:
-        wait_for(lambda: any("uncommitted changes" in m for m in errors))
+        wait_for(lambda: any("'trunk' does not exist" in m for m in errors))
         assert record(git_repo, "m1").status is MilestoneStatus.PENDING
-        readme.write_text(original)
+        run_git(git_repo, "branch", "trunk", "main")
+        time.sleep(0.5)  # the fix alone starts nothing: the milestone waits for Start
+        assert record(git_repo, "m1").status is MilestoneStatus.PENDING
+        assert len([m for m in errors if "'trunk' does not exist" in m]) == 1
         engine.start_milestone("m1")
-        wait_for(lambda: record(git_repo, "m1").status is MilestoneStatus.COMPLETED, timeout=30)
+        wait_for(lambda: (r := record(git_repo, "m1")).status is MilestoneStatus.COMPLETED
+                 and r.merge is not None and r.merge.merged, timeout=30)
+        assert record(git_repo, "m1").main_branch == "trunk"
+        assert run_git(git_repo, "merge-base", "--is-ancestor", "milestone/m1", "trunk") == ""
     finally:
         engine.shutdown()

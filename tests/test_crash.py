@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from anima import procfs
 from anima.engine.facade import Engine
 from anima.events import Event, PhaseChanged
 from anima.store.models import MilestoneStatus, RoundKind
@@ -31,11 +32,21 @@ from tests.test_recovery import (
     alive,
     assert_consistent,
     our_processes_fixture,  # noqa: F401 - the fixture `our_processes`
+    processes_with_env,
     run_to_end,
     wait_until,
 )
 
 TWO = milestone_md("Greeter", ["Greet command", "Version flag"])
+
+
+def fake_agents(fake: FakeClaude) -> set[int]:
+    """The real pids of this test's live fake `claude` processes (not the bubblewrap around
+    them). The `pid` an entry logs is the one the agent saw: inside the sandbox, a pid of its
+    own namespace (the same small number for every agent), meaningless outside it."""
+    script = str(fake.path)
+    return {pid for pid in processes_with_env(f"FAKE_CLAUDE_STATE={fake.state_dir}")
+            if procfs.cmdline(pid)[1:2] == [script]}
 
 
 @pytest.fixture
@@ -59,7 +70,8 @@ def test_the_app_stops_its_agents_politely_on_a_logout_or_a_closed_terminal(
     try:
         wait_until(lambda: len(fake_claude.entries("developer")) >= 2, what="round 2 started",
                    timeout=30)
-        agents = {e["pid"] for e in fake_claude.entries()}
+        agents = fake_agents(fake_claude)
+        assert len(agents) == 2  # the Developer and the Acceptor
         app.send_signal(sig)
         app.wait(15)
     finally:
@@ -80,7 +92,8 @@ def test_a_signal_stops_both_agents_within_seconds_and_the_next_run_resumes(
     fake_claude.write_script({"developer": [{"auto": True}, {"hang": True}]})
     runner = Runner(project, fake_claude)
     wait_until(lambda: len(fake_claude.entries("developer")) >= 2, what="round 2 started")
-    agents = {e["pid"] for e in fake_claude.entries()}
+    agents = fake_agents(fake_claude)
+    first_run = {e["started"] for e in fake_claude.entries()}
     assert len(agents) == 2 and all(alive(p) for p in agents)
     started = time.monotonic()
     runner.signal(sig)
@@ -101,7 +114,8 @@ def test_a_signal_stops_both_agents_within_seconds_and_the_next_run_resumes(
     assert rec.status is MilestoneStatus.COMPLETED
     assert_consistent(rec)
     assert rec.iterations[1].kind is RoundKind.RECOVERY
-    resumed = next(e for e in fake_claude.entries("developer") if e["pid"] not in agents)
+    resumed = next(e for e in fake_claude.entries("developer")
+                   if e["started"] not in first_run)
     assert resumed["resume"] and RECOVERY_MARK in resumed["prompt"]
 
 
@@ -182,8 +196,8 @@ def test_agents_die_with_a_killed_anima(project: Path, fake_claude: FakeClaude,
     fake_claude.write_script({"developer": [{"auto": True}, {"hang": True}]})
     runner = Runner(project, fake_claude)
     wait_until(lambda: len(fake_claude.entries("developer")) >= 2, what="round 2 started")
-    agents = {e["pid"] for e in fake_claude.entries()}
-    assert agents and all(alive(p) for p in agents)
+    agents = fake_agents(fake_claude)
+    assert len(agents) == 2 and all(alive(p) for p in agents)
     runner.signal(signal.SIGKILL)
     runner.wait(10)
     wait_until(lambda: not any(alive(p) for p in agents), what="the agents gone", timeout=5)

@@ -1,7 +1,8 @@
 """Failures are named (issue 10.10) and exit codes tell the truth (10.6), end to end with a
 real `python -m anima run … --headless` and the fake `claude`: an unexpected error fails one
 milestone (record, log, anima.log with its traceback) while the others go on, `anima resume`
-retries it, and `anima abort` cancels a milestone and puts the tree back on main.
+retries it, and `anima abort` cancels a milestone and removes its worktree (its branch kept,
+the human's checkout untouched).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from anima.loop.confinement import sandbox_problem
 from anima.store.models import MilestoneStatus
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record
@@ -27,7 +31,9 @@ from tests.test_recovery import (
 OTHER = milestone_md("Other", ["Farewell command"])
 NO = {"text": "REJECTED: not yet"}
 #: The Developer throws its own branch away: the next round cannot go back to it.
-# The branch deleted and a branch under its name in the way: Anima cannot recreate it.
+# The branch deleted and a branch under its name in the way: Anima cannot recreate it. In the
+# sandbox the deletion is refused (`packed-refs` is read-only there), so only `sandbox: "off"`
+# reaches the unexpected error.
 BRANCH_GONE = {"shell": ["git checkout -q --detach && git branch -q -D milestone/m1 && "
                          "git branch milestone/m1/blocker"], "auto": True}
 
@@ -45,7 +51,8 @@ def state(project: Path) -> tuple[str, str | None]:
 def test_an_unexpected_error_fails_one_milestone_the_others_go_on_and_resume_retries(
         git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
     # m2 waits for review, so main stays where m1 started (a moved main is another story).
-    make_project(git_repo, {"m1": ONE, "m2": "---\nrequires_human_review: true\n---\n" + OTHER})
+    make_project(git_repo, {"m1": ONE, "m2": "---\nrequires_human_review: true\n---\n" + OTHER},
+                 config={"sandbox": "off"})
     fake_claude.write_script({"developer": [BRANCH_GONE]})
     first = run_to_end(git_repo, fake_claude)
     assert first.proc.returncode == 1, first.stdout[-2000:] + first.stderr
@@ -60,6 +67,9 @@ def test_an_unexpected_error_fails_one_milestone_the_others_go_on_and_resume_ret
     assert state(git_repo) == ("sleeping", None)
     status = anima("status", str(git_repo))
     assert "failed: " in status.stdout and "milestone/m1" in status.stdout
+    # The failed milestone keeps its worktree as it is; the human's checkout stayed on main.
+    assert (git_repo / ".anima" / "worktrees" / "m1").is_dir()
+    assert run_git(git_repo, "branch", "--show-current") == "main"
 
     # The human puts the branch back and retries.
     run_git(git_repo, "branch", "-D", "milestone/m1/blocker")
@@ -74,6 +84,29 @@ def test_an_unexpected_error_fails_one_milestone_the_others_go_on_and_resume_ret
     assert our_processes() == []
 
 
+@pytest.mark.skipif(sandbox_problem("auto") is not None, reason="bubblewrap cannot run here")
+def test_in_the_sandbox_the_developer_cannot_throw_its_branch_away(
+        git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    """The same Developer as above, confined: deleting its branch fails (git's `packed-refs`
+    is read-only to it), its commit on a detached HEAD is rejected, and the milestone goes on
+    on its branch to the end."""
+    make_project(git_repo, {"m1": ONE}, config={"sandbox": "required"})
+    base = run_git(git_repo, "rev-parse", "main")
+    fake_claude.write_script({"developer": [BRANCH_GONE]})
+    run = run_to_end(git_repo, fake_claude)
+    assert run.proc.returncode == 0, run.stdout[-2000:] + run.stderr
+    m1 = record(git_repo, "m1")
+    assert m1.status is MilestoneStatus.COMPLETED and m1.error is None
+    assert m1.merge and m1.merge.merged
+    assert "not on the milestone branch" in (m1.iterations[0].reason or "")
+    transcript = (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+    assert "could not delete reference refs/heads/milestone/m1" in transcript
+    assert "Read-only file system" in transcript
+    assert run_git(git_repo, "branch", "--list", "milestone/m1/*") == ""
+    assert run_git(git_repo, "merge-base", "--is-ancestor", base, "milestone/m1") == ""
+    assert our_processes() == []
+
+
 def test_an_unexpected_cli_error_prints_one_line_pointing_at_the_log(git_repo: Path) -> None:
     make_project(git_repo, {"m1": ONE})
     # Nested deeper than the JSON parser can go: an error nothing in Anima expects.
@@ -85,7 +118,7 @@ def test_an_unexpected_cli_error_prints_one_line_pointing_at_the_log(git_repo: P
     assert "Traceback" in (git_repo / ".anima" / "logs" / "anima.log").read_text()
 
 
-def test_abort_cancels_a_paused_milestone_and_the_tree_goes_back_to_main(
+def test_abort_cancels_a_paused_milestone_and_removes_its_worktree(
         git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
     make_project(git_repo, {"m1": TWO})
     leave_a_file = {"shell": ["echo draft > draft.txt"], "auto": True}
@@ -93,25 +126,41 @@ def test_abort_cancels_a_paused_milestone_and_the_tree_goes_back_to_main(
                                                                       leave_a_file]})
     paused = run_to_end(git_repo, fake_claude)
     assert paused.proc.returncode == 3, paused.stdout[-2000:]
-    # The human adds something before aborting: it is kept, not carried to main.
+    worktree = git_repo / ".anima" / "worktrees" / "m1"
+    assert (worktree / "draft.txt").is_file()  # a paused milestone keeps its worktree
+    # The human adds something in their own checkout before aborting: nothing of Anima's
+    # touches it. Something left uncommitted in the milestone's worktree is kept in a stash.
     (git_repo / "idea.txt").write_text("an idea\n", encoding="utf-8")
+    (worktree / "unfinished.txt").write_text("half done\n", encoding="utf-8")
     tip = run_git(git_repo, "rev-parse", "milestone/m1")
+    main = run_git(git_repo, "rev-parse", "main")
 
     out = anima("abort", str(git_repo), "m1")
     assert out.returncode == 0, out.stderr
-    assert "aborted m1: cancelled" in out.stdout and "back on main" in out.stdout
+    assert "aborted m1: cancelled" in out.stdout
+    assert "removed the worktree .anima/worktrees/m1" in out.stdout
     rec = record(git_repo, "m1")
     assert rec.status is MilestoneStatus.CANCELLED and rec.phase == "cancelled"
+    # The worktree is gone, the branch is kept, main did not move.
+    assert not worktree.exists()
+    assert "worktrees/m1" not in run_git(git_repo, "worktree", "list")
+    assert run_git(git_repo, "rev-parse", "milestone/m1") == tip
+    assert run_git(git_repo, "rev-parse", "main") == main
+    # The human's checkout: still on main, their file where they left it, nothing of the
+    # milestone's carried into it.
     assert run_git(git_repo, "branch", "--show-current") == "main"
-    assert run_git(git_repo, "rev-parse", "milestone/m1") == tip  # the branch is kept
-    assert run_git(git_repo, "status", "--porcelain", "--", ".", ":!.anima") == ""
-    assert "idea.txt" in run_git(git_repo, "show", "--name-only", "--format=",
-                                 "stash@{0}^3")
+    assert (git_repo / "idea.txt").read_text(encoding="utf-8") == "an idea\n"
+    assert run_git(git_repo, "status", "--porcelain", "--", ".", ":!.anima") == "?? idea.txt"
+    assert not (git_repo / "draft.txt").exists()
+    # The worktree's uncommitted file is in a stash the record names.
+    assert "unfinished.txt" in run_git(git_repo, "show", "--name-only", "--format=",
+                                       "stash@{0}^3")
     assert any("stash" in n for n in rec.notes)
     assert state(git_repo) == ("sleeping", None)
     assert "cancelled by you" in (git_repo / ".anima" / "logs" / "m1.log").read_text()
     again = run_to_end(git_repo, fake_claude)
     assert again.proc.returncode == 0 and "nothing left to do" in again.stdout
+    assert not worktree.exists()
 
     refused = anima("abort", str(git_repo), "m1")  # cancelled is final
     assert refused.returncode == 2 and "cancelled" in refused.stderr

@@ -17,10 +17,12 @@ from anima.agents.claude.profiles import DEVELOPER, profile_for
 from anima.agents.process import AgentProcess
 from anima.config import Config
 from anima.events import EventBus
+from anima.loop.confinement import sandbox_problem
 from anima.store.models import MilestoneStatus
 from tests.conftest import FakeClaude
 from tests.fakes.api_stub import ApiStub
 from tests.helpers import make_project, milestone_md, record
+from tests.test_crash import fake_agents
 from tests.test_recovery import (
     Runner,
     alive,
@@ -29,6 +31,7 @@ from tests.test_recovery import (
     wait_until,
 )
 
+NO_BWRAP = sandbox_problem("auto")
 #: A Developer turn that leaves three sleepers behind, each escaping its shell differently.
 ESCAPES = ["setsid sleep 600 &", "nohup sleep 601 &", "(sleep 602 &)"]
 SPAWN = {"own_session": True, "shell": ESCAPES, "auto": True}
@@ -102,22 +105,40 @@ def test_nothing_the_developer_started_outlives_the_milestone(
     assert sleepers(our_processes) == []
 
 
+@pytest.mark.parametrize("sandbox", [pytest.param("auto", marks=pytest.mark.skipif(
+    NO_BWRAP is not None, reason=f"the sandbox cannot run here: {NO_BWRAP}")), "off"])
 def test_a_restart_after_a_kill_stops_what_the_dead_runs_agents_left(
         git_repo: Path, fake_claude: FakeClaude,
-        our_processes: Callable[[], list[int]]) -> None:
-    make_project(git_repo, {"m1": milestone_md("Pair", ["Greet command", "Version flag"])})
+        our_processes: Callable[[], list[int]], sandbox: str) -> None:
+    """Unconfined, what the agents started outlives a killed Anima and the next start stops
+    it; confined, nothing does (bubblewrap dies with Anima and takes its whole PID namespace,
+    background sleepers included), so the next start finds nothing to stop."""
+    make_project(git_repo, {"m1": milestone_md("Pair", ["Greet command", "Version flag"])},
+                 config={"sandbox": sandbox})
     fake_claude.write_script({"developer": [SPAWN, {"hang": True}]})
     runner = Runner(git_repo, fake_claude)
     wait_until(lambda: len(fake_claude.entries("developer")) >= 2, what="round 2 started")
-    agents = {e["pid"] for e in fake_claude.entries()}
+    agents = fake_agents(fake_claude)
+    assert len(agents) == 2
+    assert len(sleepers(our_processes)) == 3
     runner.signal(signal.SIGKILL)
     runner.wait(10)
     wait_until(lambda: not any(alive(p) for p in agents), timeout=5, what="the agents gone")
-    left = sleepers(our_processes)
-    assert len(left) == 3  # the agents died with Anima; what they started did not
+    if sandbox == "off":
+        left = sleepers(our_processes)
+        assert len(left) == 3  # the agents died with Anima; what they started did not
+    else:
+        wait_until(lambda: sleepers(our_processes) == [], timeout=5,
+                   what="the sleepers gone with the sandbox")
+        left = []
 
     again = run_to_end(git_repo, fake_claude)
     assert again.proc.returncode == 0, again.stdout[-2000:] + again.stderr
     assert not any(alive(p) for p in left)
-    assert "stopped 3 leftover tool process(es) of the agents of a previous run" in again.stdout
+    assert sleepers(our_processes) == []
+    if sandbox == "off":
+        assert "stopped 3 leftover tool process(es) of the agents of a previous run" \
+            in again.stdout
+    else:
+        assert "leftover tool process" not in again.stdout
     assert record(git_repo, "m1").status is MilestoneStatus.COMPLETED

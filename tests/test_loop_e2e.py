@@ -6,12 +6,20 @@ from pathlib import Path
 
 import pytest
 
+from anima.loop.confinement import sandbox_problem
 from anima.store.models import FeatureStatus, MilestoneStatus, RoundKind, Verdict
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine, state
 
 TWO = milestone_md("Greeter", ["Greet command", "Version flag"], ["greet prints hello",
                                                                  "--version prints it"])
+NO_BWRAP = sandbox_problem("auto")
+needs_sandbox = pytest.mark.skipif(NO_BWRAP is not None,
+                                   reason=f"the sandbox cannot run here: {NO_BWRAP}")
+#: The Developer checks main out in its worktree (main is the human checkout's branch, so git
+#: wants --ignore-other-worktrees) and commits there.
+COMMIT_ON_MAIN = ["git switch -q --ignore-other-worktrees main", "echo x > onmain.txt",
+                  "git add onmain.txt", "git commit -qm 'feat: on main'"]
 
 
 @pytest.fixture
@@ -196,23 +204,50 @@ def test_an_unreadable_verdict_twice_is_a_rejection(project: Path,
     assert "only the verdict line" in fake_claude.prompts("acceptor")[1]
 
 
-@pytest.mark.parametrize(("turn", "expected"), [
-    ({"text": report("1234567deadbeef")}, "does not exist"),
-    ({"text": report("").replace("**Commit**: \n", "")}, "names no commit"),
+@pytest.mark.parametrize(("turn", "expected", "sandbox"), [
+    ({"text": report("1234567deadbeef")}, "does not exist", "auto"),
+    ({"text": report("").replace("**Commit**: \n", "")}, "names no commit", "auto"),
     ({"shell": ["mkdir -p .anima", "echo '{}' > .anima/state.json",
                 "git add -f .anima/state.json", "git commit -qm 'chore: state'"],
-      "text": report()}, ".anima/state.json"),
-    ({"shell": ["git switch -q main", "echo x > onmain.txt", "git add onmain.txt",
-                "git commit -qm 'feat: on main'"], "text": report()}, "main"),
+      "text": report()}, ".anima/state.json", "auto"),
+    # Only unconfined can the Developer commit on main at all: the sandbox keeps main's ref
+    # read-only (test_in_the_sandbox_a_commit_on_main_is_refused).
+    ({"shell": COMMIT_ON_MAIN, "text": report()}, "main", "off"),
 ], ids=["forged-hash", "missing-hash", "touches-anima", "commit-on-main"])
 def test_git_checks_reject_before_any_acceptor_token(project: Path, fake_claude: FakeClaude,
-                                                     turn: dict, expected: str) -> None:
+                                                     turn: dict, expected: str,
+                                                     sandbox: str) -> None:
+    main = run_git(project, "rev-parse", "main")
     fake_claude.write_script({"developer": [turn]})
-    run_engine(project, max_iterations_per_milestone=1)
+    run_engine(project, max_iterations_per_milestone=1, sandbox=sandbox)
     first = record(project, "m1").iterations[0]
     assert first.verdict is Verdict.REJECTED
     assert expected in first.reason
     assert fake_claude.prompts("acceptor") == []
+    if turn.get("shell") == COMMIT_ON_MAIN:  # it did reach main: the check is not vacuous
+        assert "feat: on main" in run_git(project, "log", "--format=%s", f"{main}..main")
+        assert "the Developer moved main" in first.reason
+
+
+@needs_sandbox
+def test_in_the_sandbox_a_commit_on_main_is_refused(project: Path,
+                                                    fake_claude: FakeClaude) -> None:
+    """The same Developer, confined: git cannot write main's ref (read-only), so main stays
+    where it was; what it staged is carried back to the milestone branch and reviewed there."""
+    main = run_git(project, "rev-parse", "main")
+    fake_claude.write_script({"developer": [{"shell": COMMIT_ON_MAIN, "text": report()}]})
+    run_engine(project, max_iterations_per_milestone=1, sandbox="required")
+    assert run_git(project, "rev-parse", "main") == main
+    assert not (project / "onmain.txt").exists()
+    transcript = (project / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+    assert "git commit -qm 'feat: on main'" in transcript
+    assert "Read-only file system" in transcript
+    first = record(project, "m1").iterations[0]
+    assert "the tree was on main; back on milestone/m1" in first.notes
+    assert first.commit is not None
+    assert run_git(project, "branch", "--contains", first.commit, "--format=%(refname:short)") \
+        == "milestone/m1"
+    assert "onmain.txt" in run_git(project, "show", "--name-only", "--format=", first.commit)
 
 
 def test_a_hallucinated_hash_beside_a_real_commit_reviews_the_real_one(
@@ -244,20 +279,44 @@ def test_uncommitted_leftovers_are_committed_by_anima(project: Path,
     assert any("Anima committed" in n for n in first.notes)
 
 
+@pytest.mark.parametrize("sandbox", [pytest.param("auto", marks=needs_sandbox), "off"])
 def test_an_acceptor_that_edits_a_file_is_undone_and_reported(project: Path,
-                                                              fake_claude: FakeClaude) -> None:
-    fake_claude.write_script({"acceptor": [{"edit_file": {"path": "README.md",
-                                                          "content": "reviewer was here\n"},
-                                            "shell": ["echo new > reviewer.txt"],
-                                            "text": "ACCEPTED"}]})
-    run_engine(project, merge_on_complete=False)
+                                                              fake_claude: FakeClaude,
+                                                              sandbox: str) -> None:
+    """Unconfined, what the reviewer changes is undone and written into the round's notes; in
+    the sandbox its worktree is read-only to it, so the edits fail and there is nothing to
+    undo. Either way the branch and the worktree end as the Developer left them."""
+    if sandbox == "off":
+        turn = {"edit_file": {"path": "README.md", "content": "reviewer was here\n"},
+                "shell": ["echo new > reviewer.txt"], "text": "ACCEPTED"}
+    else:  # the fake's Write tool would crash on EROFS (the real one reports it): use Bash
+        turn = {"shell": ["echo 'reviewer was here' > README.md", "echo new > reviewer.txt"],
+                "text": "ACCEPTED"}
+    fake_claude.write_script({"acceptor": [turn]})
+    # Waiting for review, the milestone keeps its worktree, where the Acceptor worked.
+    run_engine(project, merge_on_complete=False, requires_human_review=True, sandbox=sandbox)
     rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.AWAITING_REVIEW
     first = rec.iterations[0]
     assert first.verdict is Verdict.ACCEPTED
-    assert any("Acceptor changed the repository" in n and "README.md" in n for n in first.notes)
+    changed = [n for n in first.notes if "Acceptor changed the repository" in n]
+    if sandbox == "off":
+        assert any("README.md" in n for n in changed), first.notes
+    else:
+        assert changed == [], first.notes  # refused, so nothing was undone
+        transcript = (project / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+        for name in ("README.md", "reviewer.txt"):
+            assert f"cannot create {name}: Read-only file system" in transcript
+        # Refused, not crashed: the one Acceptor process answered every review.
+        assert len({e["started"] for e in fake_claude.entries("acceptor")}) == 1
     assert run_git(project, "show", "milestone/m1:README.md") == "# test project"
-    assert (project / "README.md").read_text() == "# test project\n"
     assert "reviewer.txt" not in run_git(project, "ls-tree", "-r", "--name-only", "milestone/m1")
+    worktree = project / ".anima" / "worktrees" / "m1"
+    assert (worktree / "README.md").read_text() == "# test project\n"
+    assert not (worktree / "reviewer.txt").exists()
+    assert run_git(worktree, "status", "--porcelain") == ""
+    # The human's checkout was never the reviewer's to touch.
+    assert (project / "README.md").read_text() == "# test project\n"
     assert not (project / "reviewer.txt").exists()
 
 

@@ -1,8 +1,14 @@
 """No pushes behind the human's back: the tool rules refuse `git push`, a push that slips
-past them pauses the milestone, and `allow_push` lifts both — with a real bare `origin`."""
+past them pauses the milestone, and `allow_push` lifts both — with a real bare `origin`.
+
+The sandbox refuses a push to a remote on this machine (its folder is read-only inside); one
+over the network it cannot refuse, only the detection catches it. To stand for such a remote
+the tests make `origin` writable to the agents (`as_network_remote`)."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -10,11 +16,16 @@ import pytest
 from anima.agents.claude.profiles import DEVELOPER, PUSH_RULES, profile_for
 from anima.agents.claude.protocol import build_argv
 from anima.config import Config
+from anima.loop.confinement import WRITABLE_VAR, sandbox_problem
 from anima.store.models import MilestoneStatus
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
 
 ONE = milestone_md("Greeter", ["Greet command"])
+NO_BWRAP = sandbox_problem("auto")
+needs_sandbox = pytest.mark.skipif(NO_BWRAP is not None,
+                                   reason=f"the sandbox cannot run here: {NO_BWRAP}")
+SANDBOXES = [pytest.param("auto", marks=needs_sandbox), "off"]
 
 
 @pytest.fixture
@@ -27,6 +38,12 @@ def origin(git_repo: Path, tmp_path: Path, fake_claude: FakeClaude,
     run_git(git_repo, "remote", "add", "origin", str(bare))
     run_git(git_repo, "push", "-q", "origin", "main")
     return bare
+
+
+def as_network_remote(origin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let confined agents write `origin`, as they can reach a remote over the network."""
+    monkeypatch.setenv(WRITABLE_VAR, os.pathsep.join(
+        [p for p in (os.environ.get(WRITABLE_VAR, ""), str(origin)) if p]))
 
 
 def refs(bare: Path) -> str:
@@ -62,9 +79,12 @@ def test_git_push_is_refused_and_the_refusal_is_in_the_round_notes(
     assert "refused: Bash: git push -q origin HEAD" in log
 
 
+@pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_a_push_that_slips_past_the_rules_pauses_the_milestone(
-        git_repo: Path, origin: Path, fake_claude: FakeClaude) -> None:
-    make_project(git_repo, {"m1": ONE})
+        git_repo: Path, origin: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        sandbox: str) -> None:
+    as_network_remote(origin, monkeypatch)
+    make_project(git_repo, {"m1": ONE}, config={"sandbox": sandbox})
     fake_claude.write_script({"developer": [{
         "shell": ["sh -c 'git push -q origin HEAD:refs/heads/sneaky'"], "auto": True}]})
     _, outcome = run_engine(git_repo)
@@ -78,9 +98,38 @@ def test_a_push_that_slips_past_the_rules_pauses_the_milestone(
     assert rec.rounds == 1  # paused before another round
 
 
+@needs_sandbox
+def test_in_the_sandbox_a_push_to_a_remote_on_this_machine_fails(
+        git_repo: Path, origin: Path, fake_claude: FakeClaude) -> None:
+    """The same push, confined, with `origin` a folder on this machine: out of the agent's
+    reach (read-only, here even hidden under the sandbox's own /tmp), so nothing reaches it
+    and there is nothing to pause for."""
+    make_project(git_repo, {"m1": ONE}, config={"sandbox": "required"})
+    before = refs(origin)
+    fake_claude.write_script({"developer": [{
+        "shell": ["sh -c 'git push -q origin HEAD:refs/heads/sneaky'"], "auto": True}]})
+    _, outcome = run_engine(git_repo)
+    rec = record(git_repo, "m1")
+    assert outcome.paused == () and rec.status is MilestoneStatus.COMPLETED
+    assert refs(origin) == before
+    # The push ran (no rule refused it) and failed: the remote is out of the agent's reach.
+    events = [json.loads(line) for line in
+              (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+              .splitlines()]
+    push = next(e["tool_use_id"] for e in events if e["type"] == "ToolUse"
+                and "git push" in e["input"].get("command", ""))
+    result = next(e for e in events if e["type"] == "ToolResult" and e["tool_use_id"] == push)
+    assert result["is_error"] and "fatal:" in result["content"]
+    assert not any("push" in n for it in rec.iterations for n in it.notes)
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_allow_push_lets_the_developer_push(git_repo: Path, origin: Path,
-                                           fake_claude: FakeClaude) -> None:
-    make_project(git_repo, {"m1": ONE}, config={"allow_push": True})
+                                           fake_claude: FakeClaude,
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           sandbox: str) -> None:
+    as_network_remote(origin, monkeypatch)
+    make_project(git_repo, {"m1": ONE}, config={"allow_push": True, "sandbox": sandbox})
     fake_claude.write_script({"developer": [{
         "shell": ["git push -q origin HEAD:refs/heads/shared"], "auto": True}]})
     run_engine(git_repo)

@@ -26,8 +26,19 @@ if sandbox.unavailable() == sandbox.NOT_INSTALLED:
 IDENTITY = ('Ada "The Countess" Lovelace', "ada@example.invalid")
 
 
+def _base_env() -> dict[str, str]:
+    """The test's environment without its git variables, and no system git config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    return {**env, "GIT_CONFIG_NOSYSTEM": "1"}
+
+
 def git(root: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+    """Git run by the test itself (setting up, asserting): no user config, a fixed identity."""
+    env = {**_base_env(), "GIT_CONFIG_GLOBAL": os.devnull,
+           "GIT_AUTHOR_NAME": "Fixture", "GIT_AUTHOR_EMAIL": "fixture@example.invalid",
+           "GIT_COMMITTER_NAME": "Fixture", "GIT_COMMITTER_EMAIL": "fixture@example.invalid"}
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                          check=False, env=env)
     assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
     return done.stdout.strip()
 
@@ -76,28 +87,27 @@ class World:
         """`sh -c script` inside the sandbox; `$1`… are `args`."""
         c = c or self.confine()
         argv = sandbox.wrap(["sh", "-c", script, "sh", *args], c)
-        return subprocess.run(argv, env={**os.environ, **sandbox.environment(c)},
-                              capture_output=True, text=True, timeout=30, check=False)
+        return subprocess.run(argv, env=self.env(c), capture_output=True, text=True,
+                              timeout=30, check=False)
+
+    def env(self, c: Confinement) -> dict[str, str]:
+        """Anima's environment as the user's (whose global git config is named outright),
+        with the sandbox's laid over it."""
+        user = {"HOME": str(self.real_home),
+                "GIT_CONFIG_GLOBAL": str(self.real_home / ".gitconfig")}
+        return {**_base_env(), **user, **sandbox.environment(c)}
 
 
-@pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
-    real_home = tmp_path / "realhome"
+def make_world(root: Path) -> World:
+    real_home = root / "realhome"
     (real_home / ".claude").mkdir(parents=True)
     (real_home / ".gitconfig").write_text(
         "[user]\n\tname = Real Person\n\temail = real@example.invalid\n"
         "[alias]\n\treal-alias = status\n", encoding="utf-8")
     (real_home / ".claude.json").write_text('{"hasCompletedOnboarding": true}\n')
     (real_home / ".claude" / ".credentials.json").write_text('{"token": "real"}\n')
-    # Outside git (the fixture's, the asserts') reads the fake home, never the real one.
-    monkeypatch.setenv("HOME", str(real_home))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for var in ("GIT_CONFIG_GLOBAL", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE",
-                "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME",
-                "GIT_COMMITTER_EMAIL", "EMAIL"):
-        monkeypatch.delenv(var, raising=False)
 
-    repo = tmp_path / "project"
+    repo = root / "project"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
     (repo / "README.md").write_text("# project\n")
@@ -113,17 +123,40 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     (m1 / "work.txt").write_text("m1 work\n")
     git(m1, "add", "-A")
     git(m1, "commit", "-q", "-m", "m1 work")
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
+    remote = root / "remote.git"
+    git(root, "init", "-q", "--bare", str(remote))
     git(repo, "remote", "add", "origin", str(remote))
     git(repo, "push", "-q", "origin", "main")
-    return World(tmp_path, repo, m1, m2, remote, real_home, repo / ".anima" / "sandbox" / "m1")
+    return World(root, repo, m1, m2, remote, real_home, repo / ".anima" / "sandbox" / "m1")
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    """A fresh world, for tests that change it."""
+    return make_world(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def untouched(tmp_path_factory: pytest.TempPathFactory) -> World:
+    """One world for the tests whose every attempt must fail and change nothing."""
+    return make_world(tmp_path_factory.mktemp("untouched"))
 
 
 def test_probe_names_a_missing_binary(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert sandbox.unavailable() is None  # installed here: it must work, not be skipped
     monkeypatch.setenv(sandbox.BWRAP_VAR, str(tmp_path / "no-such-bwrap"))
     assert sandbox.unavailable() == sandbox.NOT_INSTALLED
+
+
+def test_probe_quotes_a_failing_bubblewrap(monkeypatch: pytest.MonkeyPatch,
+                                          tmp_path: Path) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\n"
+                    "exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv(sandbox.BWRAP_VAR, str(fake))
+    assert sandbox.unavailable() == ("bubblewrap cannot create a sandbox here: "
+                                     "bwrap: No permissions to create new namespace")
 
 
 def test_confinement_wants_absolute_paths(tmp_path: Path) -> None:
@@ -155,6 +188,7 @@ def test_commit_on_own_branch(world: World) -> None:
     "project/.git/hooks/pre-commit",
     "project/.git/packed-refs",
     "project/.git/worktrees/m1/gitdir",
+    "project/.git/worktrees/m2/HEAD",
     "project/.git/worktrees/m1/commondir",
     "project/.git/objects/info/alternates",
     "project/.anima/worktrees/m1/.git",
@@ -163,10 +197,10 @@ def test_commit_on_own_branch(world: World) -> None:
     "realhome/.gitconfig",
     "remote.git/config",
 ])
-def test_writes_outside_the_worktree_fail(world: World, target: str) -> None:
-    path = world.root / target
+def test_writes_outside_the_worktree_fail(untouched: World, target: str) -> None:
+    path = untouched.root / target
     before = path.read_bytes() if path.exists() else None
-    done = world.run('echo evil >> "$1"', None, str(path))
+    done = untouched.run('echo evil >> "$1"', None, str(path))
     assert done.returncode != 0
     assert "Read-only file system" in done.stderr
     assert (path.read_bytes() if path.exists() else None) == before
@@ -185,11 +219,11 @@ def test_writes_outside_the_worktree_fail(world: World, target: str) -> None:
     "git push origin HEAD:main",
     "git push ../../../.git HEAD:refs/heads/main",
 ])
-def test_other_refs_cannot_move(world: World, command: str) -> None:
-    before = world.refs()
-    done = world.run(command)
+def test_other_refs_cannot_move(untouched: World, command: str) -> None:
+    before = untouched.refs()
+    done = untouched.run(command)
     assert done.returncode != 0, done.stdout + done.stderr
-    assert world.refs() == before
+    assert untouched.refs() == before
 
 
 def test_protected_ref_without_reflog_fails_on_the_rename(world: World) -> None:
@@ -220,9 +254,12 @@ def test_packed_refs_are_protected_too(world: World) -> None:
 def test_capabilities_are_dropped(world: World) -> None:
     """bwrap run by root keeps its capabilities unless told: a remount would undo it all."""
     readme = world.repo / "README.md"
-    done = world.run('mount -o remount,rw,bind / 2>/dev/null; umount "$1"; echo evil >> "$1"',
+    done = world.run('grep CapEff /proc/self/status; '
+                     'for m in $(cut -d" " -f5 /proc/self/mountinfo); do '
+                     'mount -o remount,rw,bind "$m" 2>/dev/null; done; echo evil >> "$1"',
                      None, str(readme))
     assert done.returncode != 0
+    assert done.stdout.split() == ["CapEff:", "0000000000000000"]
     assert readme.read_text() == "# project\n"
 
 
@@ -323,8 +360,7 @@ def test_killing_the_sandbox_kills_its_background_jobs(world: World) -> None:
     tag = str(900000 + uuid.uuid4().int % 99999)
     c = world.confine()
     proc = subprocess.Popen(sandbox.wrap(["sh", "-c", f"sleep {tag} & echo started; wait"], c),
-                            env={**os.environ, **sandbox.environment(c)},
-                            stdout=subprocess.PIPE, text=True)
+                            env=world.env(c), stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "started\n"
         assert _wait_for(lambda: len(_sleepers(tag)) == 1)

@@ -361,21 +361,32 @@ def test_the_checks_show_in_the_acceptor_pane_and_the_rounds_table(
         w.close()
 
 
-def test_a_failed_milestone_shows_its_error_and_abort_returns_the_tree_to_main(
-        qtbot, git_repo: Path, fake: FakeClaude, app_window) -> None:
+def test_a_failed_milestone_shows_its_error_and_abort_removes_its_worktree(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    # Only an unconfined Developer can throw its branch away (see test_failures.py).
     make_project(git_repo, {"m1": TWO})
     fake.write_script({"developer": [BRANCH_GONE]})
-    app_window.window.open_project(git_repo)
-    app_window.wait_status("m1", "failed")
-    review = app_window.window.review
-    qtbot.waitUntil(review.isVisible, timeout=5000)
-    assert review.heading.text().startswith("Failed — ")
-    assert "milestone/m1" in review.reason.text() and "anima.log" in review.reason.text()
-    assert review.resume_button.isVisible() and review.abort_button.isVisible()
-    answer_dialog("Abort milestone")  # a real confirmation dialog
-    review.abort_button.click()
-    app_window.wait_status("m1", "cancelled")
-    assert run_git(git_repo, "branch", "--show-current") == "main"
+    app_window = Window(qtbot, tmp_path, sandbox="off")
+    try:
+        app_window.window.open_project(git_repo)
+        app_window.wait_status("m1", "failed")
+        worktree = git_repo / ".anima" / "worktrees" / "m1"
+        assert worktree.is_dir()  # a failed milestone keeps its worktree as it is
+        review = app_window.window.review
+        qtbot.waitUntil(review.isVisible, timeout=5000)
+        assert review.heading.text().startswith("Failed — ")
+        assert "milestone/m1" in review.reason.text() and "anima.log" in review.reason.text()
+        assert review.resume_button.isVisible() and review.abort_button.isVisible()
+        answer_dialog("Abort milestone")  # a real confirmation dialog
+        review.abort_button.click()
+        app_window.wait_status("m1", "cancelled")
+        # The worktree is gone; the human's checkout is still on main, untouched.
+        assert not worktree.exists()
+        assert "worktrees/m1" not in run_git(git_repo, "worktree", "list")
+        assert run_git(git_repo, "branch", "--show-current") == "main"
+        assert run_git(git_repo, "status", "--porcelain", "--", ".", ":!.anima") == ""
+    finally:
+        app_window.close()
 
 
 def test_a_usage_limit_wait_and_the_limits_show_in_the_window(

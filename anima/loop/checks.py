@@ -32,6 +32,8 @@ from anima.text.redact import redact
 
 #: Exit codes of `sh -c` when the command is missing (127) or not executable (126).
 _SHELL_CANNOT_START = {126: "not executable", 127: "command not found"}
+#: What bubblewrap says (exit 1) when an argv command is missing inside the sandbox.
+_BWRAP_CANNOT_START = re.compile(r"bwrap: execvp (.+): (.+)")
 TAIL_LINES = 30
 TAIL_LINE_CHARS = 300
 _KEEP_BYTES = 64 * 1024  # of the output, from the end; a chatty suite never fills memory
@@ -153,6 +155,9 @@ def run_check(command: str | list[str], cwd: Path, *, timeout: float, marker: st
         last = tail.splitlines()[-1] if tail else ""
         return CheckResult(shown, code, duration, tail,
                            error=f"`{shown}`: {_SHELL_CANNOT_START[code]} ({last.strip()})")
+    if confine is not None and not isinstance(command, str) and code == 1 \
+            and (found := _BWRAP_CANNOT_START.fullmatch(tail.strip())) is not None:
+        return CheckResult(shown, None, duration, tail, error=f"`{shown}`: {found.group(2)}")
     return CheckResult(shown, code, duration, tail, timed_out=timed_out)
 
 
