@@ -134,8 +134,8 @@ def test_one_the_acceptor_writes_from_inside_the_folder_is_held_too(
 def test_one_written_with_the_write_tool_is_held_while_the_watcher_is_on(
         project: Path, fake_claude: FakeClaude, mode: str) -> None:
     """In watch mode the file is registered the moment it settles; holding it takes its
-    record back before anything could start it. (In the sandbox the write fails; the fake's
-    Write tool then crashes its process, which Anima restarts, retrying the turn.)"""
+    record back before anything could start it. (In the sandbox the write fails, and the
+    Write tool reports the error to the model, as the real CLI's does.)"""
     use_sandbox(project, mode)
     fake_claude.write_script({"developer": [
         {"edit_file": {"path": str(folder(project) / "zz-evil.md"), "content": EVIL},
@@ -148,8 +148,10 @@ def test_one_written_with_the_write_tool_is_held_while_the_watcher_is_on(
     finally:
         runner.kill()
         runner.wait(15)
-    # refused: the fake's Write tool raised (a real CLI's reports the error and goes on)
-    assert ("developer crashed" in log_text(project)) is confined(mode)
+    assert "developer crashed" not in log_text(project)
+    refused = "Read-only file system" in (project / ".anima" / "transcripts" / "m1" /
+                                          "events.jsonl").read_text(encoding="utf-8")
+    assert refused is confined(mode)
 
 
 def forge_record_from(project: Path, source: str, target: str) -> str:

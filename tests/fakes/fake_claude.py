@@ -325,9 +325,16 @@ class Turn:
         return stdout.strip()
 
     def write_file(self, path: str, content: str) -> None:
+        """The Write tool: a write the filesystem refuses (the sandbox) is an error result
+        the model sees, as the real CLI's, not a crash."""
         target = Path(self.cwd, path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8")
+        except OSError as e:
+            self.tool("Write", {"file_path": str(target), "content": content},
+                      f"Error writing file: {e}", True)
+            return
         self.tool("Write", {"file_path": str(target), "content": content},
                   f"File created successfully at: {target}", False)
 
