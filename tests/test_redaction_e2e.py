@@ -160,10 +160,12 @@ def test_commit_subjects_reach_the_acceptor_redacted(git_repo: Path, fake: FakeC
 def test_names_of_files_an_acceptor_made_are_redacted_in_notes(git_repo: Path,
                                                                fake: FakeClaude) -> None:
     """The note that the review's changes were undone names the files from git; the record,
-    and the log lines the window and the notifications show, get it redacted."""
+    and the log lines the window and the notifications show, get it redacted. (Without the
+    sandbox: inside it the Acceptor cannot write a file at all.)"""
     make_project(git_repo, {"m1": ONE})
     fake.write_script({"acceptor": [{"shell": [f"touch 'creds {KEY}'"], "text": "ACCEPTED"}]})
-    engine = Engine(git_repo, config_overrides={"summarizer": {"enabled": False}})
+    engine = Engine(git_repo, config_overrides={"summarizer": {"enabled": False},
+                                                "sandbox": "off"})
     published: list[Event] = []
     engine.bus.subscribe(published.append)
     try:
@@ -177,11 +179,11 @@ def test_names_of_files_an_acceptor_made_are_redacted_in_notes(git_repo: Path,
     assert where_it_leaks(git_repo, fake, KEY) == []
 
 
-def test_a_key_split_over_two_tool_outputs_is_redacted(git_repo: Path, fake: FakeClaude,
-                                                       tmp_path: Path) -> None:
+def test_a_key_split_over_two_tool_outputs_is_redacted(git_repo: Path,
+                                                       fake: FakeClaude) -> None:
     """The BEGIN line comes in one tool result, the body and END line in the next."""
     body = "MIIEowIBAAKCAQEAx8nRsplitbody"
-    rest = tmp_path / "rest-of-key"
+    rest = fake.root / "rest-of-key"  # where the confined agent can read it
     rest.write_text(f"{body}\nq0ZmFh2Z3k==\n-----END RSA PRIVATE KEY-----\nafter\n")
     make_project(git_repo, {"m1": ONE})
     fake.write_script({"developer": [{"shell": [
