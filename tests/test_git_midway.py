@@ -52,7 +52,7 @@ def test_a_lock_the_developer_left_is_removed_and_its_work_committed(
     run_engine(project)
     first = record(project, "m1").iterations[0]
     assert first.verdict is Verdict.ACCEPTED and first.auto_committed
-    assert ".git/index.lock was left by a git command that no longer runs; removed" \
+    assert ".git/worktrees/m1/index.lock was left by a git command that no longer runs; removed" \
         in first.notes
     assert run_git(project, "show", "main:notes.txt") == "more"
     merged(project)

@@ -579,3 +579,25 @@ def test_auto_without_bubblewrap_runs_unconfined_and_says_so_once(
     assert outside.exists()  # it really ran without the sandbox
     for milestone in ("m1", "m2"):
         assert record(project, milestone).status is MilestoneStatus.COMPLETED
+
+
+def test_a_branch_planted_for_a_later_milestone_is_set_aside(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """m1's Developer may create branches (its ref folder is writable): one named after m2,
+    holding a commit main lacks, must not become m2's starting point."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": milestone_md("One", ["A"])})
+    plant = ("git branch milestone/m2 HEAD && git commit -q --allow-empty -m planted && "
+             "git branch -f milestone/m2 HEAD && git reset -q --hard HEAD~1")
+    fake_claude.write_script({"developer": [{"shell": [plant], "auto": True}]})
+    run_engine(git_repo)
+    planted = run_git(git_repo, "rev-parse", "milestone/m2")
+    assert run_git(git_repo, "log", "-1", "--format=%s", planted) == "planted"
+    paths = ProjectPaths(git_repo)
+    paths.milestone_md("m2").write_text(milestone_md("Two", ["B"]), encoding="utf-8")
+    run_engine(git_repo)
+    rec = record(git_repo, "m2")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert "planted" not in run_git(git_repo, "log", "--format=%s", "main")
+    assert "set-aside/m2" in run_git(git_repo, "for-each-ref", "--format=%(refname)",
+                                     "refs/anima/")

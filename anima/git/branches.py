@@ -151,6 +151,10 @@ class BranchOps(RepoBase):
         return entries
 
 
+    def delete_ref(self, ref: str, expected: str) -> None:
+        """Delete `ref`, only while it still points at `expected`."""
+        self._run(["update-ref", "-d", ref, expected], what=f"Cannot delete {ref} in {self.root}")
+
     def keep_ref(self, ref: str, commit: str) -> None:
         """Point `ref` at `commit`: a ref of Anima's under refs/anima/ (it stays reachable),
         or a branch an agent deleted, put back."""

@@ -1,13 +1,37 @@
-"""Whether the Developer's reported commit may go to review: on its branch, new, after the
-accepted history, and without edits to the human's definitions under `.anima/`."""
+"""Whether the Developer's reported commit may go to review: on its branch, new work on top of
+the last accepted commit (so the accepted commits form a chain), and without edits to the
+human's definitions under `.anima/`."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from anima.git.repo import RepoBase, blob_id, listing, short_hash
-from anima.paths import ANIMA_DIR, is_definition_path, is_memory_path
+from anima.paths import ANIMA_DIR, is_definition_path, is_memory_path, is_under_anima
+
+
+@dataclass(frozen=True)
+class RawChange:
+    """One path of `git diff --raw` between two commits."""
+
+    path: str
+    letter: str  # A, D, M, T…
+    blob: str  # the blob it has in the newer commit (zeros when deleted)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A reported commit and the refs it is checked against, resolved (None: missing)."""
+
+    commit: str | None
+    base: str | None
+    tip: str | None  # the milestone branch's
+    main_tip: str | None
+    #: `commit` is new work: it descends from the last accepted commit (or the base), is
+    #: not that commit, and the branch tip is it or one of its descendants
+    on_path: bool
 
 
 class CommitCheck(RepoBase):
@@ -22,19 +46,54 @@ class CommitCheck(RepoBase):
         main: str,
         main_head: str,
         definitions: Mapping[str, bytes] | None = None,
+        since: str | None = None,
     ) -> list[str]:
         """Why the Developer's reported commit cannot go to review (empty list: it can).
 
         `definitions` is Anima's copy of the human's definitions taken before the round (see
-        `anima_changes`): the files on disk may be the Developer's by now.
+        `anima_changes`): the files on disk may be the Developer's by now. `since` is the
+        last accepted commit: the reported one must be new work on top of it, so the
+        accepted commits form a chain on the branch (None: on top of the base).
 
         Each problem is a sentence that can be handed back to the Developer as a rejection.
-        Usually three git calls: resolve everything, walk base..branch, diff `.anima/`.
+        Usually three git calls: resolve everything, walk since..branch (the round's commits,
+        not the milestone's), diff `.anima/`. The loop, which has read the refs and the
+        round's commits already, calls `check_resolved`: one call.
         """
+        revs = [commit, base_commit, f"refs/heads/{branch}", f"refs/heads/{main}", main_head]
+        c, base, tip, main_tip, main_was, *rest = self._resolve_many(
+            revs + ([since] if since else []))
+        start = (rest[0] if rest else None) or base
+        on_path = False
+        if c is not None and base is not None and tip is not None and start is not None:
+            _, out, _ = self._run(
+                ["rev-list", "--ancestry-path", f"{start}..{tip}"],
+                what=f"Cannot read the history of {branch} in {self.root}",
+            )
+            on_path = c in set(os.fsdecode(out).split())
+        found = Resolved(commit=c, base=base, tip=tip, main_tip=main_tip, on_path=on_path)
+        return self.check_resolved(
+            commit, found, branch=branch, base_commit=base_commit, main=main,
+            main_head=main_head if main_was is None else main_was,
+            definitions=definitions, since=since)
+
+
+    def check_resolved(
+        self,
+        commit: str,
+        found: Resolved,
+        *,
+        branch: str,
+        base_commit: str,
+        main: str,
+        main_head: str,
+        definitions: Mapping[str, bytes] | None = None,
+        since: str | None = None,
+    ) -> list[str]:
+        """`check_developer_commit` once `found` is known: one git call (the `.anima/` diff)
+        when the commit is good; the explanations of a bad one ask git more."""
         problems: list[str] = []
-        c, base, tip, main_tip, main_was = self._resolve_many(
-            [commit, base_commit, f"refs/heads/{branch}", f"refs/heads/{main}", main_head]
-        )
+        c, base, tip, main_tip = found.commit, found.base, found.tip, found.main_tip
         if c is None:
             problems.append(f"Commit {commit} does not exist in the repository.")
         if base is None:
@@ -43,28 +102,25 @@ class CommitCheck(RepoBase):
             problems.append(f"The milestone branch {branch} does not exist.")
         if main_tip is None:
             problems.append(f"The main branch {main} does not exist.")
-        elif main_tip != main_was:
+        elif main_tip != main_head:
             problems.append(
                 f"The main branch {main} has moved from {short_hash(main_head)} to "
                 f"{short_hash(main_tip)}: someone committed on {main}; milestone work must be "
                 f"committed on {branch} only."
             )
-        if c is not None and base is not None and tip is not None:
-            _, out, _ = self._run(
-                ["rev-list", "--ancestry-path", f"{base}..{tip}"],
-                what=f"Cannot read the history of {branch} in {self.root}",
-            )
-            if c not in set(os.fsdecode(out).split()):
-                problems += self._off_branch(commit, c, branch, tip, base_commit, base)
+        if c is not None and base is not None and tip is not None and not found.on_path:
+            problems += self._off_branch(commit, c, branch, tip, base_commit, base, since)
         if c is not None and base is not None:
             problems += self._anima_violations(commit, c, base, definitions)
         return problems
 
 
     def _off_branch(
-        self, commit: str, c: str, branch: str, tip: str, base_commit: str, base: str
+        self, commit: str, c: str, branch: str, tip: str, base_commit: str, base: str,
+        since: str | None = None,
     ) -> list[str]:
-        """Explain why `c` is not strictly between base and the branch tip (failure path)."""
+        """Explain why `c` is not new work between the last accepted commit (or the base)
+        and the branch tip (failure path)."""
         if c == base:
             return [
                 f"Commit {commit} is the milestone's base commit: there is no new work on {branch}."
@@ -84,6 +140,12 @@ class CommitCheck(RepoBase):
             problems.append(
                 f"Commit {commit} does not descend from the milestone's base commit "
                 f"{short_hash(base_commit)}."
+            )
+        elif since and since != base and (last := self.resolve(since)) is not None and (
+                last == c or not self.is_ancestor(last, c)):
+            problems.append(
+                f"Commit {commit} is not new work on top of the last accepted commit "
+                f"{short_hash(last)}: commit this round's work as new commits on top of it."
             )
         return problems or [
             f"Commit {commit} is not between the base commit {short_hash(base_commit)} and the "
@@ -107,25 +169,38 @@ class CommitCheck(RepoBase):
         ]
 
 
-    def anima_changes(
-        self, base: str, commit: str, definitions: Mapping[str, bytes] | None = None
-    ) -> list[tuple[str, str]]:
-        """(path, git status letter) of each path under `.anima/` that base..commit may not
-        change, sorted: memory/ is free; a definition may be committed only byte for byte
-        as in `definitions` (Anima's copy of the human's files; None: as on disk now)."""
+    def raw_changes(self, base: str, commit: str, *paths: str) -> list[RawChange]:
+        """The paths base..commit changes (all of them, or those under `paths`), in git's
+        order (by path)."""
         _, out, _ = self._run(
-            ["diff", "--raw", "-z", "--no-renames", "--no-abbrev", base, commit, "--", ANIMA_DIR],
+            ["diff", "--raw", "-z", "--no-renames", "--no-abbrev", base, commit, "--", *paths],
             what=f"Cannot diff {short_hash(base)}..{short_hash(commit)} in {self.root}",
         )
         tokens = out.split(b"\0")
-        offending: list[tuple[str, str]] = []
+        changes: list[RawChange] = []
         for meta, raw_path in zip(tokens[0::2], tokens[1::2], strict=False):
             fields = os.fsdecode(meta).split()
-            if len(fields) < 5:
-                continue
-            path, letter, blob = os.fsdecode(raw_path), fields[4][0], fields[3]
-            if is_memory_path(path) or (
-                is_definition_path(path) and self._as_written(path, letter, blob, definitions)
+            if len(fields) >= 5:
+                changes.append(RawChange(os.fsdecode(raw_path), fields[4][0], fields[3]))
+        return changes
+
+
+    def anima_changes(
+        self, base: str, commit: str, definitions: Mapping[str, bytes] | None = None,
+        changes: Sequence[RawChange] | None = None,
+    ) -> list[tuple[str, str]]:
+        """(path, git status letter) of each path under `.anima/` that base..commit may not
+        change, sorted: memory/ is free; a definition may be committed only byte for byte
+        as in `definitions` (Anima's copy of the human's files; None: as on disk now).
+        `changes`: base..commit's `raw_changes` when they were read already (no git call)."""
+        if changes is None:
+            changes = self.raw_changes(base, commit, ANIMA_DIR)
+        offending: list[tuple[str, str]] = []
+        for change in changes:
+            path, letter = change.path, change.letter
+            if not is_under_anima(path) or is_memory_path(path) or (
+                is_definition_path(path)
+                and self._as_written(path, letter, change.blob, definitions)
             ):
                 continue
             offending.append((path, letter))

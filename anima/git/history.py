@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from anima.errors import GitError
 from anima.git.repo import (
     RepoBase,
     short_hash,
 )
+
+_FULL_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Ancestry:
+    """The commits of `since..tip` (one `git log`): what a round adds on top of the last
+    accepted commit. Two commits' ancestry never changes, so it can be kept and reused."""
+
+    since: str
+    tip: str
+    #: (full hash, subject) of each commit in since..tip, parents before children
+    commits: tuple[tuple[str, str], ...]
+    #: those that descend from `since` (`git rev-list --ancestry-path since..tip`)
+    path: frozenset[str]
+
+    @property
+    def descends(self) -> bool:
+        """Whether `tip` is `since` or one of its descendants (`since` is on the branch)."""
+        return self.tip == self.since or self.tip in self.path
 
 
 class History(RepoBase):
@@ -31,6 +55,49 @@ class History(RepoBase):
             commit, _, subject = line.partition("\x1f")
             pairs.append((commit, subject))
         return pairs
+
+
+    def ancestry(self, since: str, tip: str) -> Ancestry:
+        """`since..tip` with each commit's parents, in one call whose cost is the commits
+        made since `since` (the round's), not the milestone's whole history. Both are full
+        hashes (an abbreviated one could not be compared with the parents git prints)."""
+        for commit in (since, tip):
+            if not _FULL_HASH.fullmatch(commit):
+                raise GitError(f"{commit!r} is not a full commit hash in {self.root}")
+        out = self._text(
+            [
+                "log",
+                "--topo-order",
+                "--reverse",
+                "--no-show-signature",
+                "--format=%H%x1f%P%x1f%s",
+                f"{since}..{tip}",
+                "--",
+            ],
+            what=f"Cannot read the commits from {short_hash(since)} to {short_hash(tip)} in "
+                 f"{self.root}",
+        )
+        commits: list[tuple[str, str]] = []
+        path: set[str] = set()
+        for line in out.splitlines():
+            commit, _, rest = line.partition("\x1f")
+            parents, _, subject = rest.partition("\x1f")
+            commits.append((commit, subject))
+            # parents come first (--topo-order --reverse): one pass finds the descendants
+            if any(p == since or p in path for p in parents.split()):
+                path.add(commit)
+        return Ancestry(since, tip, tuple(commits), frozenset(path))
+
+
+    def independent(self, commits: Sequence[str]) -> list[str]:
+        """`git merge-base --independent`: those of `commits` that no other one reaches (one
+        walk for all of them; `[tip]` when every other commit is an ancestor of `tip`)."""
+        out = self._text(
+            ["merge-base", "--independent", *(self._rev_arg(c) for c in commits)],
+            what=f"Cannot compare the commits {', '.join(short_hash(c) for c in commits[:5])}"
+                 f"{' …' if len(commits) > 5 else ''} in {self.root}",
+        )
+        return out.split()
 
 
     def oneline_log(self, base: str, branch: str) -> str:

@@ -415,6 +415,11 @@ class RepoBase:
 
 
     @property
+    def common_dir(self) -> Path:
+        """The repository's shared git directory (refs, objects), also from a worktree."""
+        return Path(os.path.normpath(self._repo.common_dir))
+
+    @property
     def git_dir(self) -> Path:
         """The repository's git directory (`.git`, or elsewhere for a worktree)."""
         return Path(self._repo.git_dir)

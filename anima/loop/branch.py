@@ -1,20 +1,33 @@
 """The milestone branch around a Developer round: back on it before the round, main followed
 when someone else moved it, the reported commit verified (git is the truth), accepted history
 kept append-only, and what a Developer turn may not do (the human's definitions, main) undone
-and turned into the round's rejection."""
+and turned into the round's rejection.
+
+What a round costs in git stays flat however long the milestone runs: the accepted commits
+form a chain on the branch (each one is new work on top of the one before, which
+`check_commit` requires), so "every accepted commit is still on the branch" is "the last one
+is", and one `git log` of last-accepted..tip serves the history check, the commit check and
+the review's list of commits. The refs are read once before a turn and once after it
+(`Tips`); what Anima itself moves in between it notes rather than reads again.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pydantic import ValidationError
 
 from anima.atomic import read_regular, write_model_atomic
 from anima.errors import GitError
 from anima.git import GitRepo, TreeSnapshot
+from anima.git.branches import Tips
+from anima.git.check import RawChange, Resolved
+from anima.git.history import Ancestry
 from anima.git.locks import clear_stale_locks, wait_for_git
 from anima.guard import TurnFindings, TurnGuard, TurnStart, describe_held, put_back
 from anima.loop.ledger import Ledger
@@ -23,6 +36,16 @@ from anima.text.formats import DeveloperReport
 
 # A git the agent left running in the background gets this long to finish before Anima's.
 _GIT_WAIT = 5.0
+
+
+@dataclass(frozen=True)
+class UnreportedWork:
+    """After a restart: what the killed round committed and never had reviewed."""
+
+    feature: str  # the feature that round was on
+    since: str  # the last accepted commit (or the base): where that round began
+    tip: str
+    commits: tuple[tuple[str, str], ...]  # (hash, subject), oldest first
 
 
 class ReviewStart(TurnStart):
@@ -49,20 +72,52 @@ class BranchKeeper:
         # What the Developer's turns did that they may not: the round is rejected for it.
         self.guarded: list[str] = []
         self._review_began: tuple[float, str] = (0.0, "")  # (time, main's tip): see snapshot
+        # The refs as last read (`refresh`), kept up to date with what Anima moves itself.
+        self._tips: Tips | None = None
+        self._ancestry: Ancestry | None = None  # the last `since..tip` read (never stale)
+        # Whether every accepted commit was found on the branch with one walk this run; from
+        # then on the chain check of `check_commit` keeps it so, and the last one suffices.
+        self._chain_checked = False
+        # What the Developer's last turn changed (head before, tip after, the paths): also
+        # the round's changed files when nothing was committed since.
+        self._turn_changes: tuple[str, str, list[RawChange]] | None = None
 
     def take_guarded(self) -> list[str]:
         """The problems found since the last rejection, which then starts with them."""
         guarded, self.guarded = self.guarded, []
         return guarded
 
-    def back_on_branch(self) -> None:
+    def refresh(self) -> Tips:
+        """Read where the branch, main and HEAD are (one git call): before a round, after a
+        Developer turn, and after Anima moved something in a way it does not just note."""
+        rec = self.record
+        self._tips = self.repo.tips(rec.branch_name or "", rec.main_branch)
+        return self._tips
+
+    def _known(self) -> Tips:
+        return self._tips if self._tips is not None else self.refresh()
+
+    def _moved(self, **changes: str | bool | None) -> None:
+        """Note what Anima itself just moved (a commit of its own, main put back)."""
+        if self._tips is not None:
+            self._tips = dataclasses.replace(self._tips, **changes)  # type: ignore[arg-type]
+
+    def head(self) -> str:
+        """HEAD of the milestone's tree once `back_on_branch` put it on the branch."""
+        tips = self._known()
+        return tips.branch if tips.on_branch and tips.branch else self.repo.head()
+
+    def back_on_branch(self, *, fresh: bool = True) -> None:
         """The Developer has a shell: if it left the milestone branch, return to it, before a
         round and before its work is checked, tested and reviewed (which happen on the branch,
         never on wherever the Developer's tree was). Uncommitted changes git will not carry
-        over are stashed under a recorded name."""
+        over are stashed under a recorded name. `fresh=False`: as the refs were read after
+        the Developer's turn (nothing but Anima ran since)."""
         branch = self.record.branch_name
+        if not branch or (self.refresh() if fresh else self._known()).on_branch:
+            return
         current = self.repo.current_branch()
-        if not branch or current == branch:
+        if current == branch:
             return
         if not self.repo.branch_exists(branch):
             self._recreate(branch)
@@ -77,6 +132,7 @@ class BranchKeeper:
             self.repo.switch(branch)
             note = (f"the tree was on {where}, with uncommitted changes that could not come "
                     f"along; they are stashed as {stash[:7]} ({name}); back on {branch}")
+        self.refresh()
         self._note([note])
 
     def _recreate(self, branch: str) -> None:
@@ -86,6 +142,7 @@ class BranchKeeper:
         at = (rnd.previous_head if rnd is not None else None) or \
             (self.accepted_commits() or [self.record.base_commit or ""])[-1]
         self.repo.keep_ref(f"refs/heads/{branch}", at)
+        self._moved(branch=at)
         problem = f"{branch} was deleted; Anima recreated it at {at[:7]}"
         self._log(problem)
         if rnd is not None:
@@ -99,6 +156,7 @@ class BranchKeeper:
         leftover = self.repo.commit_leftovers(
             f"chore(anima): commit uncommitted work of round {rnd.round}" + what)
         if leftover:
+            self._moved(branch=leftover)  # on the branch: `back_on_branch` came first
             rnd.auto_committed = True
             self._note([f"Anima committed the Developer's uncommitted changes as "
                         f"{leftover[:7]}"])
@@ -121,7 +179,7 @@ class BranchKeeper:
         hallucination): the newest commit made on the branch this round, if any."""
         rec, rnd = self.record, self.ledger.round
         assert rnd is not None
-        tip = self.repo.resolve(f"refs/heads/{rec.branch_name}")
+        tip = self._known().branch
         if tip is None or tip == rnd.previous_head:
             return None
         named = f"{named[:12]}, which does not exist" if named else "no commit"
@@ -136,15 +194,46 @@ class BranchKeeper:
                                   if it.verdict is Verdict.ACCEPTED and it.commit
                                   and it.kind is not RoundKind.FINAL))
 
+    def _since(self) -> str:
+        """Where the next accepted round's review starts: the last accepted commit, else the
+        base. The reviews of the accepted rounds so cover the whole branch between them."""
+        accepted = self.accepted_commits()
+        return accepted[-1] if accepted else self.record.base_commit or ""
+
+    def ancestry(self, since: str, tip: str) -> Ancestry:
+        """`since..tip` (one `git log`), kept: the ancestry of two commits never changes."""
+        if (known := self._ancestry) is None or (known.since, known.tip) != (since, tip):
+            known = self._ancestry = self.repo.ancestry(since, tip)
+        return known
+
+    def _missing(self, accepted: list[str], tip: str | None) -> list[str]:
+        """The accepted commits that are no longer on the branch. The first time in a run, all
+        of them in one walk (`merge-base --independent`: accepted by an earlier Anima, moved
+        while none ran); then only the last, since the commit check makes each accepted
+        commit descend from the one before: one `git log` of the round's own commits."""
+        if not accepted:
+            return []
+        if tip is None:
+            return accepted
+        if not self._chain_checked:
+            if self.repo.independent([tip, *accepted]) == [tip]:
+                self._chain_checked = True
+                return []
+        elif self.ancestry(accepted[-1], tip).descends:
+            return []
+        return [c for c in accepted if not self.repo.is_ancestor(c, tip)]  # naming them
+
     def history_rewritten(self) -> str | None:
         """Accepted history is append-only: if an accepted commit left the branch (amend,
         reset, rebase), put the branch back to the last accepted commit, keeping what the
-        Developer had under a ref, and say why the round is rejected."""
+        Developer had under a ref, and say why the round is rejected. Reads the refs as
+        they were after the Developer's turn."""
         rec, rnd = self.record, self.ledger.round
         assert rnd is not None and rec.branch_name
         accepted = self.accepted_commits()
-        tip = self.repo.resolve(f"refs/heads/{rec.branch_name}")
-        missing = [c for c in accepted if tip is None or not self.repo.is_ancestor(c, tip)]
+        tips = self._known()
+        tip = tips.branch
+        missing = self._missing(accepted, tip)
         if not missing:
             return None
         if self.repo.current_branch() == rec.branch_name:
@@ -156,6 +245,7 @@ class BranchKeeper:
             self.repo.keep_ref(ref, tip)
         last = accepted[-1]
         self.repo.reset_branch(rec.branch_name, last)
+        self.refresh()
         gone = ", ".join(c[:7] for c in missing)
         note = (f"history was rewritten: accepted commit(s) {gone} are no longer on "
                 f"{rec.branch_name}; Anima put {rec.branch_name} back to {last[:7]}, the last "
@@ -184,9 +274,11 @@ class BranchKeeper:
             problems.append("the round changed definitions only the human may change: "
                             + ", ".join(findings.definitions)
                             + "; Anima put the human's versions back")
+        self.refresh()  # after the abort: where the turn left the branch, main and HEAD
         if (reverted := self._revert_branch_definitions(findings.head_before)) is not None:
             problems.append(reverted)
-        if (deleted := self._main_deleted("the Developer", findings.main_before)) is not None:
+        if (deleted := self._main_deleted("the Developer", findings.main_before,
+                                          self._known().main)) is not None:
             problems.append(deleted)
         elif findings.main_after and findings.developer_moved_main:
             problems.append(self._foreign_main("the Developer", findings.main_before,
@@ -212,13 +304,15 @@ class BranchKeeper:
         self._log(request)
         return f"{moved}; only the human may change {main}"
 
-    def _main_deleted(self, who: str, before: str) -> str | None:
+    def _main_deleted(self, who: str, before: str, now: str | None) -> str | None:
         """main deleted during a turn (only a shell in the project can): it is put back where
-        it was, and the round says so. Returns the problem, or None."""
+        it was, and the round says so. `now`: main's commit as just read. Returns the
+        problem, or None."""
         main = self.record.main_branch
-        if not main or not before or self.repo.resolve(f"refs/heads/{main}") is not None:
+        if not main or not before or now is not None:
             return None
         self.repo.keep_ref(f"refs/heads/{main}", before)
+        self._moved(main=before)
         problem = f"{who} deleted {main}; Anima put it back at {before[:7]}"
         self._log(problem)
         return problem
@@ -226,8 +320,9 @@ class BranchKeeper:
     def snapshot(self, who: str) -> TreeSnapshot:
         """Before a review or the project's checks: what `undo_changes` puts back."""
         self.guard.note_records()
-        main = self.record.main_branch
-        self._review_began = (time.time(), self.repo.resolve(f"refs/heads/{main}") or "")
+        # main as read after the Developer's turn (or after the last review or check run): a
+        # move since then is judged at the end like one during the review
+        self._review_began = (time.time(), self._known().main or "")
         snapshot = self.repo.snapshot()
         write_model_atomic(self.guard.paths.review_guard, ReviewStart(
             milestone=self.record.id, who=who, started=self._review_began[0],
@@ -272,10 +367,12 @@ class BranchKeeper:
         """Only the reviewed tree's own HEAD tells the reviewer's moves from someone else's:
         main on a commit it visited (committed, checked out) or on the reviewed commit."""
         main, (began, before) = self.record.main_branch, self._review_began
-        if (deleted := self._main_deleted(who, before)) is not None:
+        after = self.repo.resolve(f"refs/heads/{main}") if main else None
+        self._moved(main=after)
+        if (deleted := self._main_deleted(who, before, after)) is not None:
             self.guarded.append(deleted)
             return
-        if not main or (after := self.repo.resolve(f"refs/heads/{main}")) in (None, before):
+        if not main or after in (None, before):
             return
         commits = self.repo.branch_log(before, after) if before else []
         visited = self.repo.agent_visits_since(began, main) | {reviewed}
@@ -286,11 +383,14 @@ class BranchKeeper:
         """A turn or a check may leave git's lock files behind (a git it killed, one it ran in
         the background): Anima's next git command would fail on them."""
         notes = []
-        if busy := wait_for_git(self.repo.root, _GIT_WAIT):
+        project = self.guard.paths.root  # git in the human's checkout shares the refs' locks
+        if busy := wait_for_git(project, _GIT_WAIT):
             notes.append(f"git still running in the project after {_GIT_WAIT:g}s (pids "
                          f"{', '.join(map(str, busy))}); its locks are left alone")
-        notes += [f".git/{lock} was left by a git command that no longer runs; removed"
-                  for lock in clear_stale_locks(self.repo.root, self.repo.git_dir)]
+        for git_dir in dict.fromkeys([self.repo.git_dir, self.repo.common_dir]):
+            notes += [f"{git_dir.relative_to(project)}/{lock} was left by a git command "
+                      "that no longer runs; removed"
+                      for lock in clear_stale_locks(project, git_dir)]
         return notes
 
     def _note(self, notes: list[str]) -> None:
@@ -313,15 +413,20 @@ class BranchKeeper:
         """Commits of the turn on the milestone branch that change the human's definitions
         (compared with Anima's copy) are undone by a commit of Anima's, so main never gets
         them."""
-        rec = self.record
-        if not turn_began_at or self.repo.current_branch() != rec.branch_name:
+        rec, tips = self.record, self._known()
+        if not turn_began_at or not tips.on_branch or not tips.branch \
+                or tips.branch == turn_began_at:  # not on the branch, or nothing committed
             return None
-        changed = self.repo.anima_changes(turn_began_at, self.repo.head(), self.guard.copy)
+        # every path, not only `.anima/`: the same diff gives the round's changed files
+        changes = self.repo.raw_changes(turn_began_at, tips.branch)
+        self._turn_changes = (turn_began_at, tips.branch, changes)
+        changed = self.repo.anima_changes(turn_began_at, tips.branch, self.guard.copy, changes)
         if not changed:
             return None
         paths = [path for path, _ in changed]
         commit = self.repo.commit_anima_revert(
             turn_began_at, paths, "chore(anima): put back the human's definitions")
+        self._moved(branch=commit)
         note = (f"commits on {rec.branch_name} changed {', '.join(paths)}, which only the human "
                 f"may change; Anima committed {commit[:7]} putting them back")
         self._log(note)
@@ -331,7 +436,7 @@ class BranchKeeper:
         """main moved by someone other than the Developer is the new reference: the milestone
         goes on and merges on top of it at completion."""
         rec = self.record
-        tip = self.repo.resolve(f"refs/heads/{rec.main_branch}") if rec.main_branch else None
+        tip = self._known().main if rec.main_branch else None
         if tip is None or tip == rec.main_head:
             return
         self._log(f"{rec.main_branch} moved from {(rec.main_head or '?')[:7]} to {tip[:7]}, not "
@@ -349,7 +454,13 @@ class BranchKeeper:
         if (f := rec.feature(report.feature)) is not None and f.status is not FeatureStatus.DONE:
             f.status = FeatureStatus.IN_PROGRESS
         leftover = self._commit_leftovers(f" ({report.feature})" if report.feature else "")
-        reported = self.repo.resolve(report.commit) if report.commit else None
+        tips = self._known()  # as after the turn, with Anima's own commits
+        tip, since = tips.branch, self._since()
+        try:  # the commits since the last accepted one (usually read by the history check)
+            new_work = self.ancestry(since, tip) if tip else None
+        except GitError:
+            new_work = None  # the slow path below says what is missing
+        reported = self._resolve_reported(report.commit, new_work)
         # Anima's own commit of the leftovers sits on top of whatever the Developer named.
         commit = leftover or reported or self._unreported_commit(report.commit)
         if leftover and report.commit and not (reported and self._new_this_round(reported)):
@@ -357,31 +468,87 @@ class BranchKeeper:
             named = reported[:7] if reported else report.commit[:12]
             self._note([f"the report named {named}, {what}; reviewing "
                         f"{leftover[:7]}, Anima's commit of the round's uncommitted work"])
-        tip = self.repo.resolve(f"refs/heads/{rec.branch_name}")
-        if commit and tip and tip != commit and self.repo.is_ancestor(commit, tip):
+        on_path = new_work is not None and commit in new_work.path
+        if commit and tip and tip != commit and (on_path or self.repo.is_ancestor(commit, tip)):
             self._note([f"the report named {commit[:7]}, but {rec.branch_name} has newer "
                         f"commits up to {tip[:7]}; reviewing all of the round's commits"])
             commit = tip
+            on_path = new_work is not None and tip in new_work.path
         accepted = self.accepted_commits()
         if commit is None:
             problems = [f"the reported commit {report.commit} does not exist in the repository"
                         if report.commit else "the report names no commit hash"]
             problems[0] += f" and nothing was committed on {rec.branch_name} this round"
-        elif accepted and self.repo.is_ancestor(commit, accepted[-1]):
+        elif accepted and not on_path and self.repo.is_ancestor(commit, accepted[-1]):
             problems = [f"commit {commit[:7]} is already part of the accepted history (the last "
                         f"accepted commit is {accepted[-1][:7]}), so it is not new work: commit "
                         f"this round's work as new commits on top of {accepted[-1][:7]} and "
                         "report the newest one"]
-        else:
+        elif new_work is None:
             problems = self.repo.check_developer_commit(
                 commit, branch=rec.branch_name or "", base_commit=rec.base_commit or "",
                 main=rec.main_branch or "", main_head=rec.main_head or "",
-                definitions=self.guard.copy)
+                definitions=self.guard.copy, since=since)
+        else:  # everything is read already: only the `.anima/` diff is left to ask git
+            problems = self.repo.check_resolved(
+                commit, Resolved(commit=commit, base=rec.base_commit, tip=tip,
+                                 main_tip=tips.main, on_path=on_path),
+                branch=rec.branch_name or "", base_commit=rec.base_commit or "",
+                main=rec.main_branch or "", main_head=rec.main_head or "",
+                definitions=self.guard.copy, since=since)
         if problems:
             return "git check failed: " + "; ".join(problems)
         assert commit is not None
         rnd.commit = commit
-        rnd.changed_files = self.repo.changed_files_between(rnd.previous_head, commit)
+        turn = self._turn_changes
+        rnd.changed_files = [c.path for c in turn[2]] if turn is not None and turn[:2] == (
+            rnd.previous_head, commit) else self.repo.changed_files_between(rnd.previous_head,
+                                                                            commit)
         self._log(f"commit {commit[:7]} verified on {rec.branch_name} "
                   f"({len(rnd.changed_files)} files)")
         return None
+
+    def _resolve_reported(self, named: str | None, new_work: Ancestry | None) -> str | None:
+        """The reported commit's full hash: a full hash the round's commits include is taken
+        as it is; anything else is asked of git."""
+        if not named:
+            return None
+        name = named.strip().lower()
+        if new_work is not None and len(name) in (40, 64) and any(
+                c == name for c, _ in new_work.commits):
+            return name
+        return self.repo.resolve(named)
+
+    def review_range(self, commit: str) -> tuple[str, list[tuple[str, str]]]:
+        """What the review of a round's `commit` covers: every commit since the last accepted
+        one (or the base), not only the round's own. Work committed before the round began
+        (a rejected attempt, a round a kill cut short) is reviewed with it, so no commit
+        reaches main outside an accepted review's range."""
+        since = self._since()
+        return since, list(self.ancestry(since, commit).commits)
+
+    def unreported_work(self) -> UnreportedWork | None:
+        """After a restart: the commits a killed round made on the branch that no review has
+        seen (Anima died before the Developer reported, or before the verdict). They are
+        reviewed in a round of their own, for the feature that round was on: the one its
+        report made in_progress, else the first unfinished one (the task of every feature
+        round is the first unfinished feature). None when there are none, when the killed
+        round was a fix (its Developer goes on with it, and its review covers them) or when
+        the branch no longer has the last accepted commit (the next round's history check
+        puts it back)."""
+        rec = self.record
+        last = rec.iterations[-1] if rec.iterations else None
+        if last is not None and (last.verdict is not Verdict.ACCEPTED
+                                 or last.kind is RoundKind.FINAL):
+            return None
+        feature = next((f for f in rec.features if f.status is FeatureStatus.IN_PROGRESS),
+                       None) or next((f for f in rec.features
+                                      if f.status is not FeatureStatus.DONE), None)
+        tip = self._known().branch
+        if feature is None or tip is None or not rec.base_commit:
+            return None
+        since = self._since()
+        work = self.ancestry(since, tip)
+        if not work.commits or not work.descends:
+            return None
+        return UnreportedWork(feature=feature.id, since=since, tip=tip, commits=work.commits)

@@ -10,6 +10,7 @@ What a restart finds (wrong branch, dirty tree) is handled by `anima.loop.recove
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from anima.events import (
 )
 from anima.git import GitRepo
 from anima.guard import TurnGuard
-from anima.loop.branch import BranchKeeper
+from anima.loop.branch import BranchKeeper, UnreportedWork
 from anima.loop.checks import CheckCancelled, display, run_check
 from anima.loop.completion import begin_completion, finish_completed
 from anima.loop.confinement import MilestoneSandbox
@@ -46,9 +47,11 @@ from anima.loop.seats import AgentFactory, RunControl, Seats, Stopped
 from anima.loop.state import reconcile_state, write_state
 from anima.loop.worktree import MilestoneWorktree
 from anima.phases import RUNNING, Phase
+from anima.remotes import remote_refs
 from anima.store.models import (
     CheckRun,
     FeatureStatus,
+    Iteration,
     MilestoneRecord,
     MilestoneStatus,
     RoundKind,
@@ -98,6 +101,14 @@ class MilestoneRun:
         self.control = control
         self.phase = Phase.IDLE
         self._recovery_log: str | None = None
+        # After a restart, until the first round: look for work the killed round committed
+        # and never reported (see `_unreported_round`); set once that round took the
+        # recovery round's place.
+        self._look_for_unreported = False
+        self._recovery_reviewed = False
+        # Each finished round's copy for the other threads, made once (see `_snapshot`):
+        # id -> (the round, its JSON when copied, the copy)
+        self._copies: dict[int, tuple[Iteration, str, Iteration]] = {}
         self.ledger = Ledger(record, config, bus, summarizer, self._save, self._log)
         self.seats = Seats(record=record, store=store, root=repo.root, config=config,
                            make_agent=agents, dialect=dialect, bus=bus, control=control,
@@ -193,6 +204,7 @@ class MilestoneRun:
             self._enter_worktree()
             self.branch.after_restart()
             self._recover()
+            self._look_for_unreported = self._recovery_log is not None
         self._setup_worktree()
         # Set while the loop runs; cleared when it leaves for a human (pause, review,
         # completion). Any other ending — a kill, a shutdown — resumes with recovery context.
@@ -205,22 +217,23 @@ class MilestoneRun:
         start cut short by a kill (status in_progress, no base commit yet): the branch and
         the worktree are reused if they exist."""
         rec = self.record
+        never_started = rec.status is MilestoneStatus.PENDING
         main = self.project.main_branch(self.config.main_branch)
         self.enter(Phase.STARTING, f"creating milestone/{rec.id} from {main} in its worktree")
         rec.branch_name = f"milestone/{rec.id}"
         rec.main_branch = main
         rec.main_head = self.project.branch_head(main)
-        rec.base_commit = self._enter_worktree()
+        rec.base_commit = self._enter_worktree(never_started)
         rec.started_at = rec.started_at or now()
         self._log(f"branch {rec.branch_name} at {rec.base_commit[:7]}, in "
                   f"{self.repo.root.relative_to(self.project.root)}")
 
-    def _enter_worktree(self) -> str:
+    def _enter_worktree(self, never_started: bool = False) -> str:
         """From here on every git command, agent and check of the milestone works in its
         worktree (made, or re-attached after a crash); returns the base commit."""
         rec = self.record
         assert rec.branch_name and rec.main_branch
-        self.repo = self.worktree.open(rec.branch_name, rec.main_branch)
+        self.repo = self.worktree.open(rec.branch_name, rec.main_branch, never_started)
         self.branch.repo = self._guard.repo = self.repo
         self.seats.root = self.repo.root
         return self.worktree.base
@@ -261,7 +274,11 @@ class MilestoneRun:
         kind = self._next_kind()
         self.branch.back_on_branch()
         self.branch.follow_main()
-        rnd = self.ledger.open(kind, self.repo.head())
+        if self._look_for_unreported:
+            self._look_for_unreported = False
+            if (work := self.branch.unreported_work()) is not None:
+                return self._unreported_round(work)
+        rnd = self.ledger.open(kind, self.branch.head())
         note = next((n for n in rec.human_notes if not n.delivered), None)
         fresh = self.seats.fresh_developer
         ctx = DeveloperContext(fix_reason=last.reason if fix and last else None,
@@ -297,11 +314,18 @@ class MilestoneRun:
                          "Implementation Report or ALL_FEATURES_COMPLETE, even when asked "
                          "to restate it")
             return None
+        return self._verified(report)
+
+    def _verified(self, report: DeveloperReport) -> DeveloperReport | None:
+        """The git checks and the project's checks on a report, before any Acceptor token is
+        spent: the report back, or None when the round was rejected."""
+        rnd = self.ledger.round
+        assert rnd is not None
         rnd.report = report.text
         if (rewritten := self.branch.history_rewritten()) is not None:
             self._reject(rewritten)
             return None
-        self.branch.back_on_branch()
+        self.branch.back_on_branch(fresh=False)
         if self.branch.guarded:
             self._reject("")
             return None
@@ -314,9 +338,29 @@ class MilestoneRun:
             return None
         return report
 
+    def _unreported_round(self, work: UnreportedWork) -> DeveloperReport | None:
+        """The first round after a restart, when the killed round had committed work and no
+        review saw it (Anima died before the Developer reported, or before the verdict):
+        that work is checked and reviewed as a round of its own, for the feature it was for,
+        before the Developer is asked for anything new. Otherwise a Developer told not to
+        redo committed work goes on to the next feature, and the killed round's commits
+        would reach main with no review of their own and their feature still pending."""
+        self._recovery_reviewed = True  # this is the recovery round; the Developer's is not
+        rnd = self.ledger.open(RoundKind.RECOVERY, work.since)
+        count = f"{len(work.commits)} commit{'s' if len(work.commits) != 1 else ''}"
+        self.enter(Phase.DEVELOPER, f"round {rnd.round} ({rnd.kind}): the {count} made "
+                   f"before the restart, never reported, go to review as {work.feature}")
+        text = (f"(No report: Anima was restarted after the Developer had committed this work "
+                f"for {work.feature} and before it reported. Anima sends the {count} made "
+                f"since {work.since[:7]} to review as they are; judge them against "
+                f"{work.feature}.)")
+        return self._verified(DeveloperReport(
+            kind=ReportKind.IMPLEMENTATION, text=text, round=rnd.round, feature=work.feature,
+            commit=work.tip))
+
     def _next_kind(self) -> RoundKind:
         last = self.record.iterations[-1] if self.record.iterations else None
-        if self._recovery_log is not None:
+        if self._recovery_log is not None and not self._recovery_reviewed:
             return RoundKind.RECOVERY
         return RoundKind.FIX if last is not None and last.verdict is Verdict.REJECTED \
             else RoundKind.FEATURE
@@ -333,6 +377,7 @@ class MilestoneRun:
         self._log(f"checks: running `{shown}` on {(rnd.commit or 'HEAD')[:7]}")
         self.bus.publish(CheckStarted(self.record.id, rnd.round, shown, time.time(), timeout))
         snapshot = self.branch.snapshot("the checks")
+        refs = None if self.config.allow_push else remote_refs(self.repo.root)
         try:
             result = run_check(command, self.repo.root, timeout=timeout, cancel=self.control.stop,
                                marker=procfs.agent_marker(self.project.root, self.record.id,
@@ -341,7 +386,10 @@ class MilestoneRun:
         except CheckCancelled as e:
             raise Stopped from e
         finally:
+            self._worktree_still_there("the checks")
             self.branch.undo_changes(snapshot, "the checks")
+            if refs is not None:  # they run the Developer's code
+                self.seats.check_pushes("checks", refs)
         self.bus.publish(CheckFinished(self.record.id, rnd.round, shown, result.passed,
                                        result.outcome, result.tail))
         self._log(f"checks: `{shown}` {result.outcome}"
@@ -369,10 +417,11 @@ class MilestoneRun:
         assert rnd is not None and rnd.commit is not None
         self.enter(Phase.ACCEPTOR, f"reviewing {rnd.commit[:7]}",
                    deadline=time.time() + self.config.agent_timeout_seconds)
-        commits = "\n".join(f"- {h[:7]} {s}" for h, s in
-                            self.repo.branch_log(rnd.previous_head, rnd.commit))
+        # Everything since the last accepted commit, not only this round's own commits.
+        since, reviewed = self.branch.review_range(rnd.commit)
+        commits = "\n".join(f"- {h[:7]} {s}" for h, s in reviewed)
         prompt = self.prompts.acceptor_review(rec, report=report.text, feature=rnd.feature,
-                                              commit=rnd.commit, previous_head=rnd.previous_head,
+                                              commit=rnd.commit, previous_head=since,
                                               commits=commits, checks=self._checks_text())
         verdict = self._acceptor_verdict(prompt)
         if verdict is None:
@@ -490,13 +539,29 @@ class MilestoneRun:
     def _turn(self, role: str, prompt: str) -> str:
         """One turn; a Developer's is guarded (see anima.guard)."""
         if role != DEVELOPER:
-            return self.seats.turn(role, prompt)
+            try:
+                return self.seats.turn(role, prompt)
+            finally:
+                self._worktree_still_there(f"the {role}'s turn")
         self._guard.begin(self.record.main_branch or self.repo.main_branch(
             self.config.main_branch))
         try:
             return self.seats.turn(role, prompt)
         finally:
+            self._worktree_still_there("the Developer's turn")
             self.branch.after_developer_turn(self._guard.end())
+
+    def _worktree_still_there(self, during: str) -> None:
+        """Without the sandbox an agent (or the checks) can delete the worktree (`rm -rf
+        .anima`): it is made again from the branch, and the round is rejected for what was
+        lost with it."""
+        if (self.worktree.path / ".git").exists():
+            return
+        self._enter_worktree()
+        problem = (f"the milestone's worktree was deleted during {during}, with whatever was "
+                   f"not committed in it; Anima made it again from {self.record.branch_name}")
+        self._log(problem)
+        self.branch.guarded.append(problem)
 
     def admit_definition(self, md: Path, content: bytes) -> None:
         """From the window's thread: the human adds `md`; it is not an agent's arrival."""
@@ -519,7 +584,24 @@ class MilestoneRun:
     # ------------------------------------------------------------------ persistence
     def _save(self) -> None:
         self.store.save_record(self.record)
-        self.bus.publish(MilestoneChanged(self.record.model_copy(deep=True)))
+        self.bus.publish(MilestoneChanged(self._snapshot()))
+
+    def _snapshot(self) -> MilestoneRecord:
+        """A deep copy of the record for the other threads, whose cost does not grow with
+        the rounds: each round is copied once and its copy reused while the round is as it
+        was (a summary arriving changes it), by handing those copies to `deepcopy`'s memo.
+        Nothing that receives a record changes it."""
+        memo: dict[int, object] = {}
+        copies: dict[int, tuple[Iteration, str, Iteration]] = {}
+        for it in self.record.iterations:
+            now_json = it.model_dump_json()
+            kept = self._copies.get(id(it))
+            if kept is None or kept[0] is not it or kept[1] != now_json:
+                kept = (it, now_json, it.model_copy(deep=True))
+            copies[id(it)] = kept
+            memo[id(it)] = kept[2]
+        self._copies = copies
+        return copy.deepcopy(self.record, memo)
 
     def _log(self, text: str) -> None:
         self.bus.publish(LogLine(self.record.id, text))

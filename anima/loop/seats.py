@@ -198,7 +198,7 @@ class Seats:
             finally:
                 self.idle.set()
                 if refs is not None:
-                    self._check_pushes(role, refs)
+                    self.check_pushes(role, refs)
             self.ledger.account(result)
             fault = self.dialect.classify(result, self.rate_limits.get(role))
             if fault is None:
@@ -220,12 +220,13 @@ class Seats:
             self.bus.publish(Notice(rec.id, "waiting", f"{rec.title}: {message}"))
         self.bus.publish(UsageLimitWait(rec.id, until, message))
 
-    def _check_pushes(self, role: str, before: RefMap) -> None:
-        """A push the tool rules missed: say so in the round's notes and pause after it."""
+    def check_pushes(self, who: str, before: RefMap) -> None:
+        """A push the tool rules missed (an agent's, or the checks' running the Developer's
+        code): say so in the round's notes and pause after it."""
         moved = pushed(self.root, before)
         if not moved:
             return
-        what = (f"the {role} pushed although pushing is not allowed (allow_push is off): "
+        what = (f"the {who} pushed although pushing is not allowed (allow_push is off): "
                 + "; ".join(moved) + ". Check the remote, then resume.")
         self._request_pause(what)
         self.ledger.note(what)

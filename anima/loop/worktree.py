@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections.abc import Callable
 
 from anima import procfs
@@ -36,8 +37,14 @@ class MilestoneWorktree:
         self.path = paths.worktree(milestone_id)
         self.base = ""
 
-    def open(self, branch: str, main: str) -> GitRepo:
-        """The worktree on `branch` (created from `main` when missing), as a repository."""
+    def open(self, branch: str, main: str, never_started: bool = False) -> GitRepo:
+        """The worktree on `branch` (created from `main` when missing), as a repository.
+
+        A milestone that never started starts from main: a branch of its name that holds
+        commits main lacks is someone else's (another milestone's Developer can create
+        branches), so it is kept under a ref and the milestone starts without it."""
+        if never_started:
+            self._set_aside(branch, main)
         known = any(w.path == self.path for w in self.project.worktrees()) \
             and self.path.is_dir()
         self.base = self.project.add_worktree(self.path, branch, main)
@@ -48,6 +55,18 @@ class MilestoneWorktree:
                       + (f"; copied from .worktreeinclude: {', '.join(copied)}"
                          if copied else ""))
         return GitRepo.open(self.path)
+
+    def _set_aside(self, branch: str, main: str) -> None:
+        tip = self.project.resolve(f"refs/heads/{branch}")
+        if tip is None or self.project.is_ancestor(tip, self.project.branch_head(main)):
+            return
+        ref = f"refs/anima/set-aside/{self.id}/{int(time.time())}"
+        self.project.keep_ref(ref, tip)
+        if self.path.exists():
+            self.project.remove_worktree(self.path)
+        self.project.delete_ref(f"refs/heads/{branch}", tip)
+        self._log(f"{branch} existed before the milestone started, with commits main lacks "
+                  f"(up to {tip[:7]}): kept under {ref}; the milestone starts from {main}")
 
     def _copy_memory(self) -> list[str]:
         """The project's memory notes that main does not track: the Developer keeps them
