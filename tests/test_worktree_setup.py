@@ -144,6 +144,9 @@ def test_memory_notes_you_changed_meanwhile_keep_the_merge_waiting(
     assert ".anima/memory/project.md" in rec.merge.detail and "waits" in rec.merge.detail
     assert memory.read_text(encoding="utf-8").endswith("- mine\n")  # never overwritten
     assert run_git(project, "rev-parse", "main") == rec.base_commit  # main unchanged
+    shown = subprocess.run(["anima", "status", str(project)], capture_output=True, text=True,
+                           check=True).stdout
+    assert "merge waiting: " in shown and ".anima/memory/project.md" in shown
 
 
 def test_the_next_prompt_carries_the_memory_the_developer_keeps_in_its_worktree(

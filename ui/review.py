@@ -247,8 +247,8 @@ class ReviewPanel(QFrame):
         if not confirm(self.window(), "Abort milestone",
                        f"Abort “{self.title}”? It is cancelled for good.",
                        "Abort milestone",
-                       "Its branch and commits are kept; the working tree goes back to the "
-                       "main branch. Unsent comments are dropped."):
+                       "Its branch and commits are kept; its worktree is removed (work left "
+                       "uncommitted there goes to a stash). Unsent comments are dropped."):
             return
         if milestone_id == self.milestone_id:  # still the one shown after the dialog
             self.setEnabled(False)

@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id")
     p.set_defaults(fn=cmd_approve)
     p = sub.add_parser("abort", help="paused/awaiting_review/pending/failed → cancelled; "
-                                     "the tree goes back to main, the branch is kept")
+                                     "its worktree is removed, the branch is kept")
     p.add_argument("project")
     p.add_argument("id")
     p.set_defaults(fn=cmd_abort)

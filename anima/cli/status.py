@@ -188,7 +188,9 @@ def _details(record: MilestoneRecord) -> list[str]:
 
     lines = [f"failed: {record.error}"] if record.error else []
     merge = record.merge
-    if merge is not None and merge.state is MergeState.PENDING:
+    if merge is not None and merge.state is MergeState.PENDING and " waits" in merge.detail:
+        lines.append(f"merge waiting: {merge.detail}")  # names the human's files
+    elif merge is not None and merge.state is MergeState.PENDING:
         lines.append(f"merge pending: {merge.detail} (cut short; the next `anima run` or the "
                      "app finishes it)")
     elif merge is not None and merge.state is MergeState.FAILED:
