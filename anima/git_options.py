@@ -125,6 +125,8 @@ class HumanConfig:
     overrides: tuple[str, ...]
     #: (key, value) of the identity settings the human's git would use (any scope).
     identity: tuple[tuple[str, str], ...]
+    #: (key, url) of every `remote.<name>.url` / `.pushurl`, in the order git reads them
+    remotes: tuple[tuple[str, str], ...] = ()
 
 
 def _neutralised(key: str) -> list[tuple[str, str]]:
@@ -161,6 +163,7 @@ def parse_config_listing(listing: bytes, cwd: Path) -> tuple[HumanConfig, list[P
     carried: dict[str, tuple[str, str | None]] = {}
     safe_dirs: list[str] = []
     identity: dict[str, str] = {}
+    remotes: list[tuple[str, str]] = []
     files: list[Path] = []
     on_branch = False
     for scope, origin, entry in zip(fields[0::3], fields[1::3], fields[2::3], strict=False):
@@ -177,6 +180,8 @@ def parse_config_listing(listing: bytes, cwd: Path) -> tuple[HumanConfig, list[P
             safe_dirs.append(value or "")
         elif key in _IDENTITY and value is not None:
             identity[key] = value
+        elif key.startswith("remote.") and key.endswith((".url", ".pushurl")) and value:
+            remotes.append((key, value))
         elif value and (key == "include.path"
                         or (key.startswith("includeif.") and key.endswith(".path"))):
             on_branch |= key.startswith("includeif.onbranch:")
@@ -188,7 +193,8 @@ def parse_config_listing(listing: bytes, cwd: Path) -> tuple[HumanConfig, list[P
             overrides += ["-c", key if value is None else f"{key}={value}"]
     for directory in safe_dirs:
         overrides += ["-c", f"{_SAFE_DIRECTORY}={directory}"]
-    return HumanConfig(tuple(overrides), tuple(identity.items())), files, on_branch
+    return HumanConfig(tuple(overrides), tuple(identity.items()), tuple(remotes)), files, \
+        on_branch
 
 
 def _default_config_files() -> list[Path]:

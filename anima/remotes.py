@@ -55,10 +55,14 @@ def _local_path(url: str, root: Path) -> Path | None:
 
 
 def _local_remotes(root: Path) -> dict[str, Path]:
+    """The remotes that are folders on this machine (from the cached read of the config:
+    the push guard asks before and after every turn)."""
     found: dict[str, Path] = {}
-    config = _git(root, "config", "--get-regexp", r"^remote\..*\.(url|pushurl)$")
-    for line in config.splitlines():
-        key, _, url = line.partition(" ")
+    try:
+        remotes = human_config(root).remotes
+    except GitError:
+        return found
+    for key, url in remotes:
         name = key[len("remote."):key.rfind(".")]
         if (path := _local_path(url.strip(), root)) is not None:
             found[name] = path  # a pushurl comes after the url: it wins
