@@ -90,15 +90,16 @@ class Merging(BranchOps, History):
                             "-p", tip, "-m", message],
                            what=f"Cannot write the merge of {branch} into {main}")
         on_main = self.current_branch() == main
-        if on_main and (waiting := self._in_the_way(before, merge, replaceable)):
+        touched = set(self.changed_files_between(before, merge)) if on_main else set()
+        if on_main and (waiting := self._in_the_way(touched, merge, replaceable)):
             return MergeOutcome(False, f"the merge of {branch} into {main} waits: your "
                                        f"checkout has changes to {listing(waiting)}, which "
                                        "the merge changes too; commit or stash them and it "
                                        "goes on", waiting=waiting, retry=True)
         if on_main:
-            stepping_aside = self._step_aside(before, merge, replaceable)
+            stepping_aside = self._step_aside(touched, replaceable)
             code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
-            if code != 0 and (written := self._written_as_merged(before, merge)):
+            if code != 0 and (written := self._written_as_merged(touched, before, merge)):
                 # A checkout of the merge that a kill cut short: the files it wrote already
                 # read as the merge has them; staged, the same all-or-nothing checkout ends.
                 self._run(["update-index", "--add", "--remove", "--", *written], check=False)
@@ -120,49 +121,43 @@ class Merging(BranchOps, History):
                                 retry=True)
         return MergeOutcome(True, f"merged {branch} into {main} as {short_hash(merge)}")
 
-    def _written_as_merged(self, before: str, merge: str) -> list[str]:
+    def _reads_as(self, rel: str, content: bytes | None) -> bool:
+        """Whether the human's `rel` is a regular file holding exactly `content`."""
+        file = self.root / rel
+        return content is not None and file.is_file() and not file.is_symlink() \
+            and file.read_bytes() == content
+
+    def _blob(self, commit: str, rel: str) -> bytes | None:
+        code, blob, _ = self._run(["cat-file", "blob", f"{commit}:{rel}"], check=False)
+        return blob if code == 0 else None
+
+    def _written_as_merged(self, touched: set[str], before: str, merge: str) -> list[str]:
         """Paths the merge changes whose file already reads as the merge has it (or is gone
         where the merge deletes it) while the index still holds main's entry."""
         written = []
-        for path in self.changed_files_between(before, merge):
-            file = self.root / path
-            code, blob, _ = self._run(["cat-file", "blob", f"{merge}:{path}"], check=False)
+        for path in sorted(touched):
+            blob = self._blob(merge, path)
             staged = self._run(["diff", "--cached", "--quiet", before, "--", path],
                                check=False)[0] == 0
-            gone = code != 0 and not os.path.lexists(file)
-            same = code == 0 and file.is_file() and not file.is_symlink() \
-                and file.read_bytes() == blob
-            if staged and (gone or same):
+            gone = blob is None and not os.path.lexists(self.root / path)
+            if staged and (gone or self._reads_as(path, blob)):
                 written.append(path)
         return written
 
-    def _step_aside(self, before: str, merge: str,
-                    replaceable: dict[str, bytes]) -> dict[str, bytes]:
+    def _step_aside(self, touched: set[str], replaceable: dict[str, bytes]) -> dict[str, bytes]:
         """Remove the replaceable untracked files the merge brings, so that the checkout can
         take the merge's; returns them, to put back if it cannot."""
-        touched = set(self.changed_files_between(before, merge))
-        aside = {}
-        for rel, content in replaceable.items():
-            path = self.root / rel
-            if rel in touched and path.is_file() and not path.is_symlink() \
-                    and path.read_bytes() == content:
-                path.unlink()
-                aside[rel] = content
+        aside = {rel: content for rel, content in replaceable.items()
+                 if rel in touched and self._reads_as(rel, content)}
+        for rel in aside:
+            (self.root / rel).unlink()
         return aside
 
-    def _in_the_way(self, before: str, merge: str, replaceable: dict[str, bytes]) -> list[str]:
+    def _in_the_way(self, touched: set[str], merge: str,
+                    replaceable: dict[str, bytes]) -> list[str]:
         """The human's changed or untracked files that the merge would change, unless the
         file already reads as the merge has it (a kill right after the checkout followed) or
         is a replaceable one as it was."""
-        touched = set(self.changed_files_between(before, merge))
-        in_the_way = []
-        for path in (e.path for e in self._status().entries if e.path in touched):
-            file = self.root / path
-            if path in replaceable and file.is_file() and not file.is_symlink() \
-                    and file.read_bytes() == replaceable[path]:
-                continue
-            code, blob, _ = self._run(["cat-file", "blob", f"{merge}:{path}"], check=False)
-            if not (code == 0 and file.is_file() and not file.is_symlink()
-                    and file.read_bytes() == blob):
-                in_the_way.append(path)
-        return in_the_way
+        return [path for path in (e.path for e in self._status().entries if e.path in touched)
+                if not self._reads_as(path, replaceable.get(path))
+                and not self._reads_as(path, self._blob(merge, path))]
