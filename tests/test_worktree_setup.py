@@ -157,3 +157,25 @@ def test_the_next_prompt_carries_the_memory_the_developer_keeps_in_its_worktree(
     run_engine(git_repo)
     second = fake_claude.prompts("developer")[1]
     assert "the greeter lives in greet.py" in second
+
+
+@pytest.mark.skipif(sandbox_problem("auto") is not None, reason="bubblewrap cannot run here")
+def test_a_confined_developer_commits_as_you(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """Its HOME is private, so its git reads no `~/.gitconfig` of yours: the private one
+    carries your identity (here only in your global config)."""
+    home = tmp_path / "you"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[user]\n\tname = Ada Human\n\temail = ada@example.org\n",
+                                     encoding="utf-8")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    for key in ("user.name", "user.email"):
+        run_git(git_repo, "config", "--unset", key)
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": ONE})
+    run_engine(git_repo)
+    assert record(git_repo, "m1").status is MilestoneStatus.COMPLETED
+    commits = run_git(git_repo, "log", "--format=%an <%ae> %s", "main^1..main^2")
+    assert commits.splitlines() == ["Ada Human <ada@example.org> feat: F1"]  # its own commit

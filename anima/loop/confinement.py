@@ -11,13 +11,12 @@ and the other branches, other worktrees and `~/.gitconfig` stay read-only.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from anima import sandbox
-from anima.errors import ConfigError
-from anima.git_options import NO_AGENT_CODE
+from anima.errors import ConfigError, GitError
+from anima.git_options import human_config
 from anima.loop.checks import Confine
 from anima.paths import ProjectPaths
 
@@ -74,7 +73,6 @@ class MilestoneSandbox:
         self.id = milestone_id
         self.active = active
         self._visible = (paths.root, *visible)
-        self._identity: tuple[str | None, str | None] | None = None
 
     @classmethod
     def off(cls) -> MilestoneSandbox:
@@ -106,11 +104,12 @@ class MilestoneSandbox:
 
     def _user_identity(self) -> tuple[str | None, str | None]:
         """The human's git identity, for the agents' private global config (their commits
-        look as they did without the sandbox)."""
-        if self._identity is None:
-            self._identity = (_git_config(self.paths.root, "user.name"),
-                              _git_config(self.paths.root, "user.email"))
-        return self._identity
+        look as they did without the sandbox): the same cached read Anima's own commits use."""
+        try:
+            found = dict(human_config(self.paths.root).identity)
+        except GitError:
+            found = {}
+        return found.get("user.name"), found.get("user.email")
 
 
 def _hidden() -> tuple[Path, ...]:
@@ -124,9 +123,3 @@ def _admin_dir(worktree: Path) -> Path:
     with `git worktree add`; the sandbox keeps it read-only)."""
     text = (worktree / ".git").read_text(encoding="utf-8").strip()
     return Path(os.path.realpath(worktree / text.removeprefix("gitdir:").strip()))
-
-
-def _git_config(root: Path, key: str) -> str | None:
-    done = subprocess.run(["git", *NO_AGENT_CODE, "config", "--get", key], cwd=root,
-                          capture_output=True, text=True, check=False)
-    return done.stdout.strip() or None if done.returncode == 0 else None
