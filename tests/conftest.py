@@ -30,6 +30,7 @@ atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FAKE_CLAUDE = Path(__file__).resolve().parent / "fakes" / "fake_claude.py"
+CLI_LINES_DIR = Path(__file__).resolve().parent / "fixtures" / "cli_lines"
 #: Where the README's test command installs the real CLIs: the newest on npm (`@latest`, which
 #: npm otherwise skips on Node < 22) and the oldest version Anima supports.
 REAL_CLI_DIRS = (".claude-cli", ".claude-cli-2.1.197")
@@ -61,8 +62,10 @@ class FakeClaude:
             "FAKE_CLAUDE_SCRIPT": str(self.script_path),
             "FAKE_CLAUDE_STATE": str(self.state_dir),
             "FAKE_CLAUDE_LOG": str(self.log_path),
-            # Its log and state are the test's, outside any worktree: writable in the sandbox.
-            "ANIMA_SANDBOX_WRITABLE": str(self.root),
+            # Its log and state are the test's, outside any worktree: writable in the sandbox;
+            # the CLI lines it replays must stay visible where the checkout lives under /tmp
+            # (the sandbox's private /tmp hides the rest of it).
+            "ANIMA_SANDBOX_WRITABLE": os.pathsep.join([str(self.root), str(CLI_LINES_DIR)]),
         }
 
     @property
