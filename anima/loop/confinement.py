@@ -29,6 +29,10 @@ _READS_ONLY = frozenset({"acceptor"})
 #: would run a command outside the sandbox; keys and tokens would let a push or a deploy past
 #: Anima (the rest of the home stays readable: the user's toolchains live there).
 _HIDDEN = (Path("/run/user"),)
+#: Folders named by the environment: where the user's runtime folder is not under /run/user,
+#: Anima's control sockets (`anima.engine.control`) in its `anima/` are hidden all the same (a
+#: connect needs no write access; a socket there stops or approves milestones).
+_HIDDEN_FROM_ENV = (("XDG_RUNTIME_DIR", "anima"),)
 _HIDDEN_IN_HOME = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config/gh",
                    ".config/gcloud")
 
@@ -114,7 +118,9 @@ class MilestoneSandbox:
 
 def _hidden() -> tuple[Path, ...]:
     home = Path.home()
-    return tuple(p for p in (*_HIDDEN, *(home / name for name in _HIDDEN_IN_HOME))
+    from_env = [Path(os.environ[var], name) for var, name in _HIDDEN_FROM_ENV
+                if os.path.isabs(os.environ.get(var, ""))]
+    return tuple(p for p in (*_HIDDEN, *from_env, *(home / name for name in _HIDDEN_IN_HOME))
                  if p.is_dir())
 
 

@@ -1,0 +1,227 @@
+"""`anima stop|resume|abort|approve PROJECT ID` from a second terminal reach the Anima that runs
+the project, over a Unix socket that only this user's processes outside the sandbox reach."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from anima import sandbox
+from anima.engine.control import ControlServer, send, socket_paths
+from anima.errors import ActionError
+from anima.loop.confinement import MilestoneSandbox
+from anima.paths import ProjectPaths
+from anima.store.models import MilestoneStatus
+from tests.conftest import run_git
+from tests.helpers import make_project, record
+
+ANIMA = shutil.which("anima") or ""
+
+
+def anima_argv(*args: str) -> list[str]:
+    return [*([ANIMA] if ANIMA else [sys.executable, "-m", "anima"]), *args]
+
+
+def anima(*args: str, env: dict[str, str] | None = None,
+          timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(anima_argv(*args), capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met")
+        time.sleep(0.05)
+
+
+def status(project: Path, milestone_id: str) -> MilestoneStatus | None:
+    try:
+        return record(project, milestone_id).status
+    except Exception:  # not written yet, or being replaced
+        return None
+
+
+class Recorder:
+    """A small real handler: remembers what it was asked; refuses an unknown id as the
+    engine does (an ActionError naming it)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+
+    def __call__(self, action: str, milestone_id: str, note: str) -> str:
+        self.calls.append((action, milestone_id, note))
+        if milestone_id != "m1":
+            raise ActionError(f"no milestone {milestone_id!r}")
+        return f"{action} {milestone_id}: done"
+
+
+@pytest.fixture
+def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A runtime folder of the test's own, as a desktop session's $XDG_RUNTIME_DIR (short, as
+    those are: a socket's path holds 107 bytes)."""
+    folder = Path(tempfile.mkdtemp(prefix="xdg-"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
+    yield folder
+    shutil.rmtree(folder)
+
+
+@pytest.fixture
+def server(runtime: Path, tmp_path: Path) -> Iterator[tuple[ControlServer, Recorder]]:
+    handler = Recorder()
+    server = ControlServer(tmp_path / "project", handler)
+    server.start()
+    yield server, handler
+    server.close()
+
+
+# ------------------------------------------------------------------ the socket itself
+def test_a_request_is_answered_and_the_socket_is_private(
+        server: tuple[ControlServer, Recorder], runtime: Path, tmp_path: Path) -> None:
+    srv, handler = server
+    assert srv.path is not None and srv.path.parent == runtime / "anima"
+    assert stat.S_IMODE(os.lstat(runtime / "anima").st_mode) == 0o700
+    assert stat.S_IMODE(os.lstat(srv.path).st_mode) == 0o600
+    assert not any((tmp_path / "project").glob("**/*.sock"))  # never under the project
+    reply = send(tmp_path / "project", "resume", "m1", "carry on")
+    assert reply is not None and reply.ok and reply.message == "resume m1: done"
+    assert handler.calls == [("resume", "m1", "carry on")]
+    refused = send(tmp_path / "project", "stop", "m9")
+    assert refused is not None and not refused.ok and "m9" in refused.message
+    srv.close()
+    assert not srv.path and not any((runtime / "anima").iterdir())
+    assert send(tmp_path / "project", "stop", "m1") is None  # nobody listens any more
+
+
+def test_garbage_and_a_silent_client_do_not_wedge_the_server(
+        server: tuple[ControlServer, Recorder], tmp_path: Path) -> None:
+    srv, handler = server
+    assert srv.path is not None
+    with socket.socket(socket.AF_UNIX) as raw:
+        raw.connect(str(srv.path))
+        raw.sendall(b'{"schema_version": 2, "action": "stop", "id": "m1"}\n')
+        answer = json.loads(raw.makefile().readline())
+    assert answer["ok"] is False and "schema_version" in answer["message"]
+    with socket.socket(socket.AF_UNIX) as silent:
+        silent.connect(str(srv.path))  # says nothing: dropped after a short timeout
+        started = time.monotonic()
+        reply = send(tmp_path / "project", "approve", "m1")
+        assert reply is not None and reply.ok
+        assert time.monotonic() - started < 5
+    assert handler.calls == [("approve", "m1", "")]
+
+
+def test_a_socket_left_by_a_killed_anima_is_replaced(runtime: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    path = socket_paths(project)[0]
+    path.parent.mkdir(mode=0o700)
+    with socket.socket(socket.AF_UNIX) as dead:  # bound, then its process died
+        dead.bind(str(path))
+    assert path.exists() and send(project, "stop", "m1") is None
+    handler = Recorder()
+    srv = ControlServer(project, handler)
+    srv.start()
+    try:
+        reply = send(project, "stop", "m1")
+        assert reply is not None and reply.ok and srv.path == path
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize("trap", ["symlink", "open to others", "someone else's"])
+def test_a_folder_that_is_not_private_is_never_used(runtime: Path, tmp_path: Path,
+                                                    trap: str) -> None:
+    """Only the folder's owner may create it, or enter it: anything else is refused (not
+    fixed) and the socket goes to the next private place."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    folder = runtime / "anima"
+    if trap == "symlink":
+        folder.symlink_to(elsewhere)
+    else:
+        folder.mkdir(mode=0o700)
+        if trap == "open to others":
+            folder.chmod(0o777)
+        else:
+            if os.getuid() != 0:
+                pytest.skip("giving a folder to another user needs root")
+            os.chown(folder, 65534, 65534)
+    srv = ControlServer(tmp_path / "project", Recorder())
+    srv.start()
+    try:
+        assert srv.path is not None and srv.path.parent == Path(f"/tmp/anima-{os.getuid()}")
+        assert not any(elsewhere.iterdir()) and not any(folder.iterdir())
+        if trap == "open to others":
+            assert stat.S_IMODE(folder.stat().st_mode) == 0o777  # not ours to change
+        reply = send(tmp_path / "project", "stop", "m1")
+        assert reply is not None and reply.ok
+    finally:
+        srv.close()
+
+
+# ------------------------------------------------------------------ the sandbox
+needs_bwrap = pytest.mark.skipif(sandbox.unavailable() is not None,
+                                 reason=str(sandbox.unavailable()))
+_CONNECT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+except OSError as e:
+    print(type(e).__name__)
+else:
+    print("connected")
+"""
+
+
+def _connect_from(project: Path, path: Path, confined: bool) -> str:
+    # The interpreter itself, not a venv's link to it (a venv under /tmp is out of sight).
+    argv = [os.path.realpath(sys.executable), "-c", _CONNECT, str(path)]
+    env = dict(os.environ)
+    if confined:
+        confine = MilestoneSandbox(ProjectPaths(project), "m1", active=True).confine("developer")
+        assert confine is not None
+        argv, extra = confine(argv)
+        env.update(extra)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@needs_bwrap
+@pytest.mark.parametrize("where", ["/tmp", "XDG_RUNTIME_DIR"])
+def test_an_agent_in_the_sandbox_cannot_reach_the_socket(
+        git_repo: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Same user, same network namespace: only the socket's folder being out of sight keeps a
+    Developer from approving its own milestone. /tmp is the sandbox's own; a runtime folder
+    outside /run/user (here under /var/tmp, which agents otherwise see) is hidden."""
+    make_project(git_repo)
+    run_git(git_repo, "worktree", "add", "-q", str(git_repo / ".anima" / "worktrees" / "m1"),
+            "-b", "milestone/m1")
+    if where == "/tmp":
+        monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    else:
+        runtime = Path(tempfile.mkdtemp(prefix="anima-test-runtime-", dir="/var/tmp"))
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    srv = ControlServer(git_repo, Recorder())
+    srv.start()
+    try:
+        assert srv.path is not None
+        assert _connect_from(git_repo, srv.path, confined=False) == "connected"
+        assert _connect_from(git_repo, srv.path, confined=True) == "FileNotFoundError"
+    finally:
+        srv.close()
+        if where != "/tmp":
+            shutil.rmtree(runtime)
