@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 #: The CLI's subcommands (and help); anything else is a project path for the app.
-COMMANDS = ("init", "add", "run", "status", "resume", "approve", "abort", "-h", "--help")
+COMMANDS = ("init", "add", "run", "status", "stop", "resume", "approve", "abort", "-h", "--help")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from anima.errors import (
 from anima.paths import ProjectPaths
 
 if TYPE_CHECKING:
+    from anima.engine.control import Action
     from anima.events import EventBus
 
 # Each command imports what it uses: `anima status` is what scripts poll, and the engine, git,
@@ -141,8 +142,45 @@ def _action_bus(paths: ProjectPaths) -> EventBus:
     return bus
 
 
+def _ask_running(paths: ProjectPaths, action: Action, milestone_id: str,
+                 note: str = "") -> int | None:
+    """An Anima running the project holds its lock, so acting on the files would be refused:
+    it is asked to act instead, over its control socket, and its answer is printed. None when
+    no Anima listens."""
+    from anima.engine.control import send
+
+    reply = send(paths.root, action, milestone_id, note)
+    if reply is None:
+        return None
+    if not reply.ok:
+        print(f"anima: {reply.message}", file=sys.stderr)
+        return EXIT_USAGE
+    print(reply.message)
+    return EXIT_OK
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    """Stop one milestone of the running Anima now: it pauses ("stopped by you") and its
+    round is redone on resume; the others go on. With no Anima running nothing runs, so there
+    is nothing to stop: said, with exit 2, as for any action that does not apply."""
+    paths = _project(args.project)
+    if (code := _ask_running(paths, "stop", args.id)) is not None:
+        return code
+    from anima.engine.read_only import driven_elsewhere
+    from anima.store.store import Store
+
+    if (holder := driven_elsewhere(paths.root)) is not None:
+        raise ProjectError(f"the Anima running {paths.root} ({holder.describe()}) does not "
+                           "answer on its control socket: stop the milestone in that Anima")
+    record = Store(paths).load_record(args.id)  # an unknown id is named
+    raise ActionError(f"nothing to stop: no Anima is running {paths.root} "
+                      f"({record.id} is {record.status.value})")
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     paths = _project(args.project)
+    if (code := _ask_running(paths, "resume", args.id, args.note or "")) is not None:
+        return code
     from anima.config import load_config
     from anima.lock import ProjectLock
     from anima.loop import actions
@@ -160,6 +198,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_approve(args: argparse.Namespace) -> int:
     paths = _project(args.project)
+    if (code := _ask_running(paths, "approve", args.id)) is not None:
+        return code
     from anima.config import load_config
     from anima.engine.project import ensure_gitignore
     from anima.git import GitRepo
@@ -179,6 +219,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 def cmd_abort(args: argparse.Namespace) -> int:
     paths = _project(args.project)
+    if (code := _ask_running(paths, "abort", args.id)) is not None:
+        return code
     from anima.config import load_config
     from anima.git import GitRepo
     from anima.lock import ProjectLock
@@ -218,6 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("project")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_status)
+    p = sub.add_parser("stop", help="stop a milestone of the running Anima now: it pauses, "
+                                    "its round is redone on resume; the others go on")
+    p.add_argument("project")
+    p.add_argument("id")
+    p.set_defaults(fn=cmd_stop)
     p = sub.add_parser("resume", help="paused → in_progress, rejections reset")
     p.add_argument("project")
     p.add_argument("id")
