@@ -59,6 +59,9 @@ class SummarizerConfig(_Strict):
 class Config(_Strict):
     schema_version: int = CONFIG_SCHEMA_VERSION
     auto_start: bool = True
+    max_parallel_milestones: int = Field(
+        3, ge=1, description="milestones run at once, each with its own Developer and "
+        "Acceptor in its own worktree (1 = one after another); several need the sandbox")
     max_iterations_per_milestone: int = Field(20, ge=1)
     max_consecutive_rejections: int = Field(3, ge=1)
     agent_timeout_seconds: float = Field(600.0, gt=0)

@@ -42,89 +42,99 @@ _AGENT_EVENT_TYPES: dict[str, type[AgentEvent]] = {
 }
 
 
+class _Files:
+    """One milestone's open log and transcript."""
+
+    def __init__(self, paths: ProjectPaths, milestone_id: str, max_bytes: int | None) -> None:
+        self.log_path = paths.log(milestone_id)
+        self.folder = paths.transcripts(milestone_id)
+        paths.logs.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.log = _append(self.log_path)
+        self.rotate_at = max(1, max_bytes // 2) if max_bytes else None
+        self.transcript = _append(self.folder / TRANSCRIPT)
+        self.size = self.transcript.tell()
+
+    def write_event(self, event: AgentEvent) -> None:
+        self.transcript = _revived(self.transcript, self.folder / TRANSCRIPT)
+        record = {"t": round(time.time(), 3), "type": type(event).__name__,
+                  **dataclasses.asdict(event)}
+        del record["milestone_id"]  # the transcript's folder says it
+        line = json.dumps(record, ensure_ascii=False) + "\n"
+        self.transcript.write(line)
+        self.transcript.flush()
+        self.size += len(line.encode("utf-8")) if not line.isascii() else len(line)
+        if self.rotate_at is not None and self.size >= self.rotate_at:
+            self._rotate()
+
+    def write_log(self, line: str) -> None:
+        self.log = _revived(self.log, self.log_path)
+        self.log.write(line)
+        self.log.flush()
+
+    def _rotate(self) -> None:
+        """The current half becomes the older one; the oldest half is dropped."""
+        self.transcript.close()
+        os.replace(self.folder / TRANSCRIPT, self.folder / ROTATED_TRANSCRIPT)
+        self.transcript = _append(self.folder / TRANSCRIPT)
+        self.size = self.transcript.tell()
+
+    def close(self) -> None:
+        self.log.close()
+        self.transcript.close()
+
+
 class Journal:
-    """Appends a milestone's log lines and transcript events as they are published."""
+    """Appends each running milestone's log lines and transcript events as they are
+    published (several milestones may run at once: events go by their milestone id)."""
 
     def __init__(self, paths: ProjectPaths, bus: EventBus) -> None:
         self.paths = paths
         self._lock = threading.Lock()
-        self._milestone: str | None = None
-        self._log: IO[str] | None = None
-        self._transcript: IO[str] | None = None
-        self._folder: Path | None = None
-        self._size = 0
-        self._rotate_at: int | None = None
+        self._open: dict[str, _Files] = {}
         self._unsubscribe = bus.subscribe(self._on_event)
 
     def open(self, milestone_id: str, max_bytes: int | None = None) -> None:
-        """Agent events from now on belong to this milestone (its transcripts kept within
+        """Agent events of this milestone are kept from now on (its transcripts within
         `max_bytes`, when given)."""
         with self._lock:
-            self._close_files()
-            self._milestone = milestone_id
-            self.paths.logs.mkdir(parents=True, exist_ok=True)
-            self._folder = folder = self.paths.transcripts(milestone_id)
-            folder.mkdir(parents=True, exist_ok=True)
-            self._log = _append(self.paths.log(milestone_id))
-            self._rotate_at = max(1, max_bytes // 2) if max_bytes else None
-            self._open_transcript()
+            if (old := self._open.pop(milestone_id, None)) is not None:
+                old.close()
+            self._open[milestone_id] = _Files(self.paths, milestone_id, max_bytes)
 
-    def _open_transcript(self) -> None:
-        assert self._folder is not None
-        self._transcript = _append(self._folder / TRANSCRIPT)
-        self._size = self._transcript.tell()
-
-    def _rotate(self) -> None:
-        """The current half becomes the older one; the oldest half is dropped."""
-        assert self._folder is not None and self._transcript is not None
-        self._transcript.close()
-        os.replace(self._folder / TRANSCRIPT, self._folder / ROTATED_TRANSCRIPT)
-        self._open_transcript()
-
-    def close(self) -> None:
+    def close(self, milestone_id: str | None = None) -> None:
+        """Stop keeping this milestone's events (None: every milestone's)."""
         with self._lock:
-            self._close_files()
-            self._milestone = None
+            for key in list(self._open) if milestone_id is None else [milestone_id]:
+                if (files := self._open.pop(key, None)) is not None:
+                    files.close()
 
     def detach(self) -> None:
         self.close()
         self._unsubscribe()
-
-    def _close_files(self) -> None:
-        for fh in (self._log, self._transcript):
-            if fh is not None:
-                fh.close()
-        self._log = self._transcript = None
 
     def _on_event(self, event: Event) -> None:
         if isinstance(event, LogLine):
             self.write_log(event.milestone_id, event.text)
         elif isinstance(event, AgentEvent):
             with self._lock:
-                if self._transcript is not None:
-                    assert self._folder is not None
-                    self._transcript = _revived(self._transcript, self._folder / TRANSCRIPT)
-                    record = {"t": round(time.time(), 3), "type": type(event).__name__,
-                              **dataclasses.asdict(event)}
-                    del record["milestone_id"]  # the transcript's folder says it
-                    line = json.dumps(record, ensure_ascii=False) + "\n"
-                    self._transcript.write(line)
-                    self._transcript.flush()
-                    self._size += len(line.encode("utf-8")) if not line.isascii() else len(line)
-                    if self._rotate_at is not None and self._size >= self._rotate_at:
-                        self._rotate()
+                # An agent outside a milestone (a tool's) belongs to the only one open.
+                key = event.milestone_id or (next(iter(self._open)) if len(self._open) == 1
+                                             else None)
+                if key is not None and (files := self._open.get(key)) is not None:
+                    files.write_event(event)
 
     def write_log(self, milestone_id: str | None, text: str) -> None:
+        if milestone_id is None:
+            return
         line = f"[{datetime.now():%H:%M:%S}] {redact(text)}\n"
         with self._lock:
-            if milestone_id is not None and milestone_id == self._milestone and self._log:
-                self._log = _revived(self._log, self.paths.log(milestone_id))
-                self._log.write(line)
-                self._log.flush()
-            elif milestone_id is not None:
-                self.paths.logs.mkdir(parents=True, exist_ok=True)
-                with self.paths.log(milestone_id).open("a", encoding="utf-8") as fh:
-                    fh.write(line)
+            if (files := self._open.get(milestone_id)) is not None:
+                files.write_log(line)
+                return
+            self.paths.logs.mkdir(parents=True, exist_ok=True)
+            with self.paths.log(milestone_id).open("a", encoding="utf-8") as fh:
+                fh.write(line)
 
 
 def _revived(fh: IO[str], path: Path) -> IO[str]:

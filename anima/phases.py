@@ -13,6 +13,8 @@ class Phase(StrEnum):
     DEVELOPER = "developer"
     ACCEPTOR = "acceptor"
     FINAL_ACCEPTANCE = "final_acceptance"
+    #: finally accepted: waiting its turn in the merge queue, or merging into main
+    MERGING = "merging"
     PAUSED = "paused"
     AWAITING_REVIEW = "awaiting_review"
     COMPLETED = "completed"
@@ -21,7 +23,7 @@ class Phase(StrEnum):
 
 
 RUNNING = frozenset({Phase.STARTING, Phase.RECOVERING, Phase.DEVELOPER, Phase.ACCEPTOR,
-                     Phase.FINAL_ACCEPTANCE})
+                     Phase.FINAL_ACCEPTANCE, Phase.MERGING})
 
 #: What the bottom bar of the window says in each phase (seed: 等待 Developer / 等待 Acceptor).
 PHASE_TEXT: dict[Phase, str] = {
@@ -31,6 +33,7 @@ PHASE_TEXT: dict[Phase, str] = {
     Phase.DEVELOPER: "Waiting for Developer",
     Phase.ACCEPTOR: "Waiting for Acceptor",
     Phase.FINAL_ACCEPTANCE: "Final acceptance",
+    Phase.MERGING: "Merging into main",
     Phase.PAUSED: "Paused",
     Phase.AWAITING_REVIEW: "Awaiting your review",
     Phase.COMPLETED: "Completed",

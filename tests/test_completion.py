@@ -47,7 +47,8 @@ from tests.test_recovery import (
 
 #: The steps of the merge into main a kill can land in (a `case` pattern on git's arguments):
 #: where it begins, and where the human's checkout has followed but main has not moved yet.
-MERGE_STEPS = {"merge-tree": '*" merge-tree "*',
+# The merge itself, not the conflict check before it (which names main by its ref).
+MERGE_STEPS = {"merge-tree": '*" merge-tree "*" --no-messages "[0-9a-f]*',
                "update-ref": '*" update-ref -m anima: Merge "*'}
 
 

@@ -13,7 +13,9 @@ LEGAL = [
     (Phase.DEVELOPER, Phase.ACCEPTOR), (Phase.DEVELOPER, Phase.FINAL_ACCEPTANCE),
     (Phase.DEVELOPER, Phase.DEVELOPER),  # a rejected round (git check, timeout) goes round
     (Phase.ACCEPTOR, Phase.DEVELOPER), (Phase.ACCEPTOR, Phase.PAUSED),
-    (Phase.FINAL_ACCEPTANCE, Phase.COMPLETED), (Phase.FINAL_ACCEPTANCE, Phase.AWAITING_REVIEW),
+    (Phase.FINAL_ACCEPTANCE, Phase.MERGING), (Phase.FINAL_ACCEPTANCE, Phase.AWAITING_REVIEW),
+    (Phase.MERGING, Phase.COMPLETED), (Phase.MERGING, Phase.DEVELOPER),  # the merge queue
+    (Phase.ACCEPTOR, Phase.MERGING), (Phase.RECOVERING, Phase.MERGING),
     (Phase.FINAL_ACCEPTANCE, Phase.DEVELOPER), (Phase.PAUSED, Phase.RECOVERING),
     (Phase.AWAITING_REVIEW, Phase.RECOVERING), (Phase.PAUSED, Phase.CANCELLED),
 ]
@@ -21,6 +23,8 @@ LEGAL = [
 ILLEGAL = [
     (Phase.IDLE, Phase.DEVELOPER), (Phase.STARTING, Phase.ACCEPTOR),
     (Phase.DEVELOPER, Phase.COMPLETED),  # completion only through final acceptance
+    (Phase.FINAL_ACCEPTANCE, Phase.COMPLETED),  # … and the merge queue
+    (Phase.DEVELOPER, Phase.MERGING),  # only reviewed work is merged
     (Phase.ACCEPTOR, Phase.COMPLETED), (Phase.ACCEPTOR, Phase.FINAL_ACCEPTANCE),
     (Phase.PAUSED, Phase.DEVELOPER),  # a resume goes through recovery
     (Phase.COMPLETED, Phase.DEVELOPER), (Phase.CANCELLED, Phase.RECOVERING),

@@ -164,10 +164,19 @@ def _scanned_report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
 
 
 def _print_table(paths: ProjectPaths) -> None:
+    from anima.store.dependencies import dependencies
+
     max_rejections, state, scan = _scan(paths)
-    current = state.current_milestone or "-"
     waiting = f"; {state.waiting_reason}" if state.waiting_reason else ""
-    print(f"state: {state.status.value} (current milestone: {current}){waiting}")
+    if len(state.running) > 1:
+        print(f"state: {state.status.value} ({len(state.running)} milestones running){waiting}")
+    else:
+        current = state.current_milestone or "-"
+        print(f"state: {state.status.value} (current milestone: {current}){waiting}")
+    for line in state.running:
+        print(f"  running {line.id}: {line.phase.value}, round {line.round}"
+              + (f", in {line.worktree}" if line.worktree else ""))
+    blocked = dependencies(scan.records).waiting
     print(sandbox_line(sandbox_status(paths)))
     if not scan.records:
         print("no milestones yet")
@@ -178,6 +187,8 @@ def _print_table(paths: ProjectPaths) -> None:
               + (f"  paused: {r.pause_reason}" if r.pause_reason else ""))
         for line in _details(r):
             print(f"      {line}")
+        if r.status.value == "pending" and r.id in blocked:
+            print(f"      waiting for {', '.join(blocked[r.id])}")
     for problem in scan.problems:
         print(f"problem: {problem}", file=sys.stderr)
 

@@ -1,8 +1,11 @@
-"""The engine facade: one project, one worker, milestones one after another.
+"""The engine facade: one project, a worker that schedules, and a thread per running
+milestone (up to `max_parallel_milestones`, each in its own worktree with its own pair).
 
 The headless runner calls `run()` on its own thread; the app calls `start()`, which runs the
 same loop on a worker thread, and sends requests (resume, approve, stop…) that the worker
-carries out between milestones. Everything the engine does is published on its bus.
+carries out at once, whatever the running milestones are doing: they act on milestones that
+wait for a human, or on one milestone's run. Everything the engine does is published on its
+bus, each milestone's events stamped with its id.
 
 One engine per project: `prepare()` takes `.anima/anima.lock` before anything else, then
 repairs what a dead predecessor left behind (`anima.loop.recovery`), so an in_progress milestone
@@ -18,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,12 +30,20 @@ from anima import comments, procfs
 from anima.diffs import ChangeSet, milestone_changes
 from anima.engine import read_only
 from anima.engine.agents import DIALECT, AgentFactory
+from anima.engine.control import ControlServer
 from anima.engine.milestones import MilestoneQueue
 from anima.engine.outcome import RunOutcome
 from anima.engine.project import ensure_gitignore
 from anima.engine.settings import LiveConfig
 from anima.engine.watcher import MilestoneWatcher
-from anima.errors import AnimaError, ConfigError, LockError, MilestoneError, ProjectError
+from anima.errors import (
+    ActionError,
+    AnimaError,
+    ConfigError,
+    LockError,
+    MilestoneError,
+    ProjectError,
+)
 from anima.events import (
     AgentEvent,
     EngineError,
@@ -47,12 +59,13 @@ from anima.journal import Journal, log_event, read_transcript_tail
 from anima.lock import ProjectLock
 from anima.logsetup import configure_logging
 from anima.loop import actions, rewind
-from anima.loop.completion import finish_completed, merge_pending
+from anima.loop.account import AccountGate
+from anima.loop.completion import MergeQueue, finish_completed, merge_pending
 from anima.loop.confinement import MilestoneSandbox, SandboxPolicy, sandbox_problem
 from anima.loop.recovery import AgentRegistry, recover_project
 from anima.loop.run import MilestoneRun
 from anima.loop.seats import Agent, RunControl
-from anima.loop.state import reconcile_state
+from anima.loop.state import board, reconcile_state
 from anima.loop.worktree import prune_leftover_worktrees
 from anima.paths import ProjectPaths
 from anima.phases import Phase
@@ -74,6 +87,16 @@ log = logging.getLogger(__name__)
 _MERGE_RETRY_SECONDS = 3.0
 
 
+@dataclass
+class _Session:
+    """One running milestone: its run on its own thread, and the requests for it."""
+
+    milestone_id: str
+    control: RunControl = field(default_factory=RunControl)
+    run: MilestoneRun | None = None
+    thread: threading.Thread | None = None
+    error: AnimaError | None = None  # what kept it from being driven at all
+
 
 class Engine:
     """Drives one managed project. Not reentrant: one engine per project per process."""
@@ -92,23 +115,27 @@ class Engine:
         self._recovered = False
         #: `sandbox: "auto"` without bubblewrap is said once, plainly
         self._sandbox = SandboxPolicy(lambda text: self.bus.publish(EngineError(text)))
-        self._next_merge_try = 0.0  # `sandbox: "auto"` without bubblewrap: said once
+        self._next_merge_try = 0.0
         self._registry = AgentRegistry(self.paths)
         self.agents = AgentFactory(self.root, self.bus, self._registry,
                                    lambda text: self._log(None, text))
         self._commands: queue.Queue[Callable[[], object]] = queue.Queue()
+        self._looping = False  # requests wait for the loop's next step while it runs
         self._wake = threading.Event()
         self._shutdown = threading.Event()
         self._thread: threading.Thread | None = None
         self._watcher: MilestoneWatcher | None = None
-        self._run: MilestoneRun | None = None
-        self._control = RunControl()
+        #: the running milestones, by id (the worker adds and reaps; anyone may read)
+        self._sessions: dict[str, _Session] = {}
+        self._account = AccountGate()  # one API account behind every pair
+        self._merge_queue = MergeQueue()
         self.milestones = MilestoneQueue(self.store, self.bus, lambda: self.config, self._log)
         self.bus.subscribe(self._on_held)
         self.bus.subscribe(self._keep_lock)
         self.journal = Journal(self.paths, self.bus)
         self.summarizer: Summarizer | None = None
         self._unlog: Callable[[], None] | None = None
+        self._control_server: ControlServer | None = None
 
     # ------------------------------------------------------------------ set-up
     def prepare(self) -> None:
@@ -148,6 +175,13 @@ class Engine:
             self._recover()
             self._recovered = True
         self.summarizer = Summarizer(self.config.summarizer)
+        if self._control_server is None:  # `anima stop|resume|… PROJECT ID` from a terminal
+            server = ControlServer(self.root, self.control)
+            try:
+                server.start()
+                self._control_server = server
+            except AnimaError as e:
+                self._log(None, str(e))
 
     def _retry_waiting_merges(self, scan: Scan) -> None:
         """A merge that waits for the human's files is tried again every few seconds: it
@@ -179,10 +213,13 @@ class Engine:
             self._repo = GitRepo.open(self.root)
         return self._repo
 
-    def _make_agent(self, role: str, session_id: str, resume: bool) -> Agent:
-        run = self._run
-        return self.agents.make(run.record if run else None, role, session_id, resume,
-                                confine=run.sandbox.confine(role) if run else None)
+    def _parallel_limit(self) -> int:
+        """How many milestones may run at once: without the sandbox, one (the guard that
+        then puts back what an agent changed compares the whole project before and after a
+        turn, which another milestone's turn would spoil)."""
+        if not self._sandbox.active(self.config.sandbox):
+            return 1
+        return self.config.max_parallel_milestones
 
     # ------------------------------------------------------------------ the loop
     def run(self, *, watch: bool = False, start_all: bool = False) -> RunOutcome:
@@ -199,35 +236,86 @@ class Engine:
             self._watcher = MilestoneWatcher(self.paths.milestones, self._on_milestone_file)
             self._watcher.start()
             self.milestones.watch(self.paths.milestones)
+        self._looping = True
         try:
             while not self._shutdown.is_set():
                 self._drain_commands()
+                error = self._reap()
+                if error is not None and not watch:
+                    raise error
                 self._reload_config()
                 scan = self.milestones.scan()
                 self._retry_waiting_merges(scan)
-                record = self.milestones.next(scan)
-                if record is None:
-                    if not watch:
-                        return self._ended(scan)
-                    self._wait()
-                    continue
-                try:
-                    self._drive(record)
-                except AnimaError as e:
-                    if not watch:
-                        raise
-                    # Not retried in this run (it would fail the same way every second).
-                    self.bus.publish(EngineError(f"{e}; {record.id} is left as it is until "
-                                                 "the next start", record.id))
-                    self.milestones.broken.add(record.id)
-                    self.milestones.requested.discard(record.id)
-                    self._wait()
+                started = self.milestones.startable(scan, set(self._sessions),
+                                                    self._parallel_limit())
+                for record in started:
+                    self._start(record)
+                if not started and not self._sessions and not watch:
+                    return self._ended(scan)
+                self._wait()
             return self._ended(self.milestones.scan())
         finally:
+            self._stop_sessions("shutdown")
+            self._looping = False
+            self._drain_commands()  # a request that came meanwhile is not lost
             self.milestones.watching = False
             if self._watcher is not None:
                 self._watcher.stop()
                 self._watcher = None
+
+    def _start(self, record: MilestoneRecord) -> None:
+        """Drive `record` on a thread of its own."""
+        session = _Session(record.id)
+        if self._shutdown.is_set():
+            session.control.stop.set()
+        session.thread = threading.Thread(target=self._drive_session, args=(session, record),
+                                          name=f"anima-{record.id}", daemon=True)
+        self._sessions[record.id] = session
+        session.thread.start()
+
+    def _drive_session(self, session: _Session, record: MilestoneRecord) -> None:
+        try:
+            self._drive(session, record)
+        except AnimaError as e:
+            session.error = e
+        except Exception as e:
+            log.exception("milestone %s: unexpected error", record.id)
+            session.error = AnimaError(f"unexpected error: {e!r}")
+        finally:
+            self._wake.set()
+
+    def _reap(self) -> AnimaError | None:
+        """Forget the sessions whose run ended; a milestone that could not be driven at all
+        is not started again in this run (it would fail the same way every second)."""
+        first: AnimaError | None = None
+        for milestone_id, session in list(self._sessions.items()):
+            if session.thread is not None and session.thread.is_alive():
+                continue
+            del self._sessions[milestone_id]
+            if (e := session.error) is not None:
+                self.bus.publish(EngineError(f"{e}; {milestone_id} is left as it is until the "
+                                             "next start", milestone_id))
+                self.milestones.broken.add(milestone_id)
+                self.milestones.requested.discard(milestone_id)
+                first = first or e
+        return first
+
+    def _stop_sessions(self, reason: str) -> None:
+        """Stop every run and wait for their threads (each milestone resumes next time)."""
+        sessions = list(self._sessions.values())
+        for session in sessions:
+            self._stop_session(session, reason)
+        for session in sessions:
+            if session.thread is not None:
+                session.thread.join(30)
+        self._reap()
+
+    @staticmethod
+    def _stop_session(session: _Session, reason: str) -> None:
+        session.control.stop_reason = reason
+        session.control.stop.set()
+        if (run := session.run) is not None:
+            run.stop(reason)
 
     def _prepared(self, watch: bool) -> bool:
         """`prepare()`; when watching, a broken config.json is reported and read again once
@@ -273,15 +361,17 @@ class Engine:
     def request_stop(self) -> None:
         """From any thread but the worker (a signal handler's helper, the GUI): interrupt the
         turn and leave the loop; returns once the agents let go (a few seconds at most)."""
-        self._shutdown.set()  # before reading _run; _drive sets _run before reading this
+        self._shutdown.set()
         self._wake.set()
-        run = self._run
-        if run is not None:
-            run.stop("shutdown")
+        for session in list(self._sessions.values()):
+            self._stop_session(session, "shutdown")
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop the agents (the milestone resumes on the next start) and release the lock."""
         self.request_stop()
+        if self._control_server is not None:
+            self._control_server.close()
+            self._control_server = None
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -303,39 +393,46 @@ class Engine:
         self._wake.wait(timeout=1.0)
         self._wake.clear()
 
-    def _drive(self, record: MilestoneRecord) -> Phase:
+    def _drive(self, session: _Session, record: MilestoneRecord) -> Phase:
+        """One milestone's run, on its session's thread."""
         # A missing CLI is reported before anything changes; its version goes on record.
         record.claude_version = self.agents.claude().version
-        self.journal.open(record.id, max_bytes=int(self.config.transcript_max_mb * 2**20))
-        self._control = RunControl()
-        counter = ApiTokenCounter(self.config.summarizer.model) \
-            if self.config.exact_token_count else None
-        prompts = PromptBuilder(self.paths, budget_tokens=self.config.context_budget_tokens,
-                                recent_in_full=self.config.recent_rounds_in_full,
+        config = self.config
+        self.journal.open(record.id, max_bytes=int(config.transcript_max_mb * 2**20))
+        counter = ApiTokenCounter(config.summarizer.model) if config.exact_token_count else None
+        prompts = PromptBuilder(self.paths, budget_tokens=config.context_budget_tokens,
+                                recent_in_full=config.recent_rounds_in_full,
                                 counter=counter,
                                 memory=ProjectPaths(self.paths.worktree(record.id)).memory)
         assert self.summarizer is not None
         sandbox = MilestoneSandbox(self.paths, record.id,
-                                   active=self._sandbox.active(self.config.sandbox),
+                                   active=self._sandbox.active(config.sandbox),
                                    visible=self.agents.claude().install_paths())
-        run = MilestoneRun(record=record, store=self.store, repo=self.repo, config=self.config,
-                           prompts=prompts, agents=self._make_agent, bus=self.bus,
-                           summarizer=self.summarizer, control=self._control,
-                           dialect=DIALECT, sandbox=sandbox)
-        self._run = run
-        if self._shutdown.is_set():  # a stop that came before the run existed
-            run.stop("shutdown")
+
+        def make_agent(role: str, session_id: str, resume: bool) -> Agent:
+            return self.agents.make(record, role, session_id, resume,
+                                    confine=sandbox.confine(role))
+
+        control = session.control
+        run = MilestoneRun(record=record, store=self.store, repo=self.repo, config=config,
+                           prompts=prompts, agents=make_agent, bus=self.bus,
+                           summarizer=self.summarizer, control=control, dialect=DIALECT,
+                           sandbox=sandbox, account=self._account,
+                           merge_queue=self._merge_queue)
+        session.run = run
+        if control.stop.is_set():  # a stop that came before the run existed
+            run.stop(control.stop_reason or "shutdown")
         try:
             phase = run.run()
-            if self._control.stop.is_set() and self._control.stop_reason == "user" and \
+            if control.stop.is_set() and control.stop_reason == "user" and \
                     phase not in (Phase.PAUSED, Phase.COMPLETED, Phase.AWAITING_REVIEW):
                 phase = run.pause_now("stopped by you")
             return phase
         finally:
-            self._run = None
+            board(self.store).leave(record.id)
             self.milestones.requested.discard(record.id)
             self._stop_leftovers(record.id)
-            self.journal.close()
+            self.journal.close(record.id)
             if counter is not None:
                 counter.close()
 
@@ -372,8 +469,8 @@ class Engine:
 
     # ------------------------------------------------------------------ requests
     def _submit(self, fn: Callable[[], object]) -> None:
-        """Run `fn` on the worker between milestones; without a worker, run it now."""
-        if self._thread is None or not self._thread.is_alive():
+        """Run `fn` on the worker at its next step; without a loop, run it now."""
+        if not self._looping:
             self._guarded(fn)
             return
         self._commands.put(fn)
@@ -404,8 +501,9 @@ class Engine:
                                      f"({target}); rename the file")
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
         content = md.read_bytes()
-        if (run := self._run) is not None:  # yours, not an agent's: not held after its turn
-            run.admit_definition(target, content)
+        for session in list(self._sessions.values()):  # yours, not an agent's: not held
+            if (run := session.run) is not None:
+                run.admit_definition(target, content)
         tmp = target.with_name(f".{target.name}.tmp")
         tmp.write_bytes(content)
         tmp.replace(target)
@@ -456,14 +554,63 @@ class Engine:
     def remove_comment(self, milestone_id: str, comment_id: str) -> None:
         comments.remove_comment(self.store, milestone_id, comment_id, self.bus)
 
-    def pause_after_round(self) -> None:
-        self._control.pause_after_round.set()
+    def running(self) -> list[str]:
+        """The milestones driven now."""
+        return list(self._sessions)
 
-    def stop_now(self) -> None:
-        """Interrupt both agents; the milestone pauses and its round is redone on resume."""
-        run = self._run
-        if run is not None:
-            run.stop("user")
+    def _chosen(self, milestone_id: str | None) -> list[_Session]:
+        """The running milestone named (None: every running one)."""
+        sessions = dict(self._sessions)
+        if milestone_id is None:
+            return list(sessions.values())
+        if milestone_id not in sessions:
+            raise ActionError(f"{milestone_id} is not running")
+        return [sessions[milestone_id]]
+
+    def pause_after_round(self, milestone_id: str | None = None) -> None:
+        """Pause the milestone (None: every running one) once its round ends."""
+        for session in self._chosen(milestone_id):
+            session.control.pause_after_round.set()
+
+    def stop_now(self, milestone_id: str | None = None) -> None:
+        """Interrupt the milestone's agents (None: every running one's); it pauses and its
+        round is redone on resume. The others go on."""
+        for session in self._chosen(milestone_id):
+            self._stop_session(session, "user")
+
+    def control(self, action: str, milestone_id: str, note: str = "") -> str:
+        """A request from another process (`anima stop|resume|abort|approve`, through the
+        control socket): carried out, or refused with an AnimaError; a line to print."""
+        if action == "stop":
+            self.stop_now(milestone_id)
+            return f"stopping {milestone_id}: it pauses as stopped by you"
+        if action == "pause":
+            self.pause_after_round(milestone_id)
+            return f"{milestone_id} pauses after its round"
+        if milestone_id in self._sessions:
+            raise ActionError(f"{milestone_id} is running: stop it first")
+        done = {"resume": lambda: actions.resume(self.store, self.config, milestone_id, note,
+                                                 self.bus),
+                "approve": lambda: actions.approve(self.store, self.repo, self.config,
+                                                   milestone_id, self.bus),
+                "abort": lambda: actions.abort(self.store, self.repo, self.config,
+                                               milestone_id, self.bus)}.get(action)
+        if done is None:
+            raise ActionError(f"unknown action {action!r}")
+        self.milestones.broken.discard(milestone_id)
+        result: queue.Queue[MilestoneRecord | AnimaError] = queue.Queue()
+
+        def act() -> None:
+            try:
+                result.put(done())
+            except AnimaError as e:
+                result.put(e)  # the asking process prints it
+        self._submit(act)
+        outcome = result.get(timeout=60)
+        if isinstance(outcome, AnimaError):
+            raise outcome
+        self._wake.set()
+        return f"{action}: {milestone_id} is {outcome.status.value}"
 
     # ------------------------------------------------------------------ views
     def records(self) -> list[MilestoneRecord]:

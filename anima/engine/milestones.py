@@ -24,6 +24,7 @@ from anima.events import (
     ProblemReported,
     ProblemResolved,
 )
+from anima.store.dependencies import dependencies
 from anima.store.models import MilestoneRecord, MilestoneStatus
 from anima.store.store import Scan, Store
 
@@ -92,21 +93,29 @@ class MilestoneQueue:
             requires_human_review=config.requires_human_review, register=register,
             ready=(lambda md: md.name in self._settled) if self.watching else None)
 
-    def next(self, scan: Scan) -> MilestoneRecord | None:
-        """An interrupted milestone first; nothing while one waits for a human after a pause
-        (milestones build on each other); else the earliest pending one. Never one without
-        its definition: the human's `.md` is what a milestone is, and a record alone may be
-        anyone's (an agent can write a file)."""
+    def startable(self, scan: Scan, running: set[str], limit: int) -> list[MilestoneRecord]:
+        """What to start now so that at most `limit` run, besides the `running` ones: interrupted
+        ones first, then pending ones, earliest first, whose dependencies are completed and
+        merged. Run one at a time (a `limit` of 1), nothing starts while one
+        waits for a human after a pause (milestones build on each other); with several,
+        `depends_on` says what builds on what. Never one without its definition: the
+        human's `.md` is what a milestone is, and a record alone may be anyone's."""
         self._report_orphans(scan)
-        records = [r for r in scan.records if r.id not in self.broken | scan.orphans]
-        if active := [r for r in records if r.status is MilestoneStatus.IN_PROGRESS]:
-            return active[0]
-        if any(r.status is MilestoneStatus.PAUSED for r in records):
-            return None
-        pending = [r for r in records if r.status is MilestoneStatus.PENDING]
-        if self._config().auto_start or self.start_all:
-            return pending[0] if pending else None
-        return next((r for r in pending if r.id in self.requested), None)
+        deps = dependencies(scan.records)
+        records = [r for r in scan.records if r.id not in self.broken | scan.orphans | running
+                   and r.id not in deps.broken]
+        slots = limit - len(running)
+        if slots <= 0:
+            return []
+        active = [r for r in records if r.status is MilestoneStatus.IN_PROGRESS]
+        if limit == 1 and (running or any(
+                r.status is MilestoneStatus.PAUSED for r in records)):
+            return active[:1] if not running else []
+        pending = [r for r in records if r.status is MilestoneStatus.PENDING
+                   and r.id not in deps.waiting]
+        if not (self._config().auto_start or self.start_all):
+            pending = [r for r in pending if r.id in self.requested]
+        return (active + pending)[:slots]
 
     def _report_orphans(self, scan: Scan) -> None:
         startable = {r.id for r in scan.records if r.id in scan.orphans

@@ -26,6 +26,8 @@ class MergeOutcome:
     waiting: list[str] = field(default_factory=list)
     #: not merged yet, but it will be when tried again (the human's files, main moving)
     retry: bool = False
+    #: the files where the branch and main conflict (the branch must take main in first)
+    conflicts: list[str] = field(default_factory=list)
 
 
 
@@ -54,6 +56,13 @@ class Merging(BranchOps, History):
         return None
 
 
+    def merge_conflicts(self, commit: str, main: str) -> list[str]:
+        """The files where merging `commit` into `main` conflicts (none: it merges)."""
+        code, out, _ = self._run(["merge-tree", "--write-tree", "-z", "--name-only",
+                                  "--no-messages", f"refs/heads/{self._rev_arg(main, 'branch')}",
+                                  self._rev_arg(commit)], check=False)
+        return sorted({os.fsdecode(p) for p in out.split(b"\0")[1:] if p}) if code == 1 else []
+
     def merge_branch(self, branch: str, main: str, message: str,
                      replaceable: dict[str, bytes] | None = None) -> MergeOutcome:
         """Merge a finished milestone branch into main with a merge commit, without checking
@@ -79,9 +88,10 @@ class Merging(BranchOps, History):
         tree, *names = [os.fsdecode(p) for p in out.split(b"\0") if p]
         if code != 0:
             if code == 1 and names:
+                conflicts = sorted(set(names))
                 return MergeOutcome(False, f"merging {branch} into {main} conflicts in "
-                                           f"{listing(sorted(set(names)))}; {main} is unchanged "
-                                           f"and {branch} is kept")
+                                           f"{listing(conflicts)}; {main} is unchanged "
+                                           f"and {branch} is kept", conflicts=conflicts)
             reason = (err.strip() or "no detail").splitlines()
             return MergeOutcome(False, f"merging {branch} into {main} failed "
                                        f"({' '.join(reason[-3:])}); {main} is unchanged and "

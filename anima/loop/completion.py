@@ -6,10 +6,21 @@ final round): a final acceptance is recorded exactly once, and a kill before, du
 the merge leaves a record that says a merge is owed. `finish_completed` carries it out, and
 the next start calls it again for a merge still pending: merging is idempotent (a branch main
 already holds is "already merged"), and anything that stops it is recorded as the reason.
-Only the tip a final acceptance judged is merged, whatever a record says.
+Only the tip a final acceptance judged (or a merge round's review after it) is merged,
+whatever a record says.
+
+Several milestones may finish at once: they merge one at a time, in the order they were
+finally accepted (`MergeQueue`), and every merge into main, the loop's, a human's approval's
+or a retry's, holds one lock, so two never race on main or on the human's checkout.
 """
 
 from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
 
 from anima.config import Config
 from anima.errors import AnimaError
@@ -29,6 +40,42 @@ from anima.store.models import (
     now,
 )
 from anima.store.store import Store
+
+#: Held by every merge into main in this process.
+_MERGING = threading.Lock()
+
+
+class MergeQueue:
+    """Finally accepted milestones wait here for their turn to merge, oldest acceptance
+    first; shared by the runs of one engine."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._waiting: list[tuple[datetime, str]] = []
+
+    @contextmanager
+    def turn(self, milestone_id: str, accepted_at: datetime,
+             stop: threading.Event) -> Iterator[bool]:
+        """Wait until every milestone accepted before this one has had its turn; yields
+        False when a stop came first (nothing may be merged then)."""
+        entry = (accepted_at, milestone_id)
+        with self._changed:
+            bisect.insort(self._waiting, entry)
+        try:
+            with self._changed:
+                while self._waiting[0] != entry and not stop.is_set():
+                    self._changed.wait(0.5)
+            yield not stop.is_set()
+        finally:
+            with self._changed:
+                self._waiting.remove(entry)
+                self._changed.notify_all()
+
+    def ahead_of(self, milestone_id: str) -> list[str]:
+        """The milestones that merge before this one."""
+        with self._changed:
+            ids = [m for _, m in self._waiting]
+        return ids[:ids.index(milestone_id)] if milestone_id in ids else ids
 
 
 def begin_completion(record: MilestoneRecord, config: Config) -> None:
@@ -51,7 +98,8 @@ def finish_completed(record: MilestoneRecord, store: Store, repo: GitRepo, confi
                      bus: EventBus) -> None:
     """Do the pending merge into main (`repo` is the human's checkout), record the outcome,
     tell everyone; once nothing is owed, the milestone's worktree goes. A merge that waits for
-    the human's files stays pending, and is tried again (`retry_waiting`)."""
+    the human's files stays pending, and is tried again (the engine retries it every few
+    seconds)."""
     def log(text: str) -> None:
         bus.publish(LogLine(record.id, text))
 
@@ -84,6 +132,7 @@ def finish_completed(record: MilestoneRecord, store: Store, repo: GitRepo, confi
 
 def _merge(record: MilestoneRecord, repo: GitRepo, config: Config,
            paths: ProjectPaths) -> MergeOutcome:
+    """Merge the finally accepted branch into main (or say why not), one merge at a time."""
     branch, main = record.branch_name or "", record.main_branch or ""
     if not config.merge_on_complete:
         return MergeOutcome(False, f"merge_on_complete is off: {main} is unchanged and "
@@ -91,22 +140,40 @@ def _merge(record: MilestoneRecord, repo: GitRepo, config: Config,
     if (unaccepted := _not_finally_accepted(record, repo)) is not None:
         return MergeOutcome(False, f"{unaccepted}; {main} is unchanged and {branch} is kept")
     try:
-        return repo.merge_branch(branch, main, f"Merge {branch}: {record.title}",
-                                 replaceable=memory_as_started(paths, record))
+        with _MERGING:
+            return repo.merge_branch(branch, main, f"Merge {branch}: {record.title}",
+                                     replaceable=memory_as_started(paths, record))
     except AnimaError as e:
         return MergeOutcome(False, f"merging {branch} into {main} failed: {e}; {main} is "
                                    f"unchanged and {branch} is kept")
 
 
+def accepted_tip(record: MilestoneRecord) -> str | None:
+    """The commit main may receive: that of the newest accepted round when it is the final
+    acceptance, or a merge round's reviewed resolution after it; None when the newest
+    accepted work is not finally accepted."""
+    for it in reversed(record.iterations):
+        if it.verdict is not Verdict.ACCEPTED:
+            continue
+        if it.kind is RoundKind.FINAL:
+            return it.commit
+        if it.kind is not RoundKind.MERGE:
+            return None
+        if not any(r.kind is RoundKind.FINAL and r.verdict is Verdict.ACCEPTED
+                   for r in record.iterations):
+            return None
+        return it.commit
+    return None
+
+
 def _not_finally_accepted(record: MilestoneRecord, repo: GitRepo) -> str | None:
-    """main receives only what a final acceptance judged: the branch's tip must be the
-    commit of the record's last accepted final round. Why not, or None."""
-    final = next((it for it in reversed(record.iterations) if it.kind is RoundKind.FINAL
-                  and it.verdict is Verdict.ACCEPTED), None)
+    """main receives only what a final acceptance (and the review of a merge round after
+    it) judged: the branch's tip must be that commit. Why not, or None."""
+    accepted = accepted_tip(record)
     tip = repo.resolve(f"refs/heads/{record.branch_name}") if record.branch_name else None
-    if final is None or final.commit is None:
+    if accepted is None:
         return "no final acceptance is on record"
-    if tip != final.commit:
+    if tip != accepted:
         return (f"{record.branch_name} is at {(tip or 'nothing')[:7]}, not at "
-                f"{final.commit[:7]}, the commit its final acceptance judged")
+                f"{accepted[:7]}, the commit its final acceptance judged")
     return None

@@ -14,12 +14,14 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.IDLE: frozenset({Phase.STARTING, Phase.RECOVERING, Phase.FAILED,
                            Phase.CANCELLED}),  # IDLE is also a pending milestone's phase
     Phase.STARTING: frozenset({Phase.DEVELOPER}) | STOPS,
-    Phase.RECOVERING: frozenset({Phase.DEVELOPER}) | STOPS,
+    Phase.RECOVERING: frozenset({Phase.DEVELOPER, Phase.MERGING}) | STOPS,
     Phase.DEVELOPER: frozenset({Phase.DEVELOPER, Phase.ACCEPTOR, Phase.FINAL_ACCEPTANCE})
     | STOPS,
-    Phase.ACCEPTOR: frozenset({Phase.DEVELOPER}) | STOPS,
-    Phase.FINAL_ACCEPTANCE: frozenset({Phase.DEVELOPER, Phase.COMPLETED,
+    Phase.ACCEPTOR: frozenset({Phase.DEVELOPER, Phase.MERGING}) | STOPS,
+    Phase.FINAL_ACCEPTANCE: frozenset({Phase.DEVELOPER, Phase.MERGING,
                                        Phase.AWAITING_REVIEW}) | STOPS,
+    # The merge queue: main took the branch (completed), or a merge round resolves a conflict.
+    Phase.MERGING: frozenset({Phase.COMPLETED, Phase.DEVELOPER}) | STOPS,
     Phase.PAUSED: frozenset({Phase.RECOVERING, Phase.CANCELLED}),
     Phase.AWAITING_REVIEW: frozenset({Phase.COMPLETED, Phase.RECOVERING, Phase.CANCELLED}),
     Phase.COMPLETED: frozenset(),

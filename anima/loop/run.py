@@ -11,6 +11,7 @@ What a restart finds (wrong branch, dirty tree) is handled by `anima.loop.recove
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -34,9 +35,15 @@ from anima.events import (
 )
 from anima.git import GitRepo
 from anima.guard import TurnGuard
+from anima.loop.account import AccountGate
 from anima.loop.branch import BranchKeeper, UnreportedWork
 from anima.loop.checks import CheckCancelled, display, run_check
-from anima.loop.completion import begin_completion, finish_completed
+from anima.loop.completion import (
+    MergeQueue,
+    accepted_tip,
+    begin_completion,
+    finish_completed,
+)
 from anima.loop.confinement import MilestoneSandbox
 from anima.loop.fault_policy import AgentFault, NotLoggedIn
 from anima.loop.ledger import Ledger
@@ -44,7 +51,7 @@ from anima.loop.limits import LIMITS, REJECTIONS
 from anima.loop.phases import STATUS_OF, TRANSITIONS, check_transition
 from anima.loop.recovery import recover_milestone
 from anima.loop.seats import AgentFactory, RunControl, Seats, Stopped
-from anima.loop.state import reconcile_state, write_state
+from anima.loop.state import StateBoard, board, reconcile_state
 from anima.loop.worktree import MilestoneWorktree
 from anima.phases import RUNNING, Phase
 from anima.remotes import remote_refs
@@ -55,7 +62,6 @@ from anima.store.models import (
     MilestoneRecord,
     MilestoneStatus,
     RoundKind,
-    StateStatus,
     Verdict,
     now,
 )
@@ -86,9 +92,15 @@ class MilestoneRun:
     def __init__(self, *, record: MilestoneRecord, store: Store, repo: GitRepo, config: Config,
                  prompts: PromptBuilder, agents: AgentFactory, bus: EventBus,
                  summarizer: Summarizer, control: RunControl, dialect: Dialect,
-                 sandbox: MilestoneSandbox | None = None) -> None:
+                 sandbox: MilestoneSandbox | None = None, account: AccountGate | None = None,
+                 merge_queue: MergeQueue | None = None) -> None:
         self.record = record
         self.store = store
+        #: state.json's list of running milestones, shared with the engine's other runs
+        self.board: StateBoard = board(store)
+        self.merge_queue = merge_queue or MergeQueue()
+        #: a merge round is owed: main moved and the branch conflicts with it in these files
+        self._conflicts: list[str] | None = None
         #: The human's checkout, never switched; `repo` becomes the milestone's worktree.
         self.project = self.repo = repo
         self.worktree = MilestoneWorktree(repo, store.paths, record.id, config, self._log)
@@ -113,7 +125,7 @@ class MilestoneRun:
         self.seats = Seats(record=record, store=store, root=repo.root, config=config,
                            make_agent=agents, dialect=dialect, bus=bus, control=control,
                            ledger=self.ledger, save=self._save, log_line=self._log,
-                           request_pause=self._request_pause)
+                           request_pause=self._request_pause, account=account)
         self._guard = TurnGuard(store.paths, repo, record.id, confined=self.sandbox.active)
         self.branch = BranchKeeper(record=record, repo=repo, guard=self._guard, ledger=self.ledger,
                                    save=self._save, log_line=self._log,
@@ -142,6 +154,9 @@ class MilestoneRun:
                 self.ledger.apply_summaries()
                 if self.control.stop.is_set():
                     return self.phase
+                # Finally accepted work merges first: no limit stands between it and main.
+                if self._ready_to_merge() and (phase := self._merge()) is not None:
+                    return phase
                 if (reason := self._pause_reason()) is not None:
                     return self._pause(reason)
                 self.seats.roll_over(new_feature=self._next_kind() is RoundKind.FEATURE)
@@ -149,8 +164,9 @@ class MilestoneRun:
                 if report is None:  # rejected before review (git check, timeout, unreadable)
                     continue
                 if report.kind is ReportKind.ALL_COMPLETE:
-                    if self._final_acceptance(report).accepted:
-                        return self._complete()
+                    if self._final_acceptance(report).accepted and \
+                            (phase := self._complete()) is not None:
+                        return phase
                     continue  # final rejection: back to the Developer, not counted
                 self._review(report)  # ACCEPTED or REJECTED, recorded with its counters
         except Stopped:
@@ -186,6 +202,8 @@ class MilestoneRun:
         if (status := STATUS_OF.get(target)) is not None:
             self.record.status = status
         self._save()
+        if target in RUNNING:
+            self.board.awake(self.record)
         self._log(f"phase {previous} → {target}" + (f": {reason}" if reason else ""))
         self.bus.publish(PhaseChanged(self.record.id, target, previous, reason,
                                       deadline))
@@ -209,8 +227,13 @@ class MilestoneRun:
         # Set while the loop runs; cleared when it leaves for a human (pause, review,
         # completion). Any other ending — a kill, a shutdown — resumes with recovery context.
         rec.interrupted = True
-        write_state(self.store, StateStatus.AWAKE, rec.id)
+        self.board.awake(rec, worktree=self.worktree.path.relative_to(self.project.root)
+                         .as_posix())
         self._save()
+        if rec.iterations and rec.iterations[-1].kind is RoundKind.MERGE and \
+                rec.iterations[-1].verdict is Verdict.REJECTED:  # a merge round to go on with
+            self._conflicts = self.project.merge_conflicts(
+                accepted_tip(rec) or rec.branch_name or "", rec.main_branch or "")
 
     def _start_branch(self) -> None:
         """Create `milestone/<id>` from main in the milestone's own worktree. Also finishes a
@@ -290,7 +313,9 @@ class MilestoneRun:
                                fresh_session=fresh,
                                commit_log=self.repo.oneline_log(rec.base_commit or "",
                                                                 rec.branch_name or "HEAD")
-                               if fresh is not None else "")
+                               if fresh is not None else "",
+                               merge_conflicts=self._conflicts
+                               if kind is RoundKind.MERGE else None)
         self.enter(Phase.DEVELOPER, f"round {rnd.round} ({kind})",
                    deadline=time.time() + self.config.agent_timeout_seconds)
         try:
@@ -314,6 +339,8 @@ class MilestoneRun:
                          "Implementation Report or ALL_FEATURES_COMPLETE, even when asked "
                          "to restate it")
             return None
+        if kind is RoundKind.MERGE:  # whatever it calls it, a merge round reports its merge
+            report = dataclasses.replace(report, kind=ReportKind.IMPLEMENTATION)
         return self._verified(report)
 
     def _verified(self, report: DeveloperReport) -> DeveloperReport | None:
@@ -331,7 +358,7 @@ class MilestoneRun:
             return None
         if report.kind is ReportKind.ALL_COMPLETE:
             return report
-        if (wrong := self.branch.check_commit(report)) is not None:
+        if (wrong := self.branch.check_commit(report) or self._unmerged_main()) is not None:
             self._reject(wrong)
             return None
         if self._checks_failed(report):
@@ -360,6 +387,8 @@ class MilestoneRun:
 
     def _next_kind(self) -> RoundKind:
         last = self.record.iterations[-1] if self.record.iterations else None
+        if self._conflicts is not None:
+            return RoundKind.MERGE
         if self._recovery_log is not None and not self._recovery_reviewed:
             return RoundKind.RECOVERY
         return RoundKind.FIX if last is not None and last.verdict is Verdict.REJECTED \
@@ -420,13 +449,20 @@ class MilestoneRun:
         # Everything since the last accepted commit, not only this round's own commits.
         since, reviewed = self.branch.review_range(rnd.commit)
         commits = "\n".join(f"- {h[:7]} {s}" for h, s in reviewed)
-        prompt = self.prompts.acceptor_review(rec, report=report.text, feature=rnd.feature,
-                                              commit=rnd.commit, previous_head=since,
-                                              commits=commits, checks=self._checks_text())
+        if rnd.kind is RoundKind.MERGE:
+            prompt = self.prompts.acceptor_merge(
+                rec, report=report.text, commit=rnd.commit, previous_head=since,
+                commits=commits, conflicts=self._conflicts or [], checks=self._checks_text())
+        else:
+            prompt = self.prompts.acceptor_review(rec, report=report.text, feature=rnd.feature,
+                                                  commit=rnd.commit, previous_head=since,
+                                                  commits=commits, checks=self._checks_text())
         verdict = self._acceptor_verdict(prompt)
         if verdict is None:
             return
         self.ledger.finish(verdict)
+        if verdict.accepted and rnd.kind is RoundKind.MERGE:
+            self._conflicts = None  # the resolution is reviewed: the queue tries again
 
     def _final_acceptance(self, report: DeveloperReport) -> ReviewVerdict:
         rec, rnd = self.record, self.ledger.round
@@ -500,7 +536,7 @@ class MilestoneRun:
         self.record.pause_reason = reason
         self.record.interrupted = False
         self.enter(Phase.PAUSED, reason)
-        write_state(self.store, StateStatus.PAUSED, self.record.id)
+        self.board.leave(self.record.id)
         self.bus.publish(Notice(self.record.id, "paused", f"{self.record.title}: {reason}"))
         return self.phase
 
@@ -520,21 +556,69 @@ class MilestoneRun:
         self.bus.publish(Notice(rec.id, "failed", f"{rec.title} failed: {text}"))
         return self.phase
 
-    def _complete(self) -> Phase:
-        """The accepted final round goes to disk in the same write as the new status (and the
-        intent to merge): a kill on either side of it never records the acceptance twice."""
+    def _complete(self) -> Phase | None:
+        """The accepted final round goes to disk in the same write as the new phase (awaiting
+        your review, or merging): a kill on either side of it never records the acceptance
+        twice. None: the milestone waits its turn to merge (the loop's next step)."""
         rec = self.record
-        rec.interrupted = False
         if rec.requires_human_review:
+            rec.interrupted = False
             self.enter(Phase.AWAITING_REVIEW, "final acceptance passed; waiting for your review")
-            write_state(self.store, StateStatus.SLEEPING, None)
+            self.board.leave(rec.id)
             self.bus.publish(Notice(rec.id, "awaiting_review",
                                     f"{rec.title} passed final acceptance: review it"))
             return self.phase
-        begin_completion(rec, self.config)
-        self.enter(Phase.COMPLETED, "final acceptance passed")
-        finish_completed(rec, self.store, self.project, self.config, self.bus)
+        self.enter(Phase.MERGING, "final acceptance passed: its turn to merge into "
+                                  f"{rec.main_branch} comes after those accepted earlier")
+        return None
+
+    def _ready_to_merge(self) -> bool:
+        """Finally accepted (and any merge round since reviewed), the branch where the
+        review left it: its turn in the merge queue comes next."""
+        tip = accepted_tip(self.record)
+        return tip is not None and self._conflicts is None and tip == self.branch.head()
+
+    def _merge(self) -> Phase | None:
+        """The merge queue: wait for the milestones accepted earlier, then main takes the
+        branch (completed). When it conflicts with what main got meanwhile, None: the next
+        round is a merge round, reviewed like any other, and then the queue again."""
+        rec = self.record
+        accepted = next(it for it in reversed(rec.iterations)
+                        if it.verdict is Verdict.ACCEPTED)
+        if self.phase is not Phase.MERGING:
+            self.enter(Phase.MERGING, f"its turn to merge into {rec.main_branch} comes after "
+                                      "those accepted earlier")
+        with self.merge_queue.turn(rec.id, accepted.ended_at or now(),
+                                   self.control.stop) as ours:
+            if not ours:
+                raise Stopped
+            main, tip = rec.main_branch or "", accepted.commit or ""
+            if self.config.merge_on_complete and \
+                    (conflicts := self.project.merge_conflicts(tip, main)):
+                self._conflicts = conflicts
+                self._log(f"{rec.branch_name} no longer merges into {main} cleanly (conflicts "
+                          f"in {', '.join(conflicts)}): the Developer merges {main} into it in "
+                          "a merge round, reviewed before the merge is tried again")
+                return None
+            # The completion and the intent to merge go to disk before git is asked to merge.
+            rec.interrupted = False
+            begin_completion(rec, self.config)
+            self.enter(Phase.COMPLETED, "final acceptance passed")
+            self.board.leave(rec.id)
+            finish_completed(rec, self.store, self.project, self.config, self.bus)
         return self.phase
+
+    def _unmerged_main(self) -> str | None:
+        """A merge round's commit must hold main as it is now: otherwise nothing merged."""
+        rnd, main = self.ledger.round, self.record.main_branch
+        if rnd is None or rnd.kind is not RoundKind.MERGE or not main or not rnd.commit:
+            return None
+        tip = self.project.branch_head(main)
+        if self.repo.is_ancestor(tip, rnd.commit):
+            return None
+        return (f"the merge round's commit {rnd.commit[:7]} does not contain {main} as it is "
+                f"now ({tip[:7]}): merge {main} into {self.record.branch_name} (`git merge "
+                f"{main}`), resolve the conflicts and commit the merge")
 
     def _turn(self, role: str, prompt: str) -> str:
         """One turn; a Developer's is guarded (see anima.guard)."""

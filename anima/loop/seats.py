@@ -29,11 +29,12 @@ from anima.events import (
     TurnResult,
     UsageLimitWait,
 )
+from anima.loop.account import AccountGate
 from anima.loop.fault_policy import FaultPolicy, Retry
 from anima.loop.ledger import Ledger
-from anima.loop.state import write_state
+from anima.loop.state import board
 from anima.remotes import RefMap, pushed, remote_refs
-from anima.store.models import ContextUse, MilestoneRecord, Rollover, StateStatus, now
+from anima.store.models import ContextUse, MilestoneRecord, Rollover, now
 from anima.store.store import Store
 
 
@@ -74,8 +75,11 @@ class Seats:
                  make_agent: AgentFactory, dialect: Dialect, bus: EventBus,
                  control: RunControl, ledger: Ledger,
                  save: Callable[[], None], log_line: Callable[[str], None],
-                 request_pause: Callable[[str], None]) -> None:
+                 request_pause: Callable[[str], None],
+                 account: AccountGate | None = None) -> None:
         self.record = record
+        #: the API account the pairs of every running milestone share
+        self.account = account or AccountGate()
         self.store = store
         self.root = root
         self.config = config
@@ -170,6 +174,9 @@ class Seats:
         crashed = False
         faults = FaultPolicy(self.config, self.control.stop, self._log, self._usage_wait)
         while True:
+            if (held := self.account.holding()) is not None:
+                self._log(f"{role}: waits for the account's usage limit ({held[1]})")
+                self.account.wait(self.control.stop)
             self.idle.clear()  # before the stop check: `stop()` waits on it (no lost wake-up)
             refs = None if self.config.allow_push else remote_refs(self.root)
             try:
@@ -211,12 +218,13 @@ class Seats:
         """state.json, the log, the window and a notification say the loop waits (or not)."""
         rec = self.record
         if until is None:
-            write_state(self.store, StateStatus.AWAKE, rec.id)
+            board(self.store).waiting(None)
             self._log("the usage limit has reset: sending the prompt again")
         else:
-            write_state(self.store, StateStatus.AWAKE, rec.id,
-                        waiting_until=datetime.fromtimestamp(until, UTC), waiting_reason=message)
             self._log(message)
+            if not self.account.hold(until, message):
+                return  # another pair met it first and said so: every pair waits anyway
+            board(self.store).waiting(datetime.fromtimestamp(until, UTC), message)
             self.bus.publish(Notice(rec.id, "waiting", f"{rec.title}: {message}"))
         self.bus.publish(UsageLimitWait(rec.id, until, message))
 

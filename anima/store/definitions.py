@@ -30,4 +30,6 @@ class MilestoneDef(BaseModel):
     constraints: str
     front_matter: dict[str, FrontMatterValue]
     requires_human_review: bool | None  # None = use config
+    #: ids of the milestones that must be completed and merged before this one starts
+    depends_on: tuple[str, ...] = ()
     source: str

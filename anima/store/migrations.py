@@ -64,6 +64,18 @@ def _record_v6_to_v7(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "comments": []}
 
 
+def _record_v7_to_v8(data: dict[str, Any]) -> dict[str, Any]:
+    """v8 added `depends_on` (front matter before it named no dependencies)."""
+    return {**data, "depends_on": []}
+
+
+def _state_v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """v3 lists every `running` milestone; v2's `current_milestone` was the one, if awake."""
+    current = data.get("current_milestone")
+    running = [{"id": current}] if data.get("status") == "awake" and current else []
+    return {**data, "running": running}
+
+
 #: (kind of file, version) -> the step to version + 1. Each step is pure and small.
 _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("record", 1): _record_v1_to_v2,
@@ -72,7 +84,9 @@ _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] =
     ("record", 4): _record_v4_to_v5,
     ("record", 5): _record_v5_to_v6,
     ("record", 6): _record_v6_to_v7,
+    ("record", 7): _record_v7_to_v8,
     ("state", 1): _state_v1_to_v2,
+    ("state", 2): _state_v2_to_v3,
 }
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from anima.atomic import read_regular
 from anima.errors import MilestoneError
 from anima.store.definitions import FeatureDef, FrontMatterValue, MilestoneDef
-from anima.store.names import validate_milestone_id
+from anima.store.names import MILESTONE_ID_RE, validate_milestone_id
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -101,6 +101,25 @@ def _split_front_matter(
         raise MilestoneError(
             path, f"front matter: 'requires_human_review' must be true or false, got {review!r}")
     return data, end + 1
+
+
+def _depends_on(value: FrontMatterValue, path: Path) -> tuple[str, ...]:
+    """`depends_on: [a, b]` (or `a, b`, or one id): milestone ids, each a valid name."""
+    if value is None:
+        return ()
+    text = str(value).strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    ids = [part.strip().strip("'\"") for part in text.split(",")]
+    ids = [i for i in ids if i]
+    for milestone_id in ids:
+        if not MILESTONE_ID_RE.fullmatch(milestone_id):
+            raise MilestoneError(path, f"front matter: 'depends_on' names {milestone_id!r}, "
+                                       "which is not a milestone id (a file name's stem such as "
+                                       "'auth-api'); write depends_on: [id, …]")
+    if path.stem in ids:
+        raise MilestoneError(path, "front matter: a milestone cannot depend on itself")
+    return tuple(dict.fromkeys(ids))
 
 
 # ------------------------------------------------------------------ token helpers
@@ -445,6 +464,7 @@ def parse_milestone(text: str, path: Path) -> MilestoneDef:
         constraints=section_text("constraints"),
         front_matter=front_matter,
         requires_human_review=review if isinstance(review, bool) else None,
+        depends_on=_depends_on(front_matter.get("depends_on"), path),
         source=text,
     )
 

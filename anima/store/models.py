@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from anima.phases import Phase
 
-RECORD_SCHEMA_VERSION = 7
-STATE_SCHEMA_VERSION = 2
+RECORD_SCHEMA_VERSION = 8
+STATE_SCHEMA_VERSION = 3
 
 
 def now() -> datetime:
@@ -52,6 +52,7 @@ class RoundKind(StrEnum):
     FIX = "fix"
     FINAL = "final"
     RECOVERY = "recovery"
+    MERGE = "merge"  # main merged into the branch to resolve a conflict, then reviewed
 
 
 class Verdict(StrEnum):
@@ -214,6 +215,8 @@ class MilestoneRecord(_Model):
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float = 0.0
     requires_human_review: bool = False
+    #: milestones completed and merged into main before this one starts (front matter)
+    depends_on: list[str] = Field(default_factory=list)
     features: list[Feature] = Field(default_factory=list)
     iterations: list[Iteration] = Field(default_factory=list)
     acceptance_criteria: list[str] = Field(default_factory=list)
@@ -253,10 +256,24 @@ class StateStatus(StrEnum):
     PAUSED = "paused"
 
 
+class RunningMilestone(_Model):
+    """One milestone a loop drives now, as `state.json` lists it."""
+
+    id: str
+    phase: Phase = Phase.IDLE
+    round: int = 0
+    worktree: str | None = None  # relative to the project
+    #: what its agents are doing ("Developer: round 3 (feature)", "waiting for a usage limit")
+    activity: str = ""
+
+
 class State(_Model):
     schema_version: int = STATE_SCHEMA_VERSION
     status: StateStatus = StateStatus.SLEEPING
+    #: the first of `running` (what readers of schema 2 knew), or the milestone that rests
     current_milestone: str | None = None
+    #: every milestone a loop drives now, in the order they started
+    running: list[RunningMilestone] = Field(default_factory=list)
     updated_at: datetime | None = None
     # Set while the loop waits for a usage limit to reset: when it sends again, and why.
     waiting_until: datetime | None = None

@@ -21,6 +21,7 @@ from anima.config import describe_validation_error
 from anima.errors import AnimaError, MilestoneError, RecordError
 from anima.paths import ProjectPaths
 from anima.store.definitions import MilestoneDef
+from anima.store.dependencies import dependencies
 from anima.store.migrations import migrate
 from anima.store.milestone_md import load_milestone
 from anima.store.models import (
@@ -39,7 +40,7 @@ M = TypeVar("M", bound=BaseModel)
 
 #: What a pending record holds that its definition (and the config) decide.
 _FROM_DEFINITION = ("title", "features", "acceptance_criteria", "max_iterations",
-                    "requires_human_review")
+                    "requires_human_review", "depends_on")
 
 
 def _read(path: Path) -> bytes:
@@ -178,6 +179,7 @@ class Store:
             created_at=created_at,
             max_iterations=max_iterations,
             requires_human_review=requires_human_review if review is None else review,
+            depends_on=list(definition.depends_on),
             features=[Feature(id=f.id, title=f.title, criteria=list(f.criteria))
                       for f in definition.features],
             acceptance_criteria=list(definition.acceptance_criteria),
@@ -262,4 +264,7 @@ class Store:
                 except RecordError as e:
                     result.problems.append(e)
         result.records.sort(key=lambda r: (r.created_at, r.id))
+        for milestone_id, why in dependencies(result.records).broken.items():
+            result.problems.append(MilestoneError(self.paths.milestone_md(milestone_id),
+                                                  f"{why}; it is not started"))
         return result

@@ -164,6 +164,8 @@ class DeveloperContext:
     #: why this turn starts a fresh session (a rollover), and the branch's commits for it
     fresh_session: str | None = None
     commit_log: str = ""
+    #: a merge round: main moved and the branch conflicts with it in these files
+    merge_conflicts: list[str] | None = None
 
 
 class PromptBuilder:
@@ -229,7 +231,11 @@ class PromptBuilder:
         if ctx.human_note:
             feedback.append(render("feedback_human_note",
                                    note=clip(ctx.human_note, share, where)))
-        task = render("task_fix" if ctx.fix_reason else "task_next_feature")
+        if ctx.merge_conflicts is not None:
+            task = render("task_merge", main_branch=record.main_branch, branch=record.branch_name,
+                          files=_files(ctx.merge_conflicts))
+        else:
+            task = render("task_fix" if ctx.fix_reason else "task_next_feature")
         sections = [
             Section("header", header, None),
             _file_section("vision", "Project vision (VISION.md)",
@@ -284,6 +290,22 @@ class PromptBuilder:
                                     accepted_note="", reason="the specific reason, citing which "
                                     "criterion or standard is not met"))
 
+    def acceptor_merge(self, record: MilestoneRecord, *, report: str, commit: str,
+                       previous_head: str, commits: str, conflicts: list[str],
+                       checks: str = "") -> str:
+        """The review of a merge round: the resolution of main's conflicts, nothing else."""
+        pasted = [Section("report", report.strip(), 1, f"Read the merge: `git show {commit}`."),
+                  Section("commits", commits.strip() or "(none)", 2,
+                          f"`git log --oneline {previous_head}..{commit}` shows them all.")]
+        return self._fit_pasted("acceptor_merge", pasted, round=record.rounds + 1,
+                                title=record.title, milestone_id=record.id,
+                                branch=record.branch_name, main_branch=record.main_branch,
+                                files=_files(conflicts), soul=self.soul(), commit=commit,
+                                previous_head=previous_head, checks=checks,
+                                verdict_format=VERDICT.instruction(
+                                    accepted_note="", reason="what the resolution lost or "
+                                    "broke, file by file"))
+
     def acceptor_final(self, record: MilestoneRecord, *, report: str, commits: str,
                        checks: str = "") -> str:
         criteria = "\n".join(f"- [ ] {c}" for c in record.acceptance_criteria) or \
@@ -303,3 +325,9 @@ class PromptBuilder:
                                 verdict_format=VERDICT.instruction(
                                     accepted_note=" — every criterion is met",
                                     reason="each unmet criterion and why"))
+
+
+def _files(paths: list[str]) -> str:
+    """The conflicting files, as a prompt names them."""
+    return ", ".join(f"`{p}`" for p in paths[:20]) + (
+        f" and {len(paths) - 20} more" if len(paths) > 20 else "") if paths else "(unknown files)"

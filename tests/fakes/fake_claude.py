@@ -9,7 +9,10 @@ script so tests decide every reply. Standard library only: the suite starts it h
 Environment:
   FAKE_CLAUDE_SCRIPT  JSON file {"developer": [turn…], "acceptor": [turn…],
                       "developer_default": turn, "acceptor_default": turn, "lose_sessions": bool,
-                      "cost_style": "2.1.197" | "2.1.330"}
+                      "cost_style": "2.1.197" | "2.1.330",
+                      "milestones": {id: {the keys above, for that milestone's agents only
+                                          (its own turn counters), and "feature_dir"}}}
+A milestone's agents are told apart by their working directory (.anima/worktrees/<id>).
 A turn's `cost_usd` is what it spends; `total_cost_usd` is cumulative per process like the real
 CLI's: from 0 in each process (2.1.197, also after --resume), or carried on from the session's
 earlier processes with `model_usage_since_last_result` added (2.1.330).
@@ -20,6 +23,7 @@ See tests/conftest.py (FakeClaude) and the turn keys in `run_turn`.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -42,6 +46,7 @@ CLI_LINES = Path(__file__).resolve().parent.parent / "fixtures" / "cli_lines"
 TOOLS = ["Task", "Bash", "Edit", "Glob", "Grep", "Read", "Write"]
 FEATURE_RE = re.compile(r"^\s*-?\s*\[( |/|!)\]\s+(F\d+)\b", re.MULTILINE)
 ROUND_RE = re.compile(r"\bround:?\s*(\d+)", re.IGNORECASE)
+MERGE_RE = re.compile(r"This round is a \*\*merge round\*\*\. `([^`]+)`")
 BASE_RE = re.compile(r"Base commit:\s*`?([0-9a-fA-F]{7,40})")
 RULE_RE = re.compile(r"(\w+)(?:\(([^)]*)\))?")
 COMMAND_SEP_RE = re.compile(r"&&|\|\||[;|\n]")
@@ -75,6 +80,8 @@ def process_started() -> float | None:
 
 
 STARTED = process_started()
+#: The milestone whose agent this is: its worktree's name ("" elsewhere).
+MILESTONE = Path.cwd().name if Path.cwd().parent.name == "worktrees" else ""
 
 
 class Args:
@@ -144,8 +151,10 @@ class State:
             self.mem[role] = n + 1
             return n
         path = self.dir / f"{role}.count"
-        n = int(path.read_text()) if path.exists() else 0
-        path.write_text(str(n + 1))
+        with open(self.dir / "lock", "a") as lock:  # agents of several milestones at once
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            n = int(path.read_text()) if path.exists() else 0
+            path.write_text(str(n + 1))
         return n
 
     def knows(self, session_id: str) -> bool:
@@ -275,6 +284,8 @@ class Turn:
         self.context_window = 200_000
         match = FEATURE_RE.search(prompt)
         self.feature = match.group(2) if match else ""
+        self.feature_dir = "features"
+        self.signature = ""
 
     def assistant(self, blocks: list[dict[str, Any]]) -> None:
         emit({"type": "assistant", "message": {
@@ -341,6 +352,8 @@ class Turn:
     def auto_developer(self) -> str:
         match = ROUND_RE.search(self.prompt)
         round_no = int(match.group(1)) if match else 1
+        if MERGE_RE.search(self.prompt):
+            return self.auto_merge(round_no)
         if not self.feature:
             base = BASE_RE.search(self.prompt)
             log_range = f"{base.group(1)}..HEAD" if base else "-n 20"
@@ -349,12 +362,31 @@ class Turn:
             return ("## ALL_FEATURES_COMPLETE\n\n### Commits\n" + listing
                     + "\n\n### Summary\nEvery feature of the milestone is implemented.")
         fid = self.feature
-        self.write_file(f"features/{fid}.txt", f"{fid}\nround {round_no}\nturn {self.index}\n")
+        self.write_file(f"{self.feature_dir}/{fid}.txt",
+                        f"{fid}\nround {round_no}\nturn {self.index}\n{self.signature}")
         self.bash(f'git add -A && git commit -q -m "feat: {fid}"')
         head = git(self.cwd, "rev-parse", "HEAD")
         return (f"## Implementation Report — Round {round_no}\n\n"
                 f"**Feature**: {fid}\n**Commit**: {head}\n**Tests**: 1 passed, 0 failed\n"
-                f"**Lint**: clean\n\n### Changes\n- features/{fid}.txt: added")
+                f"**Lint**: clean\n\n### Changes\n- {self.feature_dir}/{fid}.txt: added")
+
+    def auto_merge(self, round_no: int) -> str:
+        """A merge round: merge main in, keep both sides of every conflict, commit."""
+        main = MERGE_RE.search(self.prompt).group(1)  # type: ignore[union-attr]
+        self.bash(f"git merge --no-edit {main} || true")
+        conflicted = self.bash("git diff --name-only --diff-filter=U").split()
+        for path in conflicted:
+            text = (Path(self.cwd) / path).read_text(encoding="utf-8")
+            kept = [line for line in text.splitlines(keepends=True)
+                    if not line.startswith(("<<<<<<<", "=======", ">>>>>>>"))]
+            self.write_file(path, "".join(kept))
+        if conflicted:
+            self.bash("git add -A && git commit -q --no-edit")
+        head = git(self.cwd, "rev-parse", "HEAD")
+        return (f"## Implementation Report — Round {round_no}\n\n"
+                f"**Feature**: none (merge)\n**Commit**: {head}\n**Tests**: 1 passed, 0 failed\n"
+                f"**Lint**: clean\n\n### Changes\n- merged {main}; resolved "
+                f"{', '.join(conflicted) or 'nothing'}")
 
     def fill(self, text: str) -> str:
         """`{head}`, `{head_short}` and `{head~N}` (a commit N below HEAD) in a reply."""
@@ -426,7 +458,7 @@ def replay(turn: Turn, spec: dict[str, Any], inp: Input) -> bool:
 
 
 def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Input,
-             cost: Cost) -> None:
+             cost: Cost, own: dict[str, Any] | None = None) -> None:
     """Turn keys: noise, crash, delay, hang, ignore_interrupt, ignore_sigterm, shell (with
     own_session: each command in a session of its own, like the real CLI's Bash), edit_file,
     hang_after, auto, huge_line_bytes, text, is_error, subtype, cost_usd, usage, stderr,
@@ -437,6 +469,9 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
     if spec.get("ignore_sigterm"):  # a wedged agent: only SIGKILL ends it
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     turn = Turn(args, index, prompt, cost)
+    if own:  # a milestone with a script of its own: its files, signed
+        turn.feature_dir = own.get("feature_dir", turn.feature_dir)
+        turn.signature = f"by {MILESTONE}\n"
     turn.context_tokens = int(spec.get("context_tokens", turn.context_tokens))
     turn.context_window = int(spec.get("context_window", turn.context_window))
     emit({"type": "system", "subtype": "init", "cwd": turn.cwd, "session_id": args.session_id,
@@ -526,7 +561,8 @@ def main() -> int:
             return 0
         prompt = prompt_text(msg)
         role = args.role
-        index = -1 if lost else state.next_turn(role)
+        index = -1 if lost or script.get("milestones", {}).get(MILESTONE) else \
+            state.next_turn(role)
         if log_path:
             entry = {"role": role, "session_id": args.session_id, "resume": args.resume,
                      "prompt": prompt, "argv": sys.argv[1:], "pid": os.getpid(), "turn": index,
@@ -542,10 +578,14 @@ def main() -> int:
                                                     "subtype": "error_during_execution"},
                                              time.monotonic())
             return 1
-        turns = script.get(role, [])
-        spec = turns[index] if index < len(turns) else script.get(f"{role}_default", {"auto": True})
+        own = script.get("milestones", {}).get(MILESTONE, {})
+        if own and not lost:
+            index = state.next_turn(f"{MILESTONE}-{role}")
+        turns = own.get(role, script.get(role, []) if not own else [])
+        spec = turns[index] if index < len(turns) else own.get(
+            f"{role}_default", script.get(f"{role}_default", {"auto": True}))
         try:
-            run_turn(args, spec, index, prompt, inp, cost)
+            run_turn(args, spec, index, prompt, inp, cost, own)
         finally:
             inp.finish_turn()
         state.remember(args.session_id)

@@ -1,0 +1,45 @@
+"""One API account behind every pair: when one agent hits the account's usage limit, no agent
+starts a new turn until it resets, and the wait is announced once, not once per milestone.
+
+A transient error is not the account's: it stays with the pair that met it (its own retries,
+anima.loop.fault_policy), and the other pairs go on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+class AccountGate:
+    """Shared by the seats of every running milestone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._until = 0.0
+        self._reason = ""
+
+    def hold(self, until: float, reason: str) -> bool:
+        """A usage limit holds every turn until `until` (epoch seconds). True when this is
+        news (the first pair to meet it says so); False when the account already waits as
+        long."""
+        with self._lock:
+            if until <= self._until:
+                return False
+            news = self._until <= time.time()
+            self._until, self._reason = until, reason
+            return news
+
+    def holding(self) -> tuple[float, str] | None:
+        """Until when, and why, new turns wait now; None when they do not."""
+        with self._lock:
+            return (self._until, self._reason) if self._until > time.time() else None
+
+    def wait(self, stop: threading.Event) -> bool:
+        """Before a turn: wait while the account is held (a stop ends the wait at once).
+        True if it waited."""
+        waited = False
+        while (held := self.holding()) is not None and not stop.is_set():
+            waited = True
+            stop.wait(max(0.05, held[0] - time.time()))
+        return waited

@@ -1,0 +1,54 @@
+"""`depends_on`: which milestones wait for others, and which never can start (a dependency
+that names no milestone, or a cycle)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from anima.store.models import MilestoneRecord, MilestoneStatus
+
+
+@dataclass
+class Dependencies:
+    #: milestone id -> the ids it still waits for (not yet completed and merged into main)
+    waiting: dict[str, list[str]] = field(default_factory=dict)
+    #: milestone id -> why it can never start as it is written
+    broken: dict[str, str] = field(default_factory=dict)
+
+
+def done(record: MilestoneRecord) -> bool:
+    """Completed and in main (or completed where nothing is merged: merge_on_complete off)."""
+    return record.status is MilestoneStatus.COMPLETED and (
+        record.merge is None or record.merge.merged)
+
+
+def dependencies(records: list[MilestoneRecord]) -> Dependencies:
+    """What every milestone's `depends_on` says now."""
+    by_id = {r.id: r for r in records}
+    found = Dependencies()
+    for record in records:
+        if unknown := [d for d in record.depends_on if d not in by_id]:
+            found.broken[record.id] = (
+                f"depends_on names {', '.join(unknown)}, which "
+                f"{'is not a milestone' if len(unknown) == 1 else 'are not milestones'} of "
+                "this project")
+        elif (cycle := _cycle(record.id, by_id)) is not None:
+            found.broken[record.id] = f"depends_on makes a cycle: {' → '.join(cycle)}"
+        elif waiting := [d for d in record.depends_on if not done(by_id[d])]:
+            found.waiting[record.id] = waiting
+    return found
+
+
+def _cycle(start: str, by_id: dict[str, MilestoneRecord]) -> list[str] | None:
+    """A path of dependencies from `start` back to itself, if there is one."""
+    stack: list[tuple[str, list[str]]] = [(start, [start])]
+    seen: set[str] = set()
+    while stack:
+        node, path = stack.pop()
+        for dep in by_id[node].depends_on if node in by_id else []:
+            if dep == start:
+                return [*path, dep]
+            if dep not in seen:
+                seen.add(dep)
+                stack.append((dep, [*path, dep]))
+    return None

@@ -1,0 +1,251 @@
+"""Several milestones at once: each in its own worktree with its own pair, a merge queue into
+main, `depends_on`, one usage limit for the account, and `max_parallel_milestones: 1` as the
+serial Anima it always was. End to end with the fake `claude`, inside the sandbox."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FakeClaude, run_git
+from helpers import make_project, milestone_md, record, run_engine
+
+from anima import sandbox
+from anima.engine.facade import Engine
+from anima.events import Event, Notice, UsageLimitWait
+from anima.store.models import MergeState, MilestoneStatus, RoundKind, Verdict
+
+pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None,
+                                reason="several milestones at once need the sandbox here")
+
+TWO = milestone_md("Two", ["Alpha", "Beta"])
+
+
+def project(repo: Path, ids: list[str], config: dict[str, Any] | None = None,
+            texts: dict[str, str] | None = None) -> Path:
+    return make_project(repo, {i: (texts or {}).get(i, TWO) for i in ids},
+                        config={"usage_limit_margin_seconds": 0, **(config or {})})
+
+
+def own_dirs(fake: FakeClaude, ids: list[str], **extra: dict[str, Any]) -> None:
+    """Each milestone's Developer writes its features in a folder of its own (no conflict)."""
+    fake.write_script({"milestones": {i: {"feature_dir": f"features/{i}", **extra.get(i, {})}
+                                      for i in ids}})
+
+
+def spans(fake: FakeClaude) -> dict[str, tuple[float, float]]:
+    """When each milestone's agents got their first and last prompt."""
+    found: dict[str, list[float]] = {}
+    for entry in fake.entries():
+        found.setdefault(Path(entry["cwd"]).name, []).append(entry["time"])
+    return {m: (min(t), max(t)) for m, t in found.items()}
+
+
+def merged_order(repo: Path) -> list[str]:
+    """The milestones main received, oldest first (its merge commits' subjects)."""
+    subjects = run_git(repo, "log", "--first-parent", "--reverse", "--format=%s", "main")
+    return [s.split("milestone/")[1].split(":")[0] for s in subjects.splitlines()
+            if s.startswith("Merge milestone/")]
+
+
+def test_three_milestones_run_at_once_and_each_merges_reviewed_work(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = ["fast", "slow", "mid"]
+    project(git_repo, ids)
+    own_dirs(fake_claude, ids, slow={"developer_default": {"auto": True, "delay": 0.8}},
+             mid={"developer_default": {"auto": True, "delay": 0.3}})
+    fake_claude.use_env(monkeypatch)
+    engine = Engine(git_repo)
+    running_seen: list[list[str]] = []
+    done = threading.Event()
+
+    def watch_state() -> None:
+        path = git_repo / ".anima" / "state.json"
+        while not done.is_set():
+            try:
+                state = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            running_seen.append([r["id"] for r in state.get("running", [])])
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch_state)
+    watcher.start()
+    try:
+        outcome = engine.run(watch=False, start_all=True)
+    finally:
+        done.set()
+        watcher.join()
+        engine.shutdown()
+    assert outcome.paused == () and outcome.in_progress == ()
+    for i in ids:
+        rec = record(git_repo, i)
+        assert rec.status is MilestoneStatus.COMPLETED, (i, rec.pause_reason, rec.error)
+        assert rec.merge is not None and rec.merge.merged
+        assert [it.verdict for it in rec.iterations] == [Verdict.ACCEPTED] * 3
+        for feature in ("F1", "F2"):
+            assert (git_repo / "features" / i / f"{feature}.txt").is_file()  # main has it
+        assert not (git_repo / ".anima" / "worktrees" / i).exists()
+    times = spans(fake_claude)
+    # They overlapped: the slow one started before the fast one finished.
+    assert times["slow"][0] < times["fast"][1]
+    assert max(len(r) for r in running_seen) == 3, running_seen
+    # main took them in the order their final acceptance came.
+    finals = sorted(ids, key=lambda i: record(git_repo, i).iterations[-1].ended_at)
+    assert merged_order(git_repo) == finals
+    assert json.loads((git_repo / ".anima" / "state.json").read_text())["running"] == []
+
+
+def test_one_at_a_time_is_the_serial_anima(git_repo: Path, fake_claude: FakeClaude,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = ["a", "b", "c"]
+    project(git_repo, ids, {"max_parallel_milestones": 1})
+    own_dirs(fake_claude, ids)
+    fake_claude.use_env(monkeypatch)
+    run_engine(git_repo)
+    times = spans(fake_claude)
+    assert times["a"][1] < times["b"][0] and times["b"][1] < times["c"][0]
+    assert merged_order(git_repo) == ids
+    # Each one branched from main after the one before it was merged.
+    for before, after in (("a", "b"), ("b", "c")):
+        assert run_git(git_repo, "merge-base", "--is-ancestor", f"milestone/{before}",
+                       record(git_repo, after).base_commit or "") == ""
+
+
+def test_a_paused_milestone_does_not_stop_the_others(git_repo: Path, fake_claude: FakeClaude,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = ["bad", "good1", "good2"]
+    project(git_repo, ids)
+    own_dirs(fake_claude, ids, bad={"acceptor_default": {"text": "REJECTED: not good enough"}})
+    fake_claude.use_env(monkeypatch)
+    _, outcome = run_engine(git_repo)
+    assert outcome.paused == ("bad",)
+    assert record(git_repo, "bad").status is MilestoneStatus.PAUSED
+    assert (git_repo / ".anima" / "worktrees" / "bad").is_dir()  # it keeps its worktree
+    for i in ("good1", "good2"):
+        assert record(git_repo, i).status is MilestoneStatus.COMPLETED
+    done = subprocess.run([sys.executable, "-m", "anima", "status", str(git_repo)],
+                          capture_output=True, text=True, timeout=60)
+    assert "paused" in done.stdout
+
+
+def with_deps(deps: dict[str, list[str]]) -> dict[str, str]:
+    out = {}
+    for i, needs in deps.items():
+        front = f"---\ndepends_on: [{', '.join(needs)}]\n---\n" if needs else ""
+        out[i] = front + milestone_md(f"Milestone {i}", ["Only"])
+    return out
+
+
+@pytest.mark.parametrize("deps", [
+    {"a": [], "b": ["a"], "c": ["b"]},  # a chain
+    {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]},  # a diamond
+], ids=["chain", "diamond"])
+def test_a_milestone_starts_after_what_it_depends_on_is_merged(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        deps: dict[str, list[str]]) -> None:
+    ids = list(deps)
+    project(git_repo, ids, texts=with_deps(deps))
+    own_dirs(fake_claude, ids)
+    fake_claude.use_env(monkeypatch)
+    run_engine(git_repo)
+    times = spans(fake_claude)
+    for i, needs in deps.items():
+        rec = record(git_repo, i)
+        assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+        for need in needs:
+            assert times[need][1] < times[i][0]  # started only once `need` was done…
+            # … and branched from main after it was merged
+            assert run_git(git_repo, "merge-base", "--is-ancestor", f"milestone/{need}",
+                           rec.base_commit or "") == ""
+    if "d" in deps:  # b and c, which both wait only for a, ran side by side
+        assert times["b"][0] < times["c"][1] and times["c"][0] < times["b"][1]
+
+
+@pytest.mark.parametrize(("deps", "says"), [
+    ({"a": ["ghost"]}, "depends_on names ghost, which is not a milestone"),
+    ({"a": ["b"], "b": ["a"]}, "depends_on makes a cycle"),
+], ids=["unknown", "cycle"])
+def test_a_dependency_that_cannot_be_met_is_reported_and_never_started(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        deps: dict[str, list[str]], says: str) -> None:
+    project(git_repo, list(deps), texts=with_deps(deps))
+    fake_claude.use_env(monkeypatch)
+    _, outcome = run_engine(git_repo)
+    for i in deps:
+        rec = record(git_repo, i)
+        assert rec.status is MilestoneStatus.PENDING and rec.branch_name is None
+    assert fake_claude.entries() == []
+    md = git_repo / ".anima" / "milestones" / "a.md"
+    assert any(str(md) in p and says in p for p in outcome.problems), outcome.problems
+    done = subprocess.run([sys.executable, "-m", "anima", "status", str(git_repo)],
+                          capture_output=True, text=True, timeout=60)
+    assert says in done.stderr and str(md) in done.stderr
+
+
+def test_waiting_for_a_dependency_is_shown(git_repo: Path) -> None:
+    project(git_repo, ["a", "b"], texts=with_deps({"a": [], "b": ["a"]}))
+    done = subprocess.run([sys.executable, "-m", "anima", "status", str(git_repo)],
+                          capture_output=True, text=True, timeout=60)
+    assert "waiting for a" in done.stdout
+
+
+def test_two_milestones_that_edit_the_same_lines_resolve_through_a_reviewed_merge_round(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both write features/F1.txt: the second to be finally accepted no longer merges into
+    main; its Developer merges main in, the checks and its Acceptor review that as a `merge`
+    round, and then main takes it. main never holds content no Acceptor reviewed."""
+    ids = ["one", "two"]
+    project(git_repo, ids, {"check_command": "test -f features/F1.txt"})
+    fake_claude.write_script({"milestones": {
+        "one": {"feature_dir": "features"},
+        "two": {"feature_dir": "features", "developer_default": {"auto": True, "delay": 1.0}}}})
+    fake_claude.use_env(monkeypatch)
+    _, outcome = run_engine(git_repo)
+    assert outcome.paused == ()
+    first, second = record(git_repo, "one"), record(git_repo, "two")
+    assert first.status is second.status is MilestoneStatus.COMPLETED
+    assert [it.kind for it in first.iterations].count(RoundKind.MERGE) == 0
+    merge_rounds = [it for it in second.iterations if it.kind is RoundKind.MERGE]
+    assert len(merge_rounds) == 1 and merge_rounds[0].verdict is Verdict.ACCEPTED
+    assert merge_rounds[0].check is not None and merge_rounds[0].check.passed
+    assert second.merge is not None and second.merge.state is MergeState.MERGED
+    # The reviewed resolution is exactly what main received from `two`.
+    assert run_git(git_repo, "rev-parse", "main^2") == merge_rounds[0].commit
+    assert any("Merge review" in p for p in fake_claude.prompts("acceptor"))
+    text = (git_repo / "features" / "F1.txt").read_text()
+    assert "<<<<<<<" not in text and "by one" in text and "by two" in text  # both kept
+    assert merged_order(git_repo) == ["one", "two"]
+
+
+def test_a_usage_limit_met_by_one_pair_holds_every_pair_and_is_said_once(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = ["hit", "other"]
+    project(git_repo, ids)
+    own_dirs(fake_claude, ids,
+             hit={"developer": [{"replay": "usage-2.1.330", "resets_in": 3}]},
+             other={"developer_default": {"auto": True, "delay": 0.5}})
+    fake_claude.use_env(monkeypatch)
+    engine = Engine(git_repo)
+    events: list[Event] = []
+    engine.bus.subscribe(events.append)
+    try:
+        engine.run(watch=False, start_all=True)
+    finally:
+        engine.shutdown()
+    (wait,) = [e for e in events if isinstance(e, UsageLimitWait) and e.until is not None]
+    assert len([e for e in events if isinstance(e, Notice) and e.kind == "waiting"]) == 1
+    hit_at = next(e["time"] for e in fake_claude.entries("developer")
+                  if Path(e["cwd"]).name == "hit")
+    assert wait.until is not None
+    # No prompt of either pair went out between the limit and its reset.
+    held = [e for e in fake_claude.entries() if hit_at + 0.3 < e["time"] < wait.until - 0.2]
+    assert held == [], [(Path(e["cwd"]).name, e["role"]) for e in held]
+    for i in ids:
+        assert record(git_repo, i).status is MilestoneStatus.COMPLETED
