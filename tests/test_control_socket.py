@@ -174,24 +174,32 @@ def test_a_folder_that_is_not_private_is_never_used(runtime: Path, tmp_path: Pat
 # ------------------------------------------------------------------ the sandbox
 needs_bwrap = pytest.mark.skipif(sandbox.unavailable() is not None,
                                  reason=str(sandbox.unavailable()))
-_CONNECT = """
+_APPROVE = """
 import socket, sys
 s = socket.socket(socket.AF_UNIX)
 try:
     s.connect(sys.argv[1])
 except OSError as e:
     print(type(e).__name__)
-else:
-    print("connected")
+    raise SystemExit(0)
+try:
+    s.sendall(b'{"schema_version": 1, "action": "approve", "id": "m1"}\\n')
+    print(s.makefile("rb").readline().decode().strip() or "no answer")
+except (BrokenPipeError, ConnectionResetError):  # the server hung up on it
+    print("no answer")
 """
 
 
-def _connect_from(project: Path, path: Path, confined: bool) -> str:
+def _approve_from(project: Path, path: Path, confined: bool,
+                  shown: tuple[Path, ...] = ()) -> str:
+    """What a process gets when it asks the server to approve m1: from outside, or as m1's
+    Developer in its sandbox (which is shown `shown` besides the project)."""
     # The interpreter itself, not a venv's link to it (a venv under /tmp is out of sight).
-    argv = [os.path.realpath(sys.executable), "-c", _CONNECT, str(path)]
+    argv = [os.path.realpath(sys.executable), "-c", _APPROVE, str(path)]
     env = dict(os.environ)
     if confined:
-        confine = MilestoneSandbox(ProjectPaths(project), "m1", active=True).confine("developer")
+        confine = MilestoneSandbox(ProjectPaths(project), "m1", active=True,
+                                   visible=shown).confine("developer")
         assert confine is not None
         argv, extra = confine(argv)
         env.update(extra)
@@ -200,28 +208,51 @@ def _connect_from(project: Path, path: Path, confined: bool) -> str:
     return done.stdout.strip()
 
 
-@needs_bwrap
-@pytest.mark.parametrize("where", ["/tmp", "XDG_RUNTIME_DIR"])
-def test_an_agent_in_the_sandbox_cannot_reach_the_socket(
-        git_repo: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
-    """Same user, same network namespace: only the socket's folder being out of sight keeps a
-    Developer from approving its own milestone. /tmp is the sandbox's own; a runtime folder
-    outside /run/user (here under /var/tmp, which agents otherwise see) is hidden."""
+@pytest.fixture
+def worktree(git_repo: Path) -> Path:
     make_project(git_repo)
     run_git(git_repo, "worktree", "add", "-q", str(git_repo / ".anima" / "worktrees" / "m1"),
             "-b", "milestone/m1")
+    return git_repo
+
+
+@needs_bwrap
+@pytest.mark.parametrize("where", ["/tmp", "XDG_RUNTIME_DIR"])
+def test_an_agent_in_the_sandbox_cannot_reach_the_socket(
+        worktree: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Same user, same network namespace: the socket's folder is out of the Developer's sight,
+    or it could approve its own milestone. /tmp is the sandbox's own; a runtime folder outside
+    /run/user (here under /var/tmp, which agents otherwise see) is hidden."""
     if where == "/tmp":
         monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     else:
         runtime = Path(tempfile.mkdtemp(prefix="anima-test-runtime-", dir="/var/tmp"))
         monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
-    srv = ControlServer(git_repo, Recorder())
+    handler = Recorder()
+    srv = ControlServer(worktree, handler)
     srv.start()
     try:
         assert srv.path is not None
-        assert _connect_from(git_repo, srv.path, confined=False) == "connected"
-        assert _connect_from(git_repo, srv.path, confined=True) == "FileNotFoundError"
+        assert json.loads(_approve_from(worktree, srv.path, confined=False))["ok"] is True
+        assert _approve_from(worktree, srv.path, confined=True) == "FileNotFoundError"
+        assert handler.calls == [("approve", "m1", "")]
     finally:
         srv.close()
         if where != "/tmp":
             shutil.rmtree(runtime)
+
+
+@needs_bwrap
+def test_a_sandboxed_process_that_sees_the_socket_is_refused_all_the_same(
+        worktree: Path, runtime: Path) -> None:
+    """Should the folder ever be in sight (a mount Anima did not foresee), a process in a
+    sandbox, the same user's, gets no answer: it runs in another pid namespace."""
+    handler = Recorder()
+    srv = ControlServer(worktree, handler)
+    srv.start()
+    try:
+        assert srv.path is not None
+        answer = _approve_from(worktree, srv.path, confined=True, shown=(srv.path.parent,))
+        assert answer == "no answer" and handler.calls == []
+    finally:
+        srv.close()

@@ -6,7 +6,8 @@ the agents' reach (they run as the same user, so the peer's uid alone cannot tel
 not under the project (`.anima/` is visible to them, and a read-only bind does not stop a
 connect), not in the abstract namespace (the network namespace is shared), but in a private
 0700 folder under `$XDG_RUNTIME_DIR` (the sandbox hides it) or `/tmp/anima-<uid>/` (the
-sandbox's /tmp is its own). The peer's uid is checked all the same.
+sandbox's /tmp is its own). The peer is checked all the same: this user, and a process outside
+any sandbox (bubblewrap gives each a pid namespace of its own).
 """
 
 from __future__ import annotations
@@ -109,10 +110,24 @@ def socket_paths(root: Path) -> list[Path]:
             if len(str(folder / _name(root))) <= _MAX_SOCKET_PATH]
 
 
-def _peer_uid(conn: socket.socket) -> int:
-    _pid, uid, _gid = _PEERCRED.unpack(
+def _peer(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end, as the kernel saw it connect."""
+    pid, uid, _gid = _PEERCRED.unpack(
         conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
-    return int(uid)
+    return int(pid), int(uid)
+
+
+def _refusal(conn: socket.socket) -> str | None:
+    """Why the peer may not control this Anima: another user, or a process in a sandbox
+    (another pid namespace), should one ever see the socket. None: it may."""
+    pid, uid = _peer(conn)
+    if uid != os.getuid():
+        return f"uid {uid} is not this Anima's user"
+    try:
+        same = os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
+    except OSError as e:
+        return f"cannot tell where pid {pid} runs: {e.strerror}"
+    return None if same else f"pid {pid} runs in a sandbox (another pid namespace)"
 
 
 def _read_line(conn: socket.socket) -> bytes:
@@ -221,8 +236,8 @@ class ControlServer:
 
     def _answer(self, conn: socket.socket) -> None:
         conn.settimeout(_IO_SECONDS)
-        if _peer_uid(conn) != os.getuid():  # the folder is ours alone; said twice is safer
-            log.warning("control request from uid %s refused", _peer_uid(conn))
+        if (refused := _refusal(conn)) is not None:  # the folder is ours alone: said twice
+            log.warning("control request refused: %s", refused)
             return
         reply = self._reply(_read_line(conn))
         conn.settimeout(_IO_SECONDS)
@@ -276,7 +291,7 @@ def send(root: Path, action: Action, milestone_id: str, note: str = "",
                 continue  # left by an Anima that was killed
             except OSError as e:
                 raise AnimaError(f"cannot reach the Anima running {root}: {e}") from None
-            if _peer_uid(conn) != os.getuid():
+            if _peer(conn)[1] != os.getuid():
                 continue
             try:
                 conn.sendall(request.model_dump_json().encode() + b"\n")
