@@ -9,12 +9,20 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import FakeClaude, run_git
 from helpers import make_project, milestone_md, record, run_engine
+from test_recovery import (  # noqa: F401 (our_processes: a fixture)
+    Runner,
+    assert_consistent,
+    our_processes_fixture,
+    run_to_end,
+    wait_until,
+)
 
 from anima import sandbox
 from anima.engine.facade import Engine
@@ -249,3 +257,49 @@ def test_a_usage_limit_met_by_one_pair_holds_every_pair_and_is_said_once(
     assert held == [], [(Path(e["cwd"]).name, e["role"]) for e in held]
     for i in ids:
         assert record(git_repo, i).status is MilestoneStatus.COMPLETED
+
+
+def test_a_kill_with_three_in_flight_resumes_each_in_its_worktree_and_merges_each_once(
+        git_repo: Path, fake_claude: FakeClaude,
+        our_processes: Callable[[], list[int]]) -> None:
+    """Headless, three milestones mid-turn (one of them resolving a conflict by then or
+    after), Anima killed: the restart resumes each where it stopped, main gets each
+    milestone exactly once, nothing is left behind; the output says which milestone each
+    line is about while several run."""
+    ids = ["p1", "p2", "p3"]
+    project(git_repo, ids)
+    fake_claude.write_script({"milestones": {
+        "p1": {"feature_dir": "features", "developer_default": {"auto": True, "delay": 0.4}},
+        "p2": {"feature_dir": "features", "developer_default": {"auto": True, "delay": 0.7}},
+        "p3": {"feature_dir": "features/p3",
+               "developer_default": {"auto": True, "delay": 0.5}}}})
+    first = Runner(git_repo, fake_claude)
+    wait_until(lambda: sum(1 for i in ids if rounds(git_repo, i) >= 1) >= 2,
+               what="two milestones with an accepted round", timeout=60)
+    first.kill()
+    assert {Path(e["cwd"]).name for e in fake_claude.entries()} == set(ids)
+    assert "[p1] [developer]" in first.stdout or "[p2] [developer]" in first.stdout
+    second = run_to_end(git_repo, fake_claude, timeout=120)
+    assert second.proc.returncode == 0, second.stdout[-3000:] + second.stderr
+    subjects = run_git(git_repo, "log", "--first-parent", "--format=%s", "main").splitlines()
+    for i in ids:
+        rec = record(git_repo, i)
+        assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged, i
+        assert_consistent(rec)
+        assert sum(1 for s in subjects if s.startswith(f"Merge milestone/{i}:")) == 1
+        # what main received from it is what its last accepted round judged
+        merge = run_git(git_repo, "log", "--first-parent", "--format=%H %s", "main")
+        sha = next(line.split()[0] for line in merge.splitlines()
+                   if f"Merge milestone/{i}:" in line)
+        accepted = [it for it in rec.iterations if it.verdict is Verdict.ACCEPTED]
+        assert run_git(git_repo, "rev-parse", f"{sha}^2") == accepted[-1].commit
+        assert accepted[-1].kind in (RoundKind.FINAL, RoundKind.MERGE)
+    assert run_git(git_repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert our_processes() == []
+
+
+def rounds(repo: Path, milestone_id: str) -> int:
+    try:
+        return record(repo, milestone_id).iteration_count
+    except Exception:  # not written yet, or being replaced
+        return 0

@@ -1,4 +1,5 @@
-"""`anima run --headless`: both agents and Anima itself as `[role] …` lines on the terminal.
+"""`anima run --headless`: both agents and Anima itself as `[role] …` lines on the terminal;
+while several milestones run, each line starts with its milestone's id: `[m1] [developer] …`.
 
 Apart from the commands so that `anima status`, which scripts poll, never imports the event
 types and the tool descriptions.
@@ -17,11 +18,13 @@ from anima.events import (
     EngineError,
     Event,
     LogLine,
+    PhaseChanged,
     RawOutput,
     ToolResult,
     ToolUse,
     TurnResult,
 )
+from anima.phases import RUNNING
 from anima.text.redact import redact
 
 # What one event may print; a terminal scrolling a megabyte of one reply is not watching.
@@ -34,11 +37,21 @@ class HeadlessPrinter:
     def __init__(self, out: TextIO, err: TextIO) -> None:
         self.out, self.err = out, err
         self._lock = threading.Lock()
+        self._running: set[str] = set()  # the milestones in a running phase
 
     def __call__(self, event: Event) -> None:
+        if isinstance(event, PhaseChanged):
+            with self._lock:
+                if event.phase in RUNNING:
+                    self._running.add(event.milestone_id)
+                else:
+                    self._running.discard(event.milestone_id)
         prefix, text = self._describe(event)
         if text is None:
             return
+        milestone = getattr(event, "milestone_id", None)
+        if milestone and len(self._running) > 1:
+            prefix = f"{milestone}] [{prefix}"
         stream = self.err if isinstance(event, EngineError) else self.out
         if len(text) > _MAX_CHARS:  # a runaway reply: the transcript has all of it
             text = f"{text[:_MAX_CHARS]}… ({len(text) - _MAX_CHARS} more characters in the " \
