@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -23,8 +24,8 @@ from anima.errors import ActionError
 from anima.loop.confinement import MilestoneSandbox
 from anima.paths import ProjectPaths
 from anima.store.models import MilestoneStatus
-from tests.conftest import run_git
-from tests.helpers import make_project, record
+from tests.conftest import FakeClaude, run_git
+from tests.helpers import make_project, milestone_md, record
 
 ANIMA = shutil.which("anima") or ""
 
@@ -256,3 +257,151 @@ def test_a_sandboxed_process_that_sees_the_socket_is_refused_all_the_same(
         assert answer == "no answer" and handler.calls == []
     finally:
         srv.close()
+
+
+# ------------------------------------------------------------------ a second terminal
+class Headless:
+    """`anima run PROJECT --headless --watch` in its own process, as in a first terminal."""
+
+    def __init__(self, project: Path, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self._out = log.open("w")
+        self.proc = subprocess.Popen(anima_argv("run", str(project), "--headless", "--watch"),
+                                     env={**os.environ, **env}, stdout=self._out,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self._out.close()
+        return code
+
+
+@pytest.fixture
+def fake_env(fake_claude: FakeClaude) -> dict[str, str]:
+    return {"ANIMA_CLAUDE_COMMAND": fake_claude.command, **fake_claude.env}
+
+
+@pytest.fixture
+def headless(git_repo: Path, fake_env: dict[str, str],
+             tmp_path: Path) -> Iterator[Callable[[], Headless]]:
+    started: list[Headless] = []
+
+    def start() -> Headless:
+        started.append(Headless(git_repo, fake_env, tmp_path / f"run{len(started)}.log"))
+        return started[-1]
+
+    yield start
+    for run in started:
+        run.stop()
+
+
+def test_stop_then_resume_from_a_second_terminal_while_anima_runs(
+        git_repo: Path, fake_claude: FakeClaude, headless: Callable[[], Headless]) -> None:
+    fake_claude.write_script({"developer": [{"hang": True}]})  # a turn in progress
+    make_project(git_repo, {"m1": milestone_md("M", ["Alpha"])})
+    run = headless()
+    wait_for(lambda: len(fake_claude.prompts("developer")) == 1)
+
+    unknown = anima("stop", str(git_repo), "nope")
+    assert unknown.returncode == 2 and "nope" in unknown.stderr, unknown
+    stopped = anima("stop", str(git_repo), "m1")
+    assert stopped.returncode == 0, stopped.stderr
+    assert "m1" in stopped.stdout
+    wait_for(lambda: status(git_repo, "m1") is MilestoneStatus.PAUSED)
+    rec = record(git_repo, "m1")
+    assert rec.pause_reason == "stopped by you" and rec.rounds == 0  # its round is redone
+    assert run.proc.poll() is None  # the run goes on, waiting
+
+    again = anima("stop", str(git_repo), "m1")  # nothing of m1 runs now
+    assert again.returncode == 2 and "m1" in again.stderr, again
+    resumed = anima("resume", str(git_repo), "m1", "--note", "carry on gently")
+    assert resumed.returncode == 0, resumed.stderr
+    wait_for(lambda: status(git_repo, "m1") is MilestoneStatus.COMPLETED)
+    assert "carry on gently" in fake_claude.prompts("developer")[1]
+    assert run.proc.poll() is None
+
+
+def test_stop_one_milestone_while_another_goes_on(
+        git_repo: Path, fake_claude: FakeClaude, headless: Callable[[], Headless]) -> None:
+    # The fake's turns are counted per role: whichever milestone starts first hangs, the other
+    # takes its time over its first turn, then both go as they will.
+    fake_claude.write_script({"developer": [{"hang": True}, {"auto": True, "delay": 3.0}]})
+    make_project(git_repo, {"m1": milestone_md("One", ["Alpha"]),
+                            "m2": milestone_md("Two", ["Beta"])},
+                 config={"max_parallel_milestones": 2})
+    run = headless()
+    wait_for(lambda: len(fake_claude.entries("developer")) == 2)
+    first = {e["turn"]: Path(e["cwd"]).name for e in fake_claude.entries("developer")}
+    hung, other = first[0], first[1]
+
+    stopped = anima("stop", str(git_repo), hung)
+    assert stopped.returncode == 0, stopped.stderr
+    wait_for(lambda: status(git_repo, hung) is MilestoneStatus.PAUSED)
+    assert status(git_repo, other) is MilestoneStatus.IN_PROGRESS  # mid-turn, untouched
+    wait_for(lambda: status(git_repo, other) is MilestoneStatus.COMPLETED)
+    rec = record(git_repo, hung)
+    assert rec.pause_reason == "stopped by you" and rec.rounds == 0
+    assert run.proc.poll() is None
+
+
+def test_approve_and_abort_reach_the_running_anima(
+        git_repo: Path, headless: Callable[[], Headless]) -> None:
+    review = "---\nrequires_human_review: true\n---\n"
+    make_project(git_repo, {"m1": review + milestone_md("One", ["Alpha"]),
+                            "m2": review + milestone_md("Two", ["Beta"])})
+    run = headless()
+    wait_for(lambda: status(git_repo, "m1") is MilestoneStatus.AWAITING_REVIEW
+             and status(git_repo, "m2") is MilestoneStatus.AWAITING_REVIEW, timeout=60)
+    assert run.proc.poll() is None
+
+    approved = anima("approve", str(git_repo), "m1")
+    assert approved.returncode == 0, approved.stderr
+    wait_for(lambda: status(git_repo, "m1") is MilestoneStatus.COMPLETED)
+    assert "feat: F1" in run_git(git_repo, "log", "--format=%s", "main")
+    aborted = anima("abort", str(git_repo), "m2")
+    assert aborted.returncode == 0, aborted.stderr
+    wait_for(lambda: status(git_repo, "m2") is MilestoneStatus.CANCELLED)
+    refused = anima("approve", str(git_repo), "m2")
+    assert refused.returncode == 2 and "cancelled" in refused.stderr, refused
+    assert run.proc.poll() is None
+
+
+def test_with_no_anima_running_the_commands_act_on_the_files(
+        git_repo: Path, fake_claude: FakeClaude, headless: Callable[[], Headless]) -> None:
+    """A killed Anima leaves its socket behind: nobody answers on it, so `resume` acts on the
+    files as it always did, and `stop` says there is nothing to stop."""
+    fake_claude.write_script({"developer": [{"hang": True}]})
+    make_project(git_repo, {"m1": milestone_md("M", ["Alpha"])})
+    run = headless()
+    wait_for(lambda: len(fake_claude.prompts("developer")) == 1)
+    stopped = anima("stop", str(git_repo), "m1")
+    assert stopped.returncode == 0, stopped.stderr
+    wait_for(lambda: status(git_repo, "m1") is MilestoneStatus.PAUSED)
+    run.proc.kill()
+    run.stop()
+    assert any(p.exists() for p in socket_paths(git_repo))  # left behind by the kill
+
+    nothing = anima("stop", str(git_repo), "m1")
+    assert nothing.returncode == 2 and "nothing to stop" in nothing.stderr, nothing
+    resumed = anima("resume", str(git_repo), "m1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed m1: in_progress" in resumed.stdout
+    assert status(git_repo, "m1") is MilestoneStatus.IN_PROGRESS
+    for path in socket_paths(git_repo):  # the next Anima on the project would replace it
+        path.unlink(missing_ok=True)
+
+
+def test_help_lists_stop() -> None:
+    shown = anima("--help")
+    assert shown.returncode == 0 and "stop" in shown.stdout
+    usage = anima("stop")
+    assert usage.returncode == 2 and "PROJECT" in usage.stderr.upper()
