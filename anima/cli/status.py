@@ -173,9 +173,10 @@ def _print_table(paths: ProjectPaths) -> None:
     else:
         current = state.current_milestone or "-"
         print(f"state: {state.status.value} (current milestone: {current}){waiting}")
-    for line in state.running:
-        print(f"  running {line.id}: {line.phase.value}, round {line.round}"
-              + (f", in {line.worktree}" if line.worktree else ""))
+    for running in state.running:
+        print(f"  running {running.id}: round {running.round}, "
+              f"{running.activity or running.phase.value}"
+              + (f" (in {running.worktree})" if running.worktree else ""))
     blocked = dependencies(scan.records).waiting
     print(sandbox_line(sandbox_status(paths)))
     if not scan.records:

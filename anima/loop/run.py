@@ -53,7 +53,7 @@ from anima.loop.recovery import recover_milestone
 from anima.loop.seats import AgentFactory, RunControl, Seats, Stopped
 from anima.loop.state import StateBoard, board, reconcile_state
 from anima.loop.worktree import MilestoneWorktree
-from anima.phases import RUNNING, Phase
+from anima.phases import PHASE_TEXT, RUNNING, Phase
 from anima.remotes import remote_refs
 from anima.store.models import (
     CheckRun,
@@ -203,7 +203,8 @@ class MilestoneRun:
             self.record.status = status
         self._save()
         if target in RUNNING:
-            self.board.awake(self.record)
+            self.board.awake(self.record, activity=f"{PHASE_TEXT[target]}: {reason}"
+                             if reason else PHASE_TEXT[target])
         self._log(f"phase {previous} → {target}" + (f": {reason}" if reason else ""))
         self.bus.publish(PhaseChanged(self.record.id, target, previous, reason,
                                       deadline))
