@@ -15,20 +15,25 @@ if TYPE_CHECKING:  # `anima status`'s fast path reads files without loading pyda
     from pydantic import BaseModel
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory, fsync it, rename over, fsync the dir."""
+def write_text_atomic(path: Path, text: str, *, durable: bool = True) -> None:
+    """Write via a temp file in the same directory, fsync it, rename over, fsync the dir.
+    Not `durable`: no fsync (a file derived from others, rebuilt at start after a power cut);
+    a reader still sees the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

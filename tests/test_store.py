@@ -212,3 +212,38 @@ def test_a_version_3_completion_gets_its_merge_state(
     migrated = store.load_record("m1")
     assert migrated.merge is not None and migrated.merge.state is state
     assert migrated.merge.merged is (state is MergeState.MERGED) and migrated.error is None
+
+
+def test_a_schema_2_state_reads_as_its_one_running_milestone(store: Store) -> None:
+    """What an older Anima wrote: the milestone it was awake on is the one running."""
+    store.paths.state.write_text(json.dumps({"schema_version": 2, "status": "awake",
+                                             "current_milestone": "m1", "waiting_until": None,
+                                             "waiting_reason": None}))
+    state = store.load_state()
+    assert [r.id for r in state.running] == ["m1"] and state.current_milestone == "m1"
+    store.paths.state.write_text(json.dumps({"schema_version": 2, "status": "paused",
+                                             "current_milestone": "m1"}))
+    assert store.load_state().running == []
+
+
+@pytest.mark.parametrize(("front", "problem"), [
+    ("depends_on: [ok, Not An Id]", "'Not An Id', which is not a milestone id"),
+    ("depends_on: [m1]", "cannot depend on itself"),
+])
+def test_a_bad_depends_on_is_reported_with_the_file(store: Store, front: str,
+                                                    problem: str) -> None:
+    md = store.paths.milestone_md("m1")
+    md.write_text(f"---\n{front}\n---\n" + milestone_md("M1", ["A"]))
+    result = scan(store)
+    assert result.records == []
+    (found,) = result.problems
+    assert str(md) in str(found) and problem in str(found)
+
+
+def test_depends_on_is_read_in_every_spelling(store: Store) -> None:
+    for name, front in (("a", "depends_on: [b, c]"), ("b", "depends_on: c"),
+                        ("c", "depends_on: []"), ("d", "depends_on: 'b', \"c\"")):
+        store.paths.milestone_md(name).write_text(f"---\n{front}\n---\n"
+                                                  + milestone_md(name, ["A"]))
+    got = {r.id: r.depends_on for r in scan(store).records}
+    assert got == {"a": ["b", "c"], "b": ["c"], "c": [], "d": ["b", "c"]}

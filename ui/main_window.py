@@ -420,13 +420,13 @@ class MainWindow(ReadOnlyProject):
     def _on_start_requested(self, milestone_id: str) -> None:
         if self.bridge is not None:
             self.bridge.start_milestone(milestone_id)
-            self.statusBar().showMessage(f"{milestone_id} starts when no other milestone runs",
+            self.statusBar().showMessage(f"{milestone_id} starts as soon as it may",
                                          8000)
 
     @Slot()
     def _on_pause_requested(self) -> None:
         if self.bridge is not None:
-            self.bridge.pause_after_round()
+            self.bridge.pause_after_round(self.monitor.milestone_id)
             self.statusBar().showMessage("Will pause after this round", 8000)
 
     @Slot()
@@ -438,7 +438,7 @@ class MainWindow(ReadOnlyProject):
         for pane in self.monitor.panes.values():
             pane.note_stop_requested()
         if self.bridge is not None:
-            self.bridge.stop_now()
+            self.bridge.stop_now(self.monitor.milestone_id)
             self.statusBar().showMessage("Stopping the agents…", 8000)
 
     # --- closing ----------------------------------------------------------------------------

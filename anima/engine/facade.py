@@ -190,7 +190,8 @@ class Engine:
             return
         self._next_merge_try = time.monotonic() + _MERGE_RETRY_SECONDS
         for record in filter(merge_pending, scan.records):
-            finish_completed(record, self.store, self.repo, self.config, self.bus)
+            if record.id not in self._sessions:  # a run finishing its own merge has it
+                finish_completed(record, self.store, self.repo, self.config, self.bus)
 
     def _recover(self) -> None:
         """After a crash: stop leftover agents, clean up files, finish a cut-short merge,

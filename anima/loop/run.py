@@ -231,10 +231,10 @@ class MilestoneRun:
         self.board.awake(rec, worktree=self.worktree.path.relative_to(self.project.root)
                          .as_posix())
         self._save()
-        if rec.iterations and rec.iterations[-1].kind is RoundKind.MERGE and \
-                rec.iterations[-1].verdict is Verdict.REJECTED:  # a merge round to go on with
-            self._conflicts = self.project.merge_conflicts(
-                accepted_tip(rec) or rec.branch_name or "", rec.main_branch or "")
+        if (tip := accepted_tip(rec)) is not None and tip != self.branch.head():
+            # Finally accepted, and commits on top that no review saw (a merge round that was
+            # rejected, or cut short by a kill): a merge round goes on with them.
+            self._conflicts = self.project.merge_conflicts(tip, rec.main_branch or "")
 
     def _start_branch(self) -> None:
         """Create `milestone/<id>` from main in the milestone's own worktree. Also finishes a

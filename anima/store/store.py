@@ -121,8 +121,11 @@ class Store:
                                         "state"), path)
 
     def save_state(self, state: State) -> None:
+        """state.json is derived from the records and the running loops, and made to agree
+        with them at every start: it is replaced atomically but not fsynced (it changes at
+        every phase of every running milestone)."""
         state.updated_at = now()
-        self._write(self.paths.state, state.model_dump_json(indent=2) + "\n")
+        self._write(self.paths.state, state.model_dump_json(indent=2) + "\n", durable=False)
 
     # --- milestone records ----------------------------------------------------------------
     def load_record(self, milestone_id: str) -> MilestoneRecord:
@@ -145,10 +148,10 @@ class Store:
         path = self.paths.milestone_record(record.id)
         self._write(path, record.model_dump_json(indent=2) + "\n")
 
-    def _write(self, path: Path, text: str) -> None:
+    def _write(self, path: Path, text: str, *, durable: bool = True) -> None:
         for listener in list(self.on_save):  # first: a kill in between leaves them ahead
             listener(path, text.encode("utf-8"))
-        write_text_atomic(path, text)
+        write_text_atomic(path, text, durable=durable)
 
     def load_records(self) -> list[MilestoneRecord]:
         """Every readable record, whether or not its definition is still there (a record is
