@@ -162,3 +162,22 @@ def test_elapsed_stops_while_the_milestone_waits(qtbot) -> None:
     assert monitor.header.elapsed.value.text() == "1:15"
     monitor.show_record(make_record("in_progress", 0))
     assert monitor.header.elapsed.value.text() != "1:15"  # running: counts up to now
+
+
+def test_while_several_run_the_monitor_stays_with_the_one_it_follows(qtbot) -> None:
+    """Another milestone's phases and agents do not mix into the panes or move the bar;
+    once the followed one leaves the loop, the next one's phase is followed."""
+    monitor = IterationMonitor()
+    qtbot.addWidget(monitor)
+    monitor.on_phase_changed(ev.PhaseChanged("m1", "developer", "idle"))
+    monitor.on_phase_changed(ev.PhaseChanged("m2", "acceptor", "developer"))
+    assert monitor.live_milestone == "m1" and monitor.phase_bar.text == "Waiting for Developer"
+    monitor.feed_agent_events([
+        ev.AssistantText(role="developer", text="from m1", milestone_id="m1"),
+        ev.AssistantText(role="developer", text="from m2", milestone_id="m2")])
+    pane = monitor.panes["developer"]
+    pane.flush()
+    assert "from m1" in pane.plain_text() and "from m2" not in pane.plain_text()
+    monitor.on_phase_changed(ev.PhaseChanged("m1", "completed", "merging"))
+    monitor.on_phase_changed(ev.PhaseChanged("m2", "developer", "acceptor"))
+    assert monitor.live_milestone == "m2" and monitor.phase_bar.text == "Waiting for Developer"

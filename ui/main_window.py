@@ -369,10 +369,12 @@ class MainWindow(ReadOnlyProject):
 
     @Slot(object)
     def _on_phase_changed(self, event: ev.PhaseChanged) -> None:
-        new_live = event.milestone_id != self.monitor.live_milestone
+        before = self.monitor.live_milestone
         self.monitor.on_phase_changed(event)
+        if self.monitor.live_milestone != event.milestone_id:
+            return  # another milestone's: the monitor stays with the one it follows
         self.run_controls.show_phase(event.phase)
-        if new_live and event.milestone_id in self._records:
+        if before != event.milestone_id and event.milestone_id in self._records:
             # A milestone started: follow it in the sidebar and the monitor.
             self.milestone_list.select(event.milestone_id)
 

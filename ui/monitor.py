@@ -289,6 +289,7 @@ class IterationMonitor(QWidget):
         self.setObjectName("iterationMonitor")
         self.milestone_id: str | None = None
         self.live_milestone: str | None = None
+        self._live_phase = Phase.IDLE  # the followed milestone's phase
         self.header = MilestoneHeader(self)
         self.panes = {role: AgentPane(role, parent=self) for role in ROLES}
         self.checklist = FeatureChecklist(self)
@@ -364,7 +365,7 @@ class IterationMonitor(QWidget):
 
     def reset(self) -> None:
         """Another project: nothing of the previous one stays (phase, panes, highlight)."""
-        self.live_milestone = None
+        self.live_milestone, self._live_phase = None, Phase.IDLE
         self.show_record(None)
         self.phase_bar.show_phase(Phase.IDLE)
         for pane in self.panes.values():
@@ -384,10 +385,18 @@ class IterationMonitor(QWidget):
             # so it does once the live milestone left the loop (approved, aborted).
             self.phase_bar.show_phase(record_phase(record), record.pause_reason or "")
 
+    def follows(self, milestone_id: str | None) -> bool:
+        """Whether events of `milestone_id` are the live ones shown: while several
+        milestones run, the monitor stays with the one it follows until that one stops."""
+        return None in (milestone_id, self.live_milestone) or milestone_id == self.live_milestone
+
     @Slot(object)
     def on_phase_changed(self, event: ev.PhaseChanged) -> None:
-        # The bar and the highlight follow the scheduler, whichever milestone is shown above.
-        self.live_milestone = event.milestone_id
+        # The bar and the highlight follow the scheduler, whichever milestone is shown above
+        # (one milestone at a time: another's phases wait until this one leaves the loop).
+        if not self.follows(event.milestone_id) and self._live_phase in RUNNING:
+            return
+        self.live_milestone, self._live_phase = event.milestone_id, event.phase
         self.phase_bar.show_phase(event.phase, event.reason, event.deadline)
         active = ACTIVE_ROLE.get(event.phase)
         for role, pane in self.panes.items():
@@ -401,12 +410,14 @@ class IterationMonitor(QWidget):
     def feed_agent_events(self, events: list[ev.AgentEvent]) -> None:
         """Route a run of agent events to their panes (batched per pane)."""
         for role, pane in self.panes.items():
-            mine = [e for e in events if e.role == role]
+            mine = [e for e in events if e.role == role and self.follows(e.milestone_id)]
             if mine:
                 pane.feed_many(mine)
 
     @Slot(object)
     def on_verdict(self, event: ev.VerdictReached) -> None:
+        if not self.follows(event.milestone_id):
+            return
         self.panes["acceptor"].feed(event)
         if not event.accepted:
             self.panes["developer"].feed(event)
@@ -414,7 +425,8 @@ class IterationMonitor(QWidget):
     @Slot(object)
     def on_check(self, event: ev.CheckStarted | ev.CheckFinished) -> None:
         """Anima's run of the checks sits between the Developer and the Acceptor: its pane."""
-        self.panes["acceptor"].feed(event)
+        if self.follows(event.milestone_id):
+            self.panes["acceptor"].feed(event)
 
     def replay(self, events: list[ev.AgentEvent],
                then: Callable[[], None] | None = None) -> None:
