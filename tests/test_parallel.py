@@ -303,3 +303,27 @@ def rounds(repo: Path, milestone_id: str) -> int:
         return record(repo, milestone_id).iteration_count
     except Exception:  # not written yet, or being replaced
         return 0
+
+
+def test_abort_of_a_running_milestone_stops_it_and_cancels_it_while_another_goes_on(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = ["doomed", "kept"]
+    project(git_repo, ids)
+    own_dirs(fake_claude, ids, doomed={"developer": [{"hang": True}]},
+             kept={"developer_default": {"auto": True, "delay": 0.5}})
+    fake_claude.use_env(monkeypatch)
+    engine = Engine(git_repo)
+    worker = threading.Thread(target=engine.run, kwargs={"watch": False, "start_all": True})
+    worker.start()
+    try:
+        wait_until(lambda: any(Path(e["cwd"]).name == "doomed"
+                               for e in fake_claude.entries("developer")), what="doomed's turn")
+        said = engine.control("abort", "doomed")
+        assert "cancelled" in said
+        assert record(git_repo, "doomed").status is MilestoneStatus.CANCELLED
+        assert not (git_repo / ".anima" / "worktrees" / "doomed").exists()
+        assert record(git_repo, "kept").status is MilestoneStatus.IN_PROGRESS
+    finally:
+        worker.join(120)
+        engine.shutdown()
+    assert record(git_repo, "kept").status is MilestoneStatus.COMPLETED

@@ -588,8 +588,12 @@ class Engine:
         if action == "pause":
             self.pause_after_round(milestone_id)
             return f"{milestone_id} pauses after its round"
-        if milestone_id in self._sessions:
-            raise ActionError(f"{milestone_id} is running: stop it first")
+        if (session := self._sessions.get(milestone_id)) is not None:
+            if action != "abort":
+                raise ActionError(f"{milestone_id} is running: stop it first")
+            self._stop_session(session, "user")  # it pauses as stopped by you, then goes
+            if session.thread is not None:
+                session.thread.join(60)
         done = {"resume": lambda: actions.resume(self.store, self.config, milestone_id, note,
                                                  self.bus),
                 "approve": lambda: actions.approve(self.store, self.repo, self.config,
