@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from anima.atomic import read_regular, write_model_atomic, write_text_atomic
 from anima.events import Event, ToolUse
 from anima.git import GitRepo
+from anima.git.branches import Tips
 from anima.git_options import NO_AGENT_CODE, git_environment
 from anima.paths import DEFINITION_FILES, ProjectPaths
 
@@ -303,15 +304,20 @@ class TurnGuard:
                     changed.append(f"{rel} ({word})")
             return changed
 
-    def begin(self, main: str) -> None:
-        """Take the copy of the definitions and note main's tip, on disk too."""
+    def begin(self, main: str, tips: Tips | None = None) -> None:
+        """Take the copy of the definitions and note main's tip (and HEAD: `tips` when the
+        caller has just read them), on disk too."""
         with self._lock:
             self.note_records()
             self.copy = read_definitions(self.paths)
             own = self.paths.milestone_record(self.milestone)
+            if tips is not None and tips.on_branch and tips.main and tips.branch:
+                main_before, head_before = tips.main, tips.branch
+            else:
+                main_before, head_before = self.repo.branch_head(main), self.repo.head()
             self._saved = _Saved(
                 milestone=self.milestone, started=time.time(), main=main,
-                main_before=self.repo.branch_head(main), head_before=self.repo.head(),
+                main_before=main_before, head_before=head_before,
                 definitions={k: base64.b64encode(v).decode() for k, v in self.copy.items()},
                 record=base64.b64encode(own.read_bytes()).decode()
                 if own.is_file() and not self.confined else "")

@@ -12,7 +12,9 @@ prompt for credentials — so Anima looks at what a push leaves behind on this m
   points at a commit one of the project's own branches contains (fetched work is not ours).
 
 A push by bare URL to a network remote leaves no trace here and goes unseen.
-Each snapshot costs one `git for-each-ref` per local remote plus two in the project.
+Each snapshot costs one `git for-each-ref` per local remote plus one in the project, none
+when the project has no remote at all (a push to a URL moves no tracking ref); the loop takes
+the snapshot after one turn as the one before the next.
 """
 
 from __future__ import annotations
@@ -71,6 +73,11 @@ def _local_remotes(root: Path) -> dict[str, Path]:
 
 def remote_refs(root: Path) -> RefMap:
     """Every ref a push could move, as seen now."""
+    try:
+        if not human_config(root).remotes:
+            return {}
+    except GitError:
+        pass
     refs = _refs(root, "refs/remotes")
     for label, path in _local_remotes(root).items():
         refs.update({f"{label}:{ref}": sha
@@ -78,8 +85,9 @@ def remote_refs(root: Path) -> RefMap:
     return refs
 
 
-def pushed(root: Path, before: RefMap) -> list[str]:
-    """What moved since `before` in a way only a push explains: one line per ref."""
+def pushed(root: Path, before: RefMap) -> tuple[list[str], RefMap]:
+    """What moved since `before` in a way only a push explains (one line per ref), and the
+    refs as they are now."""
     after = remote_refs(root)
     lines = []
     for ref in sorted(before.keys() | after.keys()):
@@ -91,4 +99,4 @@ def pushed(root: Path, before: RefMap) -> list[str]:
                                         "--count=1", "refs/heads")):
             continue  # a fetch or a prune, not a push
         lines.append(f"{ref}: {(old or 'none')[:7]} → {(new or 'deleted')[:7]}")
-    return lines
+    return lines, after

@@ -97,6 +97,10 @@ class BranchKeeper:
     def _known(self) -> Tips:
         return self._tips if self._tips is not None else self.refresh()
 
+    def tips(self) -> Tips | None:
+        """The refs as last read and kept up to date since (None: not read yet)."""
+        return self._tips
+
     def _moved(self, **changes: str | bool | None) -> None:
         """Note what Anima itself just moved (a commit of its own, main put back)."""
         if self._tips is not None:

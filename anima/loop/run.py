@@ -34,6 +34,7 @@ from anima.events import (
     PhaseChanged,
 )
 from anima.git import GitRepo
+from anima.git.branches import Tips
 from anima.guard import TurnGuard
 from anima.loop.account import AccountGate
 from anima.loop.branch import BranchKeeper, UnreportedWork
@@ -54,7 +55,6 @@ from anima.loop.seats import AgentFactory, RunControl, Seats, Stopped
 from anima.loop.state import StateBoard, board, reconcile_state
 from anima.loop.worktree import MilestoneWorktree
 from anima.phases import PHASE_TEXT, RUNNING, Phase
-from anima.remotes import remote_refs
 from anima.store.models import (
     CheckRun,
     FeatureStatus,
@@ -320,7 +320,7 @@ class MilestoneRun:
         self.enter(Phase.DEVELOPER, f"round {rnd.round} ({kind})",
                    deadline=time.time() + self.config.agent_timeout_seconds)
         try:
-            text = self._turn(DEVELOPER, self.prompts.developer(rec, ctx))
+            text = self._turn(DEVELOPER, self.prompts.developer(rec, ctx), self.branch.tips())
         except (TurnTimeout, AgentCrashed) as e:
             self._reject(f"Developer {self.seats.failure(e)}")
             return None
@@ -330,7 +330,8 @@ class MilestoneRun:
         report = parse_developer_report(text)
         if report is None:
             try:
-                text = self._turn(DEVELOPER, render("developer_restate", round=rnd.round))
+                text = self._turn(DEVELOPER, render("developer_restate", round=rnd.round),
+                                  self.branch.tips())
             except (TurnTimeout, AgentCrashed) as e:
                 self._reject(f"Developer {self.seats.failure(e)}")
                 return None
@@ -407,7 +408,7 @@ class MilestoneRun:
         self._log(f"checks: running `{shown}` on {(rnd.commit or 'HEAD')[:7]}")
         self.bus.publish(CheckStarted(self.record.id, rnd.round, shown, time.time(), timeout))
         snapshot = self.branch.snapshot("the checks")
-        refs = None if self.config.allow_push else remote_refs(self.repo.root)
+        refs = None if self.config.allow_push else self.seats.remote_refs()
         try:
             result = run_check(command, self.repo.root, timeout=timeout, cancel=self.control.stop,
                                marker=procfs.agent_marker(self.project.root, self.record.id,
@@ -621,15 +622,16 @@ class MilestoneRun:
                 f"now ({tip[:7]}): merge {main} into {self.record.branch_name} (`git merge "
                 f"{main}`), resolve the conflicts and commit the merge")
 
-    def _turn(self, role: str, prompt: str) -> str:
-        """One turn; a Developer's is guarded (see anima.guard)."""
+    def _turn(self, role: str, prompt: str, tips: Tips | None = None) -> str:
+        """One turn; a Developer's is guarded (see anima.guard). `tips`: the refs as just
+        read (none: the guard reads them)."""
         if role != DEVELOPER:
             try:
                 return self.seats.turn(role, prompt)
             finally:
                 self._worktree_still_there(f"the {role}'s turn")
         self._guard.begin(self.record.main_branch or self.repo.main_branch(
-            self.config.main_branch))
+            self.config.main_branch), tips)
         try:
             return self.seats.turn(role, prompt)
         finally:

@@ -99,6 +99,7 @@ class Seats:
         self.fresh_developer: str | None = None  # why the next Developer session is fresh
         # The latest `rate_limit_event` per role: a rejected one explains the next 429.
         self.rate_limits: dict[str, RateLimitChanged] = {}
+        self._remote_refs: RefMap | None = None  # see `remote_refs`
 
     # ------------------------------------------------------------------ sessions
     def roll_over(self, new_feature: bool) -> None:
@@ -178,7 +179,7 @@ class Seats:
                 self._log(f"{role}: waits for the account's usage limit ({held[1]})")
                 self.account.wait(self.control.stop)
             self.idle.clear()  # before the stop check: `stop()` waits on it (no lost wake-up)
-            refs = None if self.config.allow_push else remote_refs(self.root)
+            refs = None if self.config.allow_push else self.remote_refs()
             try:
                 if self.control.stop.is_set():
                     raise Stopped
@@ -228,10 +229,17 @@ class Seats:
             self.bus.publish(Notice(rec.id, "waiting", f"{rec.title}: {message}"))
         self.bus.publish(UsageLimitWait(rec.id, until, message))
 
+    def remote_refs(self) -> RefMap:
+        """The refs a push could move, as the last check left them (nothing but a push or a
+        fetch moves them between two turns), else as they are now."""
+        if self._remote_refs is None:
+            self._remote_refs = remote_refs(self.root)
+        return self._remote_refs
+
     def check_pushes(self, who: str, before: RefMap) -> None:
         """A push the tool rules missed (an agent's, or the checks' running the Developer's
         code): say so in the round's notes and pause after it."""
-        moved = pushed(self.root, before)
+        moved, self._remote_refs = pushed(self.root, before)
         if not moved:
             return
         what = (f"the {who} pushed although pushing is not allowed (allow_push is off): "
