@@ -489,15 +489,18 @@ class MilestoneRun:
 
     def _acceptor_verdict(self, prompt: str) -> ReviewVerdict | None:
         """Ask the Acceptor, undo anything it changed, read its verdict (restating once).
-        None: the round is already recorded as rejected (timeout, crash, unreadable)."""
-        snapshot = self.branch.snapshot("the Acceptor")
+        None: the round is already recorded as rejected (timeout, crash, unreadable).
+        Confined, the Acceptor can change nothing (its tree and git are read-only to it):
+        there is nothing to take note of before, or to undo after."""
+        snapshot = None if self.sandbox.active else self.branch.snapshot("the Acceptor")
         try:
             try:
                 verdict = parse_verdict(self._turn(ACCEPTOR, prompt))
                 if verdict is None:
                     verdict = parse_verdict(self._turn(ACCEPTOR, render("acceptor_restate")))
             finally:
-                self.branch.undo_changes(snapshot, "the Acceptor")
+                if snapshot is not None:
+                    self.branch.undo_changes(snapshot, "the Acceptor")
         except (TurnTimeout, AgentCrashed) as e:
             self._reject(f"Acceptor {self.seats.failure(e)}")
             return None
