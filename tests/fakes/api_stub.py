@@ -177,7 +177,9 @@ class ApiStub:
 
     `replies` is consumed by agent requests (see `is_agent_request`) in order; when empty,
     `default` answers. `side_reply` answers side requests. `requests` records every request
-    body to /v1/messages (both kinds) with a `_path` key added.
+    body to /v1/messages (both kinds) with a `_path` key added. `latency` (seconds) is added
+    before every agent request's reply, on top of its own `delay`: a fixed time per model
+    call, standing for a real model's (benches); side requests are answered at once.
     """
 
     def __init__(
@@ -185,10 +187,12 @@ class ApiStub:
         default: Any = "OK",
         side_reply: Any = side_answer,
         is_main: Callable[[dict[str, Any]], bool] = is_agent_request,
+        latency: float = 0.0,
     ) -> None:
         self.default = default
         self.side_reply = side_reply
         self.is_main = is_main
+        self.latency = latency
         self.requests: list[dict[str, Any]] = []
         self.other_paths: list[str] = []
         self.counted: list[dict[str, Any]] = []  # count_tokens request bodies
@@ -338,7 +342,8 @@ class _Handler(BaseHTTPRequestHandler):
         with self.owner._lock:
             self.owner.requests.append(body)
         reply = self.owner._next_reply(body)
-        if reply.delay and self.owner._closing.wait(reply.delay):
+        delay = reply.delay + (self.owner.latency if self.owner.is_main(body) else 0.0)
+        if delay and self.owner._closing.wait(delay):
             return  # the stub is shutting down
         try:
             if reply.status != 200:
