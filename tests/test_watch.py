@@ -34,7 +34,8 @@ def completed(repo: Path, milestone_id: str) -> bool:
 def watched(git_repo: Path, fake_claude: FakeClaude) -> Path:
     # The first milestone's Developer turn is slow, so a file dropped meanwhile waits for it.
     fake_claude.write_script({"developer": [{"auto": True, "delay": 1.5}]})
-    return make_project(git_repo, {"m0-first": milestone_md("First", ["Alpha"])})
+    return make_project(git_repo, {"m0-first": milestone_md("First", ["Alpha"])},
+                        config={"max_parallel_milestones": 1})  # one after another
 
 
 def test_dropped_milestones_are_started_as_they_arrive(

@@ -611,7 +611,11 @@ class Engine:
             except AnimaError as e:
                 result.put(e)  # the asking process prints it
         self._submit(act)
-        outcome = result.get(timeout=60)
+        try:
+            outcome = result.get(timeout=60)
+        except queue.Empty:
+            raise ActionError(f"Anima is busy: the {action} of {milestone_id} is queued and "
+                              "happens shortly; check with `anima status`") from None
         if isinstance(outcome, AnimaError):
             raise outcome
         self._wake.set()
