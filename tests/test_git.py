@@ -335,6 +335,16 @@ def test_main_moving_is_reported_even_for_a_good_commit(
     assert moved[:7] in problem
 
 
+def test_main_moved_by_another_milestones_merge_does_not_reject_a_good_commit(
+    root: Path, repo: GitRepo, milestone: dict[str, str]
+) -> None:
+    """The loop passes no `main_head`: with several milestones, main moves whenever one of
+    them merges; who moved it is the turn guard's to judge, not the commit check's."""
+    write(root, "other.txt", "merged meanwhile\n")
+    commit_all(root, "Merge milestone/other")
+    assert check(repo, milestone, main_head=None) == []  # type: ignore[arg-type]
+
+
 def test_a_commit_on_another_branch_is_rejected(
     wt: Path, repo: GitRepo, milestone: dict[str, str]
 ) -> None:

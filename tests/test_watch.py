@@ -90,7 +90,8 @@ def test_dropped_milestones_are_started_as_they_arrive(
 
 def test_dropped_milestones_are_registered_at_once_and_start_in_arrival_order(
         git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
-    make_project(git_repo, {"m0-first": milestone_md("First", ["Alpha"])})
+    make_project(git_repo, {"m0-first": milestone_md("First", ["Alpha"])},
+                 config={"max_parallel_milestones": 1})  # one after another
     fake_claude.write_script({"developer": [{"auto": True, "delay": 6}]})
     folder = git_repo / ".anima" / "milestones"
     runner = Runner(git_repo, fake_claude, "--watch")

@@ -491,14 +491,14 @@ class BranchKeeper:
         elif new_work is None:
             problems = self.repo.check_developer_commit(
                 commit, branch=rec.branch_name or "", base_commit=rec.base_commit or "",
-                main=rec.main_branch or "", main_head=rec.main_head or "",
+                main=rec.main_branch or "", main_head=None,
                 definitions=self.guard.copy, since=since)
         else:  # everything is read already: only the `.anima/` diff is left to ask git
             problems = self.repo.check_resolved(
                 commit, Resolved(commit=commit, base=rec.base_commit, tip=tip,
                                  main_tip=tips.main, on_path=on_path),
                 branch=rec.branch_name or "", base_commit=rec.base_commit or "",
-                main=rec.main_branch or "", main_head=rec.main_head or "",
+                main=rec.main_branch or "", main_head=None,
                 definitions=self.guard.copy, since=since)
         if problems:
             return "git check failed: " + "; ".join(problems)
