@@ -101,6 +101,7 @@ class MilestoneRun:
         self.merge_queue = merge_queue or MergeQueue()
         #: a merge round is owed: main moved and the branch conflicts with it in these files
         self._conflicts: list[str] | None = None
+        self._conflict_main = ""  # main's commit the merge round must take in
         #: The human's checkout, never switched; `repo` becomes the milestone's worktree.
         self.project = self.repo = repo
         self.worktree = MilestoneWorktree(repo, store.paths, record.id, config, self._log)
@@ -234,7 +235,7 @@ class MilestoneRun:
         if (tip := accepted_tip(rec)) is not None and tip != self.branch.head():
             # Finally accepted, and commits on top that no review saw (a merge round that was
             # rejected, or cut short by a kill): a merge round goes on with them.
-            self._conflicts = self.project.merge_conflicts(tip, rec.main_branch or "")
+            self._owe_merge_round(tip)
 
     def _start_branch(self) -> None:
         """Create `milestone/<id>` from main in the milestone's own worktree. Also finishes a
@@ -597,13 +598,12 @@ class MilestoneRun:
                                    self.control.stop) as ours:
             if not ours:
                 raise Stopped
-            main, tip = rec.main_branch or "", accepted.commit or ""
-            if self.config.merge_on_complete and \
-                    (conflicts := self.project.merge_conflicts(tip, main)):
-                self._conflicts = conflicts
+            main = rec.main_branch or ""
+            if self.config.merge_on_complete and self._owe_merge_round(accepted.commit or ""):
                 self._log(f"{rec.branch_name} no longer merges into {main} cleanly (conflicts "
-                          f"in {', '.join(conflicts)}): the Developer merges {main} into it in "
-                          "a merge round, reviewed before the merge is tried again")
+                          f"in {', '.join(self._conflicts or [])}): the Developer merges "
+                          f"{main} into it in a merge round, reviewed before the merge is "
+                          "tried again")
                 return None
             # The completion and the intent to merge go to disk before git is asked to merge.
             rec.interrupted = False
@@ -613,17 +613,30 @@ class MilestoneRun:
             finish_completed(rec, self.store, self.project, self.config, self.bus)
         return self.phase
 
+    def _owe_merge_round(self, tip: str) -> bool:
+        """Whether `tip` conflicts with main as it is now; if so (or when `tip` is not the
+        branch's tip: a merge round was cut short or rejected), the next round is a merge
+        round, which must take in main's commit as read here."""
+        main = self.record.main_branch or ""
+        self._conflict_main = self.project.branch_head(main)
+        conflicts = self.project.merge_conflicts(tip, main)
+        if conflicts or tip != self.branch.head():
+            self._conflicts = conflicts
+        return bool(conflicts)
+
     def _unmerged_main(self) -> str | None:
-        """A merge round's commit must hold main as it is now: otherwise nothing merged."""
+        """A merge round's commit must hold main as the round found it: otherwise nothing
+        was merged (main moving again meanwhile is the merge queue's to find)."""
         rnd, main = self.ledger.round, self.record.main_branch
         if rnd is None or rnd.kind is not RoundKind.MERGE or not main or not rnd.commit:
             return None
-        tip = self.project.branch_head(main)
+        tip = self._conflict_main or self.project.branch_head(main)
         if self.repo.is_ancestor(tip, rnd.commit):
             return None
-        return (f"the merge round's commit {rnd.commit[:7]} does not contain {main} as it is "
-                f"now ({tip[:7]}): merge {main} into {self.record.branch_name} (`git merge "
-                f"{main}`), resolve the conflicts and commit the merge")
+        return (f"the merge round's commit {rnd.commit[:7]} does not contain {tip[:7]}, "
+                f"{main}'s commit when the round began: merge {main} into "
+                f"{self.record.branch_name} (`git merge {main}`), resolve the conflicts and "
+                "commit the merge")
 
     def _turn(self, role: str, prompt: str, tips: Tips | None = None) -> str:
         """One turn; a Developer's is guarded (see anima.guard). `tips`: the refs as just
