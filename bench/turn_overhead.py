@@ -23,12 +23,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from anima.agents.claude.discovery import ClaudeBinary, find_claude  # noqa: E402
-from anima.agents.claude.profiles import DEVELOPER, profile_for  # noqa: E402
+from anima.agents.claude.backend import CLAUDE  # noqa: E402
+from anima.agents.claude.discovery import find_claude  # noqa: E402
+from anima.agents.claude.profiles import profile_for  # noqa: E402
 from anima.agents.claude.protocol import build_argv  # noqa: E402
+from anima.agents.dialect import AgentBinary  # noqa: E402
 from anima.agents.process import AgentProcess  # noqa: E402
 from anima.config import Config  # noqa: E402
-from anima.events import EventBus  # noqa: E402
+from anima.events import DEVELOPER, EventBus  # noqa: E402
 from tests.conftest import REAL_INSTALL_HINT, find_real_claude, real_claude_env  # noqa: E402
 from tests.fakes.api_stub import ApiStub  # noqa: E402
 
@@ -38,7 +40,7 @@ TARGET_RATIO = 10.0
 REPLY = "ok"
 
 
-def real_claude() -> ClaudeBinary:
+def real_claude() -> AgentBinary:
     """The newest real CLI the tests use (never the fake)."""
     path = find_real_claude()
     if path is None:
@@ -46,11 +48,11 @@ def real_claude() -> ClaudeBinary:
     return find_claude(path)
 
 
-def persistent_turns(binary: ClaudeBinary, cwd: Path, env: dict[str, str]) -> list[float]:
+def persistent_turns(binary: AgentBinary, cwd: Path, env: dict[str, str]) -> list[float]:
     """Wall time of each turn on one long-lived process (start-up paid once, before)."""
     agent = AgentProcess(DEVELOPER, binary, profile_for(DEVELOPER, Config()), cwd, EventBus(),
                          session_id=str(uuid.uuid4()), turn_timeout=60, idle_timeout=60,
-                         env=env)
+                         env=env, dialect=CLAUDE)
     agent.start()
     try:
         agent.send("warm up")  # the CLI initialises lazily on its first input
@@ -65,7 +67,7 @@ def persistent_turns(binary: ClaudeBinary, cwd: Path, env: dict[str, str]) -> li
         agent.stop()
 
 
-def fresh_turns(binary: ClaudeBinary, cwd: Path, env: dict[str, str]) -> list[float]:
+def fresh_turns(binary: AgentBinary, cwd: Path, env: dict[str, str]) -> list[float]:
     """Wall time of `claude -p PROMPT` run to completion, one process per turn."""
     profile = profile_for(DEVELOPER, Config())
     child_env = {k: v for k, v in {**os.environ, **env}.items() if k != "CLAUDECODE"}

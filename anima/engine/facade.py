@@ -25,7 +25,7 @@ from typing import Any
 from anima import comments, procfs
 from anima.diffs import ChangeSet, milestone_changes
 from anima.engine import read_only
-from anima.engine.agents import DIALECT, AgentFactory
+from anima.engine.agents import AgentFactory, owns_process
 from anima.engine.milestones import MilestoneQueue
 from anima.engine.outcome import RunOutcome
 from anima.engine.project import ensure_gitignore
@@ -33,6 +33,7 @@ from anima.engine.settings import LiveConfig
 from anima.engine.watcher import MilestoneWatcher
 from anima.errors import AnimaError, ConfigError, LockError, MilestoneError, ProjectError
 from anima.events import (
+    ROLES,
     AgentEvent,
     EngineError,
     Event,
@@ -162,7 +163,7 @@ class Engine:
         """After a crash: stop leftover agents, clean up files, finish a cut-short merge,
         make state.json agree with the records. Cheap and silent when nothing is wrong."""
         for line in recover_project(self.paths, self._registry, self.store.load_records(),
-                                    self.repo):
+                                    self.repo, owns_process):
             self._log(None, line)
         records = self.milestones.read(register=False).records
         for line in prune_leftover_worktrees(self.repo, self.paths, records):
@@ -182,7 +183,7 @@ class Engine:
     def _make_agent(self, role: str, session_id: str, resume: bool) -> Agent:
         run = self._run
         return self.agents.make(run.record if run else None, role, session_id, resume,
-                                confine=run.sandbox.confine(role) if run else None)
+                                sandbox=run.sandbox if run else None)
 
     # ------------------------------------------------------------------ the loop
     def run(self, *, watch: bool = False, start_all: bool = False) -> RunOutcome:
@@ -305,7 +306,9 @@ class Engine:
 
     def _drive(self, record: MilestoneRecord) -> Phase:
         # A missing CLI is reported before anything changes; its version goes on record.
-        record.claude_version = self.agents.claude().version
+        record.agents = self.agents.runs()
+        record.claude_version = next((run.version for run in record.agents.values()
+                                      if run.agent == "claude"), record.claude_version)
         self.journal.open(record.id, max_bytes=int(self.config.transcript_max_mb * 2**20))
         self._control = RunControl()
         counter = ApiTokenCounter(self.config.summarizer.model) \
@@ -317,11 +320,12 @@ class Engine:
         assert self.summarizer is not None
         sandbox = MilestoneSandbox(self.paths, record.id,
                                    active=self._sandbox.active(self.config.sandbox),
-                                   visible=self.agents.claude().install_paths())
+                                   visible=self.agents.install_paths())
         run = MilestoneRun(record=record, store=self.store, repo=self.repo, config=self.config,
                            prompts=prompts, agents=self._make_agent, bus=self.bus,
                            summarizer=self.summarizer, control=self._control,
-                           dialect=DIALECT, sandbox=sandbox)
+                           dialects={role: self.agents.backend(role) for role in ROLES},
+                           sandbox=sandbox)
         self._run = run
         if self._shutdown.is_set():  # a stop that came before the run existed
             run.stop("shutdown")

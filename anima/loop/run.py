@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from anima import procfs
@@ -85,7 +85,7 @@ class MilestoneRun:
 
     def __init__(self, *, record: MilestoneRecord, store: Store, repo: GitRepo, config: Config,
                  prompts: PromptBuilder, agents: AgentFactory, bus: EventBus,
-                 summarizer: Summarizer, control: RunControl, dialect: Dialect,
+                 summarizer: Summarizer, control: RunControl, dialects: Mapping[str, Dialect],
                  sandbox: MilestoneSandbox | None = None) -> None:
         self.record = record
         self.store = store
@@ -111,7 +111,7 @@ class MilestoneRun:
         self._copies: dict[int, tuple[Iteration, str, Iteration]] = {}
         self.ledger = Ledger(record, config, bus, summarizer, self._save, self._log)
         self.seats = Seats(record=record, store=store, root=repo.root, config=config,
-                           make_agent=agents, dialect=dialect, bus=bus, control=control,
+                           make_agent=agents, dialects=dialects, bus=bus, control=control,
                            ledger=self.ledger, save=self._save, log_line=self._log,
                            request_pause=self._request_pause)
         self._guard = TurnGuard(store.paths, repo, record.id, confined=self.sandbox.active)

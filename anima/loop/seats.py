@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -71,7 +71,7 @@ class Seats:
     """The Developer's and the Acceptor's agents, started on demand."""
 
     def __init__(self, *, record: MilestoneRecord, store: Store, root: Path, config: Config,
-                 make_agent: AgentFactory, dialect: Dialect, bus: EventBus,
+                 make_agent: AgentFactory, dialects: Mapping[str, Dialect], bus: EventBus,
                  control: RunControl, ledger: Ledger,
                  save: Callable[[], None], log_line: Callable[[str], None],
                  request_pause: Callable[[str], None]) -> None:
@@ -80,7 +80,7 @@ class Seats:
         self.root = root
         self.config = config
         self.make_agent = make_agent
-        self.dialect = dialect
+        self.dialects = dialects  # per role: a pair may mix vendors
         self.bus = bus
         self.control = control
         self.ledger = ledger
@@ -95,6 +95,9 @@ class Seats:
         self.fresh_developer: str | None = None  # why the next Developer session is fresh
         # The latest `rate_limit_event` per role: a rejected one explains the next 429.
         self.rate_limits: dict[str, RateLimitChanged] = {}
+        # role -> the session id an agent is starting on (a CLI that names its own sessions
+        # reports another one while it starts)
+        self._opening: dict[str, str] = {}
 
     # ------------------------------------------------------------------ sessions
     def roll_over(self, new_feature: bool) -> None:
@@ -140,8 +143,15 @@ class Seats:
             session_id = str(uuid.uuid4())
             setattr(sessions, role, session_id)
             self._save()  # the session id is known before the process can write anything
-        agent = self.make_agent(role, session_id, resume)
+        self._opening[role] = session_id
+        try:
+            agent = self.make_agent(role, session_id, resume)
+        finally:
+            del self._opening[role]
         self._agents[role] = agent
+        if agent.session_id != session_id:  # a CLI that names its own sessions (codex)
+            setattr(sessions, role, agent.session_id)
+            self._save()
         return agent
 
     def _fresh_session(self, role: str, note: str) -> None:
@@ -200,7 +210,7 @@ class Seats:
                 if refs is not None:
                     self.check_pushes(role, refs)
             self.ledger.account(result)
-            fault = self.dialect.classify(result, self.rate_limits.get(role))
+            fault = self.dialects[role].classify(result, self.rate_limits.get(role))
             if fault is None:
                 return result.text
             if faults.handle(role, fault) is Retry.FRESH_SESSION:
@@ -249,7 +259,8 @@ class Seats:
         elif isinstance(event, ApiRetry):
             self._log(f"{event.role}: {event.describe()}")
         elif (isinstance(event, SessionStarted) and event.model
-              and getattr(self.record.sessions, event.role, None) == event.session_id):
+              and getattr(self.record.sessions, event.role, None) in (
+                  event.session_id, self._opening.get(event.role))):
             # Persisted with the next save; a resume passes it again (design.md, "Resume").
             setattr(self.record.sessions, f"{event.role}_model", event.model)
 

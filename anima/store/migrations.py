@@ -64,6 +64,11 @@ def _record_v6_to_v7(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "comments": []}
 
 
+def _record_v7_to_v8(data: dict[str, Any]) -> dict[str, Any]:
+    """v8 added which agent, model and CLI version each role ran (`agents`; unknown before)."""
+    return {**data, "agents": {}}
+
+
 #: (kind of file, version) -> the step to version + 1. Each step is pure and small.
 _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("record", 1): _record_v1_to_v2,
@@ -72,6 +77,7 @@ _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] =
     ("record", 4): _record_v4_to_v5,
     ("record", 5): _record_v5_to_v6,
     ("record", 6): _record_v6_to_v7,
+    ("record", 7): _record_v7_to_v8,
     ("state", 1): _state_v1_to_v2,
 }
 
