@@ -233,6 +233,7 @@ class AgentProcess:
                 with self._cond:
                     self._stderr_tail.append(event.text[-2000:])
             elif isinstance(event, SessionStarted):
+                event = dataclasses.replace(event, cli=self.binary.version)
                 self._session_model = event.model or self._session_model
                 if event.session_id:  # the id a CLI that names its own sessions chose
                     self._session_id = event.session_id
