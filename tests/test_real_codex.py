@@ -35,9 +35,10 @@ pytestmark = [pytest.mark.real_codex, pytest.mark.timeout(180)]
 PRICE = {"input": 2.0, "cached_input": 0.5, "output": 8.0}
 
 
-def project(repo: Path, features: list[str], **roles: dict[str, Any]) -> Path:
+def project(repo: Path, features: list[str], summaries: bool = False,
+            **roles: dict[str, Any]) -> Path:
     return make_project(repo, {"m1": milestone_md("Greeter", features)}, config={
-        "agent_timeout_seconds": 60, "summarizer": {"enabled": False},
+        "agent_timeout_seconds": 60, "summarizer": {"enabled": summaries},
         "exact_token_count": False, "usage_limit_margin_seconds": 0.5,
         "api_retry_max_wait_seconds": 0.5, "agent_prices": {STUB_MODEL: PRICE}, **roles})
 
@@ -209,13 +210,16 @@ def test_a_refused_codex_key_pauses_saying_how_to_log_in(real_codex_bin: str,
 
 def test_codex_5xx_past_its_retries_is_sent_again(real_codex_bin: str, codex_home: Path,
                                                   git_repo: Path) -> None:
-    repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
+    """Also: with Codex in both roles, round summaries come from the reports (Anima's
+    summarizer speaks Anthropic's API), and the log says so."""
+    repo = project(git_repo, ["Greet"], summaries=True, developer=codex_role(real_codex_bin),
                    acceptor=codex_role(real_codex_bin))
     with ResponsesStub(default=for_codex(PairModel())) as stub:
         stub.push(server_error(), server_error())
         result = run_headless(repo, real_codex_env(stub, codex_home))
     assert_ran(result)
     assert result.stdout.count("sending the prompt again") == 2
+    assert "round summaries come from the reports" in result.stdout
     rec = record(repo, "m1")
     assert rec.status is MilestoneStatus.COMPLETED
     assert [i.verdict for i in rec.iterations] == [Verdict.ACCEPTED, Verdict.ACCEPTED]

@@ -131,6 +131,9 @@ class Backend(Dialect, Protocol):
 
     #: The config's `agent` value ("claude", "codex").
     name: str
+    #: The model API its account speaks ("anthropic", "openai"): Anima's own summaries and
+    #: token counts use Anthropic's, so they run only beside a backend that speaks it.
+    api: str
     #: Whether Anima names a new session (claude's `--session-id`) or the CLI does (then the
     #: id is the one its `SessionStarted` reports).
     picks_session_ids: bool

@@ -86,6 +86,10 @@ class AgentFactory:
                                model=getattr(self.config, role).model,
                                version=self.binary(role).version) for role in ROLES}
 
+    def apis(self) -> set[str]:
+        """The model APIs the roles' backends speak."""
+        return {self.backend(role).api for role in ROLES}
+
     def install_paths(self) -> tuple[Path, ...]:
         """What the sandbox keeps visible: every role's CLI."""
         found = (p for role in ROLES for p in self.binary(role).install_paths())

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from anima import comments, procfs
+from anima.config import Config
 from anima.diffs import ChangeSet, milestone_changes
 from anima.engine import read_only
 from anima.engine.agents import AgentFactory, owns_process
@@ -73,6 +74,8 @@ log = logging.getLogger(__name__)
 
 #: How often a merge into main that waits for the human's files is tried again.
 _MERGE_RETRY_SECONDS = 3.0
+#: The API Anima's own summarizer and token counter speak (`Backend.api`).
+_ANTHROPIC = "anthropic"
 
 
 
@@ -148,7 +151,17 @@ class Engine:
         if not self._recovered:
             self._recover()
             self._recovered = True
-        self.summarizer = Summarizer(self.config.summarizer)
+        self.summarizer = self._summarizer(self.config)
+
+    def _summarizer(self, config: Config) -> Summarizer:
+        """Round summaries from Anthropic's API only beside an agent that speaks it; with
+        none (codex in both roles) they come from the reports, and the log says so."""
+        settings = config.summarizer
+        if settings.enabled and _ANTHROPIC not in self.agents.apis():
+            self._log(None, "round summaries come from the reports: the summarizer uses "
+                            "Anthropic's API and no role runs an agent on it")
+            settings = settings.model_copy(update={"enabled": False})
+        return Summarizer(settings)
 
     def _retry_waiting_merges(self, scan: Scan) -> None:
         """A merge that waits for the human's files is tried again every few seconds: it
@@ -251,10 +264,12 @@ class Engine:
         """Before the next start: a config.json saved since it was read takes effect."""
         if (config := self.settings.reloaded()) is None:
             return
+        apis = self.agents.apis()
         self.agents.use_config(config)
-        if config.summarizer != self.config.summarizer and self.summarizer is not None:
+        changed = config.summarizer != self.config.summarizer or apis != self.agents.apis()
+        if changed and self.summarizer is not None:
             self.summarizer.close()
-            self.summarizer = Summarizer(config.summarizer)
+            self.summarizer = self._summarizer(config)
         self.config = config
         self._log(None, f"{self.paths.config} changed: settings reloaded")
 
@@ -312,7 +327,7 @@ class Engine:
         self.journal.open(record.id, max_bytes=int(self.config.transcript_max_mb * 2**20))
         self._control = RunControl()
         counter = ApiTokenCounter(self.config.summarizer.model) \
-            if self.config.exact_token_count else None
+            if self.config.exact_token_count and _ANTHROPIC in self.agents.apis() else None
         prompts = PromptBuilder(self.paths, budget_tokens=self.config.context_budget_tokens,
                                 recent_in_full=self.config.recent_rounds_in_full,
                                 counter=counter,

@@ -38,6 +38,7 @@ class ClaudeBackend:
     """Claude Code in print mode with stream-json on both sides."""
 
     name = "claude"
+    api = "anthropic"
     picks_session_ids = True  # `--session-id <uuid>`
 
     def argv(self, binary_argv: list[str], role_config: RoleConfig, *, session_id: str,

@@ -38,6 +38,7 @@ class CodexBackend:
     """Codex CLI (`@openai/codex`), driven through `codex app-server`."""
 
     name = "codex"
+    api = "openai"
     picks_session_ids = False  # thread ids come from `thread/start`
 
     def __init__(self, prices: dict[str, ModelPrice]) -> None:
