@@ -222,7 +222,8 @@ def first_turn(binary: AgentBinary, cwd: Path, env: dict[str, str],
     bus = EventBus()
     bus.subscribe(on_event)
     started = time.perf_counter()
-    confine: Confine | None = sandbox_of.confine(DEVELOPER) if sandbox_of else None
+    confine: Confine | None = sandbox_of.confine(DEVELOPER, CLAUDE.prepare_home) \
+        if sandbox_of else None
     agent = AgentProcess(DEVELOPER, binary, profile_for(DEVELOPER, Config()), cwd, bus,
                          session_id=str(uuid.uuid4()), turn_timeout=60, idle_timeout=60,
                          env=env, confine=confine, dialect=CLAUDE)

@@ -98,7 +98,8 @@ def make_confined(real_claude_bin: str, real_env: dict[str, str], milestone: Mil
         agent = AgentProcess(DEVELOPER, binary, profile_for(DEVELOPER, Config()),
                              milestone.worktree, bus, session_id=session_id or str(uuid.uuid4()),
                              resume=resume, turn_timeout=60.0, idle_timeout=30.0, env=real_env,
-                             confine=confinement.confine(DEVELOPER), dialect=CLAUDE)
+                             confine=confinement.confine(DEVELOPER, CLAUDE.prepare_home),
+                             dialect=CLAUDE)
         made.append(agent)
         agent.start()
         return agent

@@ -101,9 +101,8 @@ class MilestoneSandbox:
             writable += more
         extra = [Path(p) for p in os.environ.get(WRITABLE_VAR, "").split(os.pathsep) if p]
         state, home = self.paths.agent_state(self.id, role), self.home(role)
-        rw_files = sandbox.prepare_home(home, self._user_identity())
-        if cli_home is not None:
-            rw_files += cli_home(home, Path.home())
+        sandbox.prepare_home(home, self._user_identity())
+        rw_files = cli_home(home, Path.home()) if cli_home is not None else ()
         c = sandbox.Confinement(
             cwd=worktree, home=home, tmp=state / "tmp", writable=(*writable, *extra),
             protected=tuple(protected), extra_rw_files=rw_files,

@@ -3,13 +3,16 @@ behind one object (design notes: docs/ and the README's agent section)."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
+from anima import sandbox
 from anima.agents.claude import faults, protocol
 from anima.agents.claude.discovery import find_claude
 from anima.agents.claude.profiles import profile_for
 from anima.agents.dialect import AgentBinary, Fault, RoleProfile
+from anima.atomic import write_text_atomic
 from anima.config import Config, RoleConfig
 from anima.events import Event, RateLimitChanged, TurnResult
 
@@ -73,7 +76,14 @@ class ClaudeBackend:
         return session_id in argv and "-p" in argv and "stream-json" in argv
 
     def prepare_home(self, home: Path, real_home: Path) -> tuple[tuple[Path, Path], ...]:
-        return ()  # anima.sandbox.prepare_home already carries claude's login over
+        """Its state folder, a copy of `~/.claude.json` (so it skips its first-start flow),
+        and a subscriber's `~/.claude/.credentials.json` bound over a placeholder."""
+        state = sandbox.own_dir(home / ".claude")
+        settings, real_settings = home / ".claude.json", real_home / ".claude.json"
+        if not os.path.lexists(settings) and real_settings.is_file():
+            write_text_atomic(settings, real_settings.read_text(encoding="utf-8"))
+        return sandbox.carry_login(real_home / ".claude" / ".credentials.json",
+                                   state / ".credentials.json")
 
     def environment(self, config: Config, home: Path | None) -> dict[str, str]:
         return {}  # its push rules are tool rules (`profile`)

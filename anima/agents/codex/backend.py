@@ -10,6 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
+from anima import sandbox
 from anima.agents.codex import faults, protocol
 from anima.agents.dialect import AgentBinary, Fault, RoleProfile, load_system_prompt
 from anima.agents.discovery import find_binary
@@ -86,22 +87,11 @@ class CodexBackend:
     def prepare_home(self, home: Path, real_home: Path) -> tuple[tuple[Path, Path], ...]:
         """`<home>/.codex` with a copy of the user's `config.toml` (provider, model) and their
         `auth.json` bound over a placeholder (Codex refreshes its token in place)."""
-        real, private = codex_home(real_home), home / ".codex"
-        if private.is_symlink() or (private.exists() and not private.is_dir()):
-            private.unlink()
-        private.mkdir(parents=True, exist_ok=True)
+        real, private = codex_home(real_home), sandbox.own_dir(home / ".codex")
         if (real / "config.toml").is_file():
             (private / "config.toml").unlink(missing_ok=True)  # never write through a link
             shutil.copyfile(real / "config.toml", private / "config.toml")
-        login = real / "auth.json"
-        if not login.is_file():
-            return ()
-        placeholder = private / "auth.json"
-        if placeholder.is_symlink() or not placeholder.is_file():
-            if os.path.lexists(placeholder):
-                placeholder.unlink()
-            placeholder.touch(mode=0o600)
-        return ((login, placeholder),)
+        return sandbox.carry_login(real / "auth.json", private / "auth.json")
 
     def environment(self, config: Config, home: Path | None) -> dict[str, str]:
         env = {} if config.allow_push else dict(PUSH_DENIED)
