@@ -127,16 +127,16 @@ class Dialect(Protocol):
 class Backend(Dialect, Protocol):
     """Everything vendor-specific about one agent CLI: its dialect, finding and versioning its
     binary, the roles' settings, how its sessions are named, what its processes look like after
-    a crash, and what its private home in the sandbox needs."""
+    a crash, and what its private home in the sandbox needs.
+
+    Anima names a new session (claude's `--session-id`), or the CLI does: then its
+    conversation's opening reports the id in a `SessionStarted` and the process adopts it."""
 
     #: The config's `agent` value ("claude", "codex").
     name: str
     #: The model API its account speaks ("anthropic", "openai"): Anima's own summaries and
     #: token counts use Anthropic's, so they run only beside a backend that speaks it.
     api: str
-    #: Whether Anima names a new session (claude's `--session-id`) or the CLI does (then the
-    #: id is the one its `SessionStarted` reports).
-    picks_session_ids: bool
 
     def find(self, configured: str | None) -> AgentBinary:
         """The CLI to run: `configured`, else its environment variable, else PATH; raises

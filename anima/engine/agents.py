@@ -82,7 +82,7 @@ class AgentFactory:
     def runs(self) -> dict[str, AgentRun]:
         """What each role runs on: backend, model, CLI version (raises when a CLI is
         missing, before anything changes)."""
-        return {role: AgentRun(agent=getattr(self.config, role).agent,
+        return {role: AgentRun(agent=self.backend(role).name,
                                model=getattr(self.config, role).model,
                                version=self.binary(role).version) for role in ROLES}
 

@@ -42,7 +42,6 @@ class ClaudeBackend:
 
     name = "claude"
     api = "anthropic"
-    picks_session_ids = True  # `--session-id <uuid>`
 
     def argv(self, binary_argv: list[str], role_config: RoleConfig, *, session_id: str,
              resume: bool, system_prompt: str, session_model: str | None = None) -> list[str]:

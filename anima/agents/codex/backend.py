@@ -40,7 +40,6 @@ class CodexBackend:
 
     name = "codex"
     api = "openai"
-    picks_session_ids = False  # thread ids come from `thread/start`
 
     def __init__(self, prices: dict[str, ModelPrice]) -> None:
         self.prices = prices
