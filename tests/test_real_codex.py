@@ -28,6 +28,7 @@ from tests.fakes.responses_stub import (
     usage_limit,
 )
 from tests.helpers import make_project, milestone_md, record
+from tests.test_recovery import wait_until
 
 pytestmark = [pytest.mark.real_codex, pytest.mark.timeout(180)]
 
@@ -251,3 +252,36 @@ def test_a_kill_mid_turn_resumes_the_codex_thread(real_codex_bin: str, codex_hom
     # The same thread, resumed: the killed turn's prompt is in its history.
     assert thread and rec.sessions.developer == thread == after["prompt_cache_key"]
     assert len(codex_prompts(after)) >= 2, json.dumps(codex_prompts(after))[:2000]
+
+
+def test_a_codex_agent_a_dead_anima_left_is_stopped_by_the_next_run(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """Its command line names no session: the registry's pid and start time, the project and
+    the backend's `codex app-server` shape are what recognise it."""
+    from anima import procfs
+    from anima.agents.codex.backend import CodexBackend
+    from anima.agents.process import AgentProcess
+    from anima.config import Config
+    from anima.events import DEVELOPER, EventBus
+    from anima.loop.recovery import AgentRegistry
+    from anima.paths import ProjectPaths
+
+    repo = make_project(git_repo)
+    backend = CodexBackend({})
+    with ResponsesStub() as stub:
+        agent = AgentProcess(DEVELOPER, backend.find(real_codex_bin),
+                             backend.profile(DEVELOPER, Config()), repo, EventBus(),
+                             session_id="", turn_timeout=60, idle_timeout=30,
+                             env=real_codex_env(stub, codex_home), dialect=backend,
+                             marker=procfs.agent_marker(repo, "m1", DEVELOPER))
+        agent.start()
+        try:
+            assert agent.pid is not None
+            AgentRegistry(ProjectPaths(repo)).add(DEVELOPER, agent.pid, agent.session_id, "m1")
+            result = run_headless(repo, real_codex_env(stub, codex_home))
+            assert_ran(result)
+            assert (f"stopped a leftover developer agent of a previous run (pid {agent.pid}, "
+                    f"session {agent.session_id[:8]})") in result.stdout
+            wait_until(lambda: not agent.alive, timeout=10, what="the leftover gone")
+        finally:
+            agent.stop(grace=1.0)
