@@ -36,12 +36,12 @@ pytestmark = [pytest.mark.real_codex, pytest.mark.timeout(180)]
 PRICE = {"input": 2.0, "cached_input": 0.5, "output": 8.0}
 
 
-def project(repo: Path, features: list[str], summaries: bool = False,
-            **roles: dict[str, Any]) -> Path:
+def project(repo: Path, features: list[str], summaries: bool = False, **config: Any) -> Path:
+    """A project with milestone m1; `config`: the roles and other keys."""
     return make_project(repo, {"m1": milestone_md("Greeter", features)}, config={
         "agent_timeout_seconds": 60, "summarizer": {"enabled": summaries},
         "exact_token_count": False, "usage_limit_margin_seconds": 0.5,
-        "api_retry_max_wait_seconds": 0.5, "agent_prices": {STUB_MODEL: PRICE}, **roles})
+        "api_retry_max_wait_seconds": 0.5, "agent_prices": {STUB_MODEL: PRICE}, **config})
 
 
 def codex_role(codex: str) -> dict[str, Any]:
@@ -285,3 +285,16 @@ def test_a_codex_agent_a_dead_anima_left_is_stopped_by_the_next_run(
             wait_until(lambda: not agent.alive, timeout=10, what="the leftover gone")
         finally:
             agent.stop(grace=1.0)
+
+
+def test_the_budget_counts_codex_tokens_at_the_configured_price(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    repo = project(git_repo, ["Greet", "Version"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin), max_budget_usd=0.01)
+    with ResponsesStub(default=for_codex(PairModel())) as stub:
+        result = run_headless(repo, real_codex_env(stub, codex_home))
+    assert_ran(result, 3)
+    rec = record(repo, "m1")
+    assert rec.status is MilestoneStatus.PAUSED
+    assert (rec.pause_reason or "").startswith(f"budget reached: ${rec.cost_usd:.2f} of $0.01")
+    assert [i.feature for i in rec.iterations] == ["F1"]  # F2 never started
