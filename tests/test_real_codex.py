@@ -298,3 +298,35 @@ def test_the_budget_counts_codex_tokens_at_the_configured_price(
     assert rec.status is MilestoneStatus.PAUSED
     assert (rec.pause_reason or "").startswith(f"budget reached: ${rec.cost_usd:.2f} of $0.01")
     assert [i.feature for i in rec.iterations] == ["F1"]  # F2 never started
+
+
+def test_an_interrupted_codex_turn_ends_stopped_and_the_next_turn_works(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    import threading
+
+    from anima.agents.codex.backend import CodexBackend
+    from anima.agents.dialect import FaultKind
+    from anima.agents.process import AgentProcess
+    from anima.config import Config
+    from anima.events import DEVELOPER, EventBus
+
+    backend = CodexBackend({})
+    with ResponsesStub() as stub:
+        stub.push(Reply(text="a long answer " * 30, chunk_delay=0.3), "after")
+        agent = AgentProcess(DEVELOPER, backend.find(real_codex_bin),
+                             backend.profile(DEVELOPER, Config()), git_repo, EventBus(),
+                             session_id="", turn_timeout=60, idle_timeout=30,
+                             env=real_codex_env(stub, codex_home), dialect=backend)
+        agent.start()
+        try:
+            stop = threading.Timer(1.0, agent.interrupt)
+            stop.start()
+            started = time.monotonic()
+            stopped = agent.send("write a lot")
+            stop.join()
+            assert time.monotonic() - started < 10
+            fault = backend.classify(stopped, None)
+            assert fault is not None and fault.kind is FaultKind.STOPPED
+            assert agent.send("go on").text == "after"
+        finally:
+            agent.stop()
