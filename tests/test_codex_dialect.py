@@ -99,3 +99,17 @@ def test_each_role_picks_its_agent_and_an_old_config_still_loads(tmp_path: Path)
     assert (config.developer.agent, config.developer.model) == ("codex", "gpt-5-codex")
     assert config.developer.allowed_tools  # the role's defaults stay
     assert set(config.agent_prices) >= {"my-model", "gpt-5-codex"}
+
+
+def test_a_retry_codex_announces_shows_as_an_api_retry() -> None:
+    from anima.events import ApiRetry
+
+    conversation = CodexBackend({}).conversation(
+        DEVELOPER, session_id="", resume=False, system_prompt="x",
+        role_config=Config().developer)
+    line = (b'{"method":"error","params":{"error":{"message":"Reconnecting... 2/5 (stream '
+            b'disconnected before completion)","codexErrorInfo":{"responseStreamDisconnected":'
+            b'{"httpStatusCode":502}}},"willRetry":true,"threadId":"t","turnId":"u"}}')
+    (retry,) = conversation.parse(line)
+    assert isinstance(retry, ApiRetry)
+    assert retry.describe().startswith("API retry 2/5: 502 Reconnecting... 2/5")

@@ -1,5 +1,5 @@
 """`claude -p` as a `Backend`: the protocol's, the faults' and the profiles' pure functions
-behind one object (design notes: docs/ and the README's agent section)."""
+behind one object (see the README's agent section)."""
 
 from __future__ import annotations
 

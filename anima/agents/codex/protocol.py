@@ -42,6 +42,7 @@ _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\
 SESSION_LOST = "session_lost"
 INTERRUPTED = "interrupted"
 
+_RETRY_COUNT = re.compile(r"\b(\d+)/(\d+)\b")
 _OPEN_ID = "anima-open"
 _INIT_ID = "anima-init"
 
@@ -219,9 +220,12 @@ class CodexConversation:
         elif method == "error" and params.get("willRetry"):
             error = params.get("error")
             error = error if isinstance(error, dict) else {}
-            return [ApiRetry(role=self.role, attempt=0, max_retries=0, delay_ms=0.0,
+            message = str(error.get("message", ""))
+            count = _RETRY_COUNT.search(message)  # "Reconnecting... 2/5"
+            return [ApiRetry(role=self.role, attempt=int(count[1]) if count else 0,
+                             max_retries=int(count[2]) if count else 0, delay_ms=0.0,
                              error_status=error_status(error.get("codexErrorInfo")),
-                             error=str(error.get("message", "")))]
+                             error=message)]
         elif method == "warning":
             return [RawOutput(role=self.role, text=f"codex: {params.get('message', '')}")]
         elif method == "turn/completed":
