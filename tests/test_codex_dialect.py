@@ -35,7 +35,7 @@ def result_of(events: list[Event]) -> TurnResult:
 def classify(name: str, now: float | None = None) -> tuple[FaultKind, str, float | None]:
     from anima.agents.codex import faults
 
-    fault = faults.classify(result_of(replay(name)), now)
+    fault = faults.classify(result_of(replay(name)), now=now)
     assert fault is not None
     return fault.kind, fault.advice or fault.message, fault.resets_at
 
@@ -113,3 +113,19 @@ def test_a_retry_codex_announces_shows_as_an_api_retry() -> None:
     (retry,) = conversation.parse(line)
     assert isinstance(retry, ApiRetry)
     assert retry.describe().startswith("API retry 2/5: 502 Reconnecting... 2/5")
+
+
+def test_a_plans_windows_show_in_the_pane_and_name_the_exact_reset() -> None:
+    """Two turns: the first leaves the 5-hour window 91 % used, the second hits its limit."""
+    from anima.agents.codex import faults
+    from anima.events import RateLimitChanged
+
+    events = replay("planlimit")
+    warning, reached = [e for e in events if isinstance(e, RateLimitChanged)]
+    assert warning.describe().startswith("5-hour limit 91 % used, resets ")
+    assert (reached.status, reached.limit_type) == ("rejected", "five_hour")
+    ok, failed = [e for e in events if isinstance(e, TurnResult)]
+    assert not ok.is_error
+    fault = faults.classify(failed, reached)
+    assert fault is not None and fault.kind is FaultKind.USAGE_LIMIT
+    assert fault.resets_at == reached.resets_at and fault.limit_type == "five_hour"

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from anima.events import clock
 from anima.store.models import MilestoneStatus, Verdict
 from tests.conftest import real_codex_env, run_git
 from tests.fakes.api_stub import ApiStub
@@ -173,18 +174,18 @@ def test_the_codex_acceptor_cannot_write_and_pushes_are_refused(
 
 def test_a_codex_usage_limit_is_waited_out(real_codex_bin: str, codex_home: Path,
                                            git_repo: Path) -> None:
-    """Codex names the reset to the minute ("try again at 9:00 PM"): a reset within the
-    current minute is waited out at once, plus the margin."""
-    while time.time() % 60 > 45:  # the reset and the turns must fall in the same minute
-        time.sleep(1)
+    """The plan's window, used up, names the exact reset; the pane shows the window's state."""
     repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
                    acceptor=codex_role(real_codex_bin))
     with ResponsesStub(default=for_codex(PairModel())) as stub:
-        stub.push(usage_limit(time.time() + 2))
+        resets = time.time() + 3
+        stub.push(usage_limit(resets))
+        started = time.monotonic()
         result = run_headless(repo, real_codex_env(stub, codex_home))
         first, second = stub.requests[:2]
     assert_ran(result)
-    assert "waiting for the usage limit to reset at" in result.stdout
+    assert time.monotonic() - started > 3
+    assert f"waiting for the usage limit to reset at {clock(resets)}" in result.stdout
     assert "hit your usage limit" in result.stdout
     rec = record(repo, "m1")
     assert rec.status is MilestoneStatus.COMPLETED and rec.consecutive_rejections == 0

@@ -83,12 +83,23 @@ def tool_outputs(request: dict[str, Any]) -> list[str]:
             if isinstance(i, dict) and i.get("type") == "function_call_output"]
 
 
-def usage_limit(resets_at: float) -> Reply:
-    """A ChatGPT plan's 429 once its usage limit is used up (Codex does not retry it)."""
+def plan_headers(used_percent: int, resets_at: float, window_minutes: int = 300
+                 ) -> dict[str, str]:
+    """The `x-codex-primary-*` headers a ChatGPT plan's responses carry (Codex reports them as
+    `account/rateLimits/updated`)."""
+    return {"x-codex-primary-used-percent": str(used_percent),
+            "x-codex-primary-window-minutes": str(window_minutes),
+            "x-codex-primary-reset-at": str(int(resets_at))}
+
+
+def usage_limit(resets_at: float, headers: bool = True) -> Reply:
+    """A ChatGPT plan's 429 once its usage limit is used up (Codex does not retry it); with
+    the plan's headers unless `headers` is off (then only the text names the reset)."""
     return Reply(status=429, error={
         "type": "usage_limit_reached", "message": "The usage limit has been reached",
         "plan_type": "plus", "resets_at": int(resets_at),
-        "resets_in_seconds": max(1, int(resets_at - time.time()))})
+        "resets_in_seconds": max(1, int(resets_at - time.time()))},
+        headers=plan_headers(100, resets_at) if headers else {})
 
 
 def unauthorized() -> Reply:

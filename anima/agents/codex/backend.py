@@ -61,7 +61,7 @@ class CodexBackend:
         return faults.session_lost(result)
 
     def classify(self, result: TurnResult, rate_limit: RateLimitChanged | None) -> Fault | None:
-        return faults.classify(result)
+        return faults.classify(result, rate_limit)
 
     def find(self, configured: str | None) -> AgentBinary:
         return find_binary("codex", configured, config_key="<role>.command", env_var=ENV_VAR,

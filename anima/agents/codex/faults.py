@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from anima.agents.codex.protocol import INTERRUPTED, SESSION_LOST
 from anima.agents.dialect import Fault, FaultKind
-from anima.events import TurnResult
+from anima.events import RateLimitChanged, TurnResult
 
 _AUTH_KINDS = {"unauthorized"}
 _AUTH_TEXT = re.compile(r"\b401\b|\b403\b|unauthorized|invalid api key|incorrect api key|"
@@ -37,16 +37,22 @@ def login_advice(message: str) -> str:
             "set OPENAI_API_KEY (or the key your Codex provider names); then resume")
 
 
-def classify(result: TurnResult, now: float | None = None) -> Fault | None:
-    """The fault behind a failed turn, or None for a real reply."""
+def classify(result: TurnResult, rate_limit: RateLimitChanged | None = None,
+             now: float | None = None) -> Fault | None:
+    """The fault behind a failed turn, or None for a real reply. `rate_limit` is the latest
+    window state the process reported: used up, its reset is exact (the text names a
+    minute)."""
     if not result.is_error:
         return None
     text, status, kind = result.text.strip(), result.api_error_status, result.api_error
     if result.subtype == INTERRUPTED:
         return Fault(FaultKind.STOPPED, text or "interrupted", status)
     if kind == "usageLimitExceeded" or _USAGE_TEXT.search(text):
+        known = rate_limit if rate_limit is not None and rate_limit.status == "rejected" \
+            else None
         return Fault(FaultKind.USAGE_LIMIT, text, status or 429,
-                     resets_at=reset_from_text(text, now), limit_type="codex")
+                     resets_at=(known.resets_at if known else None) or reset_from_text(text, now),
+                     limit_type=known.limit_type if known else "")
     if status in (401, 403) or kind in _AUTH_KINDS or _AUTH_TEXT.search(text):
         return Fault(FaultKind.AUTH, text, status, advice=login_advice(text))
     if kind == "contextWindowExceeded" or _TOO_LONG_TEXT.search(text):

@@ -28,6 +28,7 @@ from anima.events import (
     AssistantText,
     ContextUsage,
     Event,
+    RateLimitChanged,
     RawOutput,
     SessionStarted,
     Thinking,
@@ -42,6 +43,8 @@ _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\
 SESSION_LOST = "session_lost"
 INTERRUPTED = "interrupted"
 
+#: A plan window's length in minutes -> its name in Anima's events.
+_WINDOWS = {300: "five_hour", 10080: "seven_day"}
 _RETRY_COUNT = re.compile(r"\b(\d+)/(\d+)\b")
 _OPEN_ID = "anima-open"
 _INIT_ID = "anima-init"
@@ -226,12 +229,34 @@ class CodexConversation:
                              max_retries=int(count[2]) if count else 0, delay_ms=0.0,
                              error_status=error_status(error.get("codexErrorInfo")),
                              error=message)]
+        elif method == "account/rateLimits/updated":
+            limits = params.get("rateLimits")
+            return [event] if (event := self._rate_limit(limits)) is not None else []
         elif method == "warning":
             return [RawOutput(role=self.role, text=f"codex: {params.get('message', '')}")]
         elif method == "turn/completed":
             turn = params.get("turn")
             return self._turn_completed(turn if isinstance(turn, dict) else {})
         return []
+
+    def _rate_limit(self, limits: Any) -> RateLimitChanged | None:
+        """The fuller of the plan's windows (from the `x-codex-*` headers of each response):
+        used up, it is the usage limit the next failed turn hits, with its exact reset."""
+        if not isinstance(limits, dict):
+            return None
+        windows = [w for w in (limits.get("primary"), limits.get("secondary"))
+                   if isinstance(w, dict)]
+        if not windows:
+            return None
+        window = max(windows, key=lambda w: _int(w.get("usedPercent")))
+        used = _int(window.get("usedPercent"))
+        status = "rejected" if used >= 100 or limits.get("rateLimitReachedType") else \
+            "allowed_warning" if used >= 90 else "allowed"
+        resets_at = window.get("resetsAt")
+        return RateLimitChanged(
+            role=self.role, status=status, utilization=used / 100,
+            resets_at=float(resets_at) if isinstance(resets_at, int | float) else None,
+            limit_type=_WINDOWS.get(_int(window.get("windowDurationMins")), ""))
 
     def _tool_use(self, item: dict[str, Any]) -> list[Event]:
         kind, item_id = item.get("type"), str(item.get("id", ""))
