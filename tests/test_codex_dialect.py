@@ -129,3 +129,15 @@ def test_a_plans_windows_show_in_the_pane_and_name_the_exact_reset() -> None:
     fault = faults.classify(failed, reached)
     assert fault is not None and fault.kind is FaultKind.USAGE_LIMIT
     assert fault.resets_at == reached.resets_at and fault.limit_type == "five_hour"
+
+
+def test_a_request_codex_makes_of_anima_is_shown_not_lost() -> None:
+    from anima.events import RawOutput
+
+    conversation = CodexBackend({}).conversation(
+        DEVELOPER, session_id="", resume=False, system_prompt="x",
+        role_config=Config().developer)
+    (shown,) = conversation.parse(b'{"id":0,"method":"item/commandExecution/requestApproval",'
+                                  b'"params":{"threadId":"t","turnId":"u","itemId":"c"}}')
+    assert isinstance(shown, RawOutput)
+    assert "codex asked 'item/commandExecution/requestApproval'" in shown.text

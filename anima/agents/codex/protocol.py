@@ -187,6 +187,10 @@ class CodexConversation:
             return [RawOutput(role=self.role, text=cleaned)] if cleaned.strip() else []
         if "method" not in obj:
             return self._response(obj)
+        if "id" in obj:  # a request to Anima: with approvals off none should come
+            return [RawOutput(role=self.role, text=f"codex asked {obj['method']!r}, which Anima "
+                              "does not answer (approvals are off); the idle timeout ends "
+                              "the turn if it waits for it")]
         params = obj.get("params")
         return self._notification(str(obj["method"]), params if isinstance(params, dict) else {})
 
