@@ -64,7 +64,8 @@ class CodexBackend:
         return faults.classify(result, rate_limit)
 
     def find(self, configured: str | None) -> AgentBinary:
-        return find_binary("codex", configured, config_key="<role>.command", env_var=ENV_VAR,
+        return find_binary("codex", configured, config_key="developer.command / acceptor.command",
+                           env_var=ENV_VAR,
                            install_hint=INSTALL_HINT)
 
     def profile(self, role: str, config: Config) -> RoleProfile:
