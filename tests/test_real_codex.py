@@ -331,3 +331,21 @@ def test_an_interrupted_codex_turn_ends_stopped_and_the_next_turn_works(
             assert agent.send("go on").text == "after"
         finally:
             agent.stop()
+
+
+def test_a_codex_session_past_the_rollover_share_continues_in_a_fresh_thread(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """Codex reports its context window and the tokens in use: a role past
+    `context_rollover_percent` gets a fresh thread, and the record says why."""
+    repo = project(git_repo, ["Greet", "Version"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin), context_rollover_percent=1)
+    with ResponsesStub(default=for_codex(PairModel())) as stub:
+        result = run_headless(repo, real_codex_env(stub, codex_home))
+        threads = [r["prompt_cache_key"] for r in stub.requests]
+    assert_ran(result)
+    rec = record(repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    developer = [r for r in rec.rollovers if r.role == "developer"]
+    assert developer and developer[0].tokens > developer[0].window / 100 > 0
+    assert developer[0].old_session in threads and rec.sessions.developer in threads
+    assert developer[0].old_session != rec.sessions.developer
