@@ -26,8 +26,11 @@ class _Strict(BaseModel):
 
 
 class RoleConfig(_Strict):
-    """How one agent role's `claude` process is started."""
+    """How one agent role's CLI process is started (the tool rules are `claude`'s)."""
 
+    agent: Literal["claude", "codex"] = Field("claude", description="the agent CLI of this role")
+    command: str | None = Field(None, description="this role's CLI command; null = "
+                                "claude_command (claude), else $ANIMA_<AGENT>_COMMAND or PATH")
     model: str | None = Field(None, description="--model for this role; null = CLI default")
     permission_mode: str = Field("acceptEdits", description="--permission-mode")
     allowed_tools: list[str] = Field(default_factory=list, description="--allowedTools")
@@ -47,6 +50,22 @@ def _acceptor_default() -> RoleConfig:
                        "Bash(git log:*)", "Bash(git status:*)"],
         disallowed_tools=["Edit", "Write", "NotebookEdit"],
     )
+
+
+class ModelPrice(_Strict):
+    """USD per million tokens, for a CLI that reports tokens and no dollars (codex)."""
+
+    input: float = Field(ge=0)
+    cached_input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+
+def _default_prices() -> dict[str, ModelPrice]:
+    # OpenAI's list prices when this was written; config `agent_prices` changes or adds any.
+    gpt5 = ModelPrice(input=1.25, cached_input=0.125, output=10.0)
+    mini = ModelPrice(input=0.25, cached_input=0.025, output=2.0)
+    return {"gpt-5": gpt5, "gpt-5-codex": gpt5, "gpt-5.1": gpt5, "gpt-5.1-codex": gpt5,
+            "gpt-5.1-codex-max": gpt5, "gpt-5-codex-mini": mini, "gpt-5.1-codex-mini": mini}
 
 
 class SummarizerConfig(_Strict):
@@ -80,6 +99,9 @@ class Config(_Strict):
                                     "first prompt with the API once to calibrate the budget")
     recent_rounds_in_full: int = Field(4, ge=1)
     max_budget_usd: float | None = Field(None, gt=0)
+    agent_prices: dict[str, ModelPrice] = Field(
+        default_factory=_default_prices, description="per model, what a CLI that reports "
+        "only tokens (codex) spends; entries given here are added to the defaults")
     allow_push: bool = Field(False, description="let the agents run `git push`; by default the "
                              "tool rules block it and a push that slips through pauses")
     context_rollover_percent: float | None = Field(
@@ -120,7 +142,11 @@ class Config(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _role_defaults(cls, data: Any) -> Any:
-        """`"developer": {"model": "x"}` changes the model and keeps the role's tool lists."""
+        """`"developer": {"model": "x"}` changes the model and keeps the role's tool lists;
+        `agent_prices` adds to the default table."""
+        if isinstance(data, dict) and isinstance(data.get("agent_prices"), dict):
+            defaults = {k: v.model_dump() for k, v in _default_prices().items()}
+            data = {**data, "agent_prices": {**defaults, **data["agent_prices"]}}
         if isinstance(data, dict):
             for role, default in (("developer", _developer_default),
                                   ("acceptor", _acceptor_default)):

@@ -99,6 +99,8 @@ class SessionStarted(AgentEvent):
     session_id: str
     model: str = ""
     tools: tuple[str, ...] = ()
+    #: The CLI's version line (`2.1.330 (Claude Code)`, `codex-cli 0.169.0`): which agent runs.
+    cli: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Did an agent push? A cheap look, before and after each turn, at the refs a push moves.
 
-The tool rules block `git push` itself (`anima.agents.claude.profiles`); this is the second
-line, for a push the rules did not recognise (`sh -c 'git push'`, a script, `git -C . push`).
+Each backend denies `git push` itself (claude's tool rules, git's own refusal under codex: see
+the README's agent section); this is the second line, for a push that got past it
+(`sh -c 'git push'` under claude's rules, a script, `git -C . push`).
 `git ls-remote` would ask every remote over the network — slow, offline it fails, and it may
 prompt for credentials — so Anima looks at what a push leaves behind on this machine:
 

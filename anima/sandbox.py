@@ -215,7 +215,7 @@ def _gitconfig(name: str | None, email: str | None) -> str:
     return ("[user]\n" + "".join(user) if user else "") + "[gc]\n\tauto = 0\n"
 
 
-def _own_dir(path: Path) -> Path:
+def own_dir(path: Path) -> Path:
     """`path` as a real folder. An agent could have left a symlink there, and Anima prepares
     the home outside the sandbox: writing through it would write where the agent chose."""
     if path.is_symlink() or (path.exists() and not path.is_dir()):
@@ -224,7 +224,7 @@ def _own_dir(path: Path) -> Path:
     return path
 
 
-def _own_file(path: Path) -> None:
+def own_file(path: Path) -> None:
     """`path` as a regular file (an empty one if it was not): a file bind's mount point."""
     if path.is_file() and not path.is_symlink():
         return
@@ -235,25 +235,19 @@ def _own_file(path: Path) -> None:
     path.touch(mode=0o600)
 
 
-def prepare_home(home: Path, identity: tuple[str | None, str | None],
-                 real_home: Path | None = None) -> tuple[tuple[Path, Path], ...]:
+def prepare_home(home: Path, identity: tuple[str | None, str | None]) -> None:
     """Make the private HOME: a `.gitconfig` with the human's identity and no automatic gc,
-    and nothing else (the user's real one may define filters or hooks that would run inside),
-    the CLI's state folder, a copy of the CLI's `~/.claude.json` (so it skips its first-start
-    flow). Returns the `extra_rw_files` that keep a subscriber's login working: the real
-    `~/.claude/.credentials.json` over a placeholder in the private home (the CLI refreshes
-    its token in place when a rename onto the bind fails). Idempotent; `real_home` defaults
-    to the user's."""
-    real = real_home if real_home is not None else Path.home()
-    _own_dir(home)
+    and nothing else (the user's real one may define filters or hooks that would run inside).
+    What the agent's CLI needs there is its backend's (`Backend.prepare_home`). Idempotent."""
+    own_dir(home)
     write_text_atomic(home / ".gitconfig", _gitconfig(*identity))
-    state = _own_dir(home / ".claude")
-    settings, real_settings = home / ".claude.json", real / ".claude.json"
-    if not os.path.lexists(settings) and real_settings.is_file():
-        write_text_atomic(settings, real_settings.read_text(encoding="utf-8"))
-    credentials = real / ".claude" / ".credentials.json"
-    if not credentials.is_file():
+
+
+def carry_login(real: Path, placeholder: Path) -> tuple[tuple[Path, Path], ...]:
+    """A CLI's login file bound read-write over a placeholder in the private home (the CLI
+    refreshes its token in place when a rename onto the bind fails); none when the user has
+    no such file."""
+    if not real.is_file():
         return ()
-    placeholder = state / ".credentials.json"
-    _own_file(placeholder)
-    return ((credentials, placeholder),)
+    own_file(placeholder)
+    return ((real, placeholder),)

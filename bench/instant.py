@@ -14,10 +14,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from anima.agents.claude.dialect import CLAUDE  # noqa: E402
+from anima.agents.claude.backend import CLAUDE  # noqa: E402
 from anima.config import Config  # noqa: E402
 from anima.engine.project import init_project  # noqa: E402
-from anima.events import EventBus, TurnResult  # noqa: E402
+from anima.events import ROLES, EventBus, TurnResult  # noqa: E402
 from anima.git import GitRepo  # noqa: E402
 from anima.loop.run import MilestoneRun  # noqa: E402
 from anima.loop.seats import RunControl  # noqa: E402
@@ -121,5 +121,5 @@ def run_milestone(features: int, *, on_event=None) -> tuple[MilestoneRun, Clock,
                               recent_in_full=config.recent_rounds_in_full),
         agents=lambda role, sid, resume: InstantAgent(role, worktree, clock, sid),
         bus=bus, summarizer=Summarizer(config.summarizer, env={}), control=RunControl(),
-        dialect=CLAUDE)
+        dialects={role: CLAUDE for role in ROLES})
     return run, clock, repo

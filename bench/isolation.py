@@ -53,11 +53,19 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from anima import sandbox  # noqa: E402
-from anima.agents.claude.discovery import ClaudeBinary, find_claude  # noqa: E402
-from anima.agents.claude.profiles import DEVELOPER, profile_for  # noqa: E402
+from anima.agents.claude.backend import CLAUDE  # noqa: E402
+from anima.agents.claude.discovery import find_claude  # noqa: E402
+from anima.agents.claude.profiles import profile_for  # noqa: E402
+from anima.agents.dialect import AgentBinary  # noqa: E402
 from anima.agents.process import AgentProcess  # noqa: E402
 from anima.config import Config  # noqa: E402
-from anima.events import Event, EventBus, SessionStarted, TurnResult  # noqa: E402
+from anima.events import (  # noqa: E402
+    DEVELOPER,
+    Event,
+    EventBus,
+    SessionStarted,
+    TurnResult,
+)
 from anima.git import GitRepo  # noqa: E402
 from anima.git.worktree_include import copy_included  # noqa: E402
 from anima.loop.checks import Confine  # noqa: E402
@@ -201,7 +209,7 @@ def small_project(root: Path) -> tuple[ProjectPaths, Path]:
     return paths, paths.worktree("m1")
 
 
-def first_turn(binary: ClaudeBinary, cwd: Path, env: dict[str, str],
+def first_turn(binary: AgentBinary, cwd: Path, env: dict[str, str],
                sandbox_of: MilestoneSandbox | None) -> tuple[float, float]:
     """Seconds from the start (the sandbox made, when confined) to `system/init` and to the
     first turn's `result`."""
@@ -214,10 +222,11 @@ def first_turn(binary: ClaudeBinary, cwd: Path, env: dict[str, str],
     bus = EventBus()
     bus.subscribe(on_event)
     started = time.perf_counter()
-    confine: Confine | None = sandbox_of.confine(DEVELOPER) if sandbox_of else None
+    confine: Confine | None = sandbox_of.confine(DEVELOPER, CLAUDE.prepare_home) \
+        if sandbox_of else None
     agent = AgentProcess(DEVELOPER, binary, profile_for(DEVELOPER, Config()), cwd, bus,
                          session_id=str(uuid.uuid4()), turn_timeout=60, idle_timeout=60,
-                         env=env, confine=confine)
+                         env=env, confine=confine, dialect=CLAUDE)
     agent.start()
     try:
         result = agent.send("reply ok")  # the CLI initialises on its first input

@@ -23,7 +23,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # `anima status` keeps a cache in the user's cache folder: the suite's, not the user's.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="anima-tests-cache-")
 
-from anima.agents.claude.discovery import ClaudeBinary, find_claude
+from anima.agents.claude.discovery import find_claude
+from anima.agents.dialect import AgentBinary
 from tests.fakes.api_stub import ApiStub
 
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
@@ -69,7 +70,7 @@ class FakeClaude:
         }
 
     @property
-    def binary(self) -> ClaudeBinary:
+    def binary(self) -> AgentBinary:
         return find_claude(self.command)
 
     def write_script(self, script: dict[str, Any]) -> None:
@@ -216,6 +217,49 @@ def real_claude_env(stub: ApiStub, home: Path) -> dict[str, str]:
 @pytest.fixture
 def real_env(api_stub: ApiStub, tmp_path: Path) -> dict[str, str]:
     return real_claude_env(api_stub, tmp_path / "home")
+
+
+# --- the real codex -------------------------------------------------------------------------
+
+REAL_CODEX_DIR = ".codex-cli"
+CODEX_INSTALL_HINT = "npm install --prefix .codex-cli @openai/codex@latest"
+
+
+def find_real_codex() -> str | None:
+    """$ANIMA_REAL_CODEX, else the README's install, else `codex` on PATH."""
+    candidates = [os.environ.get("ANIMA_REAL_CODEX") or
+                  str(REPO_ROOT / REAL_CODEX_DIR / "node_modules" / ".bin" / "codex"),
+                  shutil.which("codex")]
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+@pytest.fixture(scope="session")
+def real_codex_bin() -> str:
+    found = find_real_codex()
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"real codex CLI not installed (CI must install it): {CODEX_INSTALL_HINT}")
+        pytest.skip(f"real codex CLI not installed: {CODEX_INSTALL_HINT}")
+    return found
+
+
+@pytest.fixture
+def codex_home() -> Iterator[Path]:
+    """A CODEX_HOME outside /tmp: under /tmp Codex refuses to set up the helper its own
+    read-only sandbox runs commands through."""
+    folder = Path(tempfile.mkdtemp(prefix="anima-codex-home-", dir="/var/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def real_codex_env(stub: Any, home: Path) -> dict[str, str]:
+    """The real codex pointed at a `ResponsesStub` (its config.toml in `home`)."""
+    from tests.fakes.responses_stub import KEY_VAR
+
+    stub.codex_home(home)
+    return {"CODEX_HOME": str(home), KEY_VAR: "sk-stub"}
 
 
 # --- no process left behind ---------------------------------------------------------------

@@ -13,12 +13,15 @@ from typing import Any
 
 import pytest
 
+from anima.agents.claude.backend import CLAUDE
 from anima.agents.claude.discovery import INSTALL_HINT, find_claude
-from anima.agents.claude.profiles import ACCEPTOR, DEVELOPER, profile_for
+from anima.agents.claude.profiles import profile_for
 from anima.agents.process import AgentProcess
 from anima.config import Config
 from anima.errors import AgentCrashed, AgentError, AgentNotFound, SessionLost, TurnTimeout
 from anima.events import (
+    ACCEPTOR,
+    DEVELOPER,
     AgentExited,
     ApiRetry,
     AssistantText,
@@ -79,7 +82,7 @@ def make_agent(fake_claude: FakeClaude, git_repo: Path, bus: EventBus) -> Iterat
         agent = AgentProcess(
             role, binary, profile_for(role, Config()), git_repo, bus,
             session_id=session_id or str(uuid.uuid4()), resume=resume,
-            turn_timeout=turn_timeout, idle_timeout=idle_timeout,
+            turn_timeout=turn_timeout, idle_timeout=idle_timeout, dialect=CLAUDE,
             env={**fake_claude.env, **(env or {})}, **kw,
         )
         made.append(agent)
@@ -334,7 +337,8 @@ def test_stop_kills_a_process_that_ignores_eof_and_sigterm(tmp_path: Path, git_r
                         "trap '' TERM\nexec 0</dev/null\nwhile :; do sleep 0.1; done\n")
     stubborn.chmod(0o755)
     agent = AgentProcess(DEVELOPER, find_claude(str(stubborn)), profile_for(DEVELOPER, Config()),
-                         git_repo, bus, session_id="s", turn_timeout=5, idle_timeout=5)
+                         git_repo, bus, session_id="s", turn_timeout=5, idle_timeout=5,
+                         dialect=CLAUDE)
     agent.start()
     pid = agent.pid
     assert pid is not None

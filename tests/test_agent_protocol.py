@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from anima.agents.claude.profiles import ACCEPTOR, DEVELOPER, load_system_prompt, profile_for
+from anima.agents.claude.profiles import profile_for
 from anima.agents.claude.protocol import (
     ContextMeter,
     build_argv,
@@ -14,9 +14,12 @@ from anima.agents.claude.protocol import (
     parse_line,
     user_message,
 )
+from anima.agents.dialect import load_system_prompt
 from anima.agents.transport import LineFramer
 from anima.config import Config, RoleConfig
 from anima.events import (
+    ACCEPTOR,
+    DEVELOPER,
     AssistantText,
     Compacted,
     ContextUsage,

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from anima import procfs
+from anima.agents.claude.backend import CLAUDE
 from anima.agents.claude.discovery import find_claude
-from anima.agents.claude.profiles import DEVELOPER, profile_for
+from anima.agents.claude.profiles import profile_for
 from anima.agents.process import AgentProcess
 from anima.config import Config
-from anima.events import EventBus
+from anima.events import DEVELOPER, EventBus
 from anima.loop.confinement import sandbox_problem
 from anima.store.models import MilestoneStatus
 from tests.conftest import FakeClaude
@@ -50,7 +51,7 @@ def test_stopping_an_agent_stops_what_it_started_in_other_sessions(
     fake_claude.write_script({"developer": [{**SPAWN, "auto": False, "text": "started"}]})
     agent = AgentProcess(DEVELOPER, fake_claude.binary, profile_for(DEVELOPER, Config()),
                          git_repo, EventBus(), session_id=str(uuid.uuid4()), turn_timeout=20,
-                         idle_timeout=20, env=fake_claude.env,
+                         idle_timeout=20, env=fake_claude.env, dialect=CLAUDE,
                          marker=procfs.agent_marker(git_repo, "m1", DEVELOPER))
     agent.start()
     try:
@@ -80,7 +81,7 @@ def test_the_real_cli_runs_bash_outside_the_agents_group_and_stopping_it_stops_a
     agent = AgentProcess(DEVELOPER, find_claude(real_claude_bin),
                          profile_for(DEVELOPER, Config()), git_repo, EventBus(),
                          session_id=str(uuid.uuid4()), turn_timeout=60, idle_timeout=30,
-                         env=real_env, marker=marker)
+                         env=real_env, marker=marker, dialect=CLAUDE)
     agent.start()
     try:
         assert agent.send("start three servers").text == "Started."

@@ -382,7 +382,10 @@ def _flat_keys(data: dict[str, object], prefix: str = "") -> list[str]:
 def test_example_readme_documents_every_key() -> None:
     readme = (EXAMPLE / "README.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"^\| `([a-z_.]+)` \|", readme, re.M))
-    assert set(_flat_keys(Config().model_dump(mode="json"))) <= documented
+    # A map keyed by the user's own names (`agent_prices`: per model) is documented as one.
+    undocumented = [key for key in _flat_keys(Config().model_dump(mode="json"))
+                    if key not in documented and key.split(".")[0] not in documented]
+    assert undocumented == []
 
 
 def test_example_state_and_gitignore() -> None:

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from anima.agents.claude.profiles import DEVELOPER, PUSH_RULES, profile_for
+from anima.agents.claude.profiles import PUSH_RULES, profile_for
 from anima.agents.claude.protocol import build_argv
 from anima.config import Config
+from anima.events import DEVELOPER
 from anima.loop.confinement import WRITABLE_VAR, sandbox_problem
 from anima.store.models import MilestoneStatus
 from tests.conftest import FakeClaude, run_git

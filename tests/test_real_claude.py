@@ -15,12 +15,22 @@ from pathlib import Path
 
 import pytest
 
+from anima.agents.claude.backend import CLAUDE
 from anima.agents.claude.discovery import find_claude
-from anima.agents.claude.profiles import ACCEPTOR, DEVELOPER, profile_for
+from anima.agents.claude.profiles import profile_for
 from anima.agents.process import AgentProcess
 from anima.config import Config
 from anima.errors import SessionLost
-from anima.events import Event, EventBus, SessionStarted, ToolResult, ToolUse, TurnResult
+from anima.events import (
+    ACCEPTOR,
+    DEVELOPER,
+    Event,
+    EventBus,
+    SessionStarted,
+    ToolResult,
+    ToolUse,
+    TurnResult,
+)
 from tests.conftest import run_git
 from tests.fakes.api_stub import ApiStub, all_text, system_text
 
@@ -46,7 +56,8 @@ def make_real(real_claude_bin: str, real_env: dict[str, str], git_repo: Path,
              turn_timeout: float = 60.0) -> AgentProcess:
         agent = AgentProcess(role, binary, profile_for(role, Config()), git_repo, bus,
                              session_id=session_id or str(uuid.uuid4()), resume=resume,
-                             turn_timeout=turn_timeout, idle_timeout=30.0, env=real_env)
+                             turn_timeout=turn_timeout, idle_timeout=30.0, env=real_env,
+                             dialect=CLAUDE)
         made.append(agent)
         agent.start()
         return agent

@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from anima import sandbox
+from anima.agents.claude.backend import CLAUDE
 from anima.agents.claude.discovery import find_claude
-from anima.agents.claude.profiles import DEVELOPER, profile_for
+from anima.agents.claude.profiles import profile_for
 from anima.agents.process import AgentProcess
 from anima.config import Config
-from anima.events import Event, EventBus, ToolResult
+from anima.events import DEVELOPER, Event, EventBus, ToolResult
 from anima.git import GitRepo
 from anima.loop.confinement import MilestoneSandbox
 from anima.paths import ProjectPaths
@@ -97,7 +98,8 @@ def make_confined(real_claude_bin: str, real_env: dict[str, str], milestone: Mil
         agent = AgentProcess(DEVELOPER, binary, profile_for(DEVELOPER, Config()),
                              milestone.worktree, bus, session_id=session_id or str(uuid.uuid4()),
                              resume=resume, turn_timeout=60.0, idle_timeout=30.0, env=real_env,
-                             confine=confinement.confine(DEVELOPER))
+                             confine=confinement.confine(DEVELOPER, CLAUDE.prepare_home),
+                             dialect=CLAUDE)
         made.append(agent)
         agent.start()
         return agent

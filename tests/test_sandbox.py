@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from anima import sandbox
+from anima.agents.claude.backend import CLAUDE
 from anima.sandbox import Confinement
 
 if sandbox.unavailable() == sandbox.NOT_INSTALLED:
@@ -69,6 +70,12 @@ class World:
                     found[where + name] = sha
         return found
 
+    def prepare(self, home: Path, identity: tuple[str | None, str | None] = IDENTITY
+                ) -> tuple[tuple[Path, Path], ...]:
+        """The private HOME as Anima prepares it for a `claude` agent."""
+        sandbox.prepare_home(home, identity)
+        return CLAUDE.prepare_home(home, self.real_home)
+
     def confine(self, **changes: Any) -> Confinement:
         """The Developer of m1, as Anima would confine it; `changes` override fields."""
         admin = Path(git(self.m1, "rev-parse", "--absolute-git-dir"))
@@ -77,7 +84,7 @@ class World:
         c = Confinement(
             cwd=self.m1, home=home, tmp=self.state / "tmp",
             writable=(self.m1, *writable), protected=tuple(protected),
-            extra_rw_files=sandbox.prepare_home(home, IDENTITY, self.real_home),
+            extra_rw_files=self.prepare(home),
             # Everything outside /tmp stays visible; so must the test's folder.
             visible=(self.root,))
         return dataclasses.replace(c, **changes)
@@ -275,7 +282,7 @@ def test_git_config_is_private(world: World) -> None:
     assert (world.real_home / ".gitconfig").read_text() == real
     assert "[x]" in (world.state / "home" / ".gitconfig").read_text()
     # The next start rewrites it: nothing an agent adds survives.
-    sandbox.prepare_home(world.state / "home", IDENTITY, world.real_home)
+    world.prepare(world.state / "home")
     assert "[x]" not in (world.state / "home" / ".gitconfig").read_text()
 
 
@@ -317,7 +324,7 @@ def test_login_file_is_shared_and_settings_copied(world: World) -> None:
     assert (world.real_home / ".claude" / ".credentials.json").read_text() == '{"token": "new"}\n'
     # Only the private copy changes from now on; a second prepare keeps it.
     (home / ".claude.json").write_text("{}\n")
-    sandbox.prepare_home(home, IDENTITY, world.real_home)
+    world.prepare(home)
     assert (home / ".claude.json").read_text() == "{}\n"
 
 
@@ -328,7 +335,7 @@ def test_prepare_home_writes_through_no_symlink(world: World) -> None:
     home.mkdir(parents=True)
     (home / ".claude").symlink_to(victim)
     (home / ".claude.json").symlink_to(victim / "settings.json")
-    sandbox.prepare_home(home, (None, None), world.real_home)
+    world.prepare(home, (None, None))
     assert list(victim.iterdir()) == []
     assert (home / ".claude").is_dir() and not (home / ".claude").is_symlink()
     assert (home / ".gitconfig").read_text() == "[gc]\n\tauto = 0\n"

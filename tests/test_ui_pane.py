@@ -15,7 +15,7 @@ from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QApplication
 
 from anima import events as ev
-from anima.agents.claude.protocol import describe_tool
+from anima.agents.tools import describe_tool
 from ui.agent_pane import AgentPane
 from ui.bridge import EngineBridge
 from ui.transcript import render_markdown

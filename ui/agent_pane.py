@@ -230,6 +230,8 @@ class AgentPane(QFrame):
             self._session_id = event.session_id
             self._show_context(None)
             model = f" · {event.model}" if event.model else ""
+            cli = f" · {event.cli}" if event.cli else ""
+            self.title.setText(f"{ROLE_TITLES.get(self.role, self.role.title())}{cli}{model}")
             return [(("meta", f"● session {event.session_id[:8]}{model}"),)]
         if isinstance(event, ev.AgentExited):
             return self._exited(event)

@@ -40,11 +40,11 @@ class _ClaudeProbe(QObject):
 
     def start(self, command: str | None) -> None:
         def probe() -> None:
-            from anima.agents.claude.discovery import find_claude
+            from anima.engine.agents import find_cli
             from anima.errors import AnimaError
 
             try:
-                self.found.emit(find_claude(command).version)
+                self.found.emit(find_cli("claude", command).version)
             except AnimaError as e:
                 self.found.emit(f"not found ({str(e).splitlines()[0]})")
 

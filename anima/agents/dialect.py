@@ -1,17 +1,20 @@
-"""What Anima needs to know of one agent CLI: the `Dialect` protocol. The transport and the
-turns (anima.agents.transport, anima.agents.process) speak through it, so a second agent CLI is
-one more implementation beside `anima.agents.claude`; the loop sees only typed events, turn
-results and the faults below."""
+"""What Anima needs to know of one agent CLI: the `Backend` protocol (with its `Dialect`, the
+wire format of one process). The transport and the turns (anima.agents.transport,
+anima.agents.process) speak through it; the loop sees only typed events, turn results and the
+faults below. `anima.agents.claude` and `anima.agents.codex` implement it, and only the agent
+factory (`anima.engine.agents`) picks one (an import-linter contract keeps it so)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Protocol
 
-from anima.config import RoleConfig
-from anima.events import Event, RateLimitChanged, TurnResult
+from anima.config import Config, RoleConfig
+from anima.events import ROLES, Event, RateLimitChanged, TurnResult
+from anima.paths import resource
 
 
 class FaultKind(StrEnum):
@@ -31,23 +34,55 @@ class Fault:
     status: int | None = None
     resets_at: float | None = None  # usage limit: epoch seconds, when known
     limit_type: str = ""  # usage limit: "five_hour", "seven_day", …
+    advice: str = ""  # auth: what the human does about it, in the CLI's own terms
 
     def describe(self) -> str:
         status = f"{self.status} " if self.status else ""
         return f"{self.kind.value.replace('_', ' ')} ({status}{self.message or 'no detail'})"
 
 
-#: One process's stdout reader: a line in, its typed events out (it may keep state, such as
-#: the context in use, across lines).
-LineParser = Callable[[bytes], list[Event]]
+@dataclass(frozen=True)
+class AgentBinary:
+    """A command that ran `--version` successfully; argv may be several words (`python3 x.py`)."""
+
+    argv: list[str]
+    version: str
+
+    def install_paths(self) -> tuple[Path, ...]:
+        """What a sandbox must keep visible to run it: the folders of the files its command
+        names, and their real locations (npm links `.bin/<cli>` into its package)."""
+        found: list[Path] = []
+        for word in self.argv:
+            if os.path.isabs(word) and os.path.exists(word):
+                found += [Path(word).parent, Path(os.path.realpath(word)).parent]
+        return tuple(dict.fromkeys(found))
 
 
-class Dialect(Protocol):
-    """One agent CLI's command line, wire format and error language."""
+@dataclass(frozen=True)
+class RoleProfile:
+    """One role: its name, the system prompt given to the CLI, and its settings."""
 
-    def argv(self, binary_argv: list[str], role_config: RoleConfig, *, session_id: str,
-             resume: bool, system_prompt: str, session_model: str | None = None) -> list[str]:
-        """The command line of one persistent agent process."""
+    role: str
+    system_prompt: str
+    config: RoleConfig
+
+
+def load_system_prompt(role: str) -> str:
+    """The role's prompt from `resources/prompts/<role>_system.md` (works from a wheel too);
+    the same for every backend."""
+    if role not in ROLES:
+        raise ValueError(f"unknown agent role {role!r}; expected one of {ROLES}")
+    return resource("prompts", f"{role}_system.md").read_text(encoding="utf-8").strip()
+
+
+class Conversation(Protocol):
+    """One process's side of the wire: what Anima writes to its stdin and how its stdout
+    reads. It may keep state across lines (the context in use, a thread id, the turn in
+    flight)."""
+
+    def opening(self) -> bytes:
+        """What is written right after the start, before any turn (b"": nothing); when not
+        empty, the process is ready once it printed a `SessionStarted` (or a result)."""
         ...
 
     def user_message(self, prompt: str) -> bytes:
@@ -58,8 +93,22 @@ class Dialect(Protocol):
         """Ask the process to abort the running turn (it still answers with a result)."""
         ...
 
-    def parser(self, role: str) -> LineParser:
-        """A fresh stdout parser for one process of `role`."""
+    def parse(self, line: bytes) -> list[Event]:
+        """One stdout line in, its typed events out."""
+        ...
+
+
+class Dialect(Protocol):
+    """One agent CLI's command line, wire format and error language."""
+
+    def argv(self, binary_argv: list[str], role_config: RoleConfig, *, session_id: str,
+             resume: bool, system_prompt: str, session_model: str | None = None) -> list[str]:
+        """The command line of one persistent agent process."""
+        ...
+
+    def conversation(self, role: str, *, session_id: str, resume: bool,
+                     system_prompt: str, role_config: RoleConfig) -> Conversation:
+        """A fresh wire state for one process of `role`."""
         ...
 
     def clean_text(self, raw: str) -> str:
@@ -72,4 +121,43 @@ class Dialect(Protocol):
 
     def classify(self, result: TurnResult, rate_limit: RateLimitChanged | None) -> Fault | None:
         """The fault behind an error result, or None for a real reply."""
+        ...
+
+
+class Backend(Dialect, Protocol):
+    """Everything vendor-specific about one agent CLI: its dialect, finding and versioning its
+    binary, the roles' settings, how its sessions are named, what its processes look like after
+    a crash, and what its private home in the sandbox needs.
+
+    Anima names a new session (claude's `--session-id`), or the CLI does: then its
+    conversation's opening reports the id in a `SessionStarted` and the process adopts it."""
+
+    #: The config's `agent` value ("claude", "codex").
+    name: str
+    #: The model API its account speaks ("anthropic", "openai"): Anima's own summaries and
+    #: token counts use Anthropic's, so they run only beside a backend that speaks it.
+    api: str
+
+    def find(self, configured: str | None) -> AgentBinary:
+        """The CLI to run: `configured`, else its environment variable, else PATH; raises
+        AgentNotFound saying how to install it."""
+        ...
+
+    def profile(self, role: str, config: Config) -> RoleProfile:
+        """The role's prompt and settings, with pushes denied unless `allow_push` is set."""
+        ...
+
+    def owns_process(self, argv: list[str], session_id: str) -> bool:
+        """Whether a command line is one of this backend's agents on `session_id` (for
+        leftovers after a crash; the caller also checks it runs in the project)."""
+        ...
+
+    def prepare_home(self, home: Path, real_home: Path) -> tuple[tuple[Path, Path], ...]:
+        """Fill a sandboxed agent's private HOME with what the CLI needs to start logged in;
+        returns (real file, file in the private home) pairs to bind read-write."""
+        ...
+
+    def environment(self, config: Config, home: Path | None) -> dict[str, str]:
+        """Variables the CLI's process needs on top of Anima's (`home`: its private HOME when
+        sandboxed)."""
         ...

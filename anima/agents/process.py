@@ -2,7 +2,7 @@
 a turn timeout and an idle timeout), interrupt, stop, restart.
 
 The process itself (ptys, the reader thread, stopping in steps) is `anima.agents.transport`;
-its wire format is the `Dialect` (`anima.agents.claude` by default). Each line the reader
+its wire format is the backend's `Dialect` (one `Conversation` per process). Each line the reader
 frames is parsed into typed events, redacted (`anima.text.redact`) before anything else
 sees them. The calling thread writes each prompt to stdin without blocking forever, then waits
 for the turn's result.
@@ -23,10 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from anima import procfs
-from anima.agents.claude.dialect import CLAUDE
-from anima.agents.claude.discovery import ClaudeBinary
-from anima.agents.claude.profiles import RoleProfile
-from anima.agents.dialect import Dialect
+from anima.agents.dialect import AgentBinary, Conversation, Dialect, RoleProfile
 from anima.agents.transport import ProcessOutcome, PtyProcess
 from anima.errors import AgentCrashed, AgentError, SessionLost, TurnTimeout
 from anima.events import AgentExited, Publisher, RawOutput, SessionStarted, TurnResult
@@ -40,7 +37,7 @@ _POLL_SECONDS = 0.05
 
 
 class AgentProcess:
-    """Owns one `claude` child: its lifecycle is published on the bus, failures raise AgentError.
+    """Owns one agent CLI child: its lifecycle is published on the bus, failures raise AgentError.
 
     `env` holds variables laid over Anima's own environment (the child inherits Anima's, so
     ANTHROPIC_BASE_URL, keys and proxies reach it); `CLAUDECODE` is always removed, else the CLI
@@ -51,7 +48,7 @@ class AgentProcess:
     def __init__(
         self,
         role: str,
-        binary: ClaudeBinary,
+        binary: AgentBinary,
         profile: RoleProfile,
         cwd: Path,
         bus: Publisher,
@@ -64,7 +61,7 @@ class AgentProcess:
         env: dict[str, str] | None = None,
         marker: str | None = None,
         interrupt_grace: float = 3.0,
-        dialect: Dialect = CLAUDE,
+        dialect: Dialect,
         confine: Callable[[list[str]], tuple[list[str], dict[str, str]]] | None = None,
     ) -> None:
         self.role = role
@@ -90,7 +87,8 @@ class AgentProcess:
         self._stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
         self._cost_total = 0.0  # the process's last `total_cost_usd`
         self._redact = AgentRedactor()
-        self._parse = dialect.parser(role)
+        self._conv = self._conversation()
+        self._opened = threading.Event()  # its opening answered (a session started)
 
         self._turn_lock = threading.Lock()
         self._stdin_lock = threading.Lock()
@@ -151,8 +149,34 @@ class AgentProcess:
             argv, extra = self._confine(argv)
             env.update(extra)
         self._io.start(argv, self.cwd, env)
+        self._open()
         log.info("%s agent started: pid %s, session %s%s", self.role, self._io.pid,
                  self._session_id, " (resume)" if self._resume else "")
+
+    def _open(self) -> None:
+        """Write the conversation's opening (a JSON-RPC handshake) and wait until the session
+        started, so its id is known before any turn; a CLI that answers the opening with a
+        result (a resume that failed) leaves it for the first turn."""
+        opening = self._conv.opening()
+        if not opening:
+            return
+        deadline = time.monotonic() + self.idle_timeout
+        written = self._write(opening, deadline)
+        with self._cond:
+            if isinstance(written, TurnResult):
+                self._results.appendleft(written)
+            opened = self._cond.wait_for(
+                lambda: self._opened.is_set() or bool(self._results) or self._io.eof,
+                timeout=max(0.0, deadline - time.monotonic()))
+        if not opened:
+            self.stop(grace=0.5)
+            raise AgentCrashed(f"{self.role} agent did not open its session in "
+                               f"{self.idle_timeout:g}s", None, self.stderr_tail)
+
+    def _conversation(self) -> Conversation:
+        return self.dialect.conversation(
+            self.role, session_id=self._session_id, resume=self._resume,
+            system_prompt=self.profile.system_prompt, role_config=self.profile.config)
 
     def _reset_state(self) -> None:
         with self._cond:
@@ -160,7 +184,8 @@ class AgentProcess:
             self._stderr_tail.clear()
         self._cost_total = 0.0
         self._redact = AgentRedactor()
-        self._parse = self.dialect.parser(self.role)
+        self._conv = self._conversation()
+        self._opened.clear()
         self._turns_sent = 0
         self._exit_published = False
         self._interrupt_sent = False
@@ -196,7 +221,7 @@ class AgentProcess:
 
     def _on_line(self, is_stdout: bool, line: bytes) -> None:
         if is_stdout:
-            events = self._parse(line)
+            events = self._conv.parse(line)
         else:
             text = self.dialect.clean_text(line.decode("utf-8", errors="replace")).rstrip()
             events = [RawOutput(role=self.role, text=text)] if text.strip() else []
@@ -207,8 +232,14 @@ class AgentProcess:
             if isinstance(event, RawOutput):
                 with self._cond:
                     self._stderr_tail.append(event.text[-2000:])
-            elif isinstance(event, SessionStarted) and event.model:
-                self._session_model = event.model
+            elif isinstance(event, SessionStarted):
+                event = dataclasses.replace(event, cli=self.binary.version)
+                self._session_model = event.model or self._session_model
+                if event.session_id:  # the id a CLI that names its own sessions chose
+                    self._session_id = event.session_id
+                self._opened.set()
+                with self._cond:
+                    self._cond.notify_all()
             elif isinstance(event, TurnResult) and event.stopped and not self._asked_to_stop():
                 # An interrupt's result that came after its turn had ended: it must not
                 # close the next turn.
@@ -277,7 +308,7 @@ class AgentProcess:
                 return self._results.popleft()
         if self._io.proc is None:
             raise AgentCrashed(f"{self.role} agent is not started", None, "")
-        outcome = self._write(self.dialect.user_message(prompt), deadline)
+        outcome = self._write(self._conv.user_message(prompt), deadline)
         if isinstance(outcome, TurnResult):
             return outcome
         if outcome == "timeout":
@@ -366,7 +397,7 @@ class AgentProcess:
         """Interrupt the stuck turn; stop the process if it does not answer in time."""
         if self.alive:
             with contextlib.suppress(AgentError, OSError):
-                self._send_control(self.dialect.interrupt_request())
+                self._send_control(self._conv.interrupt_request())
             with self._cond:
                 got = self._cond.wait_for(lambda: bool(self._results) or self._io.eof,
                                           timeout=self.interrupt_grace)
@@ -405,5 +436,5 @@ class AgentProcess:
         """
         if not self._turn_active.is_set() or not self.alive:
             return
-        self._send_control(self.dialect.interrupt_request())
+        self._send_control(self._conv.interrupt_request())
         self._turn_done.wait(timeout)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import TextIO
 
-from anima.agents.claude.protocol import describe_tool
+from anima.agents.tools import describe_tool
 from anima.events import (
     AgentEvent,
     AssistantText,

@@ -195,10 +195,13 @@ def _print_table(paths: ProjectPaths) -> None:
 
 
 def _details(record: MilestoneRecord) -> list[str]:
-    """What a human must know beyond the counters: why it failed, where its merge stands."""
+    """What a human must know beyond the counters: why it failed, which agent CLI each role
+    ran, where its merge stands."""
     from anima.store.models import MergeState
 
     lines = [f"failed: {record.error}"] if record.error else []
+    lines += [f"{role}: {run.describe(getattr(record.sessions, f'{role}_model', None))}"
+              for role, run in record.agents.items()]
     merge = record.merge
     if merge is not None and merge.state is MergeState.PENDING and " waits" in merge.detail:
         lines.append(f"merge waiting: {merge.detail}")  # names the human's files

@@ -1,6 +1,8 @@
-"""The agent factory: finds the agent CLI (probed on a helper thread while the engine
-prepares), starts one process per role in the project with the role's profile, and keeps each
-on record in `.anima/agents.json` until it is stopped."""
+"""The agent factory: the one place that knows the backends (`anima.agents.claude`,
+`anima.agents.codex`; an import-linter contract keeps it so). It picks each role's backend from
+config (`<role>.agent`), finds its CLI (probed on a helper thread while the engine prepares),
+starts one process per role with the role's profile, and keeps each on record in
+`.anima/agents.json` until it is stopped."""
 
 from __future__ import annotations
 
@@ -11,21 +13,42 @@ from concurrent.futures import CancelledError, Future
 from pathlib import Path
 
 from anima import procfs
-from anima.agents.claude.dialect import CLAUDE
-from anima.agents.claude.discovery import ClaudeBinary, find_claude
-from anima.agents.claude.profiles import profile_for
-from anima.agents.claude.protocol import describe_tool
+from anima.agents.claude.backend import CLAUDE
+from anima.agents.codex.backend import CodexBackend
+from anima.agents.dialect import AgentBinary, Backend
 from anima.agents.process import AgentProcess
+from anima.agents.tools import describe_tool
 from anima.config import Config
-from anima.events import EventBus, MilestonePublisher
-from anima.loop.checks import Confine
+from anima.events import ROLES, EventBus, MilestonePublisher
+from anima.loop.confinement import MilestoneSandbox
 from anima.loop.recovery import AgentRegistry, TrackedAgent
 from anima.loop.seats import Agent
 from anima.paths import ProjectPaths
-from anima.store.models import MilestoneRecord
+from anima.store.models import AgentRun, MilestoneRecord
 
-#: The agent CLI every agent speaks (the one `Dialect` so far).
-DIALECT = CLAUDE
+#: (backend name, configured command): the CLI it names.
+_Key = tuple[str, str | None]
+
+
+def backend_for(name: str, config: Config) -> Backend:
+    """The backend a role's `agent` names."""
+    return CodexBackend(config.agent_prices) if name == "codex" else CLAUDE
+
+
+def find_cli(name: str, command: str | None) -> AgentBinary:
+    """The CLI of backend `name` (the About box shows its version)."""
+    return backend_for(name, Config()).find(command)
+
+
+def _key(role: str, config: Config) -> _Key:
+    settings = getattr(config, role)
+    command = settings.command or (config.claude_command if settings.agent == "claude" else None)
+    return settings.agent, command
+
+
+def owns_process(argv: list[str], session_id: str) -> bool:
+    """Whether a command line is an agent of any backend on `session_id` (leftovers)."""
+    return any(b.owns_process(argv, session_id) for b in (CLAUDE, CodexBackend({})))
 
 
 class AgentFactory:
@@ -38,52 +61,76 @@ class AgentFactory:
         self.config = Config()
         self._registry = registry
         self._log = log_line
-        self._binary: ClaudeBinary | None = None
-        self._claude_probe: Future[ClaudeBinary] | None = None
+        self._binaries: dict[_Key, AgentBinary] = {}
+        self._probes: dict[_Key, Future[AgentBinary]] = {}
 
-    def claude(self) -> ClaudeBinary:
-        """The CLI (from the probe `prepare` started, else found now). A failed probe is not
-        kept: the next call looks again (the user may install it while Anima watches)."""
-        if self._binary is None:
-            probe, self._claude_probe = self._claude_probe, None
-            self._binary = probe.result() if probe is not None \
-                else find_claude(self.config.claude_command)
-            self._log(f"using claude {self._binary.version} ({' '.join(self._binary.argv)})")
-        return self._binary
+    def backend(self, role: str) -> Backend:
+        return backend_for(getattr(self.config, role).agent, self.config)
+
+    def binary(self, role: str) -> AgentBinary:
+        """The role's CLI (from the probe `prepare` started, else found now). A failed probe
+        is not kept: the next call looks again (the user may install it while Anima
+        watches)."""
+        key = _key(role, self.config)
+        if key not in self._binaries:
+            probe = self._probes.pop(key, None)
+            found = probe.result() if probe is not None else self.backend(role).find(key[1])
+            self._binaries[key] = found
+            self._log(f"using {key[0]} {found.version} ({' '.join(found.argv)})")
+        return self._binaries[key]
+
+    def runs(self) -> dict[str, AgentRun]:
+        """What each role runs on: backend, model, CLI version (raises when a CLI is
+        missing, before anything changes)."""
+        return {role: AgentRun(agent=self.backend(role).name,
+                               model=getattr(self.config, role).model,
+                               version=self.binary(role).version) for role in ROLES}
+
+    def apis(self) -> set[str]:
+        """The model APIs the roles' backends speak."""
+        return {self.backend(role).api for role in ROLES}
+
+    def install_paths(self) -> tuple[Path, ...]:
+        """What the sandbox keeps visible: every role's CLI."""
+        found = (p for role in ROLES for p in self.binary(role).install_paths())
+        return tuple(dict.fromkeys(found))
 
     def start_probe(self) -> None:
-        """Run `claude --version` on a helper thread while recovery and the first scan run:
-        it is a process start of its own (about a second for some CLI versions) on the way
-        to the first prompt."""
-        if self._binary is not None or self._claude_probe is not None:
-            return
-        probe: Future[ClaudeBinary] = Future()
-        command = self.config.claude_command
+        """Run each CLI's `--version` on a helper thread while recovery and the first scan
+        run: it is a process start of its own (about a second for some CLI versions) on the
+        way to the first prompt."""
+        for role in ROLES:
+            key = _key(role, self.config)
+            if key in self._binaries or key in self._probes:
+                continue
+            probe: Future[AgentBinary] = Future()
+            backend = self.backend(role)
 
-        def find() -> None:
-            try:
-                probe.set_result(find_claude(command))
-            except Exception as e:  # handed to claude(), which raises it where it used to
-                probe.set_exception(e)
+            def find(probe: Future[AgentBinary] = probe, backend: Backend = backend,
+                     command: str | None = key[1]) -> None:
+                try:
+                    probe.set_result(backend.find(command))
+                except Exception as e:  # handed to binary(), which raises it where it used to
+                    probe.set_exception(e)
 
-        threading.Thread(target=find, name="anima-claude-probe", daemon=True).start()
-        self._claude_probe = probe
+            threading.Thread(target=find, name=f"anima-{key[0]}-probe", daemon=True).start()
+            self._probes[key] = probe
 
     def use_config(self, config: Config) -> None:
-        """A reloaded config: another `claude_command` is looked up again at the next start."""
-        if config.claude_command != self.config.claude_command:
-            self.wait_for_probe(10)  # its process ends before it is dropped
-            self._binary, self._claude_probe = None, None
+        """A reloaded config: another agent or command is looked up again at the next start."""
+        if any(_key(role, config) != _key(role, self.config) for role in ROLES):
+            self.wait_for_probe(10)  # their processes end before they are dropped
+            self._binaries, self._probes = {}, {}
         self.config = config
 
     def wait_for_probe(self, timeout: float) -> None:
-        """Its `claude --version` must not outlive Anima (nothing would reap it)."""
-        if (probe := self._claude_probe) is not None:
-            with contextlib.suppress(TimeoutError, CancelledError):
+        """Their `--version` processes must not outlive Anima (nothing would reap them)."""
+        for probe in list(self._probes.values()):
+            with contextlib.suppress(TimeoutError, CancelledError, Exception):
                 probe.exception(timeout)
 
     def make(self, record: MilestoneRecord | None, role: str, session_id: str,
-             resume: bool, confine: Confine | None = None) -> Agent:
+             resume: bool, sandbox: MilestoneSandbox | None = None) -> Agent:
         """A started agent, on record in `.anima/agents.json` until it is stopped (so the
         next run stops it if this one is killed)."""
         milestone_id = record.id if record else None
@@ -92,11 +139,15 @@ class AgentFactory:
         cwd = ProjectPaths(self.root).worktree(record.id) if record else self.root
         publisher = MilestonePublisher(
             self.bus, milestone_id, lambda e: describe_tool(e.tool, e.input, cwd))
-        agent = AgentProcess(role, self.claude(), profile_for(role, self.config), cwd,
-                             publisher,
+        backend = self.backend(role)
+        confine = sandbox.confine(role, backend.prepare_home) if sandbox else None
+        home = sandbox.home(role) if sandbox is not None and confine is not None else None
+        agent = AgentProcess(role, self.binary(role), backend.profile(role, self.config), cwd,
+                             publisher, dialect=backend,
                              session_id=session_id, resume=resume, session_model=model,
                              turn_timeout=self.config.agent_timeout_seconds,
                              idle_timeout=self.config.agent_idle_timeout_seconds,
+                             env=backend.environment(self.config, home),
                              marker=procfs.agent_marker(self.root, milestone_id, role),
                              confine=confine)
         agent.start()

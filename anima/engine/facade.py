@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from anima import comments, procfs
+from anima.config import Config
 from anima.diffs import ChangeSet, milestone_changes
 from anima.engine import read_only
-from anima.engine.agents import DIALECT, AgentFactory
+from anima.engine.agents import AgentFactory, owns_process
 from anima.engine.control import ControlServer
 from anima.engine.milestones import MilestoneQueue
 from anima.engine.outcome import RunOutcome
@@ -45,6 +46,7 @@ from anima.errors import (
     ProjectError,
 )
 from anima.events import (
+    ROLES,
     AgentEvent,
     EngineError,
     Event,
@@ -85,6 +87,8 @@ log = logging.getLogger(__name__)
 
 #: How often a merge into main that waits for the human's files is tried again.
 _MERGE_RETRY_SECONDS = 3.0
+#: The API Anima's own summarizer and token counter speak (`Backend.api`).
+_ANTHROPIC = "anthropic"
 
 
 @dataclass
@@ -127,7 +131,8 @@ class Engine:
         self._watcher: MilestoneWatcher | None = None
         #: the running milestones, by id (the worker adds and reaps; anyone may read)
         self._sessions: dict[str, _Session] = {}
-        self._account = AccountGate()  # one API account behind every pair
+        #: per agent CLI, the one API account behind every pair that uses it
+        self._accounts: dict[str, AccountGate] = {}
         self._merge_queue = MergeQueue()
         self.milestones = MilestoneQueue(self.store, self.bus, lambda: self.config, self._log)
         self.bus.subscribe(self._on_held)
@@ -174,7 +179,7 @@ class Engine:
         if not self._recovered:
             self._recover()
             self._recovered = True
-        self.summarizer = Summarizer(self.config.summarizer)
+        self.summarizer = self._summarizer(self.config)
         if self._control_server is None:  # `anima stop|resume|… PROJECT ID` from a terminal
             server = ControlServer(self.root, self.control)
             try:
@@ -182,6 +187,16 @@ class Engine:
                 self._control_server = server
             except AnimaError as e:
                 self._log(None, str(e))
+
+    def _summarizer(self, config: Config) -> Summarizer:
+        """Round summaries from Anthropic's API only beside an agent that speaks it; with
+        none (codex in both roles) they come from the reports, and the log says so."""
+        settings = config.summarizer
+        if settings.enabled and _ANTHROPIC not in self.agents.apis():
+            self._log(None, "round summaries come from the reports: the summarizer uses "
+                            "Anthropic's API and no role runs an agent on it")
+            settings = settings.model_copy(update={"enabled": False})
+        return Summarizer(settings)
 
     def _retry_waiting_merges(self, scan: Scan) -> None:
         """A merge that waits for the human's files is tried again every few seconds: it
@@ -197,7 +212,7 @@ class Engine:
         """After a crash: stop leftover agents, clean up files, finish a cut-short merge,
         make state.json agree with the records. Cheap and silent when nothing is wrong."""
         for line in recover_project(self.paths, self._registry, self.store.load_records(),
-                                    self.repo):
+                                    self.repo, owns_process):
             self._log(None, line)
         records = self.milestones.read(register=False).records
         for line in prune_leftover_worktrees(self.repo, self.paths, records):
@@ -339,10 +354,12 @@ class Engine:
         """Before the next start: a config.json saved since it was read takes effect."""
         if (config := self.settings.reloaded()) is None:
             return
+        apis = self.agents.apis()
         self.agents.use_config(config)
-        if config.summarizer != self.config.summarizer and self.summarizer is not None:
+        changed = config.summarizer != self.config.summarizer or apis != self.agents.apis()
+        if changed and self.summarizer is not None:
             self.summarizer.close()
-            self.summarizer = Summarizer(config.summarizer)
+            self.summarizer = self._summarizer(config)
         self.config = config
         self._log(None, f"{self.paths.config} changed: settings reloaded")
 
@@ -397,10 +414,13 @@ class Engine:
     def _drive(self, session: _Session, record: MilestoneRecord) -> Phase:
         """One milestone's run, on its session's thread."""
         # A missing CLI is reported before anything changes; its version goes on record.
-        record.claude_version = self.agents.claude().version
+        record.agents = self.agents.runs()
+        record.claude_version = next((run.version for run in record.agents.values()
+                                      if run.agent == "claude"), record.claude_version)
         config = self.config
         self.journal.open(record.id, max_bytes=int(config.transcript_max_mb * 2**20))
-        counter = ApiTokenCounter(config.summarizer.model) if config.exact_token_count else None
+        counter = ApiTokenCounter(config.summarizer.model) \
+            if config.exact_token_count and _ANTHROPIC in self.agents.apis() else None
         prompts = PromptBuilder(self.paths, budget_tokens=config.context_budget_tokens,
                                 recent_in_full=config.recent_rounds_in_full,
                                 counter=counter,
@@ -408,18 +428,19 @@ class Engine:
         assert self.summarizer is not None
         sandbox = MilestoneSandbox(self.paths, record.id,
                                    active=self._sandbox.active(config.sandbox),
-                                   visible=self.agents.claude().install_paths())
+                                   visible=self.agents.install_paths())
 
         def make_agent(role: str, session_id: str, resume: bool) -> Agent:
-            return self.agents.make(record, role, session_id, resume,
-                                    confine=sandbox.confine(role))
+            return self.agents.make(record, role, session_id, resume, sandbox=sandbox)
 
         control = session.control
         run = MilestoneRun(record=record, store=self.store, repo=self.repo, config=config,
                            prompts=prompts, agents=make_agent, bus=self.bus,
-                           summarizer=self.summarizer, control=control, dialect=DIALECT,
-                           sandbox=sandbox, account=self._account,
-                           merge_queue=self._merge_queue)
+                           summarizer=self.summarizer, control=control,
+                           dialects={role: self.agents.backend(role) for role in ROLES},
+                           sandbox=sandbox, merge_queue=self._merge_queue,
+                           accounts={role: self._accounts.setdefault(
+                               getattr(config, role).agent, AccountGate()) for role in ROLES})
         session.run = run
         if control.stop.is_set():  # a stop that came before the run existed
             run.stop(control.stop_reason or "shutdown")

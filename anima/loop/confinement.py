@@ -20,6 +20,8 @@ from anima.git_options import human_config
 from anima.loop.checks import Confine
 from anima.paths import ProjectPaths
 
+#: (private HOME, the user's real HOME) -> (real file, file in the private HOME) to bind rw.
+CliHome = Callable[[Path, Path], tuple[tuple[Path, Path], ...]]
 #: Extra folders confined processes may write (a shared build cache), separated by ':'.
 WRITABLE_VAR = "ANIMA_SANDBOX_WRITABLE"
 #: Writers of the agent's role: the Developer commits; the others do not touch git.
@@ -82,9 +84,14 @@ class MilestoneSandbox:
     def off(cls) -> MilestoneSandbox:
         return cls(ProjectPaths(Path("/")), "", active=False)
 
-    def confine(self, role: str) -> Confine | None:
+    def home(self, role: str) -> Path:
+        """The private HOME of `role`'s processes (kept across restarts: its CLI's sessions)."""
+        return self.paths.agent_state(self.id, role) / "home"
+
+    def confine(self, role: str, cli_home: CliHome | None = None) -> Confine | None:
         """How to wrap a process of `role` ("developer", "acceptor", "checks", "setup"), or
-        None when processes run unconfined."""
+        None when processes run unconfined. `cli_home` fills the private HOME with what the
+        agent's CLI needs (its backend's), returning files to bind read-write."""
         if not self.active:
             return None
         worktree = self.paths.worktree(self.id)
@@ -97,9 +104,9 @@ class MilestoneSandbox:
             more, protected = sandbox.git_writable(common, admin, f"milestone/{self.id}")
             writable += more
         extra = [Path(p) for p in os.environ.get(WRITABLE_VAR, "").split(os.pathsep) if p]
-        state = self.paths.agent_state(self.id, role)
-        home = state / "home"
-        rw_files = sandbox.prepare_home(home, self._user_identity())
+        state, home = self.paths.agent_state(self.id, role), self.home(role)
+        sandbox.prepare_home(home, self._user_identity())
+        rw_files = cli_home(home, Path.home()) if cli_home is not None else ()
         c = sandbox.Confinement(
             cwd=worktree, home=home, tmp=state / "tmp", writable=(*writable, *extra),
             protected=tuple(protected), extra_rw_files=rw_files,

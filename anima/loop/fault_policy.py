@@ -8,7 +8,6 @@ raised as `AgentFault`, which the loop turns into a `paused` transition.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -31,17 +30,14 @@ class AgentFault(AnimaError):
 
 
 class NotLoggedIn(AgentFault):
-    """`claude` cannot use the API at all (no login, a bad key): a set-up error on this machine,
-    not anything the agents did, and the same for both of them."""
+    """The agent CLI cannot use the API at all (no login, a bad key): a set-up error on this
+    machine, not anything the agents did."""
 
 
 def not_logged_in(fault: Fault) -> NotLoggedIn:
-    """The words a user needs: what is wrong with `claude` here and the two ways to fix it."""
-    if re.search(r"not logged in|/login", fault.message, re.IGNORECASE) or not fault.message:
-        return NotLoggedIn("claude is not logged in: run `claude` once and log in, or set "
-                           "ANTHROPIC_API_KEY; then resume")
-    return NotLoggedIn(f"claude cannot use the API ({fault.message}): check ANTHROPIC_API_KEY, "
-                       "or unset it and run `claude` once to log in; then resume")
+    """The backend's own words on how to log in, else the CLI's message."""
+    return NotLoggedIn(fault.advice or f"the agent CLI cannot use the API ({fault.message}); "
+                       "log it in, then resume")
 
 
 class Retry(Enum):

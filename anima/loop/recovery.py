@@ -4,7 +4,7 @@ Anima may die at any instant (a crash, SIGKILL, a power cut). Everything it pers
 written atomically, so what is left is always a valid snapshot; this module deals with what a
 dead Anima leaves *outside* its records:
 
-- its `claude` agents, which run in their own sessions and so outlive it: every agent is on
+- its agents, which run in their own sessions and so outlive it: every agent is on
   record in `.anima/agents.json` while it lives (pid, start time, session), and a new Anima
   stops the leftovers, and everything they started (`anima.procfs` markers), before touching
   anything (`reap_leftover_agents`);
@@ -47,16 +47,17 @@ _GIT_WAIT = 10.0
 # --------------------------------------------------------------------------- agents
 
 
-def is_our_agent(pid: int, root: Path, session_id: str) -> bool:
-    """Is `pid` a `claude -p` stream-json agent of this project on `session_id`?
+#: (command line, session id) -> whether it is an agent on that session (the backends know).
+OwnsProcess = Callable[[list[str], str], bool]
 
-    All three must hold, so a human's own `claude --resume <id>` in a terminal (no `-p`, no
-    stream-json) or an unrelated process that reused the pid is never touched.
+
+def is_our_agent(pid: int, root: Path, session_id: str, owns: OwnsProcess) -> bool:
+    """Is `pid` an agent of this project on `session_id`, as its backend recognises it?
+
+    Both must hold, so a human's own `claude --resume <id>` in a terminal or an unrelated
+    process that reused the pid is never touched.
     """
-    argv = procfs.cmdline(pid)
-    if pid == os.getpid() or session_id not in argv or "-p" not in argv:
-        return False
-    if "stream-json" not in argv:
+    if pid == os.getpid() or not owns(procfs.cmdline(pid), session_id):
         return False
     return procfs.in_tree(pid, root)  # the project, or one of its milestones' worktrees
 
@@ -154,7 +155,7 @@ class TrackedAgent:
 
 
 def reap_leftover_agents(paths: ProjectPaths, registry: AgentRegistry,
-                         session_ids: set[str]) -> list[str]:
+                         session_ids: set[str], owns: OwnsProcess) -> list[str]:
     """Stop every agent a dead Anima left running on this project; describe each one.
 
     Candidates are the registry's entries (pid and start time must still match) and any
@@ -165,7 +166,7 @@ def reap_leftover_agents(paths: ProjectPaths, registry: AgentRegistry,
     found: dict[int, tuple[str, str]] = {}
     for e in registry.entries():
         if procfs.start_time(e.pid) == e.start_time and is_our_agent(e.pid, paths.root,
-                                                                      e.session_id):
+                                                                      e.session_id, owns):
             found[e.pid] = (e.role, e.session_id)
     if session_ids:
         for pid in procfs.pids():
@@ -173,7 +174,7 @@ def reap_leftover_agents(paths: ProjectPaths, registry: AgentRegistry,
                 continue
             argv = procfs.cmdline(pid)
             hit = next((s for s in session_ids if s in argv), None)
-            if hit is not None and is_our_agent(pid, paths.root, hit):
+            if hit is not None and is_our_agent(pid, paths.root, hit, owns):
                 found[pid] = ("agent", hit)
     done = []
     for pid, (role, session_id) in sorted(found.items()):
@@ -237,13 +238,14 @@ def repair_torn_tail(path: Path) -> bool:
 
 
 def recover_project(paths: ProjectPaths, registry: AgentRegistry,
-                    records: list[MilestoneRecord], repo: GitRepo) -> list[str]:
+                    records: list[MilestoneRecord], repo: GitRepo,
+                    owns: OwnsProcess) -> list[str]:
     """Everything a dead Anima may have left, fixed in a safe order; returns log lines.
 
     Agents first (a leftover Developer could still be committing while we look), then the
     dead Anima's own git commands are allowed to finish, then files are tidied.
     """
-    lines = reap_leftover_agents(paths, registry, session_ids(records))
+    lines = reap_leftover_agents(paths, registry, session_ids(records), owns)
     if still := wait_for_git(paths.root, _GIT_WAIT):
         lines.append(f"git still busy in the project after {_GIT_WAIT:g}s (pids "
                      f"{', '.join(map(str, still))}); going on")

@@ -14,7 +14,7 @@ import copy
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from anima import procfs
@@ -91,8 +91,9 @@ class MilestoneRun:
 
     def __init__(self, *, record: MilestoneRecord, store: Store, repo: GitRepo, config: Config,
                  prompts: PromptBuilder, agents: AgentFactory, bus: EventBus,
-                 summarizer: Summarizer, control: RunControl, dialect: Dialect,
-                 sandbox: MilestoneSandbox | None = None, account: AccountGate | None = None,
+                 summarizer: Summarizer, control: RunControl, dialects: Mapping[str, Dialect],
+                 sandbox: MilestoneSandbox | None = None,
+                 accounts: Mapping[str, AccountGate] | None = None,
                  merge_queue: MergeQueue | None = None) -> None:
         self.record = record
         self.store = store
@@ -124,9 +125,9 @@ class MilestoneRun:
         self._copies: dict[int, tuple[Iteration, str, Iteration]] = {}
         self.ledger = Ledger(record, config, bus, summarizer, self._save, self._log)
         self.seats = Seats(record=record, store=store, root=repo.root, config=config,
-                           make_agent=agents, dialect=dialect, bus=bus, control=control,
+                           make_agent=agents, dialects=dialects, bus=bus, control=control,
                            ledger=self.ledger, save=self._save, log_line=self._log,
-                           request_pause=self._request_pause, account=account)
+                           request_pause=self._request_pause, accounts=accounts)
         self._guard = TurnGuard(store.paths, repo, record.id, confined=self.sandbox.active)
         self.branch = BranchKeeper(record=record, repo=repo, guard=self._guard, ledger=self.ledger,
                                    save=self._save, log_line=self._log,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -72,19 +72,21 @@ class Seats:
     """The Developer's and the Acceptor's agents, started on demand."""
 
     def __init__(self, *, record: MilestoneRecord, store: Store, root: Path, config: Config,
-                 make_agent: AgentFactory, dialect: Dialect, bus: EventBus,
+                 make_agent: AgentFactory, dialects: Mapping[str, Dialect], bus: EventBus,
                  control: RunControl, ledger: Ledger,
                  save: Callable[[], None], log_line: Callable[[str], None],
                  request_pause: Callable[[str], None],
-                 account: AccountGate | None = None) -> None:
+                 accounts: Mapping[str, AccountGate] | None = None) -> None:
         self.record = record
-        #: the API account the pairs of every running milestone share
-        self.account = account or AccountGate()
+        #: per role, the API account it shares with the agents of every running milestone
+        #: that use the same vendor
+        shared = AccountGate()
+        self.accounts = accounts or {DEVELOPER: shared, ACCEPTOR: shared}
         self.store = store
         self.root = root
         self.config = config
         self.make_agent = make_agent
-        self.dialect = dialect
+        self.dialects = dialects  # per role: a pair may mix vendors
         self.bus = bus
         self.control = control
         self.ledger = ledger
@@ -100,6 +102,9 @@ class Seats:
         # The latest `rate_limit_event` per role: a rejected one explains the next 429.
         self.rate_limits: dict[str, RateLimitChanged] = {}
         self._remote_refs: RefMap | None = None  # see `remote_refs`
+        # role -> the session id an agent is starting on (a CLI that names its own sessions
+        # reports another one while it starts)
+        self._opening: dict[str, str] = {}
 
     # ------------------------------------------------------------------ sessions
     def roll_over(self, new_feature: bool) -> None:
@@ -145,8 +150,15 @@ class Seats:
             session_id = str(uuid.uuid4())
             setattr(sessions, role, session_id)
             self._save()  # the session id is known before the process can write anything
-        agent = self.make_agent(role, session_id, resume)
+        self._opening[role] = session_id
+        try:
+            agent = self.make_agent(role, session_id, resume)
+        finally:
+            del self._opening[role]
         self._agents[role] = agent
+        if agent.session_id != session_id:  # a CLI that names its own sessions (codex)
+            setattr(sessions, role, agent.session_id)
+            self._save()
         return agent
 
     def _fresh_session(self, role: str, note: str) -> None:
@@ -173,11 +185,12 @@ class Seats:
         and retries once; a timeout stops the agent (the next turn resumes its session).
         """
         crashed = False
-        faults = FaultPolicy(self.config, self.control.stop, self._log, self._usage_wait)
+        faults = FaultPolicy(self.config, self.control.stop, self._log,
+                             lambda until, message: self._usage_wait(role, until, message))
         while True:
-            if (held := self.account.holding()) is not None:
+            if (held := self.accounts[role].holding()) is not None:
                 self._log(f"{role}: waits for the account's usage limit ({held[1]})")
-                self.account.wait(self.control.stop)
+                self.accounts[role].wait(self.control.stop)
             self.idle.clear()  # before the stop check: `stop()` waits on it (no lost wake-up)
             refs = None if self.config.allow_push else self.remote_refs()
             try:
@@ -208,14 +221,14 @@ class Seats:
                 if refs is not None:
                     self.check_pushes(role, refs)
             self.ledger.account(result)
-            fault = self.dialect.classify(result, self.rate_limits.get(role))
+            fault = self.dialects[role].classify(result, self.rate_limits.get(role))
             if fault is None:
                 return result.text
             if faults.handle(role, fault) is Retry.FRESH_SESSION:
                 self._fresh_session(role, f"{role}: the prompt is too long for its session "
                                           f"({fault.message}); started a fresh one")
 
-    def _usage_wait(self, until: float | None, message: str) -> None:
+    def _usage_wait(self, role: str, until: float | None, message: str) -> None:
         """state.json, the log, the window and a notification say the loop waits (or not)."""
         rec = self.record
         if until is None:
@@ -223,7 +236,7 @@ class Seats:
             self._log("the usage limit has reset: sending the prompt again")
         else:
             self._log(message)
-            if not self.account.hold(until, message):
+            if not self.accounts[role].hold(until, message):
                 return  # another pair met it first and said so: every pair waits anyway
             board(self.store).waiting(datetime.fromtimestamp(until, UTC), message)
             self.bus.publish(Notice(rec.id, "waiting", f"{rec.title}: {message}"))
@@ -265,7 +278,8 @@ class Seats:
         elif isinstance(event, ApiRetry):
             self._log(f"{event.role}: {event.describe()}")
         elif (isinstance(event, SessionStarted) and event.model
-              and getattr(self.record.sessions, event.role, None) == event.session_id):
+              and getattr(self.record.sessions, event.role, None) in (
+                  event.session_id, self._opening.get(event.role))):
             # Persisted with the next save; a resume passes it again (design.md, "Resume").
             setattr(self.record.sessions, f"{event.role}_model", event.model)
 

@@ -69,6 +69,11 @@ def _record_v7_to_v8(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "depends_on": []}
 
 
+def _record_v8_to_v9(data: dict[str, Any]) -> dict[str, Any]:
+    """v9 added which agent, model and CLI version each role ran (`agents`; unknown before)."""
+    return {**data, "agents": {}}
+
+
 def _state_v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
     """v3 lists every `running` milestone; v2's `current_milestone` was the one, if awake."""
     current = data.get("current_milestone")
@@ -85,6 +90,7 @@ _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] =
     ("record", 5): _record_v5_to_v6,
     ("record", 6): _record_v6_to_v7,
     ("record", 7): _record_v7_to_v8,
+    ("record", 8): _record_v8_to_v9,
     ("state", 1): _state_v1_to_v2,
     ("state", 2): _state_v2_to_v3,
 }

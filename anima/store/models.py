@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from anima.phases import Phase
 
-RECORD_SCHEMA_VERSION = 8
+RECORD_SCHEMA_VERSION = 9
 STATE_SCHEMA_VERSION = 3
 
 
@@ -164,6 +164,20 @@ class Sessions(_Model):
     acceptor_model: str | None = None
 
 
+class AgentRun(_Model):
+    """Which agent CLI a role ran on, as last started: its backend, model and version."""
+
+    agent: str
+    model: str | None = None
+    version: str
+
+    def describe(self, session_model: str | None = None) -> str:
+        """`codex gpt-5-codex, codex-cli 0.169.0`: the configured model, else the one its
+        session reported."""
+        return f"{self.agent} {self.model or session_model or '(CLI default model)'}, " \
+            f"{self.version}"
+
+
 class HumanNote(_Model):
     at: datetime
     text: str
@@ -222,6 +236,7 @@ class MilestoneRecord(_Model):
     acceptance_criteria: list[str] = Field(default_factory=list)
     sessions: Sessions = Field(default_factory=Sessions)
     claude_version: str | None = None  # `claude --version` of the run that drove it last
+    agents: dict[str, AgentRun] = Field(default_factory=dict)  # role -> its agent CLI
     phase: Phase = Phase.IDLE
     pause_reason: str | None = None
     human_notes: list[HumanNote] = Field(default_factory=list)

@@ -43,7 +43,7 @@ def classify(result: TurnResult, rate_limit: RateLimitChanged | None = None,
     if result.terminal_reason in _STOPPED_REASONS:
         return Fault(FaultKind.STOPPED, text or "interrupted", status)
     if status in (401, 403) or result.api_error_type in _AUTH_TYPES or _AUTH_TEXT.search(text):
-        return Fault(FaultKind.AUTH, text, status)
+        return Fault(FaultKind.AUTH, text, status, advice=login_advice(text))
     rejected = rate_limit is not None and rate_limit.status == "rejected"
     if (result.api_error == "usage_limit_reached" or _USAGE_TEXT.search(text)
             or (status == 429 and rejected)):
@@ -54,6 +54,15 @@ def classify(result: TurnResult, rate_limit: RateLimitChanged | None = None,
     if result.terminal_reason == "prompt_too_long" or _TOO_LONG_TEXT.search(text):
         return Fault(FaultKind.PROMPT_TOO_LONG, text, status)
     return Fault(FaultKind.TRANSIENT, text or result.subtype, status)
+
+
+def login_advice(message: str) -> str:
+    """The words a user needs: what is wrong with `claude` here and the two ways to fix it."""
+    if re.search(r"not logged in|/login", message, re.IGNORECASE) or not message:
+        return ("claude is not logged in: run `claude` once and log in, or set "
+                "ANTHROPIC_API_KEY; then resume")
+    return (f"claude cannot use the API ({message}): check ANTHROPIC_API_KEY, "
+            "or unset it and run `claude` once to log in; then resume")
 
 
 def reset_from_text(text: str, now: float | None = None) -> float | None:

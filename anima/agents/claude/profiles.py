@@ -1,29 +1,10 @@
-"""Role profiles: who an agent is (its appended system prompt) and how it is started."""
+"""Role profiles for `claude`: the shared role prompt, and the tool rules that deny pushes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from anima.config import Config, RoleConfig
-from anima.events import ACCEPTOR, DEVELOPER, ROLES  # noqa: F401 - the roles' one home
-from anima.paths import resource
-
-
-@dataclass(frozen=True)
-class RoleProfile:
-    """One role: its name, the system prompt appended to Claude Code's, and its CLI flags."""
-
-    role: str
-    system_prompt: str
-    config: RoleConfig
-
-
-def load_system_prompt(role: str) -> str:
-    """The role's prompt from `resources/prompts/<role>_system.md` (works from a wheel too)."""
-    if role not in ROLES:
-        raise ValueError(f"unknown agent role {role!r}; expected one of {ROLES}")
-    return resource("prompts", f"{role}_system.md").read_text(encoding="utf-8").strip()
-
+from anima.agents.dialect import RoleProfile, load_system_prompt
+from anima.config import Config
+from anima.events import DEVELOPER
 
 #: `--disallowedTools` rules that keep agents from pushing unless `allow_push` is set. The CLI
 #: applies a Bash rule to every part of a compound command (`cd x && git push`).
@@ -42,4 +23,3 @@ def profile_for(role: str, config: Config) -> RoleProfile:
         role_config = role_config.model_copy(
             update={"disallowed_tools": [*role_config.disallowed_tools, *extra]})
     return RoleProfile(role=role, system_prompt=load_system_prompt(role), config=role_config)
-

@@ -1,0 +1,100 @@
+"""`codex app-server` as a `Backend`: the Acceptor in Codex's read-only sandbox, the Developer
+with full access inside Anima's own confinement (Codex's sandbox is a second bubblewrap, which
+works nested but cannot give the Developer the worktree's git folder; Anima's mounts do),
+approvals never asked (nobody is there to answer), pushes refused by git itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from anima import sandbox
+from anima.agents.codex import faults, protocol
+from anima.agents.dialect import AgentBinary, Fault, RoleProfile, load_system_prompt
+from anima.agents.discovery import find_binary
+from anima.config import Config, ModelPrice, RoleConfig
+from anima.events import ACCEPTOR, DEVELOPER, RateLimitChanged, TurnResult
+
+INSTALL_HINT = "npm install -g @openai/codex"
+ENV_VAR = "ANIMA_CODEX_COMMAND"
+#: Codex's sandbox per role: the Acceptor reviews, it never writes.
+SANDBOX = {DEVELOPER: "danger-full-access", ACCEPTOR: "read-only"}
+#: Every push URL is rewritten to a scheme git has no helper for, so `git push` fails with
+#: "Unable to find remote helper for 'anima-denies-pushes'" (fetches are untouched). Codex has
+#: no per-command deny rule the way `claude --disallowedTools` has.
+PUSH_DENIED = {"GIT_CONFIG_COUNT": "1",
+               "GIT_CONFIG_KEY_0": "url.anima-denies-pushes://.pushInsteadOf",
+               "GIT_CONFIG_VALUE_0": ""}
+
+
+def codex_home(real_home: Path) -> Path:
+    """Where the user's Codex keeps its login, config and sessions."""
+    configured = os.environ.get("CODEX_HOME")
+    return Path(configured) if configured else real_home / ".codex"
+
+
+class CodexBackend:
+    """Codex CLI (`@openai/codex`), driven through `codex app-server`."""
+
+    name = "codex"
+    api = "openai"
+
+    def __init__(self, prices: dict[str, ModelPrice]) -> None:
+        self.prices = prices
+
+    def argv(self, binary_argv: list[str], role_config: RoleConfig, *, session_id: str,
+             resume: bool, system_prompt: str, session_model: str | None = None) -> list[str]:
+        return protocol.build_argv(binary_argv, role_config,
+                                   session_model=session_model if resume else None)
+
+    def conversation(self, role: str, *, session_id: str, resume: bool,
+                     system_prompt: str, role_config: RoleConfig) -> protocol.CodexConversation:
+        return protocol.CodexConversation(role, thread_id=session_id if resume else None,
+                                          system_prompt=system_prompt, prices=self.prices)
+
+    def clean_text(self, raw: str) -> str:
+        return protocol.clean_text(raw)
+
+    def session_lost(self, result: TurnResult) -> bool:
+        return faults.session_lost(result)
+
+    def classify(self, result: TurnResult, rate_limit: RateLimitChanged | None) -> Fault | None:
+        return faults.classify(result, rate_limit)
+
+    def find(self, configured: str | None) -> AgentBinary:
+        return find_binary("codex", configured, config_key="developer.command / acceptor.command",
+                           env_var=ENV_VAR,
+                           install_hint=INSTALL_HINT)
+
+    def profile(self, role: str, config: Config) -> RoleProfile:
+        """The role's sandbox and `approval_policy = "never"` as `-c` overrides before the
+        config's own extra arguments (which may override them)."""
+        role_config = config.developer if role == DEVELOPER else config.acceptor
+        overrides = ["-c", f"sandbox_mode={json.dumps(SANDBOX[role])}",
+                     "-c", 'approval_policy="never"']
+        role_config = role_config.model_copy(
+            update={"extra_args": [*overrides, *role_config.extra_args]})
+        return RoleProfile(role=role, system_prompt=load_system_prompt(role), config=role_config)
+
+    def owns_process(self, argv: list[str], session_id: str) -> bool:
+        """`codex app-server` (the npm launcher or its native binary): its command line has no
+        session id, so the registry's pid and start time and the project check decide."""
+        names = [os.path.basename(word) for word in argv[:2]]
+        return "app-server" in argv and any(n.startswith("codex") for n in names)
+
+    def prepare_home(self, home: Path, real_home: Path) -> tuple[tuple[Path, Path], ...]:
+        """`<home>/.codex` with a copy of the user's `config.toml` (provider, model) and their
+        `auth.json` bound over a placeholder (Codex refreshes its token in place)."""
+        real, private = codex_home(real_home), sandbox.own_dir(home / ".codex")
+        if (real / "config.toml").is_file():
+            (private / "config.toml").unlink(missing_ok=True)  # never write through a link
+            shutil.copyfile(real / "config.toml", private / "config.toml")
+        return sandbox.carry_login(real / "auth.json", private / "auth.json")
+
+    def environment(self, config: Config, home: Path | None) -> dict[str, str]:
+        env = {} if config.allow_push else dict(PUSH_DENIED)
+        if home is not None:
+            env["CODEX_HOME"] = str(home / ".codex")
+        return env

@@ -1,0 +1,291 @@
+"""A local OpenAI Responses API stub, so the real `codex` CLI runs offline (as `api_stub` is for
+`claude` and the Messages API).
+
+It answers `POST /v1/responses` with a streamed (SSE) response built from a script: text, tool
+calls (`exec_command`, Codex's shell tool), an HTTP error with an error body, or a slow stream.
+Any other path gets an empty answer. `codex_home` writes the `config.toml` that points Codex at
+it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+#: The model the stub says it is (Codex warns, harmlessly, that it has no metadata for it).
+STUB_MODEL = "gpt-stub"
+#: The environment variable Codex reads the stub's key from (see `codex_home`).
+KEY_VAR = "ANIMA_STUB_OPENAI_KEY"
+
+
+@dataclass
+class Reply:
+    """One scripted model answer: text and/or shell commands, an error, or a slow stream."""
+
+    text: str = ""
+    commands: list[str] = field(default_factory=list)  # each an exec_command tool call
+    delay: float = 0.0  # seconds before the first byte
+    chunk_delay: float = 0.0  # seconds between text deltas
+    usage: dict[str, Any] | None = None
+    status: int = 200  # an HTTP error status answers `error` instead of a stream
+    error: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _coerce(spec: Any, request: dict[str, Any]) -> Reply:
+    if callable(spec) and not isinstance(spec, Reply):
+        spec = spec(request)
+    if isinstance(spec, Reply):
+        return spec
+    if isinstance(spec, str):
+        return Reply(text=spec)
+    raise TypeError(f"cannot turn {spec!r} into a stub reply")
+
+
+def item_text(item: dict[str, Any]) -> str:
+    """The text of one input item: a message's text parts, or a tool call's output."""
+    if item.get("type") == "function_call_output":
+        output = item.get("output")
+        return output if isinstance(output, str) else json.dumps(output)
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return ""
+
+
+def all_text(request: dict[str, Any]) -> str:
+    """Instructions plus every input item's text, whatever its role."""
+    parts = [str(request.get("instructions") or "")]
+    parts += [item_text(i) for i in request.get("input", []) if isinstance(i, dict)]
+    return "\n".join(parts)
+
+
+def last_user_text(request: dict[str, Any]) -> str:
+    """The latest user message (the turn's prompt)."""
+    users = [i for i in request.get("input", []) if isinstance(i, dict)
+             and i.get("type") == "message" and i.get("role") == "user"]
+    return item_text(users[-1]) if users else ""
+
+
+def tool_outputs(request: dict[str, Any]) -> list[str]:
+    """What the CLI ran for the model, in order (each tool call's output)."""
+    return [item_text(i) for i in request.get("input", [])
+            if isinstance(i, dict) and i.get("type") == "function_call_output"]
+
+
+def plan_headers(used_percent: int, resets_at: float, window_minutes: int = 300
+                 ) -> dict[str, str]:
+    """The `x-codex-primary-*` headers a ChatGPT plan's responses carry (Codex reports them as
+    `account/rateLimits/updated`)."""
+    return {"x-codex-primary-used-percent": str(used_percent),
+            "x-codex-primary-window-minutes": str(window_minutes),
+            "x-codex-primary-reset-at": str(int(resets_at))}
+
+
+def usage_limit(resets_at: float, headers: bool = True) -> Reply:
+    """A ChatGPT plan's 429 once its usage limit is used up (Codex does not retry it); with
+    the plan's headers unless `headers` is off (then only the text names the reset)."""
+    return Reply(status=429, error={
+        "type": "usage_limit_reached", "message": "The usage limit has been reached",
+        "plan_type": "plus", "resets_at": int(resets_at),
+        "resets_in_seconds": max(1, int(resets_at - time.time()))},
+        headers=plan_headers(100, resets_at) if headers else {})
+
+
+def unauthorized() -> Reply:
+    """A 401 for a bad or revoked key."""
+    return Reply(status=401, error={"type": "invalid_request_error", "code": "invalid_api_key",
+                                    "message": "Incorrect API key provided: sk-bad."})
+
+
+def server_error() -> Reply:
+    """A 500 (Codex retries it `request_max_retries` times)."""
+    return Reply(status=500, error={"type": "server_error", "message": "The server had an error"})
+
+
+class ResponsesStub:
+    """Threaded HTTP server on 127.0.0.1:<random port>; use as a context manager.
+
+    Model calls take `replies` in order, then `default`. `requests` records every body.
+    """
+
+    def __init__(self, default: Any = "OK") -> None:
+        self.default = default
+        self.requests: list[dict[str, Any]] = []
+        self._replies: deque[Any] = deque()
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._closing = threading.Event()
+
+    def push(self, *replies: Any) -> None:
+        with self._lock:
+            self._replies.extend(replies)
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._replies)
+
+    def agent_requests(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.requests)
+
+    def wait_for_requests(self, n: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(found := self.agent_requests()) >= n:
+                return found
+            time.sleep(0.02)
+        raise TimeoutError(f"stub saw {len(self.agent_requests())} requests, wanted {n}")
+
+    def _next_reply(self, request: dict[str, Any]) -> Reply:
+        with self._lock:
+            spec = self._replies.popleft() if self._replies else self.default
+        return _coerce(spec, request)
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "stub not started"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def codex_home(self, folder: Path, retries: int = 0) -> Path:
+        """A CODEX_HOME whose config.toml makes Codex use this stub (key from KEY_VAR)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.toml").write_text(
+            f'model = "{STUB_MODEL}"\nmodel_provider = "stub"\n'
+            '[model_providers.stub]\nname = "stub"\n'
+            f'base_url = "{self.url}/v1"\nwire_api = "responses"\nenv_key = "{KEY_VAR}"\n'
+            f"request_max_retries = {retries}\nstream_max_retries = {retries}\n",
+            encoding="utf-8")
+        return folder
+
+    def start(self) -> ResponsesStub:
+        stub = self
+
+        class Handler(_Handler):
+            owner = stub
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="responses-stub",
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._closing.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+
+    def __enter__(self) -> ResponsesStub:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _chunks(text: str, size: int = 40) -> Iterator[str]:
+    for i in range(0, len(text), size):
+        yield text[i: i + size]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: ResponsesStub
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence the default stderr access log."""
+
+    def _send_json(self, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._send_json(200, {"data": [], "models": []}, {})
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            body = {}
+        if not self.path.split("?", 1)[0].endswith("/responses"):
+            self._send_json(200, {}, {})
+            return
+        with self.owner._lock:
+            self.owner.requests.append(body)
+        reply = self.owner._next_reply(body)
+        if reply.delay and self.owner._closing.wait(reply.delay):
+            return
+        try:
+            if reply.status != 200:
+                self._send_json(reply.status, {"error": reply.error}, reply.headers)
+            else:
+                self._stream(body, reply)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client hung up (an interrupt, a kill)
+
+    def _stream(self, body: dict[str, Any], reply: Reply) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.close_connection = True
+        out = self.wfile
+        rid = f"resp_{uuid.uuid4().hex[:16]}"
+        out.write(_sse({"type": "response.created", "response": {"id": rid}}))
+        out.flush()
+        if reply.text:
+            mid = f"msg_{uuid.uuid4().hex[:16]}"
+            out.write(_sse({"type": "response.output_item.added", "output_index": 0, "item": {
+                "type": "message", "role": "assistant", "id": mid, "content": []}}))
+            for piece in _chunks(reply.text):
+                out.write(_sse({"type": "response.output_text.delta", "item_id": mid,
+                                "output_index": 0, "content_index": 0, "delta": piece}))
+                if reply.chunk_delay:
+                    out.flush()
+                    if self.owner._closing.wait(reply.chunk_delay):
+                        return
+            out.write(_sse({"type": "response.output_item.done", "output_index": 0, "item": {
+                "type": "message", "role": "assistant", "id": mid,
+                "content": [{"type": "output_text", "text": reply.text, "annotations": []}]}}))
+        for command in reply.commands:
+            call = uuid.uuid4().hex[:16]
+            out.write(_sse({"type": "response.output_item.done", "item": {
+                "type": "function_call", "id": f"fc_{call}", "call_id": f"call_{call}",
+                "name": "exec_command", "arguments": json.dumps({"cmd": command})}}))
+        size = len(json.dumps(body.get("input", []))) // 4
+        usage = {"input_tokens": size, "input_tokens_details": {"cached_tokens": 0},
+                 "output_tokens": max(1, len(reply.text) // 4),
+                 "output_tokens_details": {"reasoning_tokens": 0}}
+        usage.update(reply.usage or {})
+        usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
+        out.write(_sse({"type": "response.completed", "response": {"id": rid, "usage": usage}}))
+        out.flush()

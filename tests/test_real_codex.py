@@ -1,0 +1,351 @@
+"""The real `codex` CLI (`codex app-server`) against the local Responses API stub: whole
+milestones with Codex in either role or both, beside the real `claude` on the Messages stub;
+its faults (a usage limit, a refused key, 5xx); a kill mid-turn and the resume after it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anima.events import clock
+from anima.store.models import MilestoneStatus, Verdict
+from tests.conftest import real_codex_env, run_git
+from tests.fakes.api_stub import ApiStub
+from tests.fakes.pair_model import PairModel, codex_prompts, for_claude, for_codex
+from tests.fakes.responses_stub import (
+    STUB_MODEL,
+    Reply,
+    ResponsesStub,
+    server_error,
+    unauthorized,
+    usage_limit,
+)
+from tests.helpers import make_project, milestone_md, record
+from tests.test_recovery import wait_until
+
+pytestmark = [pytest.mark.real_codex, pytest.mark.timeout(180)]
+
+#: USD per million tokens for the stub's model (Codex reports tokens, never dollars).
+PRICE = {"input": 2.0, "cached_input": 0.5, "output": 8.0}
+
+
+def project(repo: Path, features: list[str], summaries: bool = False, **config: Any) -> Path:
+    """A project with milestone m1; `config`: the roles and other keys."""
+    return make_project(repo, {"m1": milestone_md("Greeter", features)}, config={
+        "agent_timeout_seconds": 60, "summarizer": {"enabled": summaries},
+        "exact_token_count": False, "usage_limit_margin_seconds": 0.5,
+        "api_retry_max_wait_seconds": 0.5, "agent_prices": {STUB_MODEL: PRICE}, **config})
+
+
+def codex_role(codex: str) -> dict[str, Any]:
+    return {"agent": "codex", "command": codex}
+
+
+def anima(repo: Path, env: dict[str, str], *args: str,
+          timeout: float = 150) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, **env}
+    full.pop("CLAUDECODE", None)
+    return subprocess.run([sys.executable, "-m", "anima", *args, str(repo)], env=full,
+                          capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def run_headless(repo: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "anima", "run", str(repo), "--headless"],
+        env={k: v for k, v in {**os.environ, **env}.items() if k != "CLAUDECODE"},
+        capture_output=True, text=True, timeout=150, stdin=subprocess.DEVNULL)
+
+
+def assert_ran(result: subprocess.CompletedProcess[str], code: int = 0) -> None:
+    assert result.returncode == code, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_codex_as_both_roles_runs_a_milestone(real_codex_bin: str, codex_home: Path,
+                                              git_repo: Path) -> None:
+    repo = project(git_repo, ["Greet", "Version"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin))
+    with ResponsesStub(default=for_codex(PairModel(reject_first=True))) as stub:
+        result = run_headless(repo, real_codex_env(stub, codex_home))
+        threads = {r["prompt_cache_key"] for r in stub.requests}
+    assert_ran(result)
+    rec = record(repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    verdicts = [(i.kind.value, i.feature, i.verdict) for i in rec.iterations]
+    assert verdicts[0] == ("feature", "F1", Verdict.REJECTED)
+    assert ("fix", "F1", Verdict.ACCEPTED) in verdicts
+    assert verdicts[-1] == ("final", None, Verdict.ACCEPTED)
+    log = run_git(repo, "log", "--format=%s", "main")
+    assert "feat: F1 tests" in log and "feat: F2" in log
+    # Codex names its threads: the record keeps those, one per role for the whole milestone.
+    assert threads == {rec.sessions.developer, rec.sessions.acceptor}
+    # The cost is its tokens at the configured price, and every round carries its share.
+    assert rec.cost_usd > 0 and rec.usage.total > 0
+    assert rec.cost_usd == pytest.approx(sum(i.cost_usd for i in rec.iterations))
+    assert "[developer] ▸ Bash: mkdir -p features" in result.stdout
+    version = subprocess.run([real_codex_bin, "--version"], capture_output=True,
+                             text=True).stdout.strip()
+    for role in ("developer", "acceptor"):
+        run = rec.agents[role]
+        assert (run.agent, run.version) == ("codex", version)
+    status = anima(repo, {}, "status")
+    assert f"developer: codex {STUB_MODEL}, {version}" in status.stdout
+
+
+def test_codex_develops_and_claude_reviews(real_codex_bin: str, real_claude_bin: str,
+                                           real_env: dict[str, str], api_stub: ApiStub,
+                                           codex_home: Path, git_repo: Path) -> None:
+    model = PairModel(reject_first=True)
+    api_stub.default = for_claude(model)
+    repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
+                   acceptor={"command": real_claude_bin, "model": "claude-sonnet-4-5"})
+    with ResponsesStub(default=for_codex(model)) as stub:
+        result = run_headless(repo, {**real_env, **real_codex_env(stub, codex_home)})
+        developer_calls = len(stub.requests)
+    assert_ran(result)
+    rec = record(repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert [i.verdict for i in rec.iterations] == [Verdict.REJECTED, Verdict.ACCEPTED,
+                                                   Verdict.ACCEPTED]
+    assert developer_calls >= 4 and len(api_stub.agent_requests()) >= 3
+    assert rec.iterations[0].reason == "F1 has no test file"
+    assert (rec.agents["developer"].agent, rec.agents["acceptor"].agent) == ("codex", "claude")
+    assert rec.agents["acceptor"].model == "claude-sonnet-4-5"
+
+
+def test_claude_develops_and_codex_reviews(real_codex_bin: str, real_claude_bin: str,
+                                           real_env: dict[str, str], api_stub: ApiStub,
+                                           codex_home: Path, git_repo: Path) -> None:
+    model = PairModel()
+    api_stub.default = for_claude(model)
+    repo = project(git_repo, ["Greet"], developer={"command": real_claude_bin},
+                   acceptor=codex_role(real_codex_bin))
+    with ResponsesStub(default=for_codex(model)) as stub:
+        result = run_headless(repo, {**real_env, **real_codex_env(stub, codex_home)})
+        reviews = [codex_prompts(r)[-1] for r in stub.requests]
+    assert_ran(result)
+    rec = record(repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert any("Review round" in p for p in reviews) and "final acceptance" in reviews[-1]
+    assert "feat: F1" in run_git(repo, "log", "--format=%s", "main")
+    assert (rec.agents["developer"].agent, rec.agents["acceptor"].agent) == ("claude", "codex")
+
+
+def test_the_codex_acceptor_cannot_write_and_pushes_are_refused(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """Codex's own read-only sandbox for the Acceptor; git refuses the Developer's push."""
+    from anima.agents.codex.backend import CodexBackend
+    from anima.agents.process import AgentProcess
+    from anima.config import Config
+    from anima.events import ACCEPTOR, DEVELOPER, EventBus
+
+    config, backend = Config(), CodexBackend({})
+    run_git(git_repo, "remote", "add", "origin", str(git_repo))
+    with ResponsesStub() as stub:
+        env = real_codex_env(stub, codex_home)
+        for role, command in ((ACCEPTOR, "git log --format=%s -1; echo x > evil.txt"),
+                              (DEVELOPER, "git push origin HEAD:pushed")):
+            stub.push(Reply(commands=[command]), "done")
+            agent = AgentProcess(role, backend.find(real_codex_bin),
+                                 backend.profile(role, config), git_repo, EventBus(),
+                                 session_id="", turn_timeout=60, idle_timeout=30,
+                                 env={**env, **backend.environment(config, None)},
+                                 dialect=backend)
+            agent.start()
+            try:
+                assert agent.send("go").text == "done"
+            finally:
+                agent.stop()
+        acceptor_output, developer_output = (
+            stub.requests[i]["input"][-1]["output"] for i in (1, 3))
+    assert "init" in acceptor_output and "Read-only file system" in acceptor_output
+    assert not (git_repo / "evil.txt").exists()
+    assert "anima-denies-pushes" in developer_output
+    assert "pushed" not in run_git(git_repo, "branch", "-a")
+
+
+def test_a_codex_usage_limit_is_waited_out(real_codex_bin: str, codex_home: Path,
+                                           git_repo: Path) -> None:
+    """The plan's window, used up, names the exact reset; the pane shows the window's state."""
+    repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin))
+    with ResponsesStub(default=for_codex(PairModel())) as stub:
+        resets = time.time() + 3
+        stub.push(usage_limit(resets))
+        started = time.monotonic()
+        result = run_headless(repo, real_codex_env(stub, codex_home))
+        first, second = stub.requests[:2]
+    assert_ran(result)
+    assert time.monotonic() - started > 3
+    assert f"waiting for the usage limit to reset at {clock(resets)}" in result.stdout
+    assert "hit your usage limit" in result.stdout
+    rec = record(repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.consecutive_rejections == 0
+    # The same prompt again, in the same thread.
+    assert first["prompt_cache_key"] == second["prompt_cache_key"]
+    assert codex_prompts(second).count(codex_prompts(first)[-1]) == 2
+
+
+def test_a_refused_codex_key_pauses_saying_how_to_log_in(real_codex_bin: str,
+                                                         codex_home: Path,
+                                                         git_repo: Path) -> None:
+    repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin))
+    with ResponsesStub(default=unauthorized()) as stub:
+        result = run_headless(repo, real_codex_env(stub, codex_home))
+    assert_ran(result, 3)
+    rec = record(repo, "m1")
+    assert rec.status is MilestoneStatus.PAUSED
+    assert rec.iterations == [] and rec.consecutive_rejections == 0
+    reason = rec.pause_reason or ""
+    assert "401 Unauthorized" in reason and "run `codex login`" in reason
+    assert f"error: {reason}" in result.stderr
+
+
+def test_codex_5xx_past_its_retries_is_sent_again(real_codex_bin: str, codex_home: Path,
+                                                  git_repo: Path) -> None:
+    """Also: with Codex in both roles, round summaries come from the reports (Anima's
+    summarizer speaks Anthropic's API), and the log says so."""
+    repo = project(git_repo, ["Greet"], summaries=True, developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin))
+    with ResponsesStub(default=for_codex(PairModel())) as stub:
+        stub.push(server_error(), server_error())
+        result = run_headless(repo, real_codex_env(stub, codex_home))
+    assert_ran(result)
+    assert result.stdout.count("sending the prompt again") == 2
+    assert "round summaries come from the reports" in result.stdout
+    rec = record(repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert [i.verdict for i in rec.iterations] == [Verdict.ACCEPTED, Verdict.ACCEPTED]
+
+
+def test_a_kill_mid_turn_resumes_the_codex_thread(real_codex_bin: str, codex_home: Path,
+                                                 git_repo: Path) -> None:
+    repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin))
+    with ResponsesStub(default=for_codex(PairModel())) as stub:
+        stub.push(Reply(text="thinking…", delay=60))  # the first turn hangs on the model
+        env = real_codex_env(stub, codex_home)
+        first = subprocess.Popen(
+            [sys.executable, "-m", "anima", "run", str(repo), "--headless"],
+            env={k: v for k, v in {**os.environ, **env}.items() if k != "CLAUDECODE"},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+        try:
+            stub.wait_for_requests(1, timeout=60)
+            thread = record(repo, "m1").sessions.developer
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.communicate(timeout=30)
+        result = run_headless(repo, env)
+        after = stub.requests[1]
+    assert_ran(result)
+    rec = record(repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    # The same thread, resumed: the killed turn's prompt is in its history.
+    assert thread and rec.sessions.developer == thread == after["prompt_cache_key"]
+    assert len(codex_prompts(after)) >= 2, json.dumps(codex_prompts(after))[:2000]
+
+
+def test_a_codex_agent_a_dead_anima_left_is_stopped_by_the_next_run(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """Its command line names no session: the registry's pid and start time, the project and
+    the backend's `codex app-server` shape are what recognise it."""
+    from anima import procfs
+    from anima.agents.codex.backend import CodexBackend
+    from anima.agents.process import AgentProcess
+    from anima.config import Config
+    from anima.events import DEVELOPER, EventBus
+    from anima.loop.recovery import AgentRegistry
+    from anima.paths import ProjectPaths
+
+    repo = make_project(git_repo)
+    backend = CodexBackend({})
+    with ResponsesStub() as stub:
+        agent = AgentProcess(DEVELOPER, backend.find(real_codex_bin),
+                             backend.profile(DEVELOPER, Config()), repo, EventBus(),
+                             session_id="", turn_timeout=60, idle_timeout=30,
+                             env=real_codex_env(stub, codex_home), dialect=backend,
+                             marker=procfs.agent_marker(repo, "m1", DEVELOPER))
+        agent.start()
+        try:
+            assert agent.pid is not None
+            AgentRegistry(ProjectPaths(repo)).add(DEVELOPER, agent.pid, agent.session_id, "m1")
+            result = run_headless(repo, real_codex_env(stub, codex_home))
+            assert_ran(result)
+            assert (f"stopped a leftover developer agent of a previous run (pid {agent.pid}, "
+                    f"session {agent.session_id[:8]})") in result.stdout
+            wait_until(lambda: not agent.alive, timeout=10, what="the leftover gone")
+        finally:
+            agent.stop(grace=1.0)
+
+
+def test_the_budget_counts_codex_tokens_at_the_configured_price(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    repo = project(git_repo, ["Greet", "Version"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin), max_budget_usd=0.01)
+    with ResponsesStub(default=for_codex(PairModel())) as stub:
+        result = run_headless(repo, real_codex_env(stub, codex_home))
+    assert_ran(result, 3)
+    rec = record(repo, "m1")
+    assert rec.status is MilestoneStatus.PAUSED
+    assert (rec.pause_reason or "").startswith(f"budget reached: ${rec.cost_usd:.2f} of $0.01")
+    assert [i.feature for i in rec.iterations] == ["F1"]  # F2 never started
+
+
+def test_an_interrupted_codex_turn_ends_stopped_and_the_next_turn_works(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    import threading
+
+    from anima.agents.codex.backend import CodexBackend
+    from anima.agents.dialect import FaultKind
+    from anima.agents.process import AgentProcess
+    from anima.config import Config
+    from anima.events import DEVELOPER, EventBus
+
+    backend = CodexBackend({})
+    with ResponsesStub() as stub:
+        stub.push(Reply(text="a long answer " * 30, chunk_delay=0.3), "after")
+        agent = AgentProcess(DEVELOPER, backend.find(real_codex_bin),
+                             backend.profile(DEVELOPER, Config()), git_repo, EventBus(),
+                             session_id="", turn_timeout=60, idle_timeout=30,
+                             env=real_codex_env(stub, codex_home), dialect=backend)
+        agent.start()
+        try:
+            stop = threading.Timer(1.0, agent.interrupt)
+            stop.start()
+            started = time.monotonic()
+            stopped = agent.send("write a lot")
+            stop.join()
+            assert time.monotonic() - started < 10
+            fault = backend.classify(stopped, None)
+            assert fault is not None and fault.kind is FaultKind.STOPPED
+            assert agent.send("go on").text == "after"
+        finally:
+            agent.stop()
+
+
+def test_a_codex_session_past_the_rollover_share_continues_in_a_fresh_thread(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """Codex reports its context window and the tokens in use: a role past
+    `context_rollover_percent` gets a fresh thread, and the record says why."""
+    repo = project(git_repo, ["Greet", "Version"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin), context_rollover_percent=1)
+    with ResponsesStub(default=for_codex(PairModel())) as stub:
+        result = run_headless(repo, real_codex_env(stub, codex_home))
+        threads = [r["prompt_cache_key"] for r in stub.requests]
+    assert_ran(result)
+    rec = record(repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    developer = [r for r in rec.rollovers if r.role == "developer"]
+    assert developer and developer[0].tokens > developer[0].window / 100 > 0
+    assert developer[0].old_session in threads and rec.sessions.developer in threads
+    assert developer[0].old_session != rec.sessions.developer
