@@ -90,8 +90,9 @@ def test_files_counts_highlighting_folding_and_a_comment_box(qtbot, git_repo: Pa
 def test_comments_survive_a_restart_and_resume_sends_them(
         qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
     with paused_by_rejections(qtbot, git_repo, fake, tmp_path) as w:
-        changes = w.window.changes
-        w.window.tabs.setCurrentWidget(changes)
+        page = w.page()
+        changes = page.changes
+        page.tabs.setCurrentWidget(changes)
         qtbot.waitUntil(lambda: changes.current_file is not None, timeout=10000)
         assert changes.current_file.path == "features/F1.txt"
         line = next(n for n, r in enumerate(changes.diff.rows) if r.kind == "+")
@@ -107,8 +108,14 @@ def test_comments_survive_a_restart_and_resume_sends_them(
     w2 = Window(qtbot, tmp_path)
     try:
         w2.window.open_project(git_repo)
-        changes = w2.window.changes
+        page = w2.page()
+        changes = page.changes
+        page.tabs.setCurrentWidget(changes)
         qtbot.waitUntil(lambda: len(changes.comment_lines) == 2, timeout=10000)
+        qtbot.waitUntil(lambda: changes.current_file is not None, timeout=10000)
+        # Both are shown inline, under the line they are about.
+        inline = [r.text for r in changes.diff.rows if r.kind == "#"]
+        assert inline == ["say hello, not hi", "drop this line"]
         # Edit the first, remove the second.
         changes.comment_list.setCurrentRow(0)
         qtbot.mouseClick(changes.edit_button, Qt.MouseButton.LeftButton)
@@ -119,7 +126,7 @@ def test_comments_survive_a_restart_and_resume_sends_them(
         changes.comment_list.setCurrentRow(1)
         qtbot.mouseClick(changes.remove_button, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(lambda: len(changes.comment_lines) == 1, timeout=5000)
-        review = w2.window.review
+        review = page.review
         qtbot.keyClicks(review.note, "Mind the greeting")
         review.resume_button.click()
         w2.wait_status("m1", "completed", timeout=30000)
