@@ -183,3 +183,12 @@ def test_live_output_held_during_the_replay_is_not_shown_twice() -> None:
     assert drop_overlap(said[:3], said[1:]) == said[3:]
     assert drop_overlap(said[:2], said[2:]) == said[2:]
     assert drop_overlap([], said) == said
+
+
+def test_log_lines_stay_in_the_log_not_in_the_status_bar(board: Window) -> None:
+    """Each message once, where it belongs: Anima's own log lines ("phase … → …") are the
+    milestone's log, not the window's status bar."""
+    window = board.window
+    window.statusBar().showMessage("Ready")
+    publish(board, ev.LogLine("a", "phase recovering → developer: round 6 (feature)"))
+    assert window.statusBar().currentMessage() == "Ready"

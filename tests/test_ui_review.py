@@ -86,6 +86,10 @@ def test_continue_from_an_accepted_round_in_the_window(
         assert "Put the branch back to round 1" in asked[0]
         w.wait_status("m1", "completed", timeout=30000)
         assert "continued from round 1" in w.window._records["m1"].notes[0]
+        # Rounds 2-5 left the branch: marked dropped, out of the round count.
+        history = page.monitor.history.history
+        assert history.dropped == {2, 3, 4, 5}
+        assert page.monitor.header.round.value.text().endswith(" · 4 dropped")
         assert run_git(git_repo, "for-each-ref", "--format=%(refname)", "refs/anima/dropped/")
         qtbot.waitUntil(lambda: getattr(w.window._records["m1"].merge, "merged", False),
                         timeout=10000)
