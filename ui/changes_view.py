@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSplitter,
+    QStackedWidget,
     QTableView,
     QToolButton,
     QVBoxLayout,
@@ -47,7 +48,7 @@ from PySide6.QtWidgets import (
 )
 
 from anima.diffs import ChangeSet, DiffRow, FileDiff
-from ui.diff_view import PREFIX, DiffView
+from ui.diff_view import PREFIX, DiffView, SideBySideView, line_row
 from ui.formatting import enum_text
 from ui.search_bar import SearchBar
 from ui.table_model import ColumnModel
@@ -289,6 +290,10 @@ class ChangesView(QWidget):
         fold_layout.addWidget(self.expand_button)
         self.fold_bar.hide()
         self.diff = DiffView(self)
+        self.sides = SideBySideView(self)
+        self.diff_stack = QStackedWidget(self)
+        self.diff_stack.addWidget(self.diff)
+        self.diff_stack.addWidget(self.sides)
         self.search = SearchBar(self.diff, self, "Find in the diff")
         # The editor lives in the diff, in a gap made under the line it is about.
         self.comment_box = CommentBox(self.diff.viewport())
@@ -326,7 +331,7 @@ class ChangesView(QWidget):
         diff_layout.setSpacing(0)
         diff_layout.addWidget(self.fold_bar)
         diff_layout.addWidget(self.search)
-        diff_layout.addWidget(self.diff, 1)
+        diff_layout.addWidget(self.diff_stack, 1)
         self.right = QSplitter(Qt.Orientation.Vertical, self)
         self.right.addWidget(diff_area)
         self.right.addWidget(comments)
@@ -346,8 +351,10 @@ class ChangesView(QWidget):
         self.range.activated.connect(self._on_range_chosen)
         self.file_table.selectionModel().currentRowChanged.connect(self._on_file_changed)
         self.expand_button.clicked.connect(self._on_expand)
-        self.diff.line_clicked.connect(self._on_line_clicked)
-        self.diff.comment_clicked.connect(self._on_comment_clicked)
+        for view in (self.diff, self.sides.left, self.sides.right):
+            view.line_clicked.connect(self._on_line_clicked)
+            view.comment_clicked.connect(self._on_comment_clicked)
+        self.side_by_side.toggled.connect(self._on_side_by_side)
         self.diff.verticalScrollBar().valueChanged.connect(self._place_comment_box)
         self.comment_box.saved.connect(self._on_comment_saved)
         self.comment_box.cancelled.connect(self.diff.close_gap)
@@ -483,12 +490,23 @@ class ChangesView(QWidget):
         folded = diff.collapsed and diff.path not in self._expanded
         self.fold_bar.setVisible(folded)
         self.diff.commentable = self._commentable()
+        view = self.sides if self.side_by_side.isChecked() else self.diff
         if folded:
             self.fold_label.setText(f"{diff.path}: {fold_reason(diff)} "
                                     f"(+{diff.added} −{diff.removed}), folded.")
-            self.diff.show_file(None, "Folded: click “Show the diff” to read it.")
+            view.show_file(None, "Folded: click “Show the diff” to read it.")
         else:
-            self.diff.show_file(diff, comments=self._file_comments(diff.path))
+            view.show_file(diff, comments=self._file_comments(diff.path))
+
+    @Slot(bool)
+    def _on_side_by_side(self, on: bool) -> None:
+        """Unified or side by side; comments are written in the unified view."""
+        self.comment_box.cancel()
+        self.diff_stack.setCurrentWidget(self.sides if on else self.diff)
+        self.search.set_view(self.sides.right if on else self.diff)
+        diff = self.current_row_file()
+        if diff is not None:
+            self._show_file(diff)
 
     @Slot()
     def _on_expand(self) -> None:
@@ -580,6 +598,7 @@ class ChangesView(QWidget):
             return
         line = row.new_line if row.new_line is not None else row.old_line
         if line is not None:
+            self.side_by_side.setChecked(False)  # the editor opens in the unified view
             self._open_editor(path, line)
 
     def _open_editor(self, path: str, line: int, text: str = "", comment_id: str = "") -> None:
@@ -590,9 +609,7 @@ class ChangesView(QWidget):
             if found is None:
                 return
             self.file_table.selectRow(found)
-        rows = self.diff.file.rows if self.diff.file is not None else []
-        at = next((i for i, r in enumerate(rows) if r.kind in "+- "
-                   and (r.new_line if r.new_line is not None else r.old_line) == line), None)
+        at = line_row(self.diff.file.rows, line) if self.diff.file is not None else None
         if at is None:
             return
         self.diff.open_gap(at, CommentBox.HEIGHT)
@@ -617,6 +634,7 @@ class ChangesView(QWidget):
     @Slot(object)
     def _on_comment_clicked(self, comment: Any) -> None:
         if self._commentable():
+            self.side_by_side.setChecked(False)
             self._open_editor(comment.path, comment.line, comment.text, comment.id)
 
     @Slot(str, int, str, str)

@@ -38,7 +38,7 @@ from PySide6.QtGui import (
     QTextCursor,
     QTextDocument,
 )
-from PySide6.QtWidgets import QPlainTextEdit, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QWidget
 
 from anima.diffs import ChangeSet, DiffRow, FileDiff
 
@@ -152,6 +152,52 @@ def word_spans(rows: Sequence[DiffRow]) -> list[list[Range]]:
         for old, new in zip(range(start, added), range(added, i), strict=False):
             spans[old], spans[new] = word_changes(rows[old].text, rows[new].text)
     return spans
+
+
+Side = tuple[list[DiffRow], list[list[Range]]]
+
+
+def line_row(rows: Sequence[DiffRow], line: int) -> int | None:
+    """The row a comment on `line` is about: the new file's line, else a removed line's."""
+    found = next((i for i, r in enumerate(rows) if r.kind in "+ " and r.new_line == line), None)
+    if found is None:
+        found = next((i for i, r in enumerate(rows) if r.kind == "-" and r.old_line == line),
+                     None)
+    return found
+
+
+def side_by_side(rows: Sequence[DiffRow]) -> tuple[Side, Side]:
+    """The unified rows as two aligned columns, old on the left and new on the right: a run of
+    removed lines faces the run of added lines after it, the shorter padded with gaps; each
+    row with the words that changed in it."""
+    words = word_spans(rows)
+    left: list[DiffRow] = []
+    right: list[DiffRow] = []
+    left_words: list[list[Range]] = []
+    right_words: list[list[Range]] = []
+    i = 0
+    while i < len(rows):
+        row = rows[i]
+        if row.kind not in "+-":
+            left.append(DiffRow(row.kind, row.text, row.old_line, None))
+            right.append(DiffRow(row.kind, row.text, None, row.new_line))
+            left_words.append([])
+            right_words.append([])
+            i += 1
+            continue
+        removed = []
+        while i < len(rows) and rows[i].kind == "-":
+            removed.append(i)
+            i += 1
+        added = []
+        while i < len(rows) and rows[i].kind == "+":
+            added.append(i)
+            i += 1
+        for n in range(max(len(removed), len(added))):
+            for side, words_of, run in ((left, left_words, removed), (right, right_words, added)):
+                side.append(rows[run[n]] if n < len(run) else DiffRow(GAP, ""))
+                words_of.append(words[run[n]] if n < len(run) else [])
+    return (left, left_words), (right, right_words)
 
 
 def token_spans(rows: list[DiffRow], lexer: Lexer) -> list[list[Span]]:
@@ -284,19 +330,22 @@ class DiffView(QPlainTextEdit):
         self._press: Any = None
 
     def show_file(self, diff: FileDiff | None, message: str = "",
-                  comments: Sequence[Any] = ()) -> None:
+                  comments: Sequence[Any] = (),
+                  side: tuple[list[DiffRow], list[list[Range]]] | None = None) -> None:
         """Render `diff` (or just `message`) with `comments` (`path`, `line`, `text`, `id`)
-        under their lines: rows first, then colours in one pass."""
+        under their lines: rows first, then colours in one pass. `side`: one side of a
+        side-by-side view instead of the unified rows (its rows and their word changes)."""
         same_file = diff is not None and self.file is not None and diff.path == self.file.path
         self.file = diff
-        self._base = [] if diff is None else diff.rows
+        self._base = [] if diff is None else side[0] if side is not None else diff.rows
         if diff is not None and not self._base:
             message = message or ("Binary file changed" if diff.binary else "No textual change "
                                   "(mode or name only)")
         lexer = lexer_for(diff.path) if diff is not None and self._base else None
         small = len(self._base) <= HIGHLIGHT_MAX_ROWS
         self._base_spans = token_spans(self._base, lexer) if lexer and small else []
-        self._base_words = word_spans(self._base) if small else []
+        self._base_words = (side[1] if side is not None else word_spans(self._base)) \
+            if small else []
         self._comments = list(comments)
         if not same_file:
             self._gap = None
@@ -317,20 +366,20 @@ class DiffView(QPlainTextEdit):
         spans: list[list[Span]] = []
         words: list[list[Range]] = []
         self._comment_of = {}
-        placed: set[int] = set()
+        under: dict[int, list[Any]] = {}
+        for comment in self._comments:
+            at = line_row(self._base, comment.line)
+            if at is not None:
+                under.setdefault(at, []).append(comment)
         for i, row in enumerate(self._base):
             rows.append(row)
             spans.append(self._base_spans[i] if i < len(self._base_spans) else [])
             words.append(self._base_words[i] if i < len(self._base_words) else [])
-            line = row.new_line if row.new_line is not None else row.old_line
-            if row.kind in "+- " and line is not None:
-                for comment in self._comments:
-                    if comment.line == line and id(comment) not in placed:
-                        placed.add(id(comment))
-                        self._comment_of[len(rows)] = comment
-                        rows.append(DiffRow(COMMENT, comment.text.replace("\n", " ")))
-                        spans.append([])
-                        words.append([])
+            for comment in under.get(i, ()):
+                self._comment_of[len(rows)] = comment
+                rows.append(DiffRow(COMMENT, comment.text.replace("\n", " ")))
+                spans.append([])
+                words.append([])
             if self._gap is not None and self._gap[0] == i:
                 for _ in range(self._gap[1]):
                     rows.append(DiffRow(GAP, ""))
@@ -462,3 +511,29 @@ class DiffView(QPlainTextEdit):
         painter.drawRoundedRect(badge, 3, 3)
         painter.setPen(QColor("#ffffff"))
         painter.drawText(badge, int(Qt.AlignmentFlag.AlignCenter), "+")
+
+
+class SideBySideView(QWidget):
+    """Old on the left, new on the right, scrolled together; comments under their new lines
+    on the right. Clicks reach `line_clicked` / `comment_clicked` like the unified view's."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("sideBySideView")
+        self.left = DiffView(self)
+        self.right = DiffView(self)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(1)
+        layout.addWidget(self.left, 1)
+        layout.addWidget(self.right, 1)
+        for a, b in ((self.left, self.right), (self.right, self.left)):
+            a.verticalScrollBar().valueChanged.connect(b.verticalScrollBar().setValue)
+            a.horizontalScrollBar().valueChanged.connect(b.horizontalScrollBar().setValue)
+
+    def show_file(self, diff: FileDiff | None, message: str = "",
+                  comments: Sequence[Any] = ()) -> None:
+        old, new = side_by_side(diff.rows if diff is not None else [])
+        self.left.show_file(diff, message, side=old)
+        # Comments are on new lines (or old ones of removed lines, shown on the left).
+        self.right.show_file(diff, message, comments, side=new)

@@ -56,6 +56,10 @@ class SearchBar(QFrame):
         escape.activated.connect(self.close_bar)
         self.hide()
 
+    def set_view(self, view: QPlainTextEdit) -> None:
+        """Search another view from now on (the diff shown side by side)."""
+        self._view = view
+
     def open_bar(self) -> None:
         self.show()
         selected = self._view.textCursor().selectedText()
