@@ -344,8 +344,8 @@ SECRET = "sk-ant-api03-" + "Pq7Rs8Tu9V" * 6
 
 def test_secrets_and_notices_in_the_window(qtbot, git_repo: Path, fake: FakeClaude,
                                            app_window: Window) -> None:
-    """Secrets in agent text and tool results never reach the panes; a completion is
-    announced (status bar here; the tray too where the platform has one)."""
+    """Secrets in agent text and tool results never reach the panes; a completion is said
+    once, plainly."""
     make_project(git_repo, {"m1": milestone_md("M", ["Alpha"])})
     fake.write_script({"developer": [{"shell": [f"echo ANTHROPIC_API_KEY={SECRET}"],
                                       "auto": True}],
@@ -355,9 +355,10 @@ def test_secrets_and_notices_in_the_window(qtbot, git_repo: Path, fake: FakeClau
     developer, acceptor = app_window.pane_text("developer"), app_window.pane_text("acceptor")
     assert "<REDACTED>" in developer and "<REDACTED>" in acceptor
     assert SECRET not in developer and SECRET not in acceptor
-    # Said once, in plain words (not "Milestone completed: M is completed").
-    qtbot.waitUntil(lambda: app_window.window.statusBar().currentMessage()
-                    == "M is completed", timeout=5000)
+    # Said once, on its card (the notice goes to the tray or the desktop, not the status bar).
+    card = app_window.window.board.cards["m1"]
+    qtbot.waitUntil(lambda: card.state.text() == "Completed · merged", timeout=5000)
+    assert "completed" not in app_window.window.statusBar().currentMessage()
 
 
 def test_the_checks_show_in_the_acceptor_pane_and_the_rounds_table(

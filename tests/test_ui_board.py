@@ -120,9 +120,9 @@ def test_several_running_cards_each_show_their_agents_live(board: Window) -> Non
     board.window.board.refresh_now()
     a, b = card(board, "a"), card(board, "b")
     assert board.window.board.column_ids("running") == ["a", "b", "c"]
-    assert a.state.text() == "Waiting for Developer · round 1 / 20"
+    assert a.state.text() == "Waiting for Developer · round 1"
     assert a.lines["developer"].toolTip() == "Dev: Writing greet.py"
-    assert b.state.text() == "Waiting for Acceptor · round 1 / 20"
+    assert b.state.text() == "Waiting for Acceptor · round 1"
     assert b.lines["acceptor"].toolTip() == "Acc (25 %): Bash: pytest -q"
     assert "Another" not in a.lines["developer"].toolTip()
     assert a.stats.text() in ("0/2 features · $0.00 · 1:05", "0/2 features · $0.00 · 1:06")
@@ -192,3 +192,21 @@ def test_log_lines_stay_in_the_log_not_in_the_status_bar(board: Window) -> None:
     window.statusBar().showMessage("Ready")
     publish(board, ev.LogLine("a", "phase recovering → developer: round 6 (feature)"))
     assert window.statusBar().currentMessage() == "Ready"
+
+
+def test_a_page_in_a_background_tab_lays_nothing_out_until_shown(qtbot, board: Window) -> None:
+    """Output streams to every open page, but only the page on screen pays for drawing it:
+    a background one shows what it missed as soon as its tab comes to the front."""
+    window = board.window
+    changed(board, "a", status="in_progress", started_at=NOW)
+    page = window.open_page("a")
+    assert page is not None
+    qtbot.waitUntil(lambda: not page.replaying, timeout=5000)
+    window.tabs.setCurrentIndex(0)  # back to the board
+    pane = page.monitor.panes["developer"]
+    publish(board, ev.AssistantText("developer", "written while nobody looked",
+                                    milestone_id="a"))
+    qtbot.wait(100)
+    assert pane.lines_rendered == 0 and "nobody looked" not in pane.plain_text()
+    window.tabs.setCurrentWidget(page)
+    qtbot.waitUntil(lambda: "written while nobody looked" in pane.plain_text(), timeout=2000)

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from PySide6.QtCore import QTimer, Slot
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from anima import events as ev
@@ -358,20 +359,31 @@ class AgentPane(QFrame):
 
     @Slot()
     def _on_flush_due(self) -> None:
+        if not self.isVisible():
+            # A page in a background tab lays nothing out: it keeps the newest lines (a
+            # scrollback's worth) and shows them when its tab comes to the front.
+            self._drop_beyond_cap()
+            return
         self._flush_some(limit_time=True)
         if self._pending:
             # Behind: flush again as soon as the event loop has had its turn.
             self._timer.start(0)
 
-    def _flush_some(self, *, limit_time: bool) -> None:
-        """Lay out as many pending lines as fit the time budget of one flush."""
-        cap = self.view.max_lines
-        # Lines beyond the cap would be laid out only to be trimmed at once: skip them.
-        excess = len(self._pending) - cap
+    def _drop_beyond_cap(self) -> None:
+        """Lines beyond the cap would be laid out only to be trimmed at once: skip them."""
+        excess = len(self._pending) - self.view.max_lines
         if excess > 0:
             for _ in range(excess):
                 self._pending.popleft()
             self.lines_dropped += excess
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self._schedule()  # what arrived while the tab was in the background
+
+    def _flush_some(self, *, limit_time: bool) -> None:
+        """Lay out as many pending lines as fit the time budget of one flush."""
+        self._drop_beyond_cap()
         count = len(self._pending)
         if limit_time:
             count = min(count, max(MIN_LINES_PER_FLUSH,

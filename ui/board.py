@@ -39,7 +39,7 @@ from ui.record_facts import (
     needs_you_reason,
     waiting_for,
 )
-from ui.widgets import set_style_state
+from ui.widgets import ElidedLabel, set_style_state
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -86,11 +86,11 @@ class MilestoneCard(QFrame):
         self.state = QLabel(self)
         self.state.setObjectName("cardState")
         self.state.setWordWrap(True)
-        self.lines = {role: QLabel(self) for role in _ROLE_SHORT}
+        # One line each, elided to the card's width (a column is narrow at 1024 px).
+        self.lines = {role: ElidedLabel(self) for role in _ROLE_SHORT}
         for label in self.lines.values():
             label.setObjectName("cardLine")
-            label.setTextFormat(Qt.TextFormat.PlainText)
-        self.stats = QLabel(self)
+        self.stats = ElidedLabel(self)
         self.stats.setObjectName("cardStats")
         self.button = QPushButton(self)
         self.button.setObjectName("cardAction")
@@ -112,15 +112,19 @@ class MilestoneCard(QFrame):
         self.record = record
         status = enum_text(record.status)
         column = column_of(record)
-        set_style_state(self, "column", column)
+        if self.property("column") != column:
+            set_style_state(self, "column", column)
+            for child in (self.state, self.button):  # styled by the card's column too
+                child.style().unpolish(child)
+                child.style().polish(child)
         self.title.setText(record.title)
         self.setToolTip(f"{record.id} — click to open its page")
         running = column == "running"
         if running:
             phase = phase or Phase(record.phase)
             words = "Queued to run" if phase == Phase.IDLE else PHASE_TEXT[phase]
-            rounds = len(live_rounds(record))
-            self.state.setText(f"{words} · round {rounds + 1} / {record.max_iterations}")
+            # The round under way (the page's header counts the rounds done).
+            self.state.setText(f"{words} · round {len(live_rounds(record)) + 1}")
         elif column == "pending":
             waits = waiting_for(record, records)
             self.state.setText(f"Waiting for {', '.join(waits)}" if waits else
@@ -140,12 +144,8 @@ class MilestoneCard(QFrame):
         self.tick(clock)
 
     def set_agent_line(self, role: str, text: str, context: float | None) -> None:
-        label = self.lines[role]
         ctx = f" ({context:.0f} %)" if context is not None else ""
-        full = f"{_ROLE_SHORT[role]}{ctx}: {text}"
-        label.setToolTip(full)
-        width = max(self.width() - 24, 120)
-        label.setText(label.fontMetrics().elidedText(full, Qt.TextElideMode.ElideRight, width))
+        self.lines[role].setText(f"{_ROLE_SHORT[role]}{ctx}: {text}")
 
     def tick(self, clock: ElapsedClock) -> None:
         """Elapsed and cost (the clock runs for a running card only)."""

@@ -274,7 +274,7 @@ class ChangesView(QWidget):
         self.file_table.verticalHeader().setDefaultSectionSize(22)
         header = self.file_table.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for column, width in ((1, 48), (2, 48), (FileTableModel.VIEWED, 28)):
+        for column, width in ((1, 42), (2, 42), (FileTableModel.VIEWED, 26)):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Fixed)
             header.resizeSection(column, width)
         # "src/…/greet.py": the file's name and where it starts stay readable.
@@ -335,13 +335,16 @@ class ChangesView(QWidget):
         self.right = QSplitter(Qt.Orientation.Vertical, self)
         self.right.addWidget(diff_area)
         self.right.addWidget(comments)
-        self.right.setStretchFactor(0, 4)
+        self.right.setStretchFactor(0, 6)
         self.right.setStretchFactor(1, 1)
+        self.right.setSizes([600, 100])  # the diff gets the height; the list is an overview
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.splitter.addWidget(self.file_table)
         self.splitter.addWidget(self.right)
         self.splitter.setStretchFactor(0, 1)
         self.splitter.setStretchFactor(1, 3)
+        self.file_table.setMinimumWidth(200)  # a path stays readable, even at 1024 px
+        self.splitter.setSizes([280, 900])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)

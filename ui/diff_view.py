@@ -49,8 +49,8 @@ PREFIX = NUMBER_WIDTH * 2 + 4  # "  12    13 + "
 # Row kinds beyond git's: a comment under a line, a gap the comment editor sits in.
 COMMENT, GAP = "#", "_"
 ROW_BACKGROUNDS = {"+": QColor(46, 160, 67, 40), "-": QColor(248, 81, 73, 40),
-                   "@": QColor(84, 174, 255, 36), COMMENT: QColor(255, 248, 197),
-                   GAP: QColor(246, 248, 250)}
+                   "@": QColor(84, 174, 255, 36), COMMENT: QColor(212, 167, 44, 56),
+                   GAP: QColor(140, 149, 159, 24)}  # drawn over the text: translucent
 #: The words that changed within a line, over its +/- background.
 WORD_BACKGROUNDS = {"+": QColor(46, 160, 67, 110), "-": QColor(248, 81, 73, 110)}
 _STYLE = get_style_by_name("friendly")

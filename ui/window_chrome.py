@@ -228,10 +228,9 @@ class WindowChrome(QMainWindow):
 
     @Slot(object)
     def _on_notice(self, event: ev.Notice) -> None:
+        """A notice is for when nobody looks at the window: the tray or the desktop says it.
+        In the window, the milestone's card and page already do (once)."""
         title = NOTICE_TITLES.get(event.kind, "Anima")
-        # "X is completed" says it all; the title is for the tray, where it stands apart.
-        text = event.message if event.kind == "completed" else f"{title}: {event.message}"
-        self.statusBar().showMessage(text, 15000)
         if self.tray is not None:
             self.tray.showMessage(title, event.message, app_icon(), 10000)
         elif self.desktop_notifier is not None:
