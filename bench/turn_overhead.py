@@ -2,7 +2,7 @@
 """Per-turn cost of a persistent `claude` process versus a fresh `claude -p` per turn.
 
 Why: Anima keeps one process per role alive for a whole milestone because start-up dominates a
-turn (design.md measured ~0.03 s vs ~0.6 s). This re-measures it on this machine with the real
+turn (measured once at ~0.03 s vs ~0.6 s). This re-measures it on this machine with the real
 CLI against the local Messages API stub, so the model's own latency is ~0 and only the
 process overhead remains. Run: `python bench/turn_overhead.py` (well under 2 minutes).
 Prints the medians and `BENCH turn_overhead_ratio=<x>` (target >= 10).
@@ -104,7 +104,7 @@ def main() -> int:
           f"(min {min(persistent) * 1000:.1f}, max {max(persistent) * 1000:.1f})")
     print(f"fresh claude -p:    median {f_ms:.1f} ms/turn over {len(fresh)} turns "
           f"(min {min(fresh) * 1000:.1f}, max {max(fresh) * 1000:.1f})")
-    print(f"reference: design.md measured ~30 ms vs ~600 ms; target ratio >= {TARGET_RATIO:g} "
+    print(f"reference: measured once at ~30 ms vs ~600 ms; target ratio >= {TARGET_RATIO:g} "
           f"({'met' if ratio >= TARGET_RATIO else 'NOT met'})")
     print(f"BENCH persistent_turn_ms={p_ms:.1f}")
     print(f"BENCH fresh_turn_ms={f_ms:.1f}")

@@ -250,7 +250,8 @@ class Seats:
             self._log(f"{event.role}: {event.describe()}")
         elif (isinstance(event, SessionStarted) and event.model
               and getattr(self.record.sessions, event.role, None) == event.session_id):
-            # Persisted with the next save; a resume passes it again (design.md, "Resume").
+            # Persisted with the next save; a resume passes it again (2.1.197 resumes on a
+            # smaller context window without it: tests/test_agent_process.py).
             setattr(self.record.sessions, f"{event.role}_model", event.model)
 
     @staticmethod

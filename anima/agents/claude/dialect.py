@@ -11,7 +11,7 @@ from anima.events import RateLimitChanged, TurnResult
 
 
 class ClaudeDialect:
-    """Claude Code in print mode with stream-json on both sides (design.md, "Agents")."""
+    """Claude Code in print mode with stream-json on both sides (tests/test_real_claude.py)."""
 
     def argv(self, binary_argv: list[str], role_config: RoleConfig, *, session_id: str,
              resume: bool, system_prompt: str, session_model: str | None = None) -> list[str]:
