@@ -156,23 +156,6 @@ class AgentPane(QFrame):
         """The human stopped the agents: a running turn's error result is their stop."""
         self._stop_requested = self._turn_started is not None
 
-    def clear(self) -> None:
-        self._pending.clear()
-        self.view.clear_all()
-        self._tool_names.clear()
-
-    def reset(self) -> None:
-        """Back to how a new pane looks (another project): empty, idle, following the end."""
-        self.clear()
-        self._turn_started = None
-        self._clock.stop()
-        self._session_id = ""
-        self._last_kind = ""
-        self._set_state("idle")
-        self.set_active(False)
-        self.search.hide()
-        self.view.reset_following()
-
     def flush(self) -> None:
         """Render everything pending now (tests, screenshots)."""
         while self._pending:

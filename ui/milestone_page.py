@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QTabWidget, QVBoxLayout, QWidget
 
 from anima import events as ev
@@ -35,9 +34,6 @@ def drop_overlap(replayed: list[ev.AgentEvent], held: list[ev.AgentEvent]
 
 class MilestonePage(QWidget):
     """Decision bar, then Monitor and Changes tabs, for one milestone."""
-
-    #: The transcript is on screen and live output follows. GUI thread.
-    replay_finished = Signal()
 
     def __init__(self, milestone_id: str, clock: ElapsedClock | None = None,
                  parent: QWidget | None = None) -> None:
@@ -86,7 +82,6 @@ class MilestonePage(QWidget):
             self._held = None
             if rest:
                 self.monitor.feed_agent_events(rest)
-            self.replay_finished.emit()
 
         if events:
             self.monitor.replay(events, then=done)
@@ -112,8 +107,4 @@ class MilestonePage(QWidget):
     def _on_round_selected(self, round_no: int) -> None:
         self.changes.show_round(round_no)
         self.tabs.setCurrentWidget(self.changes)
-
-    @property
-    def title(self) -> str:
-        return self.record.title if self.record is not None else self.milestone_id
 

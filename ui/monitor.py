@@ -365,14 +365,6 @@ class IterationMonitor(QWidget):
         """The limits the engine runs with (its `EngineReady`), shown from then on."""
         self.header.set_max_rejections(max_consecutive_rejections)
 
-    def reset(self) -> None:
-        """Another project: nothing of the previous one stays (phase, panes, highlight)."""
-        self.live_milestone = None
-        self.show_record(None)
-        self.phase_bar.show_phase(Phase.IDLE)
-        for pane in self.panes.values():
-            pane.reset()
-
     # --- engine events (GUI thread) ------------------------------------------------------
     def show_record(self, record: MilestoneRecord | None) -> None:
         """Show one milestone's header, checklist and rounds."""
