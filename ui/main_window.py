@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from anima import events as ev
+from anima.engine import read_only
 from anima.engine.project import example_milestone, git_problem, init_project
 from anima.phases import RUNNING, Phase
 from ui.banner import EmptyState, ErrorBanner
@@ -317,9 +318,11 @@ class MainWindow(ReadOnlyProject):
         index = self.tabs.addTab(page, record.title)
         self.tabs.setTabToolTip(index, f"{record.title} ({milestone_id})")
         self.tabs.setCurrentIndex(index)
+        page.begin_replay()
         if self.bridge is not None:
-            page.begin_replay()
             self.bridge.transcript(milestone_id, on_done=page.replay)
+        elif self.project is not None:  # read-only: the files are all there is
+            page.replay(read_only.transcript(self.project, milestone_id))
         return page
 
     def close_page(self, milestone_id: str) -> None:
