@@ -38,7 +38,8 @@ TARGET_GROWTH_MB = 20.0
 LINES_PER_S = 1000  # per agent
 TICK_S = 0.01
 
-#: (id, title, features, state) of the staged milestones; the first six are the bench's.
+#: (id, title, features, state) of the staged milestones; the first six are the bench's, all
+#: of them the screenshots'.
 MILESTONES = (
     ("auth-api", "Auth API", ["Login endpoint", "Token refresh", "Logout"], "completed"),
     ("greeter", "Greeter CLI", ["Greet command", "Version flag", "Help text"], "developer"),
@@ -48,6 +49,7 @@ MILESTONES = (
     ("push", "Push notifications", ["Device registry", "Send queue"], "waiting:billing"),
     ("rate-limit", "Rate limiting", ["Token bucket", "Per-user quotas"], "paused"),
     ("csv-import", "CSV import", ["Parser", "Validation"], "pending"),
+    ("legacy-ui", "Legacy UI cleanup", ["Remove jQuery", "Drop IE styles"], "cancelled"),
 )
 
 
@@ -170,6 +172,10 @@ def _staged(record: Any, state: str, now: datetime) -> dict[str, Any]:
         update = {"status": MilestoneStatus.PAUSED, "started_at": start, "cost_usd": 0.88,
                   "iterations": _iterations(4, start, rejected=(2, 3, 4)),
                   "consecutive_rejections": 3, "pause_reason": "3 consecutive rejections"}
+    elif state == "cancelled":
+        update = {"status": MilestoneStatus.CANCELLED, "started_at": start - timedelta(hours=2),
+                  "completed_at": now - timedelta(hours=1, minutes=12), "cost_usd": 0.41,
+                  "iterations": _iterations(1, start - timedelta(hours=2))}
     elif state.startswith("waiting:"):
         update = {"depends_on": [state.split(":", 1)[1]]}
     if update.get("iterations"):

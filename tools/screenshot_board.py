@@ -2,11 +2,11 @@
 
     python tools/screenshot_board.py [--out-dir docs]
 
-Stages the eight milestones of bench/board.py on the real window (through the bench's stand-in
-for the engine: one done, one paused, one awaiting review, two pending — one waiting for
-another —, three running) and lets the three running ones stream both agents for a few
-seconds, then saves `board.png`,
-`board_1024.png`, `milestone_page.png` and `milestone_page_1024.png`.
+Stages the nine milestones of bench/board.py on the real window (through the bench's
+stand-in for the engine: one completed and one cancelled, one paused, one awaiting review,
+two pending — one waiting for another —, three running), lets the three running ones stream
+both agents for a few seconds, then saves `board.png`, `board_1024.png`, `milestone_page.png`
+and `milestone_page_1024.png`.
 """
 
 from __future__ import annotations
