@@ -4,9 +4,12 @@ A `ChangeSet` is one `git diff` between two commits — the whole milestone (its
 the branch head, or the merge's first parent to the merge once it is merged) or one round's
 commit (its parent to it) — split into `FileDiff`s with added/removed counts. Files whose
 change is whitespace only, or that are generated (lock files, minified or compiled output),
-are flagged so the view can collapse them. Parsing a file's hunks into numbered rows is left
-until the file is shown (`FileDiff.rows`): a 500-file change costs one pass to split.
-No Qt here: the engine computes this on a worker thread and the UI only draws it.
+are flagged so the view can collapse them. Anima's own files (`.anima/…`: the config, soul.md,
+the milestone definitions) are set apart: listed, never folded as generated, never counted in
+the milestone's totals, so a commit that touched the supervisor's files shows it. Parsing a
+file's hunks into numbered rows is left until the file is shown (`FileDiff.rows`): a
+500-file change costs one pass to split. No Qt here: the engine computes this on a worker
+thread and the UI only draws it.
 """
 
 from __future__ import annotations
@@ -27,13 +30,15 @@ GENERATED_PATTERNS = (
     "*.lock", "package-lock.json", "npm-shrinkwrap.json", "pnpm-lock.yaml", "go.sum",
     "*.min.js", "*.min.css", "*.map", "*_pb2.py", "*_pb2_grpc.py", "*.pb.go", "*.snap",
     "dist/*", "build/*", "*/dist/*", "*/build/*", "node_modules/*", "*/node_modules/*",
-    "*.pyc", ".anima/*",
+    "*.pyc",
 )
+#: Where Anima keeps the definitions it supervises the milestone with.
+ANIMA_DIR = ".anima/"
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 
 
 def is_generated(path: str) -> bool:
-    """Whether a path looks machine-written (lock files, build output, Anima's own files)."""
+    """Whether a path looks machine-written (lock files, build output)."""
     name = path.rsplit("/", 1)[-1]
     return any(fnmatch.fnmatchcase(path, p) or fnmatch.fnmatchcase(name, p)
                for p in GENERATED_PATTERNS)
@@ -64,6 +69,11 @@ class FileDiff:
     def collapsed(self) -> bool:
         """Shown folded until asked: nothing a reviewer reads line by line."""
         return self.whitespace_only or self.generated
+
+    @property
+    def anima_file(self) -> bool:
+        """One of Anima's own files (`.anima/…`), not the milestone's work."""
+        return self.path.startswith(ANIMA_DIR)
 
     @cached_property
     def rows(self) -> list[DiffRow]:
@@ -104,12 +114,22 @@ class ChangeSet:
     files: tuple[FileDiff, ...]
 
     @property
+    def work_files(self) -> tuple[FileDiff, ...]:
+        """The milestone's own changes, without Anima's files."""
+        return tuple(f for f in self.files if not f.anima_file)
+
+    @property
+    def anima_files(self) -> tuple[FileDiff, ...]:
+        return tuple(f for f in self.files if f.anima_file)
+
+    @property
     def added(self) -> int:
-        return sum(f.added for f in self.files)
+        """Lines added by the milestone's work (Anima's files are not counted)."""
+        return sum(f.added for f in self.work_files)
 
     @property
     def removed(self) -> int:
-        return sum(f.removed for f in self.files)
+        return sum(f.removed for f in self.work_files)
 
     def file(self, path: str) -> FileDiff | None:
         return next((f for f in self.files if f.path == path), None)

@@ -4,8 +4,9 @@
 1. `anima run --headless --watch` drives a 60-round milestone, then a queue of 10 milestones
    dropped into the watched folder, with the fake `claude` (instant agents that really commit):
    Anima's resident memory after warm-up (round 5) vs at the end, and `.anima/` per round.
-2. The window opened on the project after a restart, replaying a 50 MB transcript: the worst
-   gap of a 1 ms timer on the GUI thread from opening until the replay is on screen.
+2. The window opened on the project after a restart, the milestone's page opened from its
+   card, replaying a 50 MB transcript: the worst gap of a 1 ms timer on the GUI thread from
+   opening the page until the replay is on screen.
 3. `anima status --json` with 100 milestone records (the run's, plus copies of the long one),
    as a script polls it: the first time (nothing in the status cache), again with nothing
    changed, and with one record rewritten before each poll (a milestone running meanwhile).
@@ -213,13 +214,14 @@ def replay_stall(repo: Path) -> tuple[float, float, int]:
         root, config_overrides={"summarizer": {"enabled": False}, "auto_start": False}))
     window.resize(1440, 900)
     window.show()
-    replayed = [False]
-    window.statusBar().messageChanged.connect(
-        lambda text: replayed.__setitem__(0, replayed[0] or text.startswith("Replayed")))
     settle = time.monotonic() + 0.5  # the window's first paint is not the replay's
     while time.monotonic() < settle:
         app.processEvents()
-    window.open_project(repo)  # the click; reading and replaying happen after it returns
+    window.open_project(repo)
+    while "a-long" not in window._records:
+        app.processEvents()
+    page = window.open_page("a-long")  # the click; reading and replaying happen after it
+    assert page is not None
     gaps: list[float] = []
     clock = QElapsedTimer()
     clock.start()
@@ -240,8 +242,8 @@ def replay_stall(repo: Path) -> tuple[float, float, int]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         app.processEvents()
-        panes = window.monitor.panes.values()
-        if replayed[0] and all(p.pending_lines == 0 for p in panes):
+        panes = page.monitor.panes.values()
+        if not page.replaying and all(p.pending_lines == 0 for p in panes):
             break
     else:
         raise SystemExit("the replay did not finish within 60 s")

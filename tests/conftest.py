@@ -200,7 +200,7 @@ def real_claude_bin(request: pytest.FixtureRequest) -> str:
 
 
 def real_claude_env(stub: ApiStub, home: Path) -> dict[str, str]:
-    """design.md "Testing against the real CLI, offline": everything to the stub, nothing out."""
+    """The real CLI, offline: everything to the Messages API stub, nothing out."""
     home.mkdir(parents=True, exist_ok=True)
     return {
         "HOME": str(home),

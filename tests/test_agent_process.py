@@ -463,7 +463,7 @@ def test_a_late_interrupted_result_never_closes_the_next_turn(make_agent: Factor
 
 def test_a_resume_passes_the_model_the_session_started_with(make_agent: Factory,
                                                             fake_claude: FakeClaude) -> None:
-    """Without --model 2.1.197 resumes on a smaller context window (design.md, "Resume")."""
+    """Without --model 2.1.197 resumes on a smaller context window (measured on 2.1.197)."""
     fake_claude.write_script({"developer": [{"text": "one"}, {"text": "two"}]})
     fresh = make_agent()
     fresh.send("a")

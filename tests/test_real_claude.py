@@ -1,6 +1,7 @@
 """AgentProcess driving the real `claude` CLI offline, against the local Messages API stub.
 
-These pin the facts the fake imitates (design.md, "Testing against the real CLI, offline").
+These pin the facts the fake imitates, offline: every request goes to a local Messages API
+stub (tests/fakes/api_stub.py), nothing leaves the machine.
 """
 
 from __future__ import annotations

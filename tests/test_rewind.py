@@ -42,7 +42,9 @@ def test_continue_from_an_accepted_round_keeps_the_dropped_commits(
     assert kept == ["refs/anima/dropped/m1/1", old_head]
     assert [f.status for f in resumed.features] == [FeatureStatus.DONE, FeatureStatus.PENDING,
                                                     FeatureStatus.PENDING]
-    assert "continued from round 1" in resumed.notes[-1]
+    last = paused.iterations[-1].round
+    # The window reads which rounds left the count from the note.
+    assert f"continued from round 1 (rounds 2–{last} dropped)" in resumed.notes[-1]
     assert "refs/anima/dropped/m1/1" in resumed.notes[-1]
 
     run_engine(git_repo, summarizer={"enabled": False})

@@ -58,15 +58,15 @@ def test_an_idle_window_in_watch_mode_moves_nothing(qtbot, git_repo: Path, fake:
     w = Window(qtbot, tmp_path)
     try:
         w.window.open_project(git_repo)
-        qtbot.waitUntil(w.window.review.isVisible, timeout=10000)
+        page = w.page()
+        qtbot.waitUntil(page.review.isVisible, timeout=10000)
         qtbot.waitUntil(lambda: bool(w.window.errors.messages), timeout=5000)
         qtbot.wait(1500)  # the first rescans after the start
         moved: list[str] = []
-        sidebar = w.window.milestone_list.milestones
-        rounds = w.window.monitor.history.history
-        for name, model in (("sidebar", sidebar), ("rounds", rounds)):
-            model.modelReset.connect(lambda n=name: moved.append(f"{n} reset"))
-            model.dataChanged.connect(lambda *_a, n=name: moved.append(f"{n} redrawn"))
+        rounds = page.monitor.history.history
+        rounds.modelReset.connect(lambda: moved.append("rounds reset"))
+        rounds.dataChanged.connect(lambda *_a: moved.append("rounds redrawn"))
+        w.window.board.counts_changed.connect(lambda *_a: moved.append("board recounted"))
         assert w.window.bridge is not None
         w.window.bridge.event_received.connect(
             lambda event: moved.append(f"published {type(event).__name__}"))
@@ -124,7 +124,7 @@ def test_an_open_abort_dialog_survives_the_rescans(qtbot, git_repo: Path, fake: 
     w = Window(qtbot, tmp_path)
     try:
         w.window.open_project(git_repo)
-        review = w.window.review
+        review = w.page().review
         qtbot.waitUntil(review.isVisible, timeout=10000)
         qtbot.keyClicks(review.note, "half-written note")
         seen: list[tuple[str, str]] = []
@@ -164,7 +164,8 @@ def test_the_review_panel_stays_disabled_while_approve_runs_and_the_footer_follo
     try:
         w.window.open_project(git_repo)
         w.wait_status("m1", "awaiting_review", timeout=30000)
-        review, footer = w.window.review, w.window.monitor.phase_bar
+        page = w.page()
+        review, footer = page.review, page.monitor.phase_bar
         qtbot.waitUntil(review.isVisible, timeout=5000)
         assert footer.text == "Awaiting your review"
         review.approve_button.click()
@@ -184,7 +185,7 @@ def test_the_header_shows_the_rejection_limit_the_project_configures(
     w = Window(qtbot, tmp_path)
     try:
         w.window.open_project(git_repo)
-        value = w.window.monitor.header.rejections.value
+        value = w.page().monitor.header.rejections.value
         qtbot.waitUntil(lambda: value.text() == "3 / 5", timeout=10000)
         assert value.property("level") == "note"  # 3 of 5: not yet the limit
     finally:
@@ -205,22 +206,16 @@ def test_switching_projects_leaves_nothing_of_the_old_one(qtbot, git_repo: Path,
     try:
         w.window.open_project(git_repo)
         w.wait_status("m1", "paused", timeout=30000)
-        monitor = w.window.monitor
-        qtbot.waitUntil(lambda: monitor.phase_bar.text.startswith("Paused"), timeout=5000)
-        developer = monitor.panes["developer"]
-        qtbot.waitUntil(lambda: developer.state_label.text() != "idle", timeout=5000)
-        acceptor = monitor.panes["acceptor"]
-        acceptor.flush()
-        acceptor.view.verticalScrollBar().setValue(0)  # the user scrolled up to read
+        page = w.page()
+        qtbot.waitUntil(lambda: page.monitor.phase_bar.text.startswith("Paused"), timeout=5000)
+        assert w.window.windowTitle() == "Anima — repo — 1 needs you"
         w.window.open_project(other)
         w.wait_status("b1", "pending")
         qtbot.wait(300)
-        assert monitor.phase_bar.text == "Idle"
-        for pane in monitor.panes.values():
-            assert pane.state_label.text() == "idle"
-            assert not pane.active
-            assert pane.view.following and not pane.follow_button.isVisible()
-            assert pane.plain_text() == ""
+        # The old project's pages are closed, its cards gone, its counts out of the title.
+        assert w.window.milestone_pages == {} and w.window.tabs.count() == 1
+        assert list(w.window.board.cards) == ["b1"]
+        assert w.window.windowTitle() == "Anima — other"
     finally:
         w.close()
 

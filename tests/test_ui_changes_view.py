@@ -5,20 +5,23 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
 
 from anima.diffs import milestone_changes
 from anima.git import GitRepo
-from anima.store.models import MilestoneRecord, MilestoneStatus
+from anima.store.models import Iteration, MilestoneRecord, MilestoneStatus, ReviewComment
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import record
 from tests.test_ui_app import Window, paused_by_rejections
-from ui.changes_view import ChangesView
+from ui.changes_view import ANIMA_SECTION, ChangesView
+from ui.diff_view import PREFIX, row_text
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("propagateSizeHints")]
@@ -90,8 +93,9 @@ def test_files_counts_highlighting_folding_and_a_comment_box(qtbot, git_repo: Pa
 def test_comments_survive_a_restart_and_resume_sends_them(
         qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
     with paused_by_rejections(qtbot, git_repo, fake, tmp_path) as w:
-        changes = w.window.changes
-        w.window.tabs.setCurrentWidget(changes)
+        page = w.page()
+        changes = page.changes
+        page.tabs.setCurrentWidget(changes)
         qtbot.waitUntil(lambda: changes.current_file is not None, timeout=10000)
         assert changes.current_file.path == "features/F1.txt"
         line = next(n for n, r in enumerate(changes.diff.rows) if r.kind == "+")
@@ -107,8 +111,14 @@ def test_comments_survive_a_restart_and_resume_sends_them(
     w2 = Window(qtbot, tmp_path)
     try:
         w2.window.open_project(git_repo)
-        changes = w2.window.changes
+        page = w2.page()
+        changes = page.changes
+        page.tabs.setCurrentWidget(changes)
         qtbot.waitUntil(lambda: len(changes.comment_lines) == 2, timeout=10000)
+        qtbot.waitUntil(lambda: changes.current_file is not None, timeout=10000)
+        # Both are shown inline, under the line they are about.
+        inline = [r.text for r in changes.diff.rows if r.kind == "#"]
+        assert inline == ["say hello, not hi", "drop this line"]
         # Edit the first, remove the second.
         changes.comment_list.setCurrentRow(0)
         qtbot.mouseClick(changes.edit_button, Qt.MouseButton.LeftButton)
@@ -119,7 +129,7 @@ def test_comments_survive_a_restart_and_resume_sends_them(
         changes.comment_list.setCurrentRow(1)
         qtbot.mouseClick(changes.remove_button, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(lambda: len(changes.comment_lines) == 1, timeout=5000)
-        review = w2.window.review
+        review = page.review
         qtbot.keyClicks(review.note, "Mind the greeting")
         review.resume_button.click()
         w2.wait_status("m1", "completed", timeout=30000)
@@ -129,3 +139,150 @@ def test_comments_survive_a_restart_and_resume_sends_them(
     assert "- features/F1.txt:1 — say hello, world" in resumed
     assert "drop this line" not in resumed
     assert record(git_repo, "m1").comments == []
+
+
+def review_view(qtbot, git_repo: Path, status: str = "paused") -> tuple[ChangesView, Any]:
+    """The Changes view on `paused_milestone`, whose branch also touched Anima's config."""
+    rec = paused_milestone(git_repo)
+    (git_repo / ".anima").mkdir(exist_ok=True)
+    (git_repo / ".anima" / "config.json").write_text('{"auto_start": false}\n')
+    run_git(git_repo, "add", "-A")
+    run_git(git_repo, "commit", "-q", "-m", "chore: config")
+    rec.status = MilestoneStatus(status)
+    repo = GitRepo.open(git_repo)
+    view = ChangesView()
+    qtbot.addWidget(view)
+    view.resize(1100, 700)
+    view.show()
+    view.load_requested.connect(lambda mid, rnd: view.show_changes(
+        mid, rnd, milestone_changes(repo, view.record, rnd)))
+    view.show_record(rec)
+    return view, rec
+
+
+def shown(view: ChangesView) -> str | None:
+    """The path of the file selected in the table (a folded one included)."""
+    current = view.current_row_file()
+    return None if current is None else current.path
+
+
+def row_of(view: ChangesView, text: str) -> int:
+    return next(n for n, r in enumerate(view.diff.rows) if row_text(r).endswith(text))
+
+
+def test_anima_files_are_listed_apart_never_folded_and_not_counted(qtbot, git_repo) -> None:
+    view, _ = review_view(qtbot, git_repo)
+    model = view.files
+    listed = [model.index(r, 0).data() for r in range(model.rowCount())]
+    assert listed == ["app.py", "notes.txt", "uv.lock", ANIMA_SECTION, ".anima/config.json"]
+    assert "3 files, +8 −3" in view.summary.text()  # the config's line is not counted
+    assert "1 of Anima's files, not counted" in view.summary.text()
+    view.file_table.selectRow(4)
+    assert not view.fold_bar.isVisible() and "auto_start" in view.diff.toPlainText()
+    # Paths are cut in the middle, never from the left; the whole path on hover.
+    assert view.file_table.textElideMode() == Qt.TextElideMode.ElideMiddle
+    assert model.index(4, 0).data(Qt.ItemDataRole.ToolTipRole) == ".anima/config.json"
+
+
+def test_a_comment_opens_under_its_line_saves_with_ctrl_enter_and_stays_inline(
+        qtbot, git_repo: Path) -> None:
+    view, rec = review_view(qtbot, git_repo)
+    diff = view.diff
+    n = row_of(view, "+     return 10")
+    qtbot.mouseMove(diff.viewport(), diff.block_rect(n).center())
+    assert diff.hovered == n  # the "+" on the line under the mouse
+    qtbot.mouseClick(diff.viewport(), Qt.MouseButton.LeftButton, pos=diff.block_rect(n).center())
+    box = view.comment_box
+    assert box.isVisible() and box.caption.text() == "Comment on app.py:2"
+    # Under the clicked line, in a gap that pushed the next lines down.
+    assert diff.rows[n + 1].kind == "_"
+    assert diff.block_rect(n).bottom() <= box.y() <= diff.block_rect(n + 1).bottom()
+    added: list[tuple[str, ...]] = []
+    view.comment_added.connect(lambda *a: added.append(a))
+    qtbot.keyClicks(box.text, "10 or 1?")
+    qtbot.keyClick(box.text, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert added == [("m1", "app.py", 2, "10 or 1?")]
+    assert not box.isVisible() and all(r.kind != "_" for r in diff.rows)
+    # The saved comment comes back with the record: shown inline, under its line.
+    rec.comments = [ReviewComment(id="c1", path="app.py", line=2, text="10 or 1?",
+                                  at=datetime.now(UTC))]
+    view.show_record(rec)
+    n = row_of(view, "+     return 10")
+    assert (diff.rows[n + 1].kind, diff.rows[n + 1].text) == ("#", "10 or 1?")
+    # Esc closes an editor without saving.
+    qtbot.mouseClick(diff.viewport(), Qt.MouseButton.LeftButton,
+                     pos=diff.block_rect(row_of(view, "+ def g():")).center())
+    assert box.isVisible()
+    qtbot.keyClick(box.text, Qt.Key.Key_Escape)
+    assert not box.isVisible() and len(added) == 1
+
+
+def test_no_plus_where_comments_cannot_be_left(qtbot, git_repo: Path) -> None:
+    view, _ = review_view(qtbot, git_repo, status="in_progress")
+    n = row_of(view, "+     return 10")
+    qtbot.mouseMove(view.diff.viewport(), view.diff.block_rect(n).center())
+    assert view.diff.hovered is None
+
+
+def test_keys_for_hunks_and_files_find_in_the_diff_and_words_that_changed(
+        qtbot, git_repo: Path) -> None:
+    view, _ = review_view(qtbot, git_repo)
+    view.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is view, timeout=5000)
+    view.diff.setFocus()
+    assert view.current_file is not None and view.current_file.path == "app.py"
+    hunks = view.diff.hunk_rows()
+    assert len(hunks) == 1
+    qtbot.keyClick(view.diff, Qt.Key.Key_F7)  # no other hunk here: on to the next file
+    assert shown(view) == "notes.txt"
+    qtbot.keyClick(view.diff, Qt.Key.Key_Up, Qt.KeyboardModifier.AltModifier)
+    assert shown(view) == "app.py"
+    qtbot.keyClick(view.diff, Qt.Key.Key_Down, Qt.KeyboardModifier.AltModifier)
+    assert shown(view) == "notes.txt"
+    qtbot.keyClick(view.diff, Qt.Key.Key_F7, Qt.KeyboardModifier.ShiftModifier)
+    assert shown(view) == "app.py"
+    # Find in the diff, not in a transcript.
+    view.search.open_bar()
+    qtbot.keyClicks(view.search.edit, "return 10")
+    assert view.diff.textCursor().selectedText() == "return 10"
+    # "return 1" → "return 10": only the number is marked, on both lines.
+    old, new = row_of(view, "-     return 1"), row_of(view, "+     return 10")
+    assert view.diff.highlighter.words[old] == [(11, 1)]
+    assert view.diff.highlighter.words[new] == [(11, 2)]
+    marked = [f for f in view.diff.document().findBlockByNumber(new).layout().formats()
+              if f.format.background().color().alpha() == 110]
+    assert marked and marked[0].start == PREFIX + 11
+
+
+def test_side_by_side_faces_old_and_new_lines(qtbot, git_repo: Path) -> None:
+    view, _ = review_view(qtbot, git_repo)
+    view.side_by_side.setChecked(True)
+    assert view.diff_stack.currentWidget() is view.sides
+    left, right = view.sides.left.rows, view.sides.right.rows
+    assert len(left) == len(right)
+    n = next(i for i, r in enumerate(left) if r.kind == "-")
+    assert (left[n].text, right[n].text) == ("    return 1", "    return 10")
+    assert view.sides.right.highlighter.words[n] == [(11, 2)]
+    # Added lines with nothing facing them: a gap on the left.
+    assert any(r.kind == "_" for r in left) and not any(r.kind == "_" for r in right)
+
+
+def test_viewed_marks_count_and_reset_when_the_file_changes_again(
+        qtbot, git_repo: Path) -> None:
+    view, rec = review_view(qtbot, git_repo)
+    model = view.files
+    model.setData(model.index(0, model.VIEWED), Qt.CheckState.Checked.value,
+                  Qt.ItemDataRole.CheckStateRole)
+    assert "1/3 viewed" in view.summary.text()
+    current = view.current_row_file()
+    assert current is not None and current.path == "notes.txt"  # on to the next one
+    # The Developer changes app.py again: the mark goes, notes.txt's did not exist.
+    (git_repo / "app.py").write_text("def f():\n    return 11\n")
+    run_git(git_repo, "commit", "-qam", "fix")
+    rec.iterations = [Iteration(round=1, kind="fix", verdict="accepted", commit="x",
+                                started_at=datetime.now(UTC), ended_at=datetime.now(UTC))]
+    view.show_record(rec)
+    assert model.index(0, 0).data() == "app.py"
+    assert model.index(0, model.VIEWED).data(Qt.ItemDataRole.CheckStateRole) \
+        == Qt.CheckState.Unchecked
+    assert "viewed" not in view.summary.text()

@@ -14,6 +14,8 @@ from PySide6.QtWidgets import QApplication, QFileDialog
 
 from anima import events as ev
 from tests.conftest import FakeClaude
+from tests.helpers import make_project, milestone_md
+from tests.test_ui_app import Window
 from ui.desktop import AboutBox
 from ui.main_window import MainWindow
 
@@ -47,22 +49,39 @@ def test_about_names_anima_and_the_claude_version(qtbot, window: MainWindow,
     assert menu_action(window, "Help", "Read the README").isEnabled()
 
 
-def test_save_transcript_writes_the_pane_text(qtbot, window: MainWindow, tmp_path: Path) -> None:
-    pane = window.monitor.panes["acceptor"]
-    pane.feed(ev.AssistantText("acceptor", "The change does what it says.\n\nACCEPTED"))
-    pane.flush()
-    pane.view.setFocus()
-    target = tmp_path / "review.txt"
+def test_save_transcript_writes_the_pane_text_and_never_proposes_the_project(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    make_project(git_repo, {"m1": milestone_md("Greeter", ["Greet"])})
+    w = Window(qtbot, tmp_path, auto_start=False)
+    try:
+        window = w.window
+        window.open_project(git_repo)
+        pane = w.page().monitor.panes["acceptor"]
+        pane.feed(ev.AssistantText("acceptor", "The change does what it says.\n\nACCEPTED"))
+        pane.flush()
+        pane.view.setFocus()
+        proposed = save_through_the_dialog(window, tmp_path / "review.txt")
+        # Not in the project, where a Developer's `git add -A` would commit it.
+        assert not Path(proposed).resolve().is_relative_to(git_repo.resolve())
+        assert "ACCEPTED" in (tmp_path / "review.txt").read_text(encoding="utf-8")
+        assert "acceptor" in window.statusBar().currentMessage()
+    finally:
+        w.close()
+
+
+def save_through_the_dialog(window: MainWindow, target: Path) -> str:
+    """File ▸ Save transcript, answered with `target`; the folder the dialog proposed."""
+    proposed: list[str] = []
 
     def answer() -> None:
         dialog = QApplication.activeModalWidget()
         if not isinstance(dialog, QFileDialog):
             QTimer.singleShot(10, answer)
             return
+        proposed.append(dialog.directory().absolutePath())
         dialog.selectFile(str(target))
         dialog.accept()
 
     QTimer.singleShot(0, answer)
     window.save_transcript_action.trigger()
-    assert "ACCEPTED" in target.read_text(encoding="utf-8")
-    assert "acceptor" in window.statusBar().currentMessage()
+    return proposed[0]

@@ -38,13 +38,15 @@ def test_ctrl_f_opens_the_search_of_the_focused_or_last_used_pane(
         w.wait_status("m1", "pending")
         window.activateWindow()
         qtbot.waitUntil(lambda: QApplication.activeWindow() is window, timeout=5000)
-        developer, acceptor = window.monitor.panes["developer"], window.monitor.panes["acceptor"]
+        page = w.page()
+        developer, acceptor = page.monitor.panes["developer"], page.monitor.panes["acceptor"]
         acceptor.feed(ev.AssistantText("acceptor", "The tests pass.\n\nthe needle is here"))
         acceptor.flush()
 
-        # The focus on the sidebar, no pane used yet: the Developer's search opens.
-        window.milestone_list.setFocus()
-        ctrl_f(qtbot, window.milestone_list)
+        # The focus on the tab bar, no pane used yet: the Developer's search opens.
+        tab_bar = window.tabs.tabBar()
+        tab_bar.setFocus()
+        ctrl_f(qtbot, tab_bar)
         assert developer.search.isVisible() and developer.search.edit.hasFocus()
         qtbot.keyClick(developer.search.edit, Qt.Key.Key_Escape)
         assert not developer.search.isVisible()
@@ -59,13 +61,17 @@ def test_ctrl_f_opens_the_search_of_the_focused_or_last_used_pane(
         qtbot.keyClick(acceptor.search.edit, Qt.Key.Key_Escape)  # Esc works in the window too
         assert not acceptor.search.isVisible() and acceptor.view.hasFocus()
 
-        # Focus back on the sidebar: the pane used last is the one searched, also from the
-        # Changes tab (the monitor comes back to the front).
-        window.milestone_list.setFocus()
-        window.tabs.setCurrentWidget(window.changes)
-        ctrl_f(qtbot, window.milestone_list)
-        assert window.tabs.currentWidget() is window.monitor
+        # Focus back on the tab bar: the pane used last is the one searched.
+        tab_bar.setFocus()
+        ctrl_f(qtbot, tab_bar)
         assert acceptor.search.isVisible() and not developer.search.isVisible()
+        # On the Changes tab, Ctrl+F finds in the diff, not in a transcript.
+        qtbot.keyClick(acceptor.search.edit, Qt.Key.Key_Escape)
+        page.tabs.setCurrentWidget(page.changes)
+        tab_bar.setFocus()
+        ctrl_f(qtbot, tab_bar)
+        assert page.tabs.currentWidget() is page.changes
+        assert page.changes.search.isVisible() and page.changes.search.edit.hasFocus()
         assert [a.text() for a in window.menuBar().actions()][:3] == ["&File", "&Edit", "&Run"]
     finally:
         w.close()
@@ -77,8 +83,8 @@ def agents_at_work(qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> W
     fake.write_script({"developer": [{"hang": True}]})
     w = Window(qtbot, tmp_path)
     w.window.open_project(git_repo)
-    qtbot.waitUntil(lambda: "working" in w.window.monitor.panes["developer"].state_label.text(),
-                    timeout=10000)
+    developer = w.page().monitor.panes["developer"]
+    qtbot.waitUntil(lambda: "working" in developer.state_label.text(), timeout=10000)
     return w
 
 
@@ -93,7 +99,7 @@ def test_closing_while_agents_work_asks_and_the_milestone_is_kept(
         assert "resumes where it stopped" in asked[0]
         qtbot.wait(300)
         assert window.isVisible() and window.engine is not None
-        assert window.monitor.panes["developer"].state_label.text().startswith("working")
+        assert w.page().monitor.panes["developer"].state_label.text().startswith("working")
 
         asked = answer_dialog("Stop and close")
         started = time.monotonic()
@@ -137,7 +143,7 @@ def test_stop_now_asks_first(qtbot, git_repo: Path, fake: FakeClaude, tmp_path: 
     w = agents_at_work(qtbot, git_repo, fake, tmp_path)
     window = w.window
     stop = window.run_controls.stop_action
-    developer = window.monitor.panes["developer"]
+    developer = w.page().monitor.panes["developer"]
     try:
         qtbot.waitUntil(stop.isEnabled, timeout=5000)
         asked = answer_dialog("Cancel")

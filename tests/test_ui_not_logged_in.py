@@ -33,12 +33,13 @@ def test_not_logged_in_is_an_error_not_rejections(
         w.window.open_project(git_repo)
         w.wait_status("m1", "paused")
         qtbot.waitUntil(lambda: WORDS in w.window.errors.messages, timeout=10000)
-        monitor = w.window.monitor
+        page = w.page()
+        monitor = page.monitor
         assert w.pane_text("acceptor").strip() == ""  # it never ran: nothing to show
         assert "REJECTED" not in w.pane_text("developer")
         assert monitor.history.model().rowCount() == 0  # no round, no rejection
         assert w.window._records["m1"].consecutive_rejections == 0
-        assert w.window.review.reason.text() == WORDS
+        assert page.review.reason.text() == WORDS
         if os.environ.get("ANIMA_SCREENSHOTS"):  # for docs/, in the app's own style
             screenshot(w.window, qtbot, "not_logged_in.png")
     finally:

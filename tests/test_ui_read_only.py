@@ -61,9 +61,10 @@ def test_a_project_run_elsewhere_opens_read_only_then_for_real_when_freed(
         notice = next(m for m in window.errors.messages if m.startswith("Opened read-only"))
         assert f"pid {held.pid}" in notice and "anima run /elsewhere --headless" in notice
         assert window.engine is None and "(read-only)" in window.windowTitle()
-        assert window.pages.currentWidget() is window.monitor_page  # not "initialise it"
+        assert window.pages.currentWidget() is window.workspace  # not "initialise it"
         assert w.status_of("m1") == "pending"
-        assert not window.review.isEnabled() and not window.add_button.isEnabled()
+        page = w.page()
+        assert not page.review.isEnabled() and not window.add_action.isEnabled()
         # Idle files are not read again (validating many long records would stall the window).
         shown = window._records["m1"]
         qtbot.wait(2 * read_only.REFRESH_MS + 300)
@@ -75,7 +76,7 @@ def test_a_project_run_elsewhere_opens_read_only_then_for_real_when_freed(
         rec.pause_reason = "3 consecutive rejections"
         store.save_record(rec)
         qtbot.waitUntil(lambda: w.status_of("m1") == "paused", timeout=10000)
-        assert not window.review.isEnabled()
+        assert not page.review.isEnabled()
         if os.environ.get("ANIMA_SCREENSHOTS"):  # for docs/, in the app's own style
             screenshot(window, qtbot, "read_only.png")
         # It stops: this window takes the project over and runs it.

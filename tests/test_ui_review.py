@@ -40,13 +40,16 @@ def test_a_long_rejection_reason_fits_1024_by_700_and_abort_asks_first(
     try:
         window.open_project(git_repo)
         w.wait_status("m1", "paused")
-        review = window.review
+        page = w.page()
+        review = page.review
         qtbot.waitUntil(review.isVisible, timeout=5000)
         # Asked again until applied: the offscreen platform may apply a first shrink late.
         qtbot.waitUntil(lambda: (window.resize(1024, 700), window.width() == 1024)[1],
                         timeout=3000)
         assert window.minimumSizeHint().width() <= 1024
-        assert LONG_REASON in window.monitor.phase_bar.text
+        # Said once: in the decision bar (one line, whole in its tooltip), not the phase bar.
+        assert LONG_REASON in review.reason.toolTip()
+        assert LONG_REASON not in page.monitor.phase_bar.text
         resume = review.resume_button
         corner = resume.mapTo(window, QPoint(resume.width(), resume.height()))
         assert resume.isVisible() and QRect(0, 0, 1024, 700).contains(corner)
@@ -72,7 +75,8 @@ def test_continue_from_an_accepted_round_in_the_window(
     try:
         w.window.open_project(git_repo)
         w.wait_status("m1", "paused", timeout=30000)
-        review = w.window.review
+        page = w.page()
+        review = page.review
         qtbot.waitUntil(review.continue_button.isVisible, timeout=5000)
         labels = [a.text() for a in review.continue_menu.actions()]
         assert [label.split(" · ")[0] for label in labels] == ["Round 1", "Round 2"]
@@ -82,6 +86,10 @@ def test_continue_from_an_accepted_round_in_the_window(
         assert "Put the branch back to round 1" in asked[0]
         w.wait_status("m1", "completed", timeout=30000)
         assert "continued from round 1" in w.window._records["m1"].notes[0]
+        # Rounds 2-5 left the branch: marked dropped, out of the round count.
+        history = page.monitor.history.history
+        assert history.dropped == {2, 3, 4, 5}
+        assert page.monitor.header.round.value.text().endswith(" · 4 dropped")
         assert run_git(git_repo, "for-each-ref", "--format=%(refname)", "refs/anima/dropped/")
         qtbot.waitUntil(lambda: getattr(w.window._records["m1"].merge, "merged", False),
                         timeout=10000)

@@ -70,6 +70,8 @@ def use_fake_claude(base: Path) -> None:
     os.environ["FAKE_CLAUDE_SCRIPT"] = str(fake / "script.json")
     os.environ["FAKE_CLAUDE_STATE"] = str(fake / "state")
     os.environ["FAKE_CLAUDE_LOG"] = str(fake / "prompts.jsonl")
+    # The sandbox gives the agents a private /tmp: the script must stay visible to the fake.
+    os.environ["ANIMA_SANDBOX_WRITABLE"] = str(fake)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         window.resize(width, height)
         window.show()
         window.open_project(repo)
+        page = None
 
         verdicts: list[ev.VerdictReached] = []
         phase: list[str] = ["idle"]
@@ -120,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline:
             app.processEvents()
+            if page is None and window._records:  # opened from its card, watched live
+                page = window.open_page(next(iter(window._records)))
             mid_turn = phase[0] == "developer" and time.monotonic() - entered[0] > 0.7
             if len(verdicts) >= args.rounds and mid_turn:
                 break
@@ -127,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"gave up after {args.timeout:.0f} s: {len(verdicts)} verdicts, "
                   f"phase {phase[0]}; errors: {window.errors.messages}", file=sys.stderr)
-        for pane in window.monitor.panes.values():
+        for pane in page.monitor.panes.values() if page is not None else ():
             pane.flush()
         for _ in range(5):
             app.processEvents()

@@ -1,11 +1,12 @@
-"""Screenshot the reviewer's views: a paused milestone at 1024×700, and its changes with comments.
+"""Screenshot the reviewer's views: a paused milestone's page, and its changes with comments
+shown inline under their lines and the editor open under a third.
 
     python tools/screenshot_review.py [--out-dir docs]
 
 Runs the demo project of tools/screenshot.py with the fake `claude`: the Developer writes a
 small Python module, the Acceptor rejects three rounds in a row with a long reason, the
-milestone pauses. Saves `paused_view.png` (the window at 1024×700, Monitor tab) and
-`changes_view.png` (the Changes tab with two comments left on lines).
+milestone pauses. Saves `paused_view.png` (the page at 1024×700, Monitor tab),
+`changes_view.png` (the Changes tab at 1600×1000) and `changes_view_1024.png` (at 1024×700).
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         deadline = time.monotonic() + args.timeout
         while not condition():  # type: ignore[operator]
             if time.monotonic() > deadline:
-                raise SystemExit(f"gave up waiting for {what}")
+                raise SystemExit(f"gave up waiting for {what}: {window.errors.messages} "
+                                 f"{[(r.id, str(r.status)) for r in window._records.values()]}")
             app.processEvents()
             time.sleep(0.01)
 
@@ -83,40 +85,49 @@ def main(argv: list[str] | None = None) -> int:
         window.open_project(repo)
         wait(lambda: any(str(r.status) == "paused" for r in window._records.values()),
              "the milestone to pause")
-        wait(window.review.isVisible, "the review panel")
-        for pane in window.monitor.panes.values():
+        page = window.open_page(next(iter(window._records)))
+        assert page is not None
+        wait(lambda: not page.replaying, "the transcript")
+        wait(page.review.isVisible, "the decision bar")
+        for pane in page.monitor.panes.values():
             pane.flush()
         for _ in range(10):
             app.processEvents()
         args.out_dir.mkdir(parents=True, exist_ok=True)
         saved = [window.grab().save(str(args.out_dir / "paused_view.png"))]
 
-        changes = window.changes
-        window.resize(1360, 860)
-        window.tabs.setCurrentWidget(changes)
+        changes = page.changes
+        window.resize(1600, 1000)
+        page.tabs.setCurrentWidget(changes)
         wait(lambda: changes.current_file is not None, "the Changes tab")
-        paths = [f.path for f in changes.files.files]
+        paths = [f.path if f else "" for f in changes.files.files]
         changes.file_table.selectRow(paths.index("greet.py"))
-        rows = changes.diff.rows
         for text, match in (("Raise for None too, not only for an empty string", "if not name"),
                             ("Print the error and exit 2 instead of a traceback",
                              "print(make_greeting")):
-            n = next(i for i, r in enumerate(rows) if match in r.text)
-            changes.diff.line_clicked.emit("greet.py", rows[n])
+            row = next(r for r in changes.diff.rows if match in r.text and r.kind in "+- ")
+            changes.diff.line_clicked.emit("greet.py", row)
             changes.comment_box.text.setPlainText(text)
             changes.comment_box.save_button.click()
             wait(lambda t=text: any(t in c for c in changes.comment_lines), "the comment")
-        n = next(i for i, r in enumerate(rows) if "argparse.ArgumentParser" in r.text)
-        changes.diff.line_clicked.emit("greet.py", rows[n])
+        row = next(r for r in changes.diff.rows if "argparse.ArgumentParser" in r.text)
+        changes.diff.line_clicked.emit("greet.py", row)
         changes.comment_box.text.setPlainText("Add a description= for --help")
         changes.comment_list.setCurrentRow(0)
-        changes.comment_list.setFocus(Qt.FocusReason.OtherFocusReason)
-        for _ in range(10):
-            app.processEvents()
-        saved.append(window.grab().save(str(args.out_dir / "changes_view.png")))
+        for name, size in (("changes_view.png", (1600, 1000)),
+                           ("changes_view_1024.png", (1024, 700))):
+            window.resize(*size)
+            for _ in range(20):
+                app.processEvents()
+            n = next(i for i, r in enumerate(changes.diff.rows) if r.kind == "_")
+            changes.diff.verticalScrollBar().setValue(max(0, n - 12))
+            for _ in range(10):
+                app.processEvents()
+            changes.comment_box.text.setFocus(Qt.FocusReason.OtherFocusReason)
+            saved.append(window.grab().save(str(args.out_dir / name)))
         window.close_without_asking()
         wait(lambda: window.engine is None, "the engine to stop")
-    print(f"saved {args.out_dir / 'paused_view.png'} and {args.out_dir / 'changes_view.png'}"
+    print(f"saved paused_view.png, changes_view.png, changes_view_1024.png in {args.out_dir}"
           if all(saved) else "FAILED to save")
     return 0 if all(saved) else 1
 

@@ -1,6 +1,7 @@
 """One agent's live output as a readable transcript.
 
-Rendering costs about 50 µs a line when appended one by one (design.md), and an agent can emit
+Rendering costs about 50 µs a line when appended one by one (bench/pane_throughput.py measures
+the pane), and an agent can emit
 thousands of lines a second, so `AgentPane` never touches the document per event: events become
 formatted runs in a pending list, and a ~16 ms timer flushes them in one edit block. A flood
 that would be trimmed by the scrollback cap anyway is dropped before it is laid out.
@@ -13,6 +14,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from PySide6.QtCore import QTimer, Slot
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from anima import events as ev
@@ -153,23 +155,6 @@ class AgentPane(QFrame):
     def note_stop_requested(self) -> None:
         """The human stopped the agents: a running turn's error result is their stop."""
         self._stop_requested = self._turn_started is not None
-
-    def clear(self) -> None:
-        self._pending.clear()
-        self.view.clear_all()
-        self._tool_names.clear()
-
-    def reset(self) -> None:
-        """Back to how a new pane looks (another project): empty, idle, following the end."""
-        self.clear()
-        self._turn_started = None
-        self._clock.stop()
-        self._session_id = ""
-        self._last_kind = ""
-        self._set_state("idle")
-        self.set_active(False)
-        self.search.hide()
-        self.view.reset_following()
 
     def flush(self) -> None:
         """Render everything pending now (tests, screenshots)."""
@@ -360,20 +345,31 @@ class AgentPane(QFrame):
 
     @Slot()
     def _on_flush_due(self) -> None:
+        if not self.isVisible():
+            # A page in a background tab lays nothing out: it keeps the newest lines (a
+            # scrollback's worth) and shows them when its tab comes to the front.
+            self._drop_beyond_cap()
+            return
         self._flush_some(limit_time=True)
         if self._pending:
             # Behind: flush again as soon as the event loop has had its turn.
             self._timer.start(0)
 
-    def _flush_some(self, *, limit_time: bool) -> None:
-        """Lay out as many pending lines as fit the time budget of one flush."""
-        cap = self.view.max_lines
-        # Lines beyond the cap would be laid out only to be trimmed at once: skip them.
-        excess = len(self._pending) - cap
+    def _drop_beyond_cap(self) -> None:
+        """Lines beyond the cap would be laid out only to be trimmed at once: skip them."""
+        excess = len(self._pending) - self.view.max_lines
         if excess > 0:
             for _ in range(excess):
                 self._pending.popleft()
             self.lines_dropped += excess
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self._schedule()  # what arrived while the tab was in the background
+
+    def _flush_some(self, *, limit_time: bool) -> None:
+        """Lay out as many pending lines as fit the time budget of one flush."""
+        self._drop_beyond_cap()
         count = len(self._pending)
         if limit_time:
             count = min(count, max(MIN_LINES_PER_FLUSH,

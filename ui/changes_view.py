@@ -1,12 +1,18 @@
 """The Changes view: what the selected milestone changed, and the reviewer's line comments.
 
 A range selector (the whole milestone, or one round's commit — also chosen by a single click in
-the rounds table), a file table with per-file +/- counts, the selected file's diff
-(`ui.diff_view.DiffView`) and, under it, the comments left on lines. Generated and
-whitespace-only files are listed greyed and shown folded until asked. The view computes
-nothing itself: it asks for a `ChangeSet` through `load_requested` (the window runs
-`Engine.changes` off the GUI thread) and draws only the file on screen. Comments are saved
-through the engine (`comment_added` / `_edited` / `_removed`) and come back with the record.
+the rounds table), a file table with per-file +/- counts and "viewed" marks, and the selected
+file's diff (`ui.diff_view.DiffView`), unified or side by side. Comments open under the clicked
+line and stay there, inline, as a pull-request review shows them (Ctrl+Enter saves, Esc
+cancels); the list under the diff is their overview. Generated and whitespace-only files are
+listed greyed and shown folded until asked; Anima's own files (`.anima/…`) are listed apart and
+never counted in the totals. Keys: F7 / Shift+F7 next / previous hunk (on to the next file at
+the end of one), Alt+Down / Alt+Up next / previous file, Ctrl+F find in the diff.
+
+The view computes nothing itself: it asks for a `ChangeSet` through `load_requested` (the
+window runs `Engine.changes` off the GUI thread) and draws only the file on screen. Comments
+are saved through the engine (`comment_added` / `_edited` / `_removed`) and come back with the
+record.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from PySide6.QtCore import (
     Signal,
     Slot,
 )
-from PySide6.QtGui import QColor, QShowEvent
+from PySide6.QtGui import QColor, QKeySequence, QShortcut, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -34,14 +40,17 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSplitter,
+    QStackedWidget,
     QTableView,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from anima.diffs import ChangeSet, DiffRow, FileDiff
-from ui.diff_view import DiffView
+from ui.diff_view import PREFIX, DiffView, SideBySideView, line_row
 from ui.formatting import enum_text
+from ui.search_bar import SearchBar
 from ui.table_model import ColumnModel
 
 COMMENTABLE = ("paused", "awaiting_review")
@@ -50,22 +59,72 @@ def fold_reason(diff: FileDiff) -> str:
     return "generated file" if diff.generated else "whitespace-only change"
 
 
-class FileTableModel(ColumnModel):
-    """One row per changed file: path (greyed when folded), lines added, lines removed."""
+#: The heading row above Anima's own files in the file table.
+ANIMA_SECTION = "Anima's files — not counted"
 
-    COLUMNS = ("File", "+", "−")
+
+def fingerprint(diff: FileDiff) -> int:
+    """What a "viewed" mark is for: this version of the file's change."""
+    return hash(diff.patch)
+
+
+class FileTableModel(ColumnModel):
+    """One row per changed file: path (greyed when folded), lines added, lines removed, and
+    whether the reviewer marked it viewed. The milestone's files come first; Anima's own
+    follow under a heading row of their own."""
+
+    COLUMNS = ("File", "+", "−", "✓")
+    VIEWED = 3
+
+    #: (path, viewed) — the reviewer ticked or unticked a file. GUI thread.
+    viewed_changed = Signal(str, bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.files: tuple[FileDiff, ...] = ()
+        self.files: tuple[FileDiff | None, ...] = ()  # None: the "Anima's files" heading
+        #: path → the fingerprint of the change the reviewer marked viewed
+        self.viewed: dict[str, int] = {}
 
     def set_files(self, files: tuple[FileDiff, ...]) -> None:
+        work = tuple(f for f in files if not f.anima_file)
+        own = tuple(f for f in files if f.anima_file)
         self.beginResetModel()
-        self.files = files
+        self.files = work + ((None, *own) if own else ())
         self.endResetModel()
+
+    def is_viewed(self, diff: FileDiff) -> bool:
+        """Viewed, and not changed since (a mark resets when the file changes again)."""
+        return self.viewed.get(diff.path) == fingerprint(diff)
+
+    def file_rows(self) -> list[int]:
+        return [i for i, f in enumerate(self.files) if f is not None]
 
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self.files)
+
+    def flags(self, index: QModelIndex | QPersistentModelIndex) -> Qt.ItemFlag:
+        f = self.files[index.row()] if index.isValid() else None
+        if f is None:
+            return Qt.ItemFlag.NoItemFlags
+        flags = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+        if index.column() == self.VIEWED:
+            flags |= Qt.ItemFlag.ItemIsUserCheckable
+        return flags
+
+    def setData(self, index: QModelIndex | QPersistentModelIndex, value: Any,
+                role: int = Qt.ItemDataRole.EditRole) -> bool:
+        f = self.files[index.row()] if index.isValid() else None
+        if f is None or role != Qt.ItemDataRole.CheckStateRole:
+            return False
+        viewed = Qt.CheckState(value) == Qt.CheckState.Checked
+        if viewed:
+            self.viewed[f.path] = fingerprint(f)
+        else:
+            self.viewed.pop(f.path, None)
+        self.dataChanged.emit(self.index(index.row(), 0), self.index(index.row(),
+                                                                       self.VIEWED))
+        self.viewed_changed.emit(f.path, viewed)
+        return True
 
     def data(self, index: QModelIndex | QPersistentModelIndex,
              role: int = Qt.ItemDataRole.DisplayRole) -> Any:
@@ -73,28 +132,50 @@ class FileTableModel(ColumnModel):
             return None
         f = self.files[index.row()]
         column = index.column()
+        if f is None:  # the heading over Anima's files
+            if role == Qt.ItemDataRole.DisplayRole and column == 0:
+                return ANIMA_SECTION
+            if role == Qt.ItemDataRole.ForegroundRole:
+                return QColor("#57606a")
+            if role == Qt.ItemDataRole.ToolTipRole:
+                return ("Anima's own files (config, soul.md, milestone definitions, memory): "
+                        "shown so you see a commit touched them, never counted in the totals")
+            return None
+        viewed = self.is_viewed(f)
         if role == Qt.ItemDataRole.DisplayRole:
             if column == 0:
                 return f"{f.old_path} → {f.path}" if f.old_path else f.path
+            if column == self.VIEWED:
+                return None
             if f.binary:
                 return "bin" if column == 1 else ""
             return f"+{f.added}" if column == 1 else f"−{f.removed}"
+        if role == Qt.ItemDataRole.CheckStateRole and column == self.VIEWED:
+            return Qt.CheckState.Checked if viewed else Qt.CheckState.Unchecked
         if role == Qt.ItemDataRole.ForegroundRole:
             if column == 0:
-                return QColor("#8c959f") if f.collapsed else None
+                return QColor("#8c959f") if f.collapsed or viewed else None
             return QColor("#1a7f37" if column == 1 else "#cf222e")
-        if role == Qt.ItemDataRole.ToolTipRole and f.collapsed:
-            return f"{f.path}: {fold_reason(f)}, folded"
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if column == self.VIEWED:
+                return "Viewed (the mark goes when the file changes again)"
+            folded = f": {fold_reason(f)}, folded" if f.collapsed else ""
+            return f"{f.old_path} → {f.path}{folded}" if f.old_path else f"{f.path}{folded}"
         if role == Qt.ItemDataRole.TextAlignmentRole and column:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
 
 class CommentBox(QFrame):
-    """The small editor a click on a diff line opens: `path:line`, the text, Save / Cancel."""
+    """The editor a click on a diff line opens under that line: `path:line`, the text,
+    Save (Ctrl+Enter) / Cancel (Esc)."""
 
     #: (path, line, comment id or "" for a new one, text). GUI thread.
     saved = Signal(str, int, str, str)
+    #: The box was closed without saving. GUI thread.
+    cancelled = Signal()
+
+    HEIGHT = 104
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -104,8 +185,7 @@ class CommentBox(QFrame):
         self.caption.setObjectName("commentCaption")
         self.text = QPlainTextEdit(self)
         self.text.setObjectName("commentText")
-        self.text.setFixedHeight(60)
-        self.text.setPlaceholderText("What should the Developer change here?")
+        self.text.setPlaceholderText("What should the Developer change here? (Ctrl+Enter saves)")
         self.save_button = QPushButton("Save comment", self)
         self.save_button.setObjectName("primaryButton")
         self.cancel_button = QPushButton("Cancel", self)
@@ -115,10 +195,16 @@ class CommentBox(QFrame):
         buttons.addWidget(self.save_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 6, 8, 6)
-        layout.addWidget(self.text)
+        layout.setSpacing(4)
+        layout.addWidget(self.text, 1)
         layout.addLayout(buttons)
         self.save_button.clicked.connect(self._on_save)
-        self.cancel_button.clicked.connect(self.hide)
+        self.cancel_button.clicked.connect(self.cancel)
+        for keys, slot in (("Ctrl+Return", self._on_save), ("Ctrl+Enter", self._on_save),
+                           ("Escape", self.cancel)):
+            shortcut = QShortcut(QKeySequence(keys), self)
+            shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            shortcut.activated.connect(slot)
         self.hide()
 
     def open_for(self, path: str, line: int, text: str = "", comment_id: str = "") -> None:
@@ -127,7 +213,14 @@ class CommentBox(QFrame):
                              f"{path}:{line}")
         self.text.setPlainText(text)
         self.show()
+        self.raise_()
         self.text.setFocus()
+
+    @Slot()
+    def cancel(self) -> None:
+        if self.isVisible():
+            self.hide()
+            self.cancelled.emit()
 
     @Slot()
     def _on_save(self) -> None:
@@ -181,10 +274,11 @@ class ChangesView(QWidget):
         self.file_table.verticalHeader().setDefaultSectionSize(22)
         header = self.file_table.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for column in (1, 2):
+        for column, width in ((1, 42), (2, 42), (FileTableModel.VIEWED, 26)):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Fixed)
-            header.resizeSection(column, 54)
-        self.file_table.setTextElideMode(Qt.TextElideMode.ElideLeft)
+            header.resizeSection(column, width)
+        # "src/…/greet.py": the file's name and where it starts stay readable.
+        self.file_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
 
         self.fold_bar = QFrame(self)
         self.fold_bar.setObjectName("foldBar")
@@ -196,8 +290,19 @@ class ChangesView(QWidget):
         fold_layout.addWidget(self.expand_button)
         self.fold_bar.hide()
         self.diff = DiffView(self)
-
-        self.comment_box = CommentBox(self)
+        self.sides = SideBySideView(self)
+        self.diff_stack = QStackedWidget(self)
+        self.diff_stack.addWidget(self.diff)
+        self.diff_stack.addWidget(self.sides)
+        self.search = SearchBar(self.diff, self, "Find in the diff")
+        # The editor lives in the diff, in a gap made under the line it is about.
+        self.comment_box = CommentBox(self.diff.viewport())
+        self.side_by_side = QToolButton(self)
+        self.side_by_side.setObjectName("sideBySide")
+        self.side_by_side.setText("Side by side")
+        self.side_by_side.setCheckable(True)
+        self.side_by_side.setToolTip("Old and new side by side (else one unified column)")
+        top.addWidget(self.side_by_side)
         self.comments_title = QLabel("Comments", self)
         self.comments_title.setObjectName("sectionTitle")
         self.comment_list = QListWidget(self)
@@ -216,7 +321,6 @@ class ChangesView(QWidget):
         comments_layout = QVBoxLayout(comments)
         comments_layout.setContentsMargins(8, 4, 8, 4)
         comments_layout.setSpacing(4)
-        comments_layout.addWidget(self.comment_box)
         comments_layout.addWidget(self.comments_title)
         comments_layout.addWidget(self.comment_list, 1)
         comments_layout.addLayout(comment_buttons)
@@ -226,17 +330,21 @@ class ChangesView(QWidget):
         diff_layout.setContentsMargins(0, 0, 0, 0)
         diff_layout.setSpacing(0)
         diff_layout.addWidget(self.fold_bar)
-        diff_layout.addWidget(self.diff, 1)
+        diff_layout.addWidget(self.search)
+        diff_layout.addWidget(self.diff_stack, 1)
         self.right = QSplitter(Qt.Orientation.Vertical, self)
         self.right.addWidget(diff_area)
         self.right.addWidget(comments)
-        self.right.setStretchFactor(0, 4)
+        self.right.setStretchFactor(0, 6)
         self.right.setStretchFactor(1, 1)
+        self.right.setSizes([600, 100])  # the diff gets the height; the list is an overview
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.splitter.addWidget(self.file_table)
         self.splitter.addWidget(self.right)
         self.splitter.setStretchFactor(0, 1)
         self.splitter.setStretchFactor(1, 3)
+        self.file_table.setMinimumWidth(200)  # a path stays readable, even at 1024 px
+        self.splitter.setSizes([280, 900])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
@@ -246,8 +354,21 @@ class ChangesView(QWidget):
         self.range.activated.connect(self._on_range_chosen)
         self.file_table.selectionModel().currentRowChanged.connect(self._on_file_changed)
         self.expand_button.clicked.connect(self._on_expand)
-        self.diff.line_clicked.connect(self._on_line_clicked)
+        for view in (self.diff, self.sides.left, self.sides.right):
+            view.line_clicked.connect(self._on_line_clicked)
+            view.comment_clicked.connect(self._on_comment_clicked)
+        self.side_by_side.toggled.connect(self._on_side_by_side)
+        self.diff.verticalScrollBar().valueChanged.connect(self._place_comment_box)
         self.comment_box.saved.connect(self._on_comment_saved)
+        self.comment_box.cancelled.connect(self.diff.close_gap)
+        self.files.viewed_changed.connect(self._on_viewed_changed)
+        for keys, slot in (("F7", lambda: self.go_to_hunk(1)),
+                           ("Shift+F7", lambda: self.go_to_hunk(-1)),
+                           ("Alt+Down", lambda: self.go_to_file(1)),
+                           ("Alt+Up", lambda: self.go_to_file(-1))):
+            shortcut = QShortcut(QKeySequence(keys), self)
+            shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            shortcut.activated.connect(slot)
         self.comment_list.itemDoubleClicked.connect(self._edit_item)
         self.comment_list.currentItemChanged.connect(self._on_comment_selected)
         self.edit_button.clicked.connect(lambda: self._edit_item(self.comment_list.currentItem()))
@@ -311,17 +432,15 @@ class ChangesView(QWidget):
         keep = self.diff.file.path if self.diff.file is not None else None
         self.changes = changes
         self.files.set_files(changes.files)
-        folded = sum(1 for f in changes.files if f.collapsed)
-        self.summary.setText(
-            f"{changes.label}: {len(changes.files)} files, +{changes.added} −{changes.removed}"
-            + (f" · {folded} folded (generated or whitespace only)" if folded else "")
-            + f" · {changes.old[:7]}..{changes.new[:7]}")
+        self._show_summary()
         if not changes.files:
             self._clear("No changes.", keep_summary=True)
             return
-        paths = [f.path for f in changes.files]
-        row = paths.index(keep) if keep in paths else next(
-            (i for i, f in enumerate(changes.files) if not f.collapsed), 0)
+        rows = self.files.files
+        row = next((i for i, f in enumerate(rows) if f is not None and f.path == keep), None)
+        if row is None:  # the first file a reviewer reads: the milestone's, not folded
+            row = next((i for i, f in enumerate(rows) if f is not None and not f.collapsed),
+                       self.files.file_rows()[0])
         self.file_table.selectionModel().setCurrentIndex(
             self.files.index(row, 0), QItemSelectionModel.SelectionFlag.ClearAndSelect
             | QItemSelectionModel.SelectionFlag.Rows)
@@ -344,28 +463,98 @@ class ChangesView(QWidget):
         if self.record is not None:
             self._want(self.record.id, self.range.itemData(index))
 
+    def _show_summary(self) -> None:
+        changes = self.changes
+        if changes is None:
+            return
+        work = changes.work_files
+        folded = sum(1 for f in work if f.collapsed)
+        viewed = sum(1 for f in work if self.files.is_viewed(f))
+        own = len(changes.anima_files)
+        self.summary.setText(
+            f"{changes.label}: {len(work)} files, +{changes.added} −{changes.removed}"
+            + (f" · {viewed}/{len(work)} viewed" if viewed else "")
+            + (f" · {folded} folded (generated or whitespace only)" if folded else "")
+            + (f" · {own} of Anima's files, not counted" if own else "")
+            + f" · {changes.old[:7]}..{changes.new[:7]}")
+
     @Slot(QModelIndex, QModelIndex)
     def _on_file_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        if current.isValid():
-            self._show_file(self.files.files[current.row()])
+        diff = self.files.files[current.row()] if current.isValid() else None
+        if diff is not None:
+            self._show_file(diff)
+
+    def _file_comments(self, path: str) -> list[Any]:
+        return [] if self.record is None else [c for c in self.record.comments
+                                               if c.path == path]
 
     def _show_file(self, diff: FileDiff) -> None:
+        self.comment_box.hide()
         folded = diff.collapsed and diff.path not in self._expanded
         self.fold_bar.setVisible(folded)
+        self.diff.commentable = self._commentable()
+        view = self.sides if self.side_by_side.isChecked() else self.diff
         if folded:
             self.fold_label.setText(f"{diff.path}: {fold_reason(diff)} "
                                     f"(+{diff.added} −{diff.removed}), folded.")
-            self.diff.show_file(None, "Folded: click “Show the diff” to read it.")
+            view.show_file(None, "Folded: click “Show the diff” to read it.")
         else:
-            self.diff.show_file(diff)
+            view.show_file(diff, comments=self._file_comments(diff.path))
+
+    @Slot(bool)
+    def _on_side_by_side(self, on: bool) -> None:
+        """Unified or side by side; comments are written in the unified view."""
+        self.comment_box.cancel()
+        self.diff_stack.setCurrentWidget(self.sides if on else self.diff)
+        self.search.set_view(self.sides.right if on else self.diff)
+        diff = self.current_row_file()
+        if diff is not None:
+            self._show_file(diff)
 
     @Slot()
     def _on_expand(self) -> None:
-        index = self.file_table.currentIndex()
-        if index.isValid():
-            diff = self.files.files[index.row()]
+        diff = self.current_row_file()
+        if diff is not None:
             self._expanded.add(diff.path)
             self._show_file(diff)
+
+    def current_row_file(self) -> FileDiff | None:
+        index = self.file_table.currentIndex()
+        return self.files.files[index.row()] if index.isValid() else None
+
+    @Slot(str, bool)
+    def _on_viewed_changed(self, _path: str, viewed: bool) -> None:
+        self._show_summary()
+        if viewed:  # done with this one: on to the next file not viewed yet
+            self.go_to_file(1, unviewed=True)
+
+    # --- moving around ------------------------------------------------------------------
+    def go_to_file(self, step: int, *, unviewed: bool = False) -> bool:
+        """Select the next (1) or previous (-1) file; False at either end."""
+        rows = self.files.file_rows()
+        here = self.file_table.currentIndex().row()
+        ahead = [r for r in rows if (r > here if step > 0 else r < here)]
+        if unviewed:
+            ahead = [r for r in ahead if (f := self.files.files[r]) is not None
+                     and not self.files.is_viewed(f)]
+        if not ahead:
+            return False
+        row = ahead[0] if step > 0 else ahead[-1]
+        self.file_table.selectionModel().setCurrentIndex(
+            self.files.index(row, 0), QItemSelectionModel.SelectionFlag.ClearAndSelect
+            | QItemSelectionModel.SelectionFlag.Rows)
+        return True
+
+    def go_to_hunk(self, step: int) -> bool:
+        """The next (1) or previous (-1) hunk, on into the next or previous file."""
+        if self.diff.go_to_hunk(step):
+            return True
+        if not self.go_to_file(step):
+            return False
+        hunks = self.diff.hunk_rows()
+        if hunks:
+            self.diff.scroll_to_row(hunks[0] if step > 0 else hunks[-1])
+        return True
 
     @property
     def current_file(self) -> FileDiff | None:
@@ -394,7 +583,10 @@ class ChangesView(QWidget):
         else:
             self.comments_hint.setText("Comments can be left while the milestone is paused or "
                                        "awaiting your review.")
-            self.comment_box.hide()
+            self.comment_box.cancel()
+        self.diff.commentable = self._commentable()
+        if self.diff.file is not None and not self.comment_box.isVisible():
+            self.diff.show_comments(self._file_comments(self.diff.file.path))
         self._on_comment_selected(self.comment_list.currentItem())
 
     @property
@@ -409,12 +601,50 @@ class ChangesView(QWidget):
             return
         line = row.new_line if row.new_line is not None else row.old_line
         if line is not None:
-            self.comment_box.open_for(path, line)
+            self.side_by_side.setChecked(False)  # the editor opens in the unified view
+            self._open_editor(path, line)
+
+    def _open_editor(self, path: str, line: int, text: str = "", comment_id: str = "") -> None:
+        """The editor opens under the line (and its comments), pushing the lines below down."""
+        if self.diff.file is None or self.diff.file.path != path:
+            found = next((r for r, f in enumerate(self.files.files)
+                          if f is not None and f.path == path), None)
+            if found is None:
+                return
+            self.file_table.selectRow(found)
+        at = line_row(self.diff.file.rows, line) if self.diff.file is not None else None
+        if at is None:
+            return
+        self.diff.open_gap(at, CommentBox.HEIGHT)
+        self.comment_box.open_for(path, line, text, comment_id)
+        self._place_comment_box()
+        gap = self.diff.gap_rect()
+        if gap.bottom() > self.diff.viewport().height():  # keep it on screen
+            self.diff.verticalScrollBar().setValue(
+                self.diff.verticalScrollBar().value()
+                + (gap.bottom() - self.diff.viewport().height()) // max(
+                    self.diff.fontMetrics().lineSpacing(), 1) + 1)
+
+    @Slot()
+    def _place_comment_box(self) -> None:
+        if not self.comment_box.isVisible():
+            return
+        gap = self.diff.gap_rect()
+        left = self.diff.fontMetrics().horizontalAdvance(" ") * PREFIX
+        self.comment_box.setGeometry(left, gap.top(), max(gap.width() - left - 12, 240),
+                                     max(gap.height(), CommentBox.HEIGHT))
+
+    @Slot(object)
+    def _on_comment_clicked(self, comment: Any) -> None:
+        if self._commentable():
+            self.side_by_side.setChecked(False)
+            self._open_editor(comment.path, comment.line, comment.text, comment.id)
 
     @Slot(str, int, str, str)
     def _on_comment_saved(self, path: str, line: int, comment_id: str, text: str) -> None:
         if self.record is None:
             return
+        self.diff.close_gap()  # the comment itself shows there once saved
         if comment_id:
             self.comment_edited.emit(self.record.id, comment_id, text)
         else:
@@ -425,7 +655,7 @@ class ChangesView(QWidget):
         if item is None or not self._commentable():
             return
         path, line, text = item.data(Qt.ItemDataRole.UserRole + 1)
-        self.comment_box.open_for(path, line, text, item.data(Qt.ItemDataRole.UserRole))
+        self._open_editor(path, line, text, item.data(Qt.ItemDataRole.UserRole))
 
     @Slot()
     def _on_remove(self) -> None:

@@ -1,16 +1,23 @@
-"""One file's unified diff: numbered rows, +/- backgrounds, Pygments syntax colours.
+"""One file's unified diff: numbered rows, +/- backgrounds, Pygments syntax colours, the
+words that changed, and the reviewer's comments under the lines they are about.
 
 `DiffView` shows the rows of one `anima.diffs.FileDiff` at a time (the Changes view renders
 only the file the reviewer selected, so a 500-file change costs nothing up front). Each line is
 `old new ± code`; the code part is coloured by a Pygments lexer chosen from the file name, the
-whole line's background by its kind. A click on a code line (not a drag that selects text)
-emits `line_clicked` with the row, for the comment box.
+whole line's background by its kind, and within a changed line paired with its old version
+the words that differ get a stronger background. Comments are rows of their own under their
+line, as a pull-request review shows them; the editor opens in a gap made under the clicked
+line. A click on a code line (not a drag that selects text) emits `line_clicked`; where
+comments can be left, the line under the mouse shows a "+".
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import threading
+from collections.abc import Sequence
+from difflib import SequenceMatcher
 from typing import Any
 
 from pygments.lexer import Lexer
@@ -18,7 +25,7 @@ from pygments.lexers import get_lexer_for_filename
 from pygments.styles import get_style_by_name
 from pygments.token import _TokenType
 from pygments.util import ClassNotFound
-from PySide6.QtCore import QRect, Qt, Signal
+from PySide6.QtCore import QEvent, QRect, Qt, Signal
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -28,9 +35,10 @@ from PySide6.QtGui import (
     QPaintEvent,
     QSyntaxHighlighter,
     QTextCharFormat,
+    QTextCursor,
     QTextDocument,
 )
-from PySide6.QtWidgets import QPlainTextEdit, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QWidget
 
 from anima.diffs import ChangeSet, DiffRow, FileDiff
 
@@ -38,16 +46,27 @@ from anima.diffs import ChangeSet, DiffRow, FileDiff
 HIGHLIGHT_MAX_ROWS = 4000
 NUMBER_WIDTH = 5
 PREFIX = NUMBER_WIDTH * 2 + 4  # "  12    13 + "
+# Row kinds beyond git's: a comment under a line, a gap the comment editor sits in.
+COMMENT, GAP = "#", "_"
 ROW_BACKGROUNDS = {"+": QColor(46, 160, 67, 40), "-": QColor(248, 81, 73, 40),
-                   "@": QColor(84, 174, 255, 36)}
+                   "@": QColor(84, 174, 255, 36), COMMENT: QColor(212, 167, 44, 56),
+                   GAP: QColor(140, 149, 159, 24)}  # drawn over the text: translucent
+#: The words that changed within a line, over its +/- background.
+WORD_BACKGROUNDS = {"+": QColor(46, 160, 67, 110), "-": QColor(248, 81, 73, 110)}
 _STYLE = get_style_by_name("friendly")
+_WORD = re.compile(r"\w+|\s+|[^\w\s]")
+#: Below this similarity a changed line counts as rewritten: no word marks, they would be noise.
+WORD_MIN_RATIO = 0.3
 
 Span = tuple[int, int, _TokenType]  # start, length, token type (within the code part)
+Range = tuple[int, int]  # start, length (within the code part)
 
 
 def row_text(row: DiffRow) -> str:
     """The displayed line: old and new line numbers, the sign, the code."""
-    if row.kind in "@~":
+    if row.kind == COMMENT:
+        return " " * PREFIX + "▍ " + row.text
+    if row.kind in "@~" or row.kind == GAP:
         return row.text
     old = "" if row.old_line is None else str(row.old_line)
     new = "" if row.new_line is None else str(row.new_line)
@@ -92,6 +111,95 @@ def prepare_lexers(changes: ChangeSet) -> ChangeSet:
     return changes
 
 
+def word_changes(old: str, new: str) -> tuple[list[Range], list[Range]]:
+    """The character ranges that differ between an old line and its new version, word by
+    word (as GitHub and VS Code mark them); nothing when the lines have little in common."""
+    a, b = _WORD.findall(old), _WORD.findall(new)
+    matcher = SequenceMatcher(None, a, b, autojunk=False)
+    if matcher.ratio() < WORD_MIN_RATIO:
+        return [], []
+
+    def ranges(tokens: list[str], spans: list[tuple[int, int]]) -> list[Range]:
+        starts = [0]
+        for token in tokens:
+            starts.append(starts[-1] + len(token))
+        return [(starts[i], starts[j] - starts[i]) for i, j in spans if j > i]
+
+    old_spans: list[tuple[int, int]] = []
+    new_spans: list[tuple[int, int]] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            old_spans.append((i1, i2))
+            new_spans.append((j1, j2))
+    return ranges(a, old_spans), ranges(b, new_spans)
+
+
+def word_spans(rows: Sequence[DiffRow]) -> list[list[Range]]:
+    """For each row, the ranges of its code that changed: a run of removed lines is paired
+    line by line with the run of added lines that follows it."""
+    spans: list[list[Range]] = [[] for _ in rows]
+    i = 0
+    while i < len(rows):
+        if rows[i].kind != "-":
+            i += 1
+            continue
+        start = i
+        while i < len(rows) and rows[i].kind == "-":
+            i += 1
+        added = i
+        while i < len(rows) and rows[i].kind == "+":
+            i += 1
+        for old, new in zip(range(start, added), range(added, i), strict=False):
+            spans[old], spans[new] = word_changes(rows[old].text, rows[new].text)
+    return spans
+
+
+Side = tuple[list[DiffRow], list[list[Range]]]
+
+
+def line_row(rows: Sequence[DiffRow], line: int) -> int | None:
+    """The row a comment on `line` is about: the new file's line, else a removed line's."""
+    found = next((i for i, r in enumerate(rows) if r.kind in "+ " and r.new_line == line), None)
+    if found is None:
+        found = next((i for i, r in enumerate(rows) if r.kind == "-" and r.old_line == line),
+                     None)
+    return found
+
+
+def side_by_side(rows: Sequence[DiffRow]) -> tuple[Side, Side]:
+    """The unified rows as two aligned columns, old on the left and new on the right: a run of
+    removed lines faces the run of added lines after it, the shorter padded with gaps; each
+    row with the words that changed in it."""
+    words = word_spans(rows)
+    left: list[DiffRow] = []
+    right: list[DiffRow] = []
+    left_words: list[list[Range]] = []
+    right_words: list[list[Range]] = []
+    i = 0
+    while i < len(rows):
+        row = rows[i]
+        if row.kind not in "+-":
+            left.append(DiffRow(row.kind, row.text, row.old_line, None))
+            right.append(DiffRow(row.kind, row.text, None, row.new_line))
+            left_words.append([])
+            right_words.append([])
+            i += 1
+            continue
+        removed = []
+        while i < len(rows) and rows[i].kind == "-":
+            removed.append(i)
+            i += 1
+        added = []
+        while i < len(rows) and rows[i].kind == "+":
+            added.append(i)
+            i += 1
+        for n in range(max(len(removed), len(added))):
+            for side, words_of, run in ((left, left_words, removed), (right, right_words, added)):
+                side.append(rows[run[n]] if n < len(run) else DiffRow(GAP, ""))
+                words_of.append(words[run[n]] if n < len(run) else [])
+    return (left, left_words), (right, right_words)
+
+
 def token_spans(rows: list[DiffRow], lexer: Lexer) -> list[list[Span]]:
     """Pygments tokens of the code lines, cut per row (hunk and note rows get none).
 
@@ -125,6 +233,7 @@ class DiffHighlighter(QSyntaxHighlighter):
         super().__init__(document)
         self.rows: list[DiffRow] = []
         self.spans: list[list[Span]] = []
+        self.words: list[list[Range]] = []
         self._formats: dict[_TokenType, QTextCharFormat] = {}
         self._gutter = QTextCharFormat()
         self._gutter.setForeground(QColor("#8c959f"))
@@ -134,9 +243,12 @@ class DiffHighlighter(QSyntaxHighlighter):
         self._note = QTextCharFormat()
         self._note.setForeground(QColor("#6e7781"))
         self._note.setFontItalic(True)
+        self._comment = QTextCharFormat()
+        self._comment.setForeground(QColor("#57430a"))
 
-    def set_rows(self, rows: list[DiffRow], spans: list[list[Span]]) -> None:
-        self.rows, self.spans = rows, spans
+    def set_rows(self, rows: list[DiffRow], spans: list[list[Span]],
+                 words: list[list[Range]]) -> None:
+        self.rows, self.spans, self.words = rows, spans, words
 
     def _format(self, ttype: _TokenType) -> QTextCharFormat:
         fmt = self._formats.get(ttype)
@@ -157,6 +269,9 @@ class DiffHighlighter(QSyntaxHighlighter):
         if n >= len(self.rows):
             return
         row = self.rows[n]
+        if row.kind == COMMENT:
+            self.setFormat(0, len(text), self._comment)
+            return
         if row.kind == "@":
             self.setFormat(0, len(text), self._hunk)
             return
@@ -170,13 +285,23 @@ class DiffHighlighter(QSyntaxHighlighter):
             self.setFormat(PREFIX - 2, 1, sign)
         for start, length, ttype in self.spans[n] if n < len(self.spans) else ():
             self.setFormat(PREFIX + start, length, self._format(ttype))
+        background = WORD_BACKGROUNDS.get(row.kind)
+        if background is None or n >= len(self.words):
+            return
+        for start, length in self.words[n]:
+            for at in range(PREFIX + start, PREFIX + start + length):  # keep each colour
+                fmt = self.format(at)
+                fmt.setBackground(background)
+                self.setFormat(at, 1, fmt)
 
 
 class DiffView(QPlainTextEdit):
-    """A read-only, monospace view of one file's diff."""
+    """A read-only, monospace view of one file's diff, its comments inline."""
 
     #: (file path, row) — the reviewer clicked a code line. GUI thread.
     line_clicked = Signal(str, object)
+    #: (comment) — the reviewer clicked a comment shown under its line. GUI thread.
+    comment_clicked = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -187,25 +312,135 @@ class DiffView(QPlainTextEdit):
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
                                      | Qt.TextInteractionFlag.TextSelectableByKeyboard)
         self.viewport().setCursor(Qt.CursorShape.PointingHandCursor)
+        self.viewport().setMouseTracking(True)
         self.highlighter = DiffHighlighter(self.document())
         self.file: FileDiff | None = None
+        #: The rows on screen: the file's, with comment and gap rows among them.
         self.rows: list[DiffRow] = []
+        #: Whether a click on a line may start a comment (the "+" on the hovered line).
+        self.commentable = False
+        self.hovered: int | None = None
+        self._base: list[DiffRow] = []
+        self._base_spans: list[list[Span]] = []
+        self._base_words: list[list[Range]] = []
+        self._comments: list[Any] = []
+        self._comment_of: dict[int, Any] = {}
+        self._gap: tuple[int, int] | None = None  # (file row, rows) the editor sits under
+        self._message = ""
         self._press: Any = None
 
-    def show_file(self, diff: FileDiff | None, message: str = "") -> None:
-        """Render `diff` (or just `message`): rows first, then colours in one pass."""
+    def show_file(self, diff: FileDiff | None, message: str = "",
+                  comments: Sequence[Any] = (),
+                  side: tuple[list[DiffRow], list[list[Range]]] | None = None) -> None:
+        """Render `diff` (or just `message`) with `comments` (`path`, `line`, `text`, `id`)
+        under their lines: rows first, then colours in one pass. `side`: one side of a
+        side-by-side view instead of the unified rows (its rows and their word changes)."""
+        same_file = diff is not None and self.file is not None and diff.path == self.file.path
         self.file = diff
-        self.rows = [] if diff is None else diff.rows
-        if diff is not None and not self.rows:
+        self._base = [] if diff is None else side[0] if side is not None else diff.rows
+        if diff is not None and not self._base:
             message = message or ("Binary file changed" if diff.binary else "No textual change "
                                   "(mode or name only)")
-        lexer = lexer_for(diff.path) if diff is not None and self.rows else None
-        spans = token_spans(self.rows, lexer) if lexer and len(self.rows) <= HIGHLIGHT_MAX_ROWS \
-            else []
-        self.highlighter.set_rows(self.rows, spans)
-        text = "\n".join(row_text(r) for r in self.rows) if self.rows else message
-        self.setPlainText(text)
+        lexer = lexer_for(diff.path) if diff is not None and self._base else None
+        small = len(self._base) <= HIGHLIGHT_MAX_ROWS
+        self._base_spans = token_spans(self._base, lexer) if lexer and small else []
+        self._base_words = (side[1] if side is not None else word_spans(self._base)) \
+            if small else []
+        self._comments = list(comments)
+        if not same_file:
+            self._gap = None
+        self._message = message
+        self._render(keep_scroll=same_file)
 
+    def show_comments(self, comments: Sequence[Any]) -> None:
+        """The comments changed (saved, edited, removed): redraw in place."""
+        if [(c.id, c.line, c.text) for c in comments] == [
+                (c.id, c.line, c.text) for c in self._comments]:
+            return
+        self._comments = list(comments)
+        self._render(keep_scroll=True)
+
+    def _render(self, keep_scroll: bool) -> None:
+        scroll = self.verticalScrollBar().value()
+        rows: list[DiffRow] = []
+        spans: list[list[Span]] = []
+        words: list[list[Range]] = []
+        self._comment_of = {}
+        under: dict[int, list[Any]] = {}
+        for comment in self._comments:
+            at = line_row(self._base, comment.line)
+            if at is not None:
+                under.setdefault(at, []).append(comment)
+        for i, row in enumerate(self._base):
+            rows.append(row)
+            spans.append(self._base_spans[i] if i < len(self._base_spans) else [])
+            words.append(self._base_words[i] if i < len(self._base_words) else [])
+            for comment in under.get(i, ()):
+                self._comment_of[len(rows)] = comment
+                rows.append(DiffRow(COMMENT, comment.text.replace("\n", " ")))
+                spans.append([])
+                words.append([])
+            if self._gap is not None and self._gap[0] == i:
+                for _ in range(self._gap[1]):
+                    rows.append(DiffRow(GAP, ""))
+                    spans.append([])
+                    words.append([])
+        self.rows = rows
+        self.highlighter.set_rows(rows, spans, words)
+        text = "\n".join(row_text(r) for r in rows) if rows else self._message
+        self.setPlainText(text)
+        if keep_scroll:
+            self.verticalScrollBar().setValue(scroll)
+
+    # --- the comment editor's gap -------------------------------------------------------
+    def file_row(self, n: int) -> int | None:
+        """The file's row shown at screen row `n` (None for a comment or a gap)."""
+        row = self.rows[n] if 0 <= n < len(self.rows) else None
+        if row is None or row.kind in (COMMENT, GAP):
+            return None
+        return sum(1 for r in self.rows[:n] if r.kind not in (COMMENT, GAP))
+
+    def open_gap(self, file_row: int, height: int) -> QRect:
+        """Make room for `height` pixels under the file's row `file_row` (after its
+        comments); where the gap is drawn, in viewport coordinates."""
+        line = max(self.fontMetrics().lineSpacing(), 1)
+        self._gap = (file_row, -(-height // line))
+        self._render(keep_scroll=True)
+        return self.gap_rect()
+
+    def close_gap(self) -> None:
+        if self._gap is not None:
+            self._gap = None
+            self._render(keep_scroll=True)
+
+    def gap_rect(self) -> QRect:
+        gap = [n for n, r in enumerate(self.rows) if r.kind == GAP]
+        if not gap:
+            return QRect()
+        top, bottom = self.block_rect(gap[0]), self.block_rect(gap[-1])
+        return QRect(0, top.top(), self.viewport().width(), bottom.bottom() - top.top() + 1)
+
+    # --- moving around ------------------------------------------------------------------
+    def hunk_rows(self) -> list[int]:
+        return [n for n, r in enumerate(self.rows) if r.kind == "@"]
+
+    def go_to_hunk(self, step: int) -> bool:
+        """Put the next (step 1) or previous (-1) hunk at the top; False when there is none."""
+        here = self.firstVisibleBlock().blockNumber() if self.rows else 0
+        hunks = self.hunk_rows()
+        target = next((n for n in hunks if n > here), None) if step > 0 else \
+            next((n for n in reversed(hunks) if n < here), None)
+        if target is None:
+            return False
+        self.scroll_to_row(target)
+        return True
+
+    def scroll_to_row(self, n: int) -> None:
+        cursor = QTextCursor(self.document().findBlockByNumber(n))
+        self.setTextCursor(cursor)
+        self.verticalScrollBar().setValue(n)  # a row per scroll step: the row at the top
+
+    # --- the mouse ------------------------------------------------------------------------
     def mousePressEvent(self, event: QMouseEvent) -> None:
         self._press = event.position().toPoint()
         super().mousePressEvent(event)
@@ -218,8 +453,25 @@ class DiffView(QPlainTextEdit):
         if (event.position().toPoint() - press).manhattanLength() > 4:
             return
         n = self.cursorForPosition(event.position().toPoint()).blockNumber()
-        if 0 <= n < len(self.rows) and self.rows[n].kind in "+- ":
+        if n in self._comment_of:
+            self.comment_clicked.emit(self._comment_of[n])
+        elif 0 <= n < len(self.rows) and self.rows[n].kind in "+- ":
             self.line_clicked.emit(self.file.path, self.rows[n])
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        super().mouseMoveEvent(event)
+        n = self.cursorForPosition(event.position().toPoint()).blockNumber()
+        hovered = n if self.commentable and 0 <= n < len(self.rows) \
+            and self.rows[n].kind in "+- " else None
+        if hovered != self.hovered:
+            self.hovered = hovered
+            self.viewport().update()
+
+    def leaveEvent(self, event: QEvent) -> None:
+        super().leaveEvent(event)
+        if self.hovered is not None:
+            self.hovered = None
+            self.viewport().update()
 
     def block_rect(self, n: int) -> QRect:
         """Where row `n` is drawn in the viewport (for tests and the comment box)."""
@@ -244,5 +496,44 @@ class DiffView(QPlainTextEdit):
             if color is not None:
                 painter.fillRect(QRect(0, int(geometry.top()), width,
                                        int(geometry.height())), color)
+            if n == self.hovered:
+                self._paint_plus(painter, geometry.toRect())
             block = block.next()
         painter.end()
+
+    def _paint_plus(self, painter: QPainter, row: QRect) -> None:
+        """The hover "+" in the gutter: this line takes a comment."""
+        size = max(row.height() - 2, 8)
+        badge = QRect(2, row.top() + (row.height() - size) // 2, size, size)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setBrush(QColor("#2f6feb"))
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.drawRoundedRect(badge, 3, 3)
+        painter.setPen(QColor("#ffffff"))
+        painter.drawText(badge, int(Qt.AlignmentFlag.AlignCenter), "+")
+
+
+class SideBySideView(QWidget):
+    """Old on the left, new on the right, scrolled together; comments under their new lines
+    on the right. Clicks reach `line_clicked` / `comment_clicked` like the unified view's."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("sideBySideView")
+        self.left = DiffView(self)
+        self.right = DiffView(self)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(1)
+        layout.addWidget(self.left, 1)
+        layout.addWidget(self.right, 1)
+        for a, b in ((self.left, self.right), (self.right, self.left)):
+            a.verticalScrollBar().valueChanged.connect(b.verticalScrollBar().setValue)
+            a.horizontalScrollBar().valueChanged.connect(b.horizontalScrollBar().setValue)
+
+    def show_file(self, diff: FileDiff | None, message: str = "",
+                  comments: Sequence[Any] = ()) -> None:
+        old, new = side_by_side(diff.rows if diff is not None else [])
+        self.left.show_file(diff, message, side=old)
+        # Comments are on new lines (or old ones of removed lines, shown on the left).
+        self.right.show_file(diff, message, comments, side=new)

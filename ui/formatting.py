@@ -39,3 +39,40 @@ def format_tokens(n: int) -> str:
     if n >= 1_000:
         return f"{n / 1_000:.1f}k"
     return str(n)
+
+
+class ElapsedClock:
+    """How long each milestone has run, as this window shows it: it never runs backwards.
+
+    A running milestone counts from its start to now; one that stopped counts to its last
+    round's end, which is earlier than the moment it stopped when a round was cut short (Stop
+    now, a pause mid-round). The clock keeps the highest value it showed instead of jumping
+    back from 5:54 to 3:50 on pause.
+    """
+
+    def __init__(self) -> None:
+        self._shown: dict[str, float] = {}
+
+    def seconds(self, record: Any) -> float | None:
+        end = record.completed_at
+        if end is None and enum_text(record.status) != "in_progress" and record.iterations:
+            end = max(it.ended_at for it in record.iterations)
+        seconds = seconds_between(record.started_at, end)
+        if seconds is None:
+            return None
+        shown = max(seconds, self._shown.get(record.id, 0.0))
+        self._shown[record.id] = shown
+        return shown
+
+    def text(self, record: Any) -> str:
+        seconds = self.seconds(record)
+        return "—" if seconds is None else format_duration(seconds)
+
+
+def local_time(moment: datetime) -> str:
+    """"14:05" today, "3 Mar 14:05" another day: when something happened, in local time."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    local = moment.astimezone()
+    today = datetime.now().astimezone().date()
+    return local.strftime("%H:%M" if local.date() == today else "%-d %b %H:%M")

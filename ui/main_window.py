@@ -1,13 +1,18 @@
-"""The main window: one project, its milestones in a sidebar, the Iteration Monitor beside.
+"""The main window: one project, its milestones on a board, a page per milestone in tabs.
+
+The first tab is the `Board` (every milestone as a card, in columns by state); a click on a
+card opens that milestone's `MilestonePage` (its decision bar, monitor, changes and rounds) in
+a tab of its own, and several can be open at once, each updating live. The title bar, the tray
+and so the taskbar say how many milestones run and how many need you.
 
 A project is opened through File → Open…, the recent-projects menu, the command line, or
 automatically (the last one) on start; all remembered in `QSettings`, whose organisation and
 application names the caller chooses (tests pass a temporary ini file). Menus, tray, settings
 and drops are `ui.window_chrome`'s. A folder without
-`.anima/` gets an empty state offering to initialise it. Errors the engine reports — not a
-git repository, `claude` missing, a malformed milestone — are listed in a banner at the top of
-the window until dismissed. The engine is only ever called through `EngineBridge`, off the GUI
-thread.
+`.anima/` gets an empty state offering to initialise it; a project without milestones gets one
+offering the example milestone. Errors the engine reports — not a git repository, `claude`
+missing, a malformed milestone — are listed in a banner at the top of the window until
+dismissed. The engine is only ever called through `EngineBridge`, off the GUI thread.
 """
 
 from __future__ import annotations
@@ -18,33 +23,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QSettings, Qt, Signal, Slot
+from PySide6.QtCore import QSettings, Signal, Slot
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
-    QFrame,
-    QLabel,
-    QPushButton,
-    QSplitter,
     QStackedWidget,
+    QTabBar,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from anima import events as ev
-from anima.engine.project import git_problem, init_project
+from anima.engine import read_only
+from anima.engine.project import example_milestone, git_problem, init_project
 from anima.phases import RUNNING, Phase
 from ui.banner import EmptyState, ErrorBanner
+from ui.board import Board
 from ui.bridge import EngineBridge, EngineFactory, EngineLike, default_engine_factory
-from ui.changes_view import ChangesView
 from ui.desktop_notify import DesktopNotifier
 from ui.dialogs import confirm, confirm_close
 from ui.diff_view import prepare_lexers
-from ui.formatting import enum_text
-from ui.milestone_list import MilestoneList
-from ui.monitor import IterationMonitor
+from ui.formatting import ElapsedClock
+from ui.milestone_page import MilestonePage
 from ui.read_only import ReadOnlyProject
-from ui.review import ReviewPanel, RunControls
+from ui.review import RunControls
 from ui.window_chrome import app_icon
 
 if TYPE_CHECKING:
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 class MainWindow(ReadOnlyProject):
-    """One project at a time: sidebar of milestones, monitor, review panel, error banner."""
+    """One project at a time: the board, a tab per opened milestone, the error banner."""
 
     #: The engine of the open project was shut down (window closing or project switch).
     engine_stopped = Signal()
@@ -69,6 +71,9 @@ class MainWindow(ReadOnlyProject):
         self.engine: EngineLike | None = None
         self.bridge: EngineBridge | None = None
         self._records: dict[str, MilestoneRecord] = {}
+        self._phases: dict[str, ev.PhaseChanged] = {}
+        self.milestone_pages: dict[str, MilestonePage] = {}
+        self._max_rejections = 3  # until the engine says which limit it runs with
         self._closing = False
         self._ask_before_closing = True
         self._stopping = False
@@ -77,33 +82,30 @@ class MainWindow(ReadOnlyProject):
         self.setAcceptDrops(True)
 
         self.errors = ErrorBanner(self)
-        self.milestone_list = MilestoneList(self)
-        self.add_button = QPushButton("Add milestone…", self)
-        self.add_button.setObjectName("addButton")
-        sidebar = QFrame(self)
-        sidebar.setObjectName("sidebar")
-        sidebar_title = QLabel("Milestones", sidebar)
-        sidebar_title.setObjectName("sectionTitle")
-        sidebar_layout = QVBoxLayout(sidebar)
-        sidebar_layout.setContentsMargins(8, 10, 8, 8)
-        sidebar_layout.addWidget(sidebar_title)
-        sidebar_layout.addWidget(self.milestone_list, 1)
-        sidebar_layout.addWidget(self.add_button)
-
-        self.monitor = IterationMonitor(self)
-        self.review = ReviewPanel(self)
-        monitor_page = QWidget(self)
-        monitor_layout = QVBoxLayout(monitor_page)
-        monitor_layout.setContentsMargins(0, 0, 0, 0)
-        monitor_layout.setSpacing(0)
-        monitor_layout.addWidget(self.review)
-        self.changes = ChangesView(self)
+        self.clock = ElapsedClock()
+        self.board = Board(self.clock, self)
+        self.no_milestones = EmptyState(
+            "No milestones yet",
+            "A milestone is a Markdown file: a title, its features and acceptance criteria. "
+            "Drop .md files on this window (or File ▸ Add milestone…) and the Developer starts "
+            "on the first one; or try the example milestone first.", self)
+        self.example_button = self.no_milestones.add_button(
+            "Add the example milestone", self._add_example, primary=True)
+        self.no_milestones.add_button("Add milestone…", self.choose_milestone_file)
+        self.no_milestones.finish()
+        self.board_page = QStackedWidget(self)
+        self.board_page.addWidget(self.no_milestones)
+        self.board_page.addWidget(self.board)
         self.tabs = QTabWidget(self)
         self.tabs.setObjectName("mainTabs")
         self.tabs.setDocumentMode(True)
-        self.tabs.addTab(self.monitor, "Monitor")
-        self.tabs.addTab(self.changes, "Changes")
-        monitor_layout.addWidget(self.tabs, 1)
+        self.tabs.setTabsClosable(True)
+        self.tabs.setMovable(True)
+        self.tabs.addTab(self.board_page, "Board")
+        self.tabs.tabBar().setTabButton(0, QTabBar.ButtonPosition.RightSide, None)
+        self.tabs.tabBar().setTabButton(0, QTabBar.ButtonPosition.LeftSide, None)
+        self.tabs.tabCloseRequested.connect(self._on_tab_close_requested)
+        self.workspace = self.tabs
 
         self.no_project = EmptyState(
             "No project open",
@@ -120,54 +122,27 @@ class MainWindow(ReadOnlyProject):
         self.no_anima.finish()
 
         self.pages = QStackedWidget(self)
-        for page in (self.no_project, self.no_anima, monitor_page):
+        for page in (self.no_project, self.no_anima, self.workspace):
             self.pages.addWidget(page)
-        self.monitor_page = monitor_page
-
-        self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
-        self.splitter.addWidget(sidebar)
-        self.splitter.addWidget(self.pages)
-        self.splitter.setStretchFactor(0, 0)
-        self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([260, 1100])
         central = QWidget(self)
         central_layout = QVBoxLayout(central)
         central_layout.setContentsMargins(0, 0, 0, 0)
         central_layout.setSpacing(0)
         central_layout.addWidget(self.errors)
-        central_layout.addWidget(self.splitter, 1)
+        central_layout.addWidget(self.pages, 1)
         self.setCentralWidget(central)
         self.central = central
 
         self.run_controls = RunControls(self)
         self._build_menus()
-        self.wait_label: QLabel | None = None
+        self.wait_label = None
         self.tray = self._make_tray()
         # Without a tray (many Wayland and tiling desktops) notices go to the desktop's
         # notification service instead.
         self.desktop_notifier = DesktopNotifier() if self.tray is None else None
-        self.milestone_list.milestone_selected.connect(self._on_milestone_selected)
-        self.add_button.clicked.connect(self.choose_milestone_file)
-        self.monitor.history.round_selected.connect(self._on_round_selected)
-        self.changes.load_requested.connect(self._load_changes)
-        self.changes.comment_added.connect(
-            lambda mid, path, line, text: self.bridge and self.bridge.add_comment(mid, path, line,
-                                                                                   text))
-        self.changes.comment_edited.connect(
-            lambda mid, cid, text: self.bridge and self.bridge.edit_comment(mid, cid, text))
-        self.changes.comment_removed.connect(
-            lambda mid, cid: self.bridge and self.bridge.remove_comment(mid, cid))
-        self.review.resume_requested.connect(
-            lambda mid, note: self.bridge and self.bridge.resume(mid, note))
-        self.review.abort_requested.connect(lambda mid: self.bridge and self.bridge.abort(mid))
-        self.review.approve_requested.connect(lambda mid: self.bridge and self.bridge.approve(mid))
-        self.review.changes_requested.connect(
-            lambda mid, note: self.bridge and self.bridge.request_changes(mid, note))
-        self.review.start_requested.connect(self._on_start_requested)
-        self.review.continue_requested.connect(
-            lambda mid, n, note: self.bridge and self.bridge.call(
-                f"Continuing {mid} from round {n}",
-                lambda: self.engine and self.engine.continue_from_round(mid, n, note)))
+        self.board.milestone_opened.connect(self.open_page)
+        self.board.action_requested.connect(self._on_card_action)
+        self.board.counts_changed.connect(self._show_counts)
         self.run_controls.pause_requested.connect(self._on_pause_requested)
         self.run_controls.stop_requested.connect(self._on_stop_requested)
         self.statusBar().showMessage("Ready")
@@ -176,7 +151,7 @@ class MainWindow(ReadOnlyProject):
 
     # --- opening a project -----------------------------------------------------------------
     def open_project(self, path: Path) -> None:
-        """Show `path`: its monitor, or the offer to initialise it. Stops the previous one."""
+        """Show `path`: its board, or the offer to initialise it. Stops the previous one."""
         path = Path(path).expanduser().resolve()
         if self.engine is not None:
             self._stop_engine(then=lambda: self.open_project(path))
@@ -185,12 +160,13 @@ class MainWindow(ReadOnlyProject):
         self.leave_read_only()
         if path.is_dir():  # a mistyped or placeholder path is not "the last project"
             self._remember_project(path)
-        self.setWindowTitle(f"Anima — {path.name}")
         self.errors.clear()
         self._records.clear()
-        self.milestone_list.milestones.set_records([])
-        self.monitor.reset()
-        self.review.show_record(None)
+        self._phases.clear()
+        for milestone_id in list(self.milestone_pages):
+            self.close_page(milestone_id)
+        self.board.set_records([])
+        self._show_counts(0, 0)
         if not path.is_dir():
             self.errors.add(f"{path} does not exist or is not a folder")
             self.project = None
@@ -213,10 +189,26 @@ class MainWindow(ReadOnlyProject):
                 "folder is touched.")
             self.pages.setCurrentWidget(self.no_anima)
         else:
-            self.pages.setCurrentWidget(self.monitor_page)
+            self.pages.setCurrentWidget(self.workspace)
+        self.board_page.setCurrentWidget(self.board if self._records else self.no_milestones)
         has_engine = self.engine is not None
-        for widget in (self.add_action, self.add_button, self.find_action):
+        for widget in (self.add_action, self.example_button):
             widget.setEnabled(has_engine)
+
+    @Slot(int, int)
+    def _show_counts(self, running: int, needs_you: int) -> None:
+        """"Anima — project — 3 running · 1 needs you" in the title bar (so the taskbar) and
+        the tray."""
+        parts = [f"{running} running"] if running else []
+        if needs_you:
+            parts.append(f"{needs_you} needs you")
+        counts = " · ".join(parts)
+        name = self.project.name if self.project is not None else ""
+        if self.read_only_holder is not None:
+            name += " (read-only)"
+        self.setWindowTitle(" — ".join(p for p in ("Anima", name, counts) if p))
+        if self.tray is not None:
+            self.tray.setToolTip(f"Anima — {counts}" if counts else "Anima")
 
     @Slot()
     def _on_init_clicked(self) -> None:
@@ -235,6 +227,11 @@ class MainWindow(ReadOnlyProject):
         self.statusBar().showMessage(f"Initialised {self.project / '.anima'}", 8000)
         self.open_project(self.project)
 
+    @Slot()
+    def _add_example(self) -> None:
+        """The newcomer's first milestone, in one click."""
+        self.add_milestone_file(example_milestone())
+
     def _start_engine(self, path: Path) -> None:
         _freeze_startup_heap()
         try:
@@ -245,7 +242,7 @@ class MainWindow(ReadOnlyProject):
         self.engine = engine
         bridge = EngineBridge(engine.bus, engine, self)
         self.bridge = bridge
-        bridge.agent_events_received.connect(self.monitor.feed_agent_events)
+        bridge.agent_events_received.connect(self._on_agent_events)
         bridge.phase_changed.connect(self._on_phase_changed)
         bridge.milestone_changed.connect(self._on_milestone_changed)
         bridge.milestones_scanned.connect(self._on_milestones_scanned)
@@ -253,43 +250,14 @@ class MainWindow(ReadOnlyProject):
         bridge.problem_reported.connect(lambda event: self.errors.add(event.text))
         bridge.problem_resolved.connect(lambda event: self.errors.dismiss(event.text))
         bridge.engine_ready.connect(self._on_engine_ready)
-        bridge.verdict_reached.connect(self.monitor.on_verdict)
-        bridge.check_event.connect(self.monitor.on_check)
-        bridge.log_line_received.connect(self._on_log_line)
+        bridge.verdict_reached.connect(self._on_verdict)
+        bridge.check_event.connect(self._on_check)
         bridge.error_raised.connect(self._on_error)
         bridge.notice_posted.connect(self._on_notice)
         bridge.usage_limit_wait.connect(self._on_usage_limit_wait)
-        # Replay what the agents said before a restart, then start: in this order, the
-        # replayed transcript always comes before the live output.
-        bridge.call("Reading the last transcript", engine.last_transcript,
-                    on_done=self._on_transcript_read,
-                    on_error=lambda e: self._start_running(None, e))
-
-    def _on_transcript_read(self, result: tuple[str | None, list[ev.AgentEvent]] | None) -> None:
-        self._start_running(result, None)
-
-    def _start_running(self, result: tuple[str | None, list[ev.AgentEvent]] | None,
-                       error: BaseException | None) -> None:
-        if self.engine is None or self._stopping:
-            return
-        if error is not None:
-            log.warning("could not replay the transcript: %s", error)
-        if result is not None and result[1]:
-            milestone_id, events = result
-            # Fed a slice per event-loop turn; the engine starts once all of it is queued, so
-            # the live output comes after it.
-            self.monitor.replay(events, then=lambda: self._run_engine(
-                f"Replayed {len(events)} events of {milestone_id}"))
-            return
-        self._run_engine(None)
-
-    def _run_engine(self, replayed: str | None) -> None:
-        if self.engine is None or self._stopping:
-            return
-        if replayed:
-            self.statusBar().showMessage(replayed, 6000)
-        # The engine's config is loaded in its worker; start() itself does not block.
-        self.engine.start(watch=True)
+        # The engine's config is loaded in its worker; start() itself does not block. A page
+        # opened later replays its milestone's transcript before the live output.
+        engine.start(watch=True)
         self.statusBar().showMessage(f"Watching {self.project}", 4000)
 
     def _stop_engine(self, then: Callable[[], object] | None = None) -> None:
@@ -324,90 +292,169 @@ class MainWindow(ReadOnlyProject):
         bridge.call("Stopping the engine", lambda: engine.shutdown(10.0), on_done=finished,
                     on_error=failed)
 
+    # --- the milestone pages ---------------------------------------------------------------
+    def page_of(self, milestone_id: str) -> MilestonePage | None:
+        return self.milestone_pages.get(milestone_id)
+
+    @Slot(str)
+    def open_page(self, milestone_id: str) -> MilestonePage | None:
+        """Show the milestone's page, opening it (and replaying its transcript) if needed."""
+        page = self.milestone_pages.get(milestone_id)
+        if page is not None:
+            self.tabs.setCurrentWidget(page)
+            return page
+        record = self._records.get(milestone_id)
+        if record is None:
+            return None
+        page = MilestonePage(milestone_id, self.clock, self)
+        self.milestone_pages[milestone_id] = page
+        self._connect_page(page)
+        page.monitor.set_limits(self._max_rejections)
+        page.show_record(record)
+        if (phase := self._phases.get(milestone_id)) is not None:
+            page.on_phase_changed(phase)
+        if self.read_only_holder is not None:
+            page.review.setEnabled(False)
+        index = self.tabs.addTab(page, record.title)
+        self.tabs.setTabToolTip(index, f"{record.title} ({milestone_id})")
+        self.tabs.setCurrentIndex(index)
+        page.begin_replay()
+        if self.bridge is not None:
+            self.bridge.transcript(milestone_id, on_done=page.replay)
+        elif self.project is not None:  # read-only: the files are all there is
+            page.replay(read_only.transcript(self.project, milestone_id))
+        return page
+
+    def close_page(self, milestone_id: str) -> None:
+        page = self.milestone_pages.pop(milestone_id, None)
+        if page is not None:
+            self.tabs.removeTab(self.tabs.indexOf(page))
+            page.deleteLater()
+
+    @Slot(int)
+    def _on_tab_close_requested(self, index: int) -> None:
+        page = self.tabs.widget(index)
+        if isinstance(page, MilestonePage):
+            self.close_page(page.milestone_id)
+
+    def current_page(self) -> MilestonePage | None:
+        page = self.tabs.currentWidget()
+        return page if isinstance(page, MilestonePage) else None
+
+    def _connect_page(self, page: MilestonePage) -> None:
+        mid = page.milestone_id
+        send = self._send
+        page.changes.load_requested.connect(self._load_changes)
+        page.changes.comment_added.connect(
+            lambda _m, path, line, text: send(lambda b: b.add_comment(mid, path, line, text)))
+        page.changes.comment_edited.connect(
+            lambda _m, cid, text: send(lambda b: b.edit_comment(mid, cid, text)))
+        page.changes.comment_removed.connect(
+            lambda _m, cid: send(lambda b: b.remove_comment(mid, cid)))
+        review = page.review
+        review.resume_requested.connect(lambda m, note: send(lambda b: b.resume(m, note)))
+        review.abort_requested.connect(lambda m: send(lambda b: b.abort(m)))
+        review.approve_requested.connect(lambda m: send(lambda b: b.approve(m)))
+        review.changes_requested.connect(
+            lambda m, note: send(lambda b: b.request_changes(m, note)))
+        review.start_requested.connect(self._on_start_requested)
+        review.continue_requested.connect(lambda m, n, note: send(lambda b: b.call(
+            f"Continuing {m} from round {n}",
+            lambda: b.engine.continue_from_round(m, n, note) if b.engine else None)))
+
+    def _send(self, request: Callable[[EngineBridge], None]) -> None:
+        """A decision goes to the engine through the bridge, if a project is open."""
+        if self.bridge is not None:
+            request(self.bridge)
+
     # --- engine events (GUI thread, via the bridge) -----------------------------------------
     @Slot(object)
     def _on_milestones_scanned(self, event: ev.MilestonesScanned) -> None:
         for problem in event.problems:
             self.errors.add(problem)
         self._records = {r.id: r for r in event.records}
-        self.milestone_list.milestones.set_records(list(event.records))
-        selected = self.milestone_list.selected_id
-        if selected is None or selected not in self._records:
-            preferred = next((r for r in event.records if enum_text(r.status) == "in_progress"),
-                             None) or next(
-                (r for r in event.records
-                 if enum_text(r.status) in ("paused", "awaiting_review")), None)
-            if preferred is None and event.records:
-                preferred = event.records[-1]
-            if preferred is not None:
-                self.milestone_list.select(preferred.id)
-        elif selected in self._records:
-            self._show_selected(self._records[selected])
+        self.board.set_records(event.records)
+        for milestone_id in list(self.milestone_pages):
+            if milestone_id in self._records:
+                self.milestone_pages[milestone_id].show_record(self._records[milestone_id])
+            else:
+                self.close_page(milestone_id)
+        self._show_page()
 
     @Slot(object)
     def _on_engine_ready(self, event: ev.EngineReady) -> None:
-        self.monitor.set_limits(event.config.max_consecutive_rejections)
+        self._max_rejections = event.config.max_consecutive_rejections
+        for page in self.milestone_pages.values():
+            page.monitor.set_limits(self._max_rejections)
         self.listen_for_raise()  # the lock is ours: a second window may ask us forward
 
     @Slot(object)
     def _on_milestone_removed(self, event: ev.MilestoneRemoved) -> None:
         self._records.pop(event.milestone_id, None)
-        was_shown = self.monitor.milestone_id == event.milestone_id
-        self.milestone_list.milestones.remove_record(event.milestone_id)
-        if was_shown:
-            self._show_selected(self._records.get(self.milestone_list.selected_id or ""))
+        self.board.remove(event.milestone_id)
+        self.close_page(event.milestone_id)
+        self._show_page()
 
     @Slot(object)
     def _on_milestone_changed(self, event: ev.MilestoneChanged) -> None:
         record = event.record
+        first = not self._records
         self._records[record.id] = record
-        self.milestone_list.milestones.update_record(record)
-        if self.milestone_list.selected_id is None:
-            self.milestone_list.select(record.id)
-        elif record.id == self.milestone_list.selected_id:
-            self._show_selected(record)
+        self.board.update_record(record)
+        page = self.milestone_pages.get(record.id)
+        if page is not None:
+            page.show_record(record)
+            self.tabs.setTabText(self.tabs.indexOf(page), record.title)
+        if first:
+            self._show_page()
 
     @Slot(object)
     def _on_phase_changed(self, event: ev.PhaseChanged) -> None:
-        before = self.monitor.live_milestone
-        self.monitor.on_phase_changed(event)
-        if self.monitor.live_milestone != event.milestone_id:
-            return  # another milestone's: the monitor stays with the one it follows
-        self.run_controls.show_phase(event.phase)
-        if before != event.milestone_id and event.milestone_id in self._records:
-            # A milestone started: follow it in the sidebar and the monitor.
-            self.milestone_list.select(event.milestone_id)
+        self._phases[event.milestone_id] = event
+        self.board.on_phase_changed(event)
+        page = self.milestone_pages.get(event.milestone_id)
+        if page is not None:
+            page.on_phase_changed(event)
+        self.run_controls.show_phase(event.phase if event.phase in RUNNING else next(
+            (e.phase for e in self._phases.values() if e.phase in RUNNING), event.phase))
 
-    @Slot(str)
-    def _on_milestone_selected(self, milestone_id: str) -> None:
-        record = self._records.get(milestone_id)
-        if record is not None:
-            self._show_selected(record)
+    @Slot(object)
+    def _on_agent_events(self, events: list[ev.AgentEvent]) -> None:
+        """A run of agent output: the board keeps each agent's latest line; each open page
+        gets its own milestone's events."""
+        self.board.feed(events)
+        if not self.milestone_pages:
+            return
+        by_milestone: dict[str | None, list[ev.AgentEvent]] = {}
+        for event in events:
+            by_milestone.setdefault(event.milestone_id, []).append(event)
+        for milestone_id, mine in by_milestone.items():
+            page = self.milestone_pages.get(milestone_id or "")
+            if page is not None:
+                page.feed(mine)
 
-    def _show_selected(self, record: MilestoneRecord | None) -> None:
-        self.monitor.show_record(record)
-        self.review.show_record(record)
-        self.changes.show_record(record)
+    @Slot(object)
+    def _on_verdict(self, event: ev.VerdictReached) -> None:
+        if (page := self.milestone_pages.get(event.milestone_id)) is not None:
+            page.on_verdict(event)
 
-    @Slot(int)
-    def _on_round_selected(self, round_no: int) -> None:
-        self.changes.show_round(round_no)
-        self.tabs.setCurrentWidget(self.changes)
+    @Slot(object)
+    def _on_check(self, event: ev.CheckStarted | ev.CheckFinished) -> None:
+        if (page := self.milestone_pages.get(event.milestone_id)) is not None:
+            page.on_check(event)
 
     @Slot(str, object)
     def _load_changes(self, milestone_id: str, round_no: int | None) -> None:
         """Compute the diff off the GUI thread; the view drops an answer it no longer wants."""
         engine = self.engine
-        if self.bridge is not None and engine is not None:
+        page = self.milestone_pages.get(milestone_id)
+        if self.bridge is not None and engine is not None and page is not None:
+            changes = page.changes
             self.bridge.call(
                 f"Reading the changes of {milestone_id}",
                 lambda: prepare_lexers(engine.changes(milestone_id, round_no)),
-                on_done=lambda cs: self.changes.show_changes(milestone_id, round_no, cs),
-                on_error=lambda e: self.changes.show_error(milestone_id, round_no, e))
-
-    @Slot(object)
-    def _on_log_line(self, event: ev.LogLine) -> None:
-        self.statusBar().showMessage(event.text.splitlines()[0] if event.text else "")
+                on_done=lambda cs: changes.show_changes(milestone_id, round_no, cs),
+                on_error=lambda e: changes.show_error(milestone_id, round_no, e))
 
     @Slot(object)
     def _on_error(self, event: ev.EngineError) -> None:
@@ -415,20 +462,33 @@ class MainWindow(ReadOnlyProject):
             event.milestone_id not in event.message else ""
         self.errors.add(prefix + event.message)
         # A refused request re-enables the decision it came from.
-        self.review.setEnabled(True)
+        for page in self.milestone_pages.values():
+            page.review.setEnabled(True)
 
     # --- user requests ---------------------------------------------------------------------
+    @Slot(str, str)
+    def _on_card_action(self, milestone_id: str, action: str) -> None:
+        """A card's main decision, made on the board."""
+        if action == "review":
+            page = self.open_page(milestone_id)
+            if page is not None:
+                page.tabs.setCurrentWidget(page.changes)
+        elif action in ("resume", "retry") and self.bridge is not None:
+            self.bridge.resume(milestone_id)
+        elif action == "start":
+            self._on_start_requested(milestone_id)
+
     @Slot(str)
     def _on_start_requested(self, milestone_id: str) -> None:
         if self.bridge is not None:
             self.bridge.start_milestone(milestone_id)
-            self.statusBar().showMessage(f"{milestone_id} starts as soon as it may",
+            self.statusBar().showMessage(f"{milestone_id} starts as soon as a slot is free",
                                          8000)
 
     @Slot()
     def _on_pause_requested(self) -> None:
         if self.bridge is not None:
-            self.bridge.pause_after_round(self.monitor.milestone_id)
+            self.bridge.pause_after_round(self._shown_milestone())
             self.statusBar().showMessage("Will pause after this round", 8000)
 
     @Slot()
@@ -437,10 +497,9 @@ class MainWindow(ReadOnlyProject):
                 self, "Stop now", "Stop both agents now?", "Stop now",
                 "The current round is interrupted and redone when you resume the milestone."):
             return
-        for pane in self.monitor.panes.values():
-            pane.note_stop_requested()
+        self._note_stop_requested()
         if self.bridge is not None:
-            self.bridge.stop_now(self.monitor.milestone_id)
+            self.bridge.stop_now(self._shown_milestone())
             self.statusBar().showMessage("Stopping the agents…", 8000)
 
     # --- closing ----------------------------------------------------------------------------
@@ -451,9 +510,10 @@ class MainWindow(ReadOnlyProject):
 
     def _may_close(self) -> bool:
         """Closing while agents work asks first; when idle, nothing to ask."""
-        if not self._ask_before_closing or self.monitor.phase_bar.phase not in RUNNING:
+        running = self.board.column_ids("running")
+        if not self._ask_before_closing or not running:
             return True
-        record = self._records.get(self.monitor.live_milestone or "")
+        record = self._records.get(running[0]) if len(running) == 1 else None
         return confirm_close(self, record.title if record else None)
 
     def closeEvent(self, event: QCloseEvent) -> None:
@@ -472,9 +532,18 @@ class MainWindow(ReadOnlyProject):
             event.accept()
             return
         event.ignore()
-        for pane in self.monitor.panes.values():
-            pane.note_stop_requested()
+        self._note_stop_requested()
         self._stop_engine(then=self.close)
+
+    def _shown_milestone(self) -> str | None:
+        """The milestone whose page is in front (None on the board: every running one)."""
+        return next((milestone_id for milestone_id, page in self.milestone_pages.items()
+                     if page is self.tabs.currentWidget()), None)
+
+    def _note_stop_requested(self) -> None:
+        for page in self.milestone_pages.values():
+            for pane in page.monitor.panes.values():
+                pane.note_stop_requested()
 
 
 def _freeze_startup_heap() -> None:

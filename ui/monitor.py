@@ -37,7 +37,8 @@ from anima import events as ev
 from anima.events import ROLES
 from anima.phases import PHASE_TEXT, RUNNING, Phase
 from ui.agent_pane import AgentPane
-from ui.formatting import enum_text, format_duration, format_tokens, seconds_between
+from ui.formatting import ElapsedClock, enum_text, format_duration, format_tokens
+from ui.record_facts import dropped_rounds, ended_text, live_rounds
 from ui.round_history import RoundHistory
 from ui.widgets import set_style_state
 
@@ -54,15 +55,6 @@ REPLAY_CHUNK = 20
 ACTIVE_ROLE = {Phase.DEVELOPER: "developer", Phase.RECOVERING: "developer",
                Phase.ACCEPTOR: "acceptor", Phase.FINAL_ACCEPTANCE: "acceptor"}
 
-STATUS_COLORS = {
-    "pending": "#6e7781",
-    "in_progress": "#0b5cad",
-    "paused": "#9a6700",
-    "awaiting_review": "#8250df",
-    "completed": "#1a7f37",
-    "failed": "#c5221f",
-    "cancelled": "#6e7781",
-}
 FEATURE_COLORS = {"pending": "#6e7781", "in_progress": "#0b5cad", "done": "#1a7f37",
                   "blocked": "#c5221f"}
 
@@ -100,10 +92,12 @@ class _Stat(QWidget):
 class MilestoneHeader(QFrame):
     """Title, round, consecutive rejections (coloured as they near the limit), progress, cost."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, clock: ElapsedClock | None = None
+                 ) -> None:
         super().__init__(parent)
         self.setObjectName("milestoneHeader")
         self.max_rejections = 3
+        self.clock = clock or ElapsedClock()
         self._record: MilestoneRecord | None = None
         self.title = QLabel("No milestone", self)
         self.title.setObjectName("milestoneTitle")
@@ -148,11 +142,15 @@ class MilestoneHeader(QFrame):
         self.status.setText(status.replace("_", " "))
         self.status.show()
         set_style_state(self.status, "status", status)
-        # The round limit counts every round run (accepted or not), so the header does too.
-        self.round.set(f"{len(record.iterations)} / {record.max_iterations}",
-                       tooltip=f"{len(record.iterations)} rounds run, {record.iteration_count} "
-                               f"of them accepted; the milestone pauses after "
-                               f"{record.max_iterations}")
+        # Rounds a rewind dropped are history, not progress: they leave the count.
+        dropped = len(dropped_rounds(record))
+        rounds = len(live_rounds(record))
+        self.round.set(f"{rounds} / {record.max_iterations}" + (f" · {dropped} dropped"
+                                                                if dropped else ""),
+                       tooltip=f"{rounds} rounds count, {record.iteration_count} of them "
+                               f"accepted; the milestone pauses after {record.max_iterations}"
+                               + (f"; {dropped} rounds were dropped by “Continue from round”"
+                                  if dropped else ""))
         k, limit = record.consecutive_rejections, self.max_rejections
         level = "bad" if k >= limit else "warn" if k and k >= limit - 1 else \
             "note" if k else "normal"
@@ -170,14 +168,8 @@ class MilestoneHeader(QFrame):
 
     def tick(self) -> None:
         """Refresh the elapsed time (called every second by the monitor)."""
-        record = self._record
-        if record is None:
-            return
-        end = record.completed_at
-        if end is None and enum_text(record.status) != "in_progress" and record.iterations:
-            end = max(it.ended_at for it in record.iterations)  # waiting: the clock stops
-        seconds = seconds_between(record.started_at, end)
-        self.elapsed.set("—" if seconds is None else format_duration(seconds))
+        if self._record is not None:
+            self.elapsed.set(self.clock.text(self._record))
 
 
 class PhaseBar(QFrame):
@@ -189,6 +181,7 @@ class PhaseBar(QFrame):
         self.phase = Phase.IDLE
         self.reason = ""
         self.deadline: float | None = None
+        self._reason_shown = True
         self.dot = QLabel("●", self)
         self.dot.setObjectName("phaseDot")
         self.label = QLabel(PHASE_TEXT[Phase.IDLE], self)
@@ -211,12 +204,21 @@ class PhaseBar(QFrame):
     def show_phase(self, phase: Phase, reason: str = "", deadline: float | None = None) -> None:
         self.phase, self.reason, self.deadline = phase, reason, deadline
         words = PHASE_TEXT[phase]
-        if reason and phase in (Phase.PAUSED, Phase.FAILED, Phase.RECOVERING, Phase.CANCELLED):
+        if phase == Phase.CANCELLED and reason:
+            words = reason  # "Cancelled by you at 14:05"
+        elif reason and self._reason_shown and phase in (Phase.PAUSED, Phase.FAILED,
+                                                       Phase.RECOVERING):
             words = f"{words} — {reason}"
         self.label.setText(words)
         self.label.setToolTip(reason)
         set_style_state(self, "phase", phase)
         self.tick()
+
+    def set_reason_shown(self, shown: bool) -> None:
+        """Whether the bar says why (paused, failed): not when the decision bar says it."""
+        if shown != self._reason_shown:
+            self._reason_shown = shown
+            self.show_phase(self.phase, self.reason, self.deadline)
 
     def tick(self) -> None:
         if self.deadline is None or self.phase not in RUNNING:
@@ -284,13 +286,14 @@ class IterationMonitor(QWidget):
     the scheduler's phase decides which pane is highlighted.
     """
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, clock: ElapsedClock | None = None
+                 ) -> None:
         super().__init__(parent)
         self.setObjectName("iterationMonitor")
         self.milestone_id: str | None = None
         self.live_milestone: str | None = None
         self._live_phase = Phase.IDLE  # the followed milestone's phase
-        self.header = MilestoneHeader(self)
+        self.header = MilestoneHeader(self, clock)
         self.panes = {role: AgentPane(role, parent=self) for role in ROLES}
         self.checklist = FeatureChecklist(self)
         self.history = RoundHistory(self)
@@ -363,27 +366,23 @@ class IterationMonitor(QWidget):
         """The limits the engine runs with (its `EngineReady`), shown from then on."""
         self.header.set_max_rejections(max_consecutive_rejections)
 
-    def reset(self) -> None:
-        """Another project: nothing of the previous one stays (phase, panes, highlight)."""
-        self.live_milestone, self._live_phase = None, Phase.IDLE
-        self.show_record(None)
-        self.phase_bar.show_phase(Phase.IDLE)
-        for pane in self.panes.values():
-            pane.reset()
-
     # --- engine events (GUI thread) ------------------------------------------------------
     def show_record(self, record: MilestoneRecord | None) -> None:
         """Show one milestone's header, checklist and rounds."""
         self.milestone_id = None if record is None else record.id
         self.header.show_record(record)
         self.checklist.show_features([] if record is None else record.features)
-        self.history.show_iterations([] if record is None else record.iterations)
+        self.history.show_iterations([] if record is None else record.iterations,
+                                     set() if record is None else dropped_rounds(record))
         status = "" if record is None else enum_text(record.status)
         if record is not None and (self.live_milestone is None or (
                 record.id == self.live_milestone and status != "in_progress")):
             # Before the scheduler says anything (just opened), the record tells the phase;
             # so it does once the live milestone left the loop (approved, aborted).
-            self.phase_bar.show_phase(record_phase(record), record.pause_reason or "")
+            phase = record_phase(record)
+            reason = ended_text(record) if phase == Phase.CANCELLED else \
+                record.pause_reason or ""
+            self.phase_bar.show_phase(phase, reason)
 
     def follows(self, milestone_id: str | None) -> bool:
         """Whether events of `milestone_id` are the live ones shown: while several
@@ -432,7 +431,9 @@ class IterationMonitor(QWidget):
                then: Callable[[], None] | None = None) -> None:
         """Show a transcript recorded before a restart, marked as such: a slice of events per
         event-loop turn, so a long one never freezes the window; `then` runs after the last."""
-        for pane in self.panes.values():
+        # Only the panes whose agent said something are marked.
+        panes = [p for role, p in self.panes.items() if any(e.role == role for e in events)]
+        for pane in panes:
             pane.append_separator("replayed from the transcript")
 
         def step(start: int) -> None:
@@ -443,7 +444,7 @@ class IterationMonitor(QWidget):
             if start < len(events):
                 QTimer.singleShot(0, self, lambda: step(start))
                 return
-            for pane in self.panes.values():
+            for pane in panes:
                 pane.append_separator("live")
             if then is not None:
                 then()

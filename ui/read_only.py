@@ -19,12 +19,11 @@ from anima import events as ev
 from anima.engine.read_only import (
     driven_elsewhere,
     files_stamp,
-    last_transcript,
     read_records,
 )
 from anima.errors import AnimaError
 from anima.lock import LockInfo
-from ui.review import ReviewPanel
+from ui.milestone_page import MilestonePage
 from ui.window_chrome import WindowChrome
 
 #: How often the records are read again and the lock looked at, in ms.
@@ -56,7 +55,7 @@ def ask_to_raise(path: Path, timeout_ms: int = 1000) -> bool:
 class ReadOnlyProject(WindowChrome):
     """The read-only mode of the main window (a mixin of it)."""
 
-    review: ReviewPanel
+    milestone_pages: dict[str, MilestonePage]
     _read_only_timer: QTimer | None = None
     _raise_server: QLocalServer | None = None
     _read_stamp: tuple[tuple[str, int, int], ...] = ()
@@ -75,9 +74,6 @@ class ReadOnlyProject(WindowChrome):
         raised = ask_to_raise(path)
         self.errors.add(self.read_only_notice(path, holder) + (
             " Its window has been brought to the front." if raised else ""))
-        _, events = last_transcript(path)
-        if events:
-            self.monitor.replay(events)
         self._refresh_read_only(first=True)
         if self._read_only_timer is None:
             self._read_only_timer = QTimer(self)
@@ -153,4 +149,5 @@ class ReadOnlyProject(WindowChrome):
         # Problems once: the banner would count a repeated one every refresh.
         problems = tuple(str(p) for p in scan.problems) if first else ()
         self._on_milestones_scanned(ev.MilestonesScanned(tuple(scan.records), problems))
-        self.review.setEnabled(False)
+        for page in self.milestone_pages.values():
+            page.review.setEnabled(False)

@@ -1,6 +1,7 @@
 """Where the human steps in: a paused or awaiting-review milestone, and the run controls.
 
-`ReviewPanel` says why a milestone stopped (its pause reason and the last rejection reasons)
+`ReviewPanel` is a compact bar over the milestone's page (two lines at most, so the diff below
+keeps the height): it says why a milestone stopped (its pause reason and the last rejection reasons)
 and offers the one or two decisions that make sense: Resume (with a note to the Developer) or
 Abort (after a confirmation dialog) for a paused milestone; Approve or Request changes for one
 awaiting review; a completed one says whether it was merged. Line comments left in the Changes
@@ -29,7 +30,8 @@ from PySide6.QtWidgets import (
 from anima.phases import RUNNING, Phase
 from ui.dialogs import confirm
 from ui.formatting import enum_text
-from ui.widgets import set_style_state
+from ui.record_facts import current_rejections, dropped_rounds, no_new_commit
+from ui.widgets import ElidedLabel, set_style_state
 
 if TYPE_CHECKING:
     from anima.engine.facade import MilestoneRecord
@@ -60,16 +62,15 @@ class ReviewPanel(QFrame):
         self.comment_count = 0
         self.heading = QLabel(self)
         self.heading.setObjectName("reviewHeading")
-        self.reason = QLabel(self)
+        # One line each, elided; the whole text is in the tooltip.
+        self.reason = ElidedLabel(self)
         self.reason.setObjectName("reviewReason")
-        self.reason.setWordWrap(True)
-        self.reason.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.rejections = QLabel(self)
+        self.rejections = ElidedLabel(self)
         self.rejections.setObjectName("reviewRejections")
-        self.rejections.setWordWrap(True)
         self.note = QPlainTextEdit(self)
         self.note.setObjectName("reviewNote")
-        self.note.setFixedHeight(64)
+        self.note.setFixedHeight(30)
+        self.note.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.resume_button = QPushButton("Resume", self)
         self.resume_button.setObjectName("primaryButton")
         self.abort_button = QPushButton("Abort milestone", self)
@@ -85,19 +86,22 @@ class ReviewPanel(QFrame):
         self.start_button = QPushButton("Start", self)
         self.start_button.setObjectName("primaryButton")
         self.start_button.setToolTip("Start this milestone as soon as no other one is running")
-        buttons = QHBoxLayout()
-        buttons.addStretch(1)
+        top = QHBoxLayout()
+        top.setSpacing(10)
+        top.addWidget(self.heading)
+        top.addWidget(self.reason, 1)
         for button in (self.abort_button, self.continue_button, self.changes_button,
                        self.approve_button, self.resume_button, self.start_button):
-            buttons.addWidget(button)
+            top.addWidget(button)
+        second = QHBoxLayout()
+        second.setSpacing(10)
+        second.addWidget(self.rejections, 2)
+        second.addWidget(self.note, 3)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(14, 10, 14, 10)
-        layout.setSpacing(6)
-        layout.addWidget(self.heading)
-        layout.addWidget(self.reason)
-        layout.addWidget(self.rejections)
-        layout.addWidget(self.note)
-        layout.addLayout(buttons)
+        layout.setContentsMargins(12, 6, 12, 6)
+        layout.setSpacing(4)
+        layout.addLayout(top)
+        layout.addLayout(second)
 
         self.resume_button.clicked.connect(self._on_resume_clicked)
         self.abort_button.clicked.connect(self._on_abort_clicked)
@@ -131,23 +135,25 @@ class ReviewPanel(QFrame):
         set_style_state(self, "mode", status)
         paused = status in ("paused", "failed")
         if status == "failed":
-            self.heading.setText(f"Failed — {record.title} stopped on an unexpected error")
+            self.heading.setText("Failed —")
             self.reason.setText(f"{record.error or 'Unknown error.'}\nResume retries it; the "
                                 "traceback is in .anima/logs/anima.log.")
             self.note.setPlaceholderText("A note for the Developer (optional)")
         elif paused:
-            self.heading.setText(f"Paused — {record.title} needs you")
+            self.heading.setText("Paused —")
             self.reason.setText(record.pause_reason or "Paused.")
             self.note.setPlaceholderText("A note for the Developer (optional): what to change, "
                                          "where to look…")
         else:
-            self.heading.setText(f"{record.title} is done — awaiting your review")
-            self.reason.setText(f"{record.features_done}/{len(record.features)} features, "
-                                f"{len(record.iterations)} rounds, ${record.cost_usd:.2f}. "
-                                "Approve to complete it (and merge), or request changes.")
-            self.note.setPlaceholderText("What should change? (a note or comments on lines in "
-                                         "the Changes tab, to request changes)")
-        reasons = last_rejections(record, limit=3)
+            self.heading.setText("Awaiting your review —")
+            self.reason.setText(no_new_commit(record) or (
+                f"{record.features_done}/{len(record.features)} features, "
+                f"{len(record.iterations)} rounds, ${record.cost_usd:.2f}. Approve to complete "
+                "it (and merge), or request changes."))
+            self.note.setPlaceholderText("What should change? (or comment on lines in the "
+                                         "Changes tab)")
+        # What is true now: the rejections no later accepted round answered.
+        reasons = current_rejections(record, limit=3)
         self.rejections.setText("\n".join(f"✘ Round {r}: {why}" for r, why in reasons)
                                 if reasons else "")
         self.rejections.setVisible(bool(reasons))
@@ -167,7 +173,7 @@ class ReviewPanel(QFrame):
         """The merge result of a completed milestone: merged, or why not."""
         self.milestone_id, self.mode = record.id, "completed"
         set_style_state(self, "mode", "completed")
-        self.heading.setText(f"{record.title} is completed")
+        self.heading.setText("Completed —")
         merge = record.merge
         if merge is None:
             self.reason.setText("Not merged (merge_on_complete is off): its branch "
@@ -187,11 +193,11 @@ class ReviewPanel(QFrame):
             self.setEnabled(True)  # a Start in flight stays disabled
         self.milestone_id, self.mode = record.id, "pending"
         set_style_state(self, "mode", "pending")
-        self.heading.setText(f"{record.title} has not started yet")
+        self.heading.setText("Not started —")
         self.reason.setText(f"{len(record.features)} features, "
                             f"{len(record.acceptance_criteria)} acceptance criteria. It starts "
-                            "by itself when no other milestone runs (config `auto_start`), or "
-                            "when you click Start.")
+                            "by itself when a slot is free (config `auto_start`), or when you "
+                            "click Start.")
         self.rejections.hide()
         self.note.hide()
         self._show_buttons(self.start_button)
@@ -205,8 +211,10 @@ class ReviewPanel(QFrame):
     def _fill_continue_menu(self, record: MilestoneRecord) -> None:
         self.continue_menu.clear()
         last = record.iterations[-1].round if record.iterations else 0
+        dropped = dropped_rounds(record)
         for it in record.iterations:
-            if enum_text(it.verdict) == "accepted" and it.commit and it.round != last:
+            if enum_text(it.verdict) == "accepted" and it.commit and it.round != last \
+                    and it.round not in dropped:
                 action = self.continue_menu.addAction(
                     f"Round {it.round} · {it.feature or ''} · {it.commit[:7]}")
                 action.triggered.connect(lambda _c=False, n=it.round: self._on_continue(n))
@@ -271,13 +279,6 @@ class ReviewPanel(QFrame):
         if self.milestone_id and (self.note_text or self.comment_count):
             self.setEnabled(False)
             self.changes_requested.emit(self.milestone_id, self.note_text)
-
-
-def last_rejections(record: MilestoneRecord, limit: int = 3) -> list[tuple[int, str]]:
-    """The most recent rejected rounds (newest last) with their reasons."""
-    rejected = [(it.round, it.reason or "(no reason given)") for it in record.iterations
-                if enum_text(it.verdict) == "rejected"]
-    return rejected[-limit:]
 
 
 class RunControls(QObject):

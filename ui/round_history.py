@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, Signal, Slot
-from PySide6.QtGui import QBrush, QColor, QFontDatabase
+from PySide6.QtGui import QBrush, QColor, QFont, QFontDatabase
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
 from ui.formatting import enum_text, format_duration, format_tokens, seconds_between
@@ -33,9 +33,17 @@ class RoundHistoryModel(ColumnModel):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.rows: list[Iteration] = []
+        self.dropped: set[int] = set()
 
-    def set_iterations(self, iterations: list[Iteration]) -> None:
+    def set_iterations(self, iterations: list[Iteration], dropped: set[int] | None = None
+                       ) -> None:
+        """The rounds; `dropped` ones (a rewind took them off the branch) are marked so."""
         old = self.rows
+        if (dropped or set()) != self.dropped:
+            self.beginResetModel()
+            self.rows, self.dropped = list(iterations), set(dropped or ())
+            self.endResetModel()
+            return
         if len(iterations) >= len(old) and all(
                 a.round == b.round and a.started_at == b.started_at
                 for a, b in zip(old, iterations, strict=False)):
@@ -63,8 +71,17 @@ class RoundHistoryModel(ColumnModel):
         it = self.rows[index.row()]
         column = self.COLUMNS[index.column()]
         verdict = enum_text(it.verdict)
+        dropped = it.round in self.dropped
         if role == Qt.ItemDataRole.DisplayRole:
-            return self._text(it, column, verdict)
+            text = self._text(it, column, verdict)
+            return f"dropped · {text}" if dropped and column == "Verdict" else text
+        if dropped and role == Qt.ItemDataRole.ForegroundRole:
+            return QBrush(QColor("#8c959f"))
+        if dropped and role == Qt.ItemDataRole.FontRole:
+            font = QFont()
+            font.setStrikeOut(column in ("Commit", "Feature"))
+            font.setItalic(True)
+            return font
         if role == Qt.ItemDataRole.ForegroundRole and column == "Verdict":
             return QBrush(QColor("#1a7f37" if verdict == "accepted" else "#c5221f"))
         if role == Qt.ItemDataRole.ForegroundRole and column == "Checks" and it.check:
@@ -72,7 +89,9 @@ class RoundHistoryModel(ColumnModel):
         if role == Qt.ItemDataRole.FontRole and column == "Commit":
             return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         if role == Qt.ItemDataRole.ToolTipRole:
-            lines = [f"Round {it.round} ({enum_text(it.kind)}) — {verdict.upper()}"]
+            lines = [f"Round {it.round} ({enum_text(it.kind)}) — {verdict.upper()}"
+                     + (" — dropped by “Continue from round”: its commit left the branch"
+                        if dropped else "")]
             if it.reason:
                 lines.append(f"Reason: {it.reason}")
             if it.summary:
@@ -140,9 +159,10 @@ class RoundHistory(QTableView):
                                     QHeaderView.ResizeMode.Stretch)
         self.clicked.connect(self._on_clicked)
 
-    def show_iterations(self, iterations: list[Iteration]) -> None:
+    def show_iterations(self, iterations: list[Iteration], dropped: set[int] | None = None
+                        ) -> None:
         at_end = self.verticalScrollBar().value() >= self.verticalScrollBar().maximum()
-        self.history.set_iterations(iterations)
+        self.history.set_iterations(iterations, dropped)
         if at_end:
             self.scrollToBottom()
 

@@ -1,4 +1,4 @@
-"""Find in a transcript: the bar a pane shows on Edit ▸ Find (Ctrl+F)."""
+"""Find in a transcript or a diff: the bar shown on Edit ▸ Find (Ctrl+F)."""
 
 from __future__ import annotations
 
@@ -22,14 +22,15 @@ from ui.widgets import tool_button
 
 
 class SearchBar(QFrame):
-    """Ctrl+F: find in the transcript, Enter for next, Shift+Enter for previous, Esc to close."""
+    """Ctrl+F: find in the text view, Enter for next, Shift+Enter for previous, Esc to close."""
 
-    def __init__(self, view: QPlainTextEdit, parent: QWidget | None = None) -> None:
+    def __init__(self, view: QPlainTextEdit, parent: QWidget | None = None,
+                 placeholder: str = "Find in transcript") -> None:
         super().__init__(parent)
         self.setObjectName("searchBar")
         self._view = view
         self.edit = QLineEdit(self)
-        self.edit.setPlaceholderText("Find in transcript")
+        self.edit.setPlaceholderText(placeholder)
         self.edit.setClearButtonEnabled(True)
         self.status = QLabel(self)
         self.status.setObjectName("searchStatus")
@@ -54,6 +55,10 @@ class SearchBar(QFrame):
         escape.setContext(Qt.ShortcutContext.WidgetShortcut)
         escape.activated.connect(self.close_bar)
         self.hide()
+
+    def set_view(self, view: QPlainTextEdit) -> None:
+        """Search another view from now on (the diff shown side by side)."""
+        self._view = view
 
     def open_bar(self) -> None:
         self.show()

@@ -242,13 +242,6 @@ class TranscriptView(QPlainTextEdit):
         if self._following and not self._swapping:
             self.verticalScrollBar().setValue(maximum)
 
-    def reset_following(self) -> None:
-        """Follow new output again, as a fresh view does."""
-        if not self._following:
-            self._following = True
-            self.following_changed.emit(True)
-        self.scroll_to_end()
-
     def scroll_to_end(self) -> None:
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
@@ -293,10 +286,6 @@ class TranscriptView(QPlainTextEdit):
         finally:
             self._swapping = False
 
-    def clear_all(self) -> None:
-        self.document().clear()
-        self._shadow.clear()
-        self._lines = self._shadow_lines = 0
 
 
 def _insert(document: QTextDocument, lines: list[Line], empty: bool,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QToolButton, QWidget
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QPainter, QPaintEvent, QPalette
+from PySide6.QtWidgets import QLabel, QToolButton, QWidget
 
 
 def tool_button(parent: QWidget, text: str, tooltip: str = "") -> QToolButton:
@@ -20,3 +22,37 @@ def set_style_state(widget: QWidget, name: str, value: str) -> None:
     widget.setProperty(name, value)
     widget.style().unpolish(widget)
     widget.style().polish(widget)
+
+
+class ElidedLabel(QLabel):
+    """One line whatever its text: elided where it does not fit (lines joined by " · "),
+    the whole text in the tooltip. `text()` is the whole text."""
+
+    def __init__(self, parent: QWidget | None = None,
+                 mode: Qt.TextElideMode = Qt.TextElideMode.ElideRight) -> None:
+        super().__init__(parent)
+        self.mode = mode
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self.setToolTip(text)
+
+    def shown_text(self) -> str:
+        """What is drawn at the current width."""
+        one_line = " · ".join(line for line in self.text().splitlines() if line.strip())
+        return self.fontMetrics().elidedText(one_line, self.mode, self.contentsRect().width())
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(0, self.fontMetrics().height())
+
+    def sizeHint(self) -> QSize:
+        return QSize(self.fontMetrics().horizontalAdvance(self.text()),
+                     self.fontMetrics().height())
+
+    def paintEvent(self, _event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        painter.setPen(self.palette().color(QPalette.ColorRole.WindowText))
+        painter.drawText(self.contentsRect(), int(Qt.AlignmentFlag.AlignLeft
+                                                  | Qt.AlignmentFlag.AlignVCenter),
+                         self.shown_text())
+        painter.end()

@@ -1,8 +1,8 @@
 """The window's chrome around the project: menus and toolbar, the tray, remembered settings
 (recent projects, layout), choosing files and dropping them, notices in the status bar.
 
-`MainWindow` adds the project itself (engine, sidebar, monitor); this base only reads the
-attributes declared below, which `MainWindow.__init__` sets.
+`MainWindow` adds the project itself (engine, board, milestone pages); this base only reads
+the attributes declared below, which `MainWindow.__init__` sets.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
     QMainWindow,
-    QSplitter,
     QSystemTrayIcon,
     QTabWidget,
 )
@@ -34,7 +33,7 @@ from ui.banner import ErrorBanner
 from ui.bridge import EngineBridge, EngineLike
 from ui.desktop import install_help_menu, save_transcript
 from ui.desktop_notify import DesktopNotifier
-from ui.monitor import IterationMonitor
+from ui.milestone_page import MilestonePage
 from ui.review import RunControls
 
 MAX_RECENT = 8
@@ -57,14 +56,13 @@ class WindowChrome(QMainWindow):
     engine: EngineLike | None
     bridge: EngineBridge | None
     errors: ErrorBanner
-    monitor: IterationMonitor
-    splitter: QSplitter
     tabs: QTabWidget
     run_controls: RunControls
     tray: QSystemTrayIcon | None
     desktop_notifier: DesktopNotifier | None
     wait_label: QLabel | None
     open_project: Callable[[Path], None]
+    current_page: Callable[[], MilestonePage | None]
 
     # --- menus, tray, settings -------------------------------------------------------------
     def _build_menus(self) -> None:
@@ -93,7 +91,8 @@ class WindowChrome(QMainWindow):
         edit_menu = self.menuBar().addMenu("&Edit")
         self.find_action = QAction("&Find…", self)
         self.find_action.setShortcut(QKeySequence.StandardKey.Find)
-        self.find_action.setToolTip("Find in the focused agent pane, else the one last used")
+        self.find_action.setToolTip("Find in the diff on a Changes tab, else in the focused "
+                                    "agent pane")
         self.find_action.triggered.connect(self._find_in_pane)
         edit_menu.addAction(self.find_action)
         run_menu = self.menuBar().addMenu("&Run")
@@ -111,14 +110,26 @@ class WindowChrome(QMainWindow):
 
     @Slot()
     def _find_in_pane(self) -> None:
-        """One Ctrl+F for the window: it works wherever the focus is (the sidebar, a button)."""
-        self.tabs.setCurrentWidget(self.monitor)
-        self.monitor.pane_in_use().search.open_bar()
+        """One Ctrl+F for the window: in the diff when a Changes tab shows, else in the agent
+        pane in use, wherever the focus is (a button, the tab bar)."""
+        page = self.current_page()
+        if page is None:
+            return
+        if page.tabs.currentWidget() is page.changes:
+            page.changes.search.open_bar()
+        else:
+            page.monitor.pane_in_use().search.open_bar()
 
     @Slot()
     def _save_transcript(self) -> None:
-        pane = self.monitor.pane_in_use()
-        saved = save_transcript(self, pane.role, pane.plain_text(), self.project)
+        page = self.current_page()
+        if page is None:
+            self.statusBar().showMessage("Open a milestone to save its agents' transcript", 6000)
+            return
+        pane = page.monitor.pane_in_use()
+        # Proposed in the home folder, never in the project, where a Developer's
+        # `git add -A` would commit it.
+        saved = save_transcript(self, pane.role, pane.plain_text(), None)
         if saved is not None:
             self.statusBar().showMessage(f"Saved the {pane.role}'s transcript to {saved}", 8000)
 
@@ -175,18 +186,9 @@ class WindowChrome(QMainWindow):
             pass
         else:
             self.resize(1360, 860)
-        for key, splitter in (("window/sidebar", self.splitter),
-                              ("window/panes", self.monitor.pane_splitter),
-                              ("window/body", self.monitor.body)):
-            state = self.settings.value(key)
-            if isinstance(state, QByteArray | bytes):
-                splitter.restoreState(state)
 
     def _save_geometry(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())
-        self.settings.setValue("window/sidebar", self.splitter.saveState())
-        self.settings.setValue("window/panes", self.monitor.pane_splitter.saveState())
-        self.settings.setValue("window/body", self.monitor.body.saveState())
         self.settings.sync()
 
     @Slot()
@@ -226,10 +228,9 @@ class WindowChrome(QMainWindow):
 
     @Slot(object)
     def _on_notice(self, event: ev.Notice) -> None:
+        """A notice is for when nobody looks at the window: the tray or the desktop says it.
+        In the window, the milestone's card and page already do (once)."""
         title = NOTICE_TITLES.get(event.kind, "Anima")
-        # "X is completed" says it all; the title is for the tray, where it stands apart.
-        text = event.message if event.kind == "completed" else f"{title}: {event.message}"
-        self.statusBar().showMessage(text, 15000)
         if self.tray is not None:
             self.tray.showMessage(title, event.message, app_icon(), 10000)
         elif self.desktop_notifier is not None:

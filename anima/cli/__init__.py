@@ -1,4 +1,4 @@
-"""`anima` on the command line: the contract in design.md (commands, output, exit codes)."""
+"""`anima` on the command line: the commands, their output and exit codes (README, "CLI")."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,7 @@ from anima.errors import (
 from anima.paths import ProjectPaths
 
 if TYPE_CHECKING:
+    from anima.config import Config
     from anima.engine.control import Action
     from anima.events import EventBus
 
@@ -32,6 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PAUSED = 0, 1, 2, 3
+#: How long a CLI action waits for `notify_command` before it exits.
+NOTIFY_WAIT_SECONDS = 30.0
 
 
 def _project(path: str) -> ProjectPaths:
@@ -129,17 +134,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _action_bus(paths: ProjectPaths) -> EventBus:
-    """What a human's action says goes to the milestone's log, anima.log and stdout."""
+@contextmanager
+def _action_bus(paths: ProjectPaths, config: Config) -> Iterator[EventBus]:
+    """What a human's action says goes to the milestone's log, anima.log and stdout, and its
+    notices (an approve completes a milestone) to `notify_command`, as from the window or a
+    headless run; the command is waited for before the CLI exits."""
     from anima.cli.printer import HeadlessPrinter
     from anima.journal import Journal, log_event
+    from anima.notify import NotifyCommand
     from anima.text.redact import RedactingBus
 
     bus = RedactingBus()
     Journal(paths, bus)
     bus.subscribe(log_event)
     bus.subscribe(HeadlessPrinter(sys.stdout, sys.stderr))
-    return bus
+    notify = NotifyCommand(bus, config.notify_command, str(paths.root)) \
+        if config.notify_command else None
+    try:
+        yield bus
+    finally:
+        if notify is not None:
+            notify.close(timeout=NOTIFY_WAIT_SECONDS)
 
 
 def _ask_running(paths: ProjectPaths, action: Action, milestone_id: str,
@@ -187,9 +202,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from anima.store.store import Store
 
     config = load_config(paths.config)
-    with ProjectLock(paths.lock, command=f"anima resume {args.id}"):
-        record = actions.resume(Store(paths), config, args.id, args.note or "",
-                                _action_bus(paths))
+    with ProjectLock(paths.lock, command=f"anima resume {args.id}"), \
+            _action_bus(paths, config) as bus:
+        record = actions.resume(Store(paths), config, args.id, args.note or "", bus)
     print(f"resumed {record.id}: in_progress, rejections reset"
           + (", your note goes to the Developer's next prompt" if args.note else "")
           + f"; run `anima run {args.project} --headless` or open the app to continue")
@@ -208,10 +223,10 @@ def cmd_approve(args: argparse.Namespace) -> int:
     from anima.store.store import Store
 
     config = load_config(paths.config)
-    with ProjectLock(paths.lock, command=f"anima approve {args.id}"):
+    with ProjectLock(paths.lock, command=f"anima approve {args.id}"), \
+            _action_bus(paths, config) as bus:
         ensure_gitignore(paths)
-        record = actions.approve(Store(paths), GitRepo.open(paths.root), config, args.id,
-                                 _action_bus(paths))
+        record = actions.approve(Store(paths), GitRepo.open(paths.root), config, args.id, bus)
     merge = f"; {record.merge.detail}" if record.merge else ""
     print(f"approved {record.id}: completed{merge}")
     return EXIT_OK
@@ -228,9 +243,9 @@ def cmd_abort(args: argparse.Namespace) -> int:
     from anima.store.store import Store
 
     config = load_config(paths.config)
-    with ProjectLock(paths.lock, command=f"anima abort {args.id}"):
-        record = actions.abort(Store(paths), GitRepo.open(paths.root), config, args.id,
-                               _action_bus(paths))
+    with ProjectLock(paths.lock, command=f"anima abort {args.id}"), \
+            _action_bus(paths, config) as bus:
+        record = actions.abort(Store(paths), GitRepo.open(paths.root), config, args.id, bus)
     print(f"aborted {record.id}: cancelled")
     return EXIT_OK
 

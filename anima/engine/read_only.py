@@ -61,3 +61,8 @@ def last_transcript(root: Path) -> tuple[str | None, list[AgentEvent]]:
     if not milestone_id:
         return None, []
     return milestone_id, read_transcript_tail(paths.transcripts(milestone_id), REPLAY_BYTES)
+
+
+def transcript(root: Path, milestone_id: str) -> list[AgentEvent]:
+    """The newest events of one milestone's transcript (a read-only window's page)."""
+    return read_transcript_tail(ProjectPaths(root).transcripts(milestone_id), REPLAY_BYTES)

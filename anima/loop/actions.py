@@ -117,6 +117,7 @@ def abort(store: Store, repo: GitRepo, config: Config, milestone_id: str,
     remove_worktree(repo, store.paths, record, lines.append, "it was cancelled")
     record.status = MilestoneStatus.CANCELLED
     record.phase = Phase.CANCELLED
+    record.completed_at = now()  # when it ended: the window says when it was cancelled
     record.interrupted = False
     record.comments = []  # never sent: nobody will read them
     store.save_record(record)

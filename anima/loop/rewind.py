@@ -61,8 +61,12 @@ def continue_from_round(store: Store, repo: GitRepo, config: Config, milestone_i
                 feature.commits = kept
                 if feature.status is FeatureStatus.DONE or not kept:
                     feature.status = FeatureStatus.IN_PROGRESS if kept else FeatureStatus.PENDING
+        last = max(it.round for it in record.iterations)
+        # The rounds after it leave the count; the window reads which from this note.
+        dropped = f" (rounds {round_no + 1}–{last} dropped)" if last > round_no else ""
         record.notes.append(
-            f"continued from round {round_no}: {record.branch_name} put back to {target[:7]}"
+            f"continued from round {round_no}{dropped}: {record.branch_name} put back to "
+            f"{target[:7]}"
             + (f"; the dropped commits (up to {head[:7]}) are kept under {kept_under}"
                if head != target else ""))
         store.save_record(record)

@@ -280,7 +280,8 @@ class Seats:
         elif (isinstance(event, SessionStarted) and event.model
               and getattr(self.record.sessions, event.role, None) in (
                   event.session_id, self._opening.get(event.role))):
-            # Persisted with the next save; a resume passes it again (design.md, "Resume").
+            # Persisted with the next save; a resume passes it again (2.1.197 resumes on a
+            # smaller context window without it: tests/test_agent_process.py).
             setattr(self.record.sessions, f"{event.role}_model", event.model)
 
     @staticmethod

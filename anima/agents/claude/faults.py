@@ -1,9 +1,10 @@
 """What a `result` with `is_error: true` means: a typed fault the loop acts on, never a reply.
 
-The CLI reports API trouble as an ordinary turn (design.md, "What the CLI does on errors and
-limits"): 2.1.330 names it in `api_error_status`, `api_error_type`, `api_error` and
-`terminal_reason`; 2.1.197 gives only the status, and a 529 that outlasts the retries comes
-with a null status. So the fields decide first and the CLI's own words second.
+The CLI reports API trouble as an ordinary turn (README, "When the API fails"; the lines are
+captured in tests/fixtures/cli_lines/): 2.1.330 names it in `api_error_status`,
+`api_error_type`, `api_error` and `terminal_reason`; 2.1.197 gives only the status, and a
+529 that outlasts the retries comes with a null status. So the fields decide first and the
+CLI's own words second.
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ def build_argv(
     system_prompt: str,
     session_model: str | None = None,
 ) -> list[str]:
-    """The full command line of one persistent agent process (design.md, "Agents").
+    """The full command line of one persistent agent process (each flag pinned against the
+    real CLI by tests/test_real_claude.py).
 
     A resume passes the model the session started with (`session_model`, from its
     system/init) unless the config names one: 2.1.197 otherwise resumes on a smaller
@@ -222,8 +223,9 @@ class ContextMeter:
     """Follows one process's context in use: the last main-loop API call's input + cache
     tokens (from its `assistant` lines) and the window the `result` line reports.
 
-    The figure costs nothing: it rides on lines the CLI prints anyway (design.md, "Context in
-    use"). A sub-agent's lines (`parent_tool_use_id` set) are another context and are skipped.
+    The figure costs nothing: it rides on lines the CLI prints anyway (captured in
+    tests/fixtures/cli_lines/). A sub-agent's lines (`parent_tool_use_id` set) are another
+    context and are skipped.
     """
 
     def __init__(self) -> None:

@@ -1,0 +1,212 @@
+"""The board and the milestone pages: the real window on the real engine (nothing auto-starts),
+with records and agent output published on the engine's own bus, as its loop publishes them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtGui import QMouseEvent
+
+from anima import events as ev
+from anima.paths import ProjectPaths
+from anima.store.models import MergeInfo, MergeState, MilestoneStatus
+from anima.store.store import Store
+from tests.conftest import FakeClaude
+from tests.helpers import make_project, milestone_md
+from tests.test_ui_app import Window
+from ui.board import MilestoneCard
+from ui.milestone_page import drop_overlap
+
+pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
+              pytest.mark.qt_log_ignore("propagateSizeHints")]
+
+NOW = datetime.now(UTC)
+
+
+@pytest.fixture
+def board(qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> Iterator[Window]:
+    """A window on a project with milestones a, b, c, all pending (nothing starts)."""
+    make_project(git_repo, {m: milestone_md(f"Milestone {m.upper()}", ["One", "Two"])
+                            for m in ("a", "b", "c")})
+    w = Window(qtbot, tmp_path, auto_start=False)
+    try:
+        w.window.open_project(git_repo)
+        qtbot.waitUntil(lambda: len(w.window.board.cards) == 3, timeout=10000)
+        yield w
+    finally:
+        w.close()
+
+
+def publish(w: Window, *events: ev.Event) -> None:
+    """As the engine's loop does: on its bus, from its thread or ours (the bridge queues)."""
+    assert w.window.engine is not None
+    for event in events:
+        w.window.engine.bus.publish(event)
+    assert w.window.bridge is not None
+    w.window.bridge.flush()
+
+
+def changed(w: Window, milestone_id: str, **update: Any) -> Any:
+    record = w.window._records[milestone_id].model_copy(update=update)
+    publish(w, ev.MilestoneChanged(record))
+    return record
+
+
+def card(w: Window, milestone_id: str) -> MilestoneCard:
+    return w.window.board.cards[milestone_id]
+
+
+def click(widget: MilestoneCard) -> None:
+    for kind in (QMouseEvent.Type.MouseButtonPress, QMouseEvent.Type.MouseButtonRelease):
+        widget.event(QMouseEvent(kind, QPointF(5, 5), QPointF(5, 5), Qt.MouseButton.LeftButton,
+                                 Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier))
+
+
+def test_cards_move_between_columns_as_records_change_and_the_title_counts_them(
+        board: Window) -> None:
+    window = board.window
+    assert window.board.column_ids("pending") == ["a", "b", "c"]
+    assert window.windowTitle() == "Anima — repo"
+    changed(board, "c", depends_on=["a"])
+    assert card(board, "c").state.text() == "Waiting for a"
+    assert not card(board, "c").button.isVisibleTo(card(board, "c"))  # nothing to start yet
+    assert card(board, "b").button.text() == "Start"
+
+    changed(board, "a", status="in_progress", started_at=NOW)
+    changed(board, "b", status="paused", started_at=NOW,
+            pause_reason="3 consecutive rejections")
+    assert window.board.column_ids("running") == ["a"]
+    assert window.board.column_ids("needs_you") == ["b"]
+    assert window.windowTitle() == "Anima — repo — 1 running · 1 needs you"
+    assert card(board, "b").state.text() == "3 consecutive rejections"
+    assert card(board, "b").button.text() == "Resume"
+
+    changed(board, "b", status="failed", error="git broke")
+    assert card(board, "b").button.text() == "Retry"
+    assert card(board, "b").state.text() == "Failed: git broke"
+    changed(board, "a", status="completed", completed_at=NOW,
+            merge=MergeInfo(state=MergeState.MERGED, merged=True, detail="merged"))
+    assert window.board.column_ids("done") == ["a"]
+    assert card(board, "a").state.text() == "Completed · merged"
+    # a is done: c no longer waits, and offers its Start in place.
+    assert card(board, "c").state.text() == "Pending · 2 features"
+    assert card(board, "c").button.isVisibleTo(card(board, "c"))
+    assert window.windowTitle() == "Anima — repo — 1 needs you"
+    changed(board, "b", status="cancelled", completed_at=NOW)
+    assert card(board, "b").state.text().startswith("Cancelled by you at ")
+    assert window.windowTitle() == "Anima — repo"
+
+
+def test_several_running_cards_each_show_their_agents_live(board: Window) -> None:
+    started = datetime.now(UTC) - timedelta(seconds=65)
+    for m in ("a", "b", "c"):
+        changed(board, m, status="in_progress", started_at=started)
+    publish(board,
+            ev.PhaseChanged("a", "developer", "starting"),
+            ev.PhaseChanged("b", "acceptor", "developer"),
+            ev.AssistantText("developer", "Reading the code.\nWriting greet.py", milestone_id="a"),
+            ev.ToolUse("acceptor", "Bash", "t1", {}, summary="Bash: pytest -q", milestone_id="b"),
+            ev.ContextUsage("acceptor", "s1", 50_000, 200_000, milestone_id="b"),
+            ev.AssistantText("developer", "Another milestone's words", milestone_id="c"))
+    board.window.board.refresh_now()
+    a, b = card(board, "a"), card(board, "b")
+    assert board.window.board.column_ids("running") == ["a", "b", "c"]
+    assert a.state.text() == "Waiting for Developer · round 1"
+    assert a.lines["developer"].toolTip() == "Dev: Writing greet.py"
+    assert b.state.text() == "Waiting for Acceptor · round 1"
+    assert b.lines["acceptor"].toolTip() == "Acc (25 %): Bash: pytest -q"
+    assert "Another" not in a.lines["developer"].toolTip()
+    assert a.stats.text() in ("0/2 features · $0.00 · 1:05", "0/2 features · $0.00 · 1:06")
+    assert board.window.windowTitle() == "Anima — repo — 3 running"
+
+
+def test_a_click_opens_the_page_and_open_pages_update_live_each_their_own(
+        qtbot, board: Window) -> None:
+    window = board.window
+    for m in ("a", "b"):
+        changed(board, m, status="in_progress", started_at=NOW)
+    click(card(board, "a"))
+    click(card(board, "b"))
+    pages = window.milestone_pages
+    assert set(pages) == {"a", "b"} and window.current_page() is pages["b"]
+    assert window.tabs.count() == 3  # the board and two pages
+    qtbot.waitUntil(lambda: not pages["a"].replaying and not pages["b"].replaying,
+                    timeout=5000)
+    publish(board, ev.AssistantText("developer", "only for a", milestone_id="a"),
+            ev.AssistantText("developer", "only for b", milestone_id="b"))
+    text = {}
+    for m, page in pages.items():
+        pane = page.monitor.panes["developer"]
+        pane.flush()
+        text[m] = pane.plain_text()
+    assert "only for a" in text["a"] and "only for b" not in text["a"]
+    assert "only for b" in text["b"] and "only for a" not in text["b"]
+    changed(board, "a", status="paused", pause_reason="round limit reached")
+    assert pages["a"].review.isVisibleTo(pages["a"]) and pages["a"].review.mode == "paused"
+    click(card(board, "a"))  # already open: shown, not opened twice
+    assert window.current_page() is pages["a"] and window.tabs.count() == 3
+    window.tabs.tabCloseRequested.emit(window.tabs.indexOf(pages["b"]))
+    assert set(window.milestone_pages) == {"a"}
+
+
+def test_review_and_resume_in_place(qtbot, board: Window, git_repo: Path) -> None:
+    window = board.window
+    changed(board, "a", status="awaiting_review", started_at=NOW)
+    card(board, "a").button.click()  # Review: the page opens on its changes
+    page = window.milestone_pages["a"]
+    assert window.current_page() is page and page.tabs.currentWidget() is page.changes
+    # A paused record on disk, as the loop leaves it; Resume on its card resumes it.
+    store = Store(ProjectPaths(git_repo))
+    paused = store.load_record("b").model_copy(update={
+        "status": MilestoneStatus.PAUSED, "started_at": NOW,
+        "pause_reason": "round limit reached"})
+    store.save_record(paused)
+    publish(board, ev.MilestoneChanged(paused))
+    assert card(board, "b").button.text() == "Resume"
+    card(board, "b").button.click()
+    qtbot.waitUntil(lambda: "b" in window.board.column_ids("running"), timeout=10000)
+    assert store.load_record("b").status.value == "in_progress"
+
+
+def test_live_output_held_during_the_replay_is_not_shown_twice() -> None:
+    said = [ev.AssistantText("developer", f"line {i}", milestone_id="a") for i in range(4)]
+    # The transcript read from disk ends with what the bridge delivered meanwhile.
+    assert drop_overlap(said[:3], said[1:]) == said[3:]
+    assert drop_overlap(said[:2], said[2:]) == said[2:]
+    assert drop_overlap([], said) == said
+
+
+def test_log_lines_stay_in_the_log_not_in_the_status_bar(board: Window) -> None:
+    """Each message once, where it belongs: Anima's own log lines ("phase … → …") are the
+    milestone's log, not the window's status bar."""
+    window = board.window
+    window.statusBar().showMessage("Ready")
+    publish(board, ev.LogLine("a", "phase recovering → developer: round 6 (feature)"))
+    assert window.statusBar().currentMessage() == "Ready"
+
+
+def test_a_page_in_a_background_tab_lays_nothing_out_until_shown(qtbot, board: Window) -> None:
+    """Output streams to every open page, but only the page on screen pays for drawing it:
+    a background one shows what it missed as soon as its tab comes to the front."""
+    window = board.window
+    changed(board, "a", status="in_progress", started_at=NOW)
+    page = window.open_page("a")
+    assert page is not None
+    qtbot.waitUntil(lambda: not page.replaying, timeout=5000)
+    window.tabs.setCurrentIndex(0)  # back to the board
+    pane = page.monitor.panes["developer"]
+    publish(board, ev.AssistantText("developer", "written while nobody looked",
+                                    milestone_id="a"))
+    qtbot.wait(100)
+    assert pane.lines_rendered == 0 and "nobody looked" not in pane.plain_text()
+    window.tabs.setCurrentWidget(page)
+    qtbot.waitUntil(lambda: "written while nobody looked" in pane.plain_text(), timeout=2000)

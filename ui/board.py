@@ -1,0 +1,364 @@
+"""The board: every milestone of the project as a card, in columns by state.
+
+Pending (with "waiting for <id>" where its front matter `depends_on` names milestones not
+completed yet), Running, Needs you (paused, awaiting review, failed, not merged) and Done.
+A running card is alive — phase, round, the latest line of each agent, context, cost,
+elapsed — and a card that needs you says why and offers its main decision in place (Resume,
+Review, Retry; Start for a pending one). A click on a card opens the milestone's page.
+
+Agent output arrives at up to thousands of lines a second per milestone, so a card never
+redraws per event: the latest line of each agent is kept, and dirty cards are redrawn at most
+`REFRESH_MS` apart. Records move cards between columns only when their column changes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QMouseEvent
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
+
+from anima import events as ev
+from anima.phases import PHASE_TEXT, Phase
+from ui.formatting import ElapsedClock, enum_text
+from ui.record_facts import (
+    COLUMNS,
+    MAIN_ACTION,
+    column_of,
+    ended_text,
+    live_rounds,
+    needs_you_reason,
+    waiting_for,
+)
+from ui.widgets import ElidedLabel, set_style_state
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+#: How often cards with new agent output are redrawn.
+REFRESH_MS = 250
+#: The longest agent line a card keeps (it shows one elided line).
+LINE_CHARS = 160
+_ROLE_SHORT = {"developer": "Dev", "acceptor": "Acc"}
+
+
+def latest_line(event: ev.AgentEvent) -> str | None:
+    """What an agent event says in one line on a card, or None when it says nothing new."""
+    if isinstance(event, ev.AssistantText):
+        lines = [line for line in event.text.splitlines() if line.strip()]
+        return lines[-1].strip()[:LINE_CHARS] if lines else None
+    if isinstance(event, ev.ToolUse):
+        return (event.summary or event.tool)[:LINE_CHARS]
+    if isinstance(event, ev.Thinking):
+        return "thinking…"
+    if isinstance(event, ev.TurnResult):
+        return "turn failed" if event.is_error else "turn finished"
+    return None
+
+
+class MilestoneCard(QFrame):
+    """One milestone on the board. Emits requests; the board passes them on."""
+
+    #: milestone id — the card was clicked. GUI thread.
+    clicked = Signal(str)
+    #: (milestone id, action: "resume" | "review" | "retry" | "start"). GUI thread.
+    action_requested = Signal(str, str)
+
+    def __init__(self, milestone_id: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("milestoneCard")
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.milestone_id = milestone_id
+        self.record: Any = None
+        self.action = ""
+        self.title = QLabel(self)
+        self.title.setObjectName("cardTitle")
+        self.title.setWordWrap(True)
+        self.state = QLabel(self)
+        self.state.setObjectName("cardState")
+        self.state.setWordWrap(True)
+        # One line each, elided to the card's width (a column is narrow at 1024 px).
+        self.lines = {role: ElidedLabel(self) for role in _ROLE_SHORT}
+        for label in self.lines.values():
+            label.setObjectName("cardLine")
+        self.stats = ElidedLabel(self)
+        self.stats.setObjectName("cardStats")
+        self.button = QPushButton(self)
+        self.button.setObjectName("cardAction")
+        self.button.clicked.connect(self._on_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 8, 10, 8)
+        layout.setSpacing(3)
+        layout.addWidget(self.title)
+        layout.addWidget(self.state)
+        for label in self.lines.values():
+            layout.addWidget(label)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.stats, 1)
+        bottom.addWidget(self.button)
+        layout.addLayout(bottom)
+
+    def show_record(self, record: Any, records: Iterable[Any], phase: Phase | None,
+                    clock: ElapsedClock) -> None:
+        self.record = record
+        status = enum_text(record.status)
+        column = column_of(record)
+        if self.property("column") != column:
+            set_style_state(self, "column", column)
+            for child in (self.state, self.button):  # styled by the card's column too
+                child.style().unpolish(child)
+                child.style().polish(child)
+        self.title.setText(record.title)
+        self.setToolTip(f"{record.id} — click to open its page")
+        running = column == "running"
+        if running:
+            phase = phase or Phase(record.phase)
+            words = "Queued to run" if phase == Phase.IDLE else PHASE_TEXT[phase]
+            # The round under way (the page's header counts the rounds done).
+            self.state.setText(f"{words} · round {len(live_rounds(record)) + 1}")
+        elif column == "pending":
+            waits = waiting_for(record, records)
+            self.state.setText(f"Waiting for {', '.join(waits)}" if waits else
+                               f"Pending · {len(record.features)} features")
+        elif column == "needs_you":
+            self.state.setText(needs_you_reason(record))
+        else:
+            self.state.setText(ended_text(record))
+        self.state.setToolTip(self.state.text())
+        for label in self.lines.values():
+            label.setVisible(running)
+        self.action, text = MAIN_ACTION.get(status, ("", ""))
+        if column == "pending" and waiting_for(record, records):
+            self.action = ""
+        self.button.setText(text)
+        self.button.setVisible(bool(self.action))
+        self.tick(clock)
+
+    def set_agent_line(self, role: str, text: str, context: float | None) -> None:
+        ctx = f" ({context:.0f} %)" if context is not None else ""
+        self.lines[role].setText(f"{_ROLE_SHORT[role]}{ctx}: {text}")
+
+    def tick(self, clock: ElapsedClock) -> None:
+        """Elapsed and cost (the clock runs for a running card only)."""
+        record = self.record
+        if record is None:
+            return
+        done, total = record.features_done, len(record.features)
+        self.stats.setText(f"{done}/{total} features · ${record.cost_usd:.2f} · "
+                           f"{clock.text(record)}")
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        super().mouseReleaseEvent(event)
+        if event.button() == Qt.MouseButton.LeftButton and self.rect().contains(
+                event.position().toPoint()):
+            self.clicked.emit(self.milestone_id)
+
+    @Slot()
+    def _on_button(self) -> None:
+        if self.action:
+            self.action_requested.emit(self.milestone_id, self.action)
+
+
+class BoardColumn(QFrame):
+    """A titled, scrolling column of cards."""
+
+    def __init__(self, key: str, title: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("boardColumn")
+        self.key, self.name = key, title
+        self.heading = QLabel(title, self)
+        self.heading.setObjectName("columnTitle")
+        self.empty = QLabel(self)
+        self.empty.setObjectName("columnEmpty")
+        self.empty.setWordWrap(True)
+        self.inner = QWidget()
+        self.inner.setObjectName("columnInner")
+        self.cards = QVBoxLayout(self.inner)
+        self.cards.setContentsMargins(0, 0, 0, 0)
+        self.cards.setSpacing(8)
+        self.cards.addWidget(self.empty)
+        self.cards.addStretch(1)
+        scroll = QScrollArea(self)
+        scroll.setObjectName("columnScroll")
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(self.inner)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 8)
+        layout.setSpacing(6)
+        layout.addWidget(self.heading)
+        layout.addWidget(scroll, 1)
+
+    def place(self, card: MilestoneCard, position: int) -> None:
+        """Put `card` at `position` (order of the project's milestones) in this column."""
+        self.cards.insertWidget(min(position, self.cards.count() - 1), card)
+
+    def card_ids(self) -> list[str]:
+        items = (self.cards.itemAt(i) for i in range(self.cards.count()))
+        widgets = (item.widget() for item in items if item is not None)
+        return [w.milestone_id for w in widgets if isinstance(w, MilestoneCard)]
+
+    def set_count(self, n: int, empty_text: str) -> None:
+        self.heading.setText(f"{self.name}  {n}" if n else self.name)
+        self.empty.setText(empty_text)
+        self.empty.setVisible(n == 0)
+
+
+EMPTY_TEXT = {"pending": "Drop milestone .md files here to add them.",
+              "running": "Nothing runs right now.",
+              "needs_you": "Nothing waits for you.",
+              "done": "Completed and cancelled milestones land here."}
+
+
+class Board(QWidget):
+    """The project's milestones in four columns; fed by the window on the GUI thread."""
+
+    #: milestone id — open its page. GUI thread.
+    milestone_opened = Signal(str)
+    #: (milestone id, action) — a card's main decision. GUI thread.
+    action_requested = Signal(str, str)
+    #: (running, needs you) — the counts changed (title bar, tray). GUI thread.
+    counts_changed = Signal(int, int)
+
+    def __init__(self, clock: ElapsedClock | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("board")
+        self.clock = clock or ElapsedClock()
+        self.columns = {key: BoardColumn(key, title, self) for key, title in COLUMNS}
+        self.cards: dict[str, MilestoneCard] = {}
+        self.records: dict[str, Any] = {}
+        self.phases: dict[str, Phase] = {}
+        self._lines: dict[tuple[str, str], str] = {}
+        self._context: dict[tuple[str, str], float] = {}
+        self._dirty: set[str] = set()
+        self._counts = (-1, -1)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 8)
+        layout.setSpacing(8)
+        for column in self.columns.values():
+            layout.addWidget(column, 1)
+        self._refresh = QTimer(self)
+        self._refresh.setInterval(REFRESH_MS)
+        self._refresh.timeout.connect(self._on_refresh)
+        self._refresh.start()
+        self._clock = QTimer(self)
+        self._clock.setInterval(1000)
+        self._clock.timeout.connect(self._on_clock)
+        self._clock.start()
+        self._recount()
+
+    # --- records -----------------------------------------------------------------------------
+    def set_records(self, records: Iterable[Any]) -> None:
+        """The whole list (a project opened): cards for these, none for any other."""
+        records = list(records)
+        for gone in set(self.cards) - {r.id for r in records}:
+            self.remove(gone)
+        self.records = {r.id: r for r in records}
+        for record in records:
+            self._show(record)
+        self._recount()
+
+    def update_record(self, record: Any) -> None:
+        self.records[record.id] = record
+        self._show(record)
+        # A milestone completing may free the pending ones that wait for it.
+        for other in self.records.values():
+            if other.id != record.id and record.id in (getattr(other, "depends_on", None) or ()):
+                self._show(other)
+        self._recount()
+
+    def remove(self, milestone_id: str) -> None:
+        self.records.pop(milestone_id, None)
+        card = self.cards.pop(milestone_id, None)
+        if card is not None:
+            card.setParent(None)
+            card.deleteLater()
+        self._recount()
+
+    def _show(self, record: Any) -> None:
+        card = self.cards.get(record.id)
+        if card is None:
+            card = MilestoneCard(record.id)
+            card.clicked.connect(self.milestone_opened)
+            card.action_requested.connect(self.action_requested)
+            self.cards[record.id] = card
+        column = self.columns[column_of(record)]
+        if card.parent() is not column.inner:
+            order = [i for i in self.records if column_of(self.records[i]) == column.key]
+            column.place(card, order.index(record.id) + 1 if record.id in order else 1)
+        if column.key != "running":
+            self.phases.pop(record.id, None)
+        card.show_record(record, self.records.values(), self.phases.get(record.id), self.clock)
+        self._dirty.add(record.id)
+
+    def _recount(self) -> None:
+        for column in self.columns.values():
+            column.set_count(len(column.card_ids()), EMPTY_TEXT[column.key])
+        counts = self.counts()
+        if counts != self._counts:
+            self._counts = counts
+            self.counts_changed.emit(*counts)
+
+    def counts(self) -> tuple[int, int]:
+        """(running, needs you)."""
+        return (len(self.columns["running"].card_ids()),
+                len(self.columns["needs_you"].card_ids()))
+
+    def column_ids(self, key: str) -> list[str]:
+        """The milestone ids in one column, top to bottom (for tests and accessibility)."""
+        return self.columns[key].card_ids()
+
+    # --- live ------------------------------------------------------------------------------------
+    def on_phase_changed(self, event: ev.PhaseChanged) -> None:
+        self.phases[event.milestone_id] = event.phase
+        record = self.records.get(event.milestone_id)
+        if record is not None and column_of(record) == "running":
+            card = self.cards[record.id]
+            card.show_record(record, self.records.values(), event.phase, self.clock)
+            self._dirty.add(record.id)
+
+    def feed(self, events: list[ev.AgentEvent]) -> None:
+        """Agent output of any milestone: only the latest line of each agent is kept."""
+        for event in events:
+            milestone_id = event.milestone_id
+            if milestone_id is None:
+                continue
+            key = (milestone_id, event.role)
+            if isinstance(event, ev.ContextUsage):
+                self._context[key] = event.percent
+                self._dirty.add(milestone_id)
+                continue
+            line = latest_line(event)
+            if line is not None:
+                self._lines[key] = line
+                self._dirty.add(milestone_id)
+
+    @Slot()
+    def _on_refresh(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        for milestone_id in dirty:
+            card = self.cards.get(milestone_id)
+            if card is None or card.record is None or column_of(card.record) != "running":
+                continue
+            for role in _ROLE_SHORT:
+                key = (milestone_id, role)
+                card.set_agent_line(role, self._lines.get(key, "—"), self._context.get(key))
+
+    def refresh_now(self) -> None:
+        """Redraw the cards with new output at once (tests; the timer does it otherwise)."""
+        self._on_refresh()
+
+    @Slot()
+    def _on_clock(self) -> None:
+        for milestone_id in self.columns["running"].card_ids():
+            self.cards[milestone_id].tick(self.clock)

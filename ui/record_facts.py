@@ -1,0 +1,113 @@
+"""What a milestone record means for the window, in one place: which board column it sits in,
+why it needs you, what it waits for, which rounds a rewind dropped, what is true now.
+
+Pure functions of the records the engine publishes (no Qt), so the board, the milestone page
+and the decision bar say the same thing, and the tests read them directly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from ui.formatting import enum_text, local_time
+
+#: The board's columns, left to right: (key, title).
+COLUMNS = (("pending", "Pending"), ("running", "Running"), ("needs_you", "Needs you"),
+           ("done", "Done"))
+_COLUMN_OF_STATUS = {"pending": "pending", "in_progress": "running", "paused": "needs_you",
+                     "awaiting_review": "needs_you", "failed": "needs_you",
+                     "completed": "done", "cancelled": "done"}
+#: The one decision a card that needs you offers in place: (action, button text).
+MAIN_ACTION = {"paused": ("resume", "Resume"), "awaiting_review": ("review", "Review"),
+               "failed": ("retry", "Retry"), "pending": ("start", "Start")}
+# What "Continue from round N" writes in the record's notes (anima.loop.rewind).
+_REWIND = re.compile(r"continued from round (\d+) \(rounds (\d+)[–-](\d+) dropped\)")
+
+
+def column_of(record: Any) -> str:
+    status = enum_text(record.status)
+    if status == "completed" and record.merge is not None \
+            and enum_text(record.merge.state) == "failed":
+        return "needs_you"  # completed but not merged: the human has to merge it
+    return _COLUMN_OF_STATUS.get(status, "pending")
+
+
+def waiting_for(record: Any, records: Iterable[Any]) -> list[str]:
+    """The milestones a pending one depends on (front matter `depends_on`) that are not
+    completed yet; an id with no record at all is waited for too."""
+    depends = list(getattr(record, "depends_on", None) or ())
+    done = {r.id for r in records if enum_text(r.status) == "completed"}
+    return [d for d in depends if d not in done]
+
+
+def needs_you_reason(record: Any) -> str:
+    """Why a milestone in the "needs you" column waits for you, in one line."""
+    status = enum_text(record.status)
+    if status == "paused":
+        return record.pause_reason or "Paused"
+    if status == "failed":
+        return f"Failed: {record.error or 'an unexpected error'}"
+    if status == "awaiting_review":
+        return no_new_commit(record) or (
+            f"Done — ready for your review ({record.features_done}/{len(record.features)} "
+            "features)")
+    if record.merge is not None:
+        return f"Not merged: {record.merge.detail}"
+    return ""
+
+
+def ended_text(record: Any) -> str:
+    """A finished milestone in words: merged or why not; cancelled by whom and when."""
+    status = enum_text(record.status)
+    if status == "cancelled":
+        when = f" at {local_time(record.completed_at)}" if record.completed_at else ""
+        return f"Cancelled by you{when}"
+    if record.merge is None:
+        return "Completed · not merged (merge_on_complete is off)"
+    state = enum_text(record.merge.state)
+    return {"merged": "Completed · merged", "pending": "Completed · merging…"}.get(
+        state, f"Completed · not merged: {record.merge.detail}")
+
+
+def dropped_rounds(record: Any) -> set[int]:
+    """Rounds a "Continue from round N" took off the branch: history, not progress."""
+    dropped: set[int] = set()
+    for note in record.notes:
+        match = _REWIND.search(note)
+        if match:
+            dropped.update(range(int(match.group(2)), int(match.group(3)) + 1))
+    return dropped
+
+
+def live_rounds(record: Any) -> list[Any]:
+    """The rounds that still count: every round but the dropped ones."""
+    dropped = dropped_rounds(record)
+    return [it for it in record.iterations if it.round not in dropped]
+
+
+def current_rejections(record: Any, limit: int = 3) -> list[tuple[int, str]]:
+    """The rejections that still stand (newest last): those after the last accepted round,
+    so a rejection a later round fixed, or a dropped round's, is not listed."""
+    standing: list[tuple[int, str]] = []
+    for it in live_rounds(record):
+        if enum_text(it.verdict) == "accepted":
+            standing = []
+        else:
+            standing.append((it.round, it.reason or "(no reason given)"))
+    return standing[-limit:]
+
+
+def no_new_commit(record: Any) -> str:
+    """When your last request (a note or comments) came back for review without a commit
+    after it, say so; else "". A review that changed nothing should not look like progress."""
+    if enum_text(record.status) != "awaiting_review" or not record.human_notes:
+        return ""
+    asked = record.human_notes[-1].at
+    before = [it.commit for it in record.iterations if it.commit and it.started_at < asked]
+    after = [it.commit for it in record.iterations if it.commit and it.started_at >= asked]
+    if any(c not in before for c in after):
+        return ""
+    return ("Back for review with no new commit: nothing changed since your request of "
+            f"{local_time(asked)}")
