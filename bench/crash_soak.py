@@ -17,15 +17,27 @@ checks: a final acceptance is on record at most once; `completed` means merged i
 recorded reason (`pending` only right after a kill); `state.json` agrees with the records
 after every run; a paused milestone means exit 3.
 
-Run: `python bench/crash_soak.py [--trials N] [--seed S] [--keep]` (default 8 trials, well
-under 2 minutes). Ends with `BENCH crash_trials=<n>`, `BENCH crash_violations=<n>` (must be
-0) and `BENCH crash_orphans=<n>` (must be 0), and prints the phase each kill landed in.
+`--parallel N` runs N milestones at once (`max_parallel_milestones: N`, agents in the
+sandbox), in batches of N of which two write the same files, so one of each pair resolves a
+conflict in a merge round before main takes it. Kills are drawn at random moments, around
+merges and inside conflict rounds (24 by default); after every kill and at the end it checks,
+besides the records: no milestone merged into main twice, every merge commit on main brings
+a tip an accepted final or merge round judged, no accepted commit lost from its branch, the
+accepted commits of a branch form a chain (every commit up to the last accepted one was in a
+reviewed round's range; a completed branch has nothing after it), and at the end no worktree
+of a finished milestone and no agent process left (see `ParallelSoak`).
+
+Run: `python bench/crash_soak.py [--trials N] [--seed S] [--parallel N] [--keep]` (default 8
+trials, well under 2 minutes; `--parallel 3` about a minute and a half). Ends with
+`BENCH crash_trials=<n>`, `BENCH crash_violations=<n>` (must be 0) and
+`BENCH crash_orphans=<n>` (must be 0), and prints the phase each kill landed in.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -42,6 +54,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from anima import procfs  # noqa: E402
 from anima.engine.project import init_project  # noqa: E402
 from anima.errors import AnimaError  # noqa: E402
 from anima.loop.state import expected_state  # noqa: E402
@@ -58,9 +71,9 @@ def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=check)
 
 
-def milestone_md(title: str) -> str:
+def milestone_md(title: str, features: list[str] = FEATURES) -> str:
     lines = [f"# {title}", "", "## Goal", "", f"Deliver {title}.", "", "## Features", ""]
-    for i, feature in enumerate(FEATURES, 1):
+    for i, feature in enumerate(features, 1):
         lines += [f"### {feature}", "", f"Implement {feature}.", "",
                   f"Acceptance: {feature} works; test {i} passes", ""]
     lines += ["## Acceptance Criteria", "", "- [ ] every feature works", ""]
@@ -455,15 +468,354 @@ class Soak:
         self.violations.extend(f"{when}: {rec.id}: {b}" for b in bad)
 
 
+# ---------------------------------------------------------------------- --parallel N
+
+PARALLEL_FEATURES = FEATURES[:3]
+PARALLEL_SCRIPT_TURNS = 150
+ORPHAN_GRACE_S = 5.0
+#: Kinds of kill in --parallel mode and how often each is drawn.
+AIMS = (("random", 0.4), ("merge", 0.3), ("conflict", 0.3))
+
+
+def milestone_script(rng: random.Random, feature_dir: str) -> dict[str, object]:
+    """One milestone's own script for the fake: its folder, random short delays, a rejection
+    now and then (fewer than the serial soak's: three milestones share the kills)."""
+    dev = [{"auto": True, "delay": round(rng.uniform(0.0, 0.35), 3)}
+           for _ in range(PARALLEL_SCRIPT_TURNS)]
+    acc: list[dict[str, object]] = []
+    for i in range(PARALLEL_SCRIPT_TURNS):
+        turn: dict[str, object] = {"delay": round(rng.uniform(0.0, 0.25), 3)}
+        if i % 5 == 2 and rng.random() < 0.6:
+            turn["text"] = f"REJECTED: scripted rejection {i}: add a test for the edge case"
+        else:
+            turn["auto"] = True
+        acc.append(turn)
+    return {"feature_dir": feature_dir, "developer": dev, "acceptor": acc}
+
+
+def descends_from(pid: int, root: int) -> bool:
+    """Whether `root` is among `pid`'s ancestors (an agent inside bubblewrap is a
+    grandchild of the runner)."""
+    seen: set[int] = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        stat = proc_field(pid, "stat")
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) < 2:
+            return False
+        pid = int(fields[1])
+        if pid == root:
+            return True
+    return False
+
+
+def describe(pid: int) -> str:
+    """A process for a report: pid, state, parents, age, its agent marker and command."""
+    chain, here = [], pid
+    for _ in range(4):
+        stat = proc_field(here, "stat")
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) < 2:
+            break
+        chain.append(f"{here}{'' if here != pid else '(' + fields[0].decode() + ')'}")
+        here = int(fields[1])
+    ticks = os.sysconf("SC_CLK_TCK")
+    stat = proc_field(pid, "stat")
+    fields = stat[stat.rfind(b")") + 2:].split()
+    age = ""
+    with contextlib.suppress(IndexError, ValueError, OSError):
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        age = f", {uptime - int(fields[19]) / ticks:.1f} s old"
+    command = proc_field(pid, "cmdline").replace(b"\0", b" ").decode(errors="replace")[:80]
+    return (f"{' < '.join(chain)}{age}, {procfs.environ_value(pid, procfs.AGENT_VAR)}: "
+            f"{command}")
+
+
+def raw_record(path: Path) -> dict[str, object] | None:
+    """A record as plain JSON (cheap, for aiming while the runner runs); None if unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def in_merge_round(rec: dict[str, object]) -> bool:
+    """Finally accepted, in progress again, and a turn of its pair under way: a conflict
+    round (main moved and the branch no longer merged cleanly)."""
+    its = rec.get("iterations") or []
+    final = any(i.get("kind") == "final" and i.get("verdict") == "accepted"
+                for i in its if isinstance(i, dict))
+    return bool(final and rec.get("status") == "in_progress"
+                and rec.get("phase") in ("developer", "acceptor"))
+
+
+def merging(rec: dict[str, object]) -> bool:
+    """In the merge queue, or completed with the merge into main under way."""
+    merge = rec.get("merge") or {}
+    return rec.get("phase") in ("final_acceptance", "merging") or (
+        rec.get("status") == "completed" and isinstance(merge, dict)
+        and merge.get("state") == "pending")
+
+
+class ParallelSoak(Soak):
+    """`--parallel N`: N milestones at once (`max_parallel_milestones: N`), two of each batch
+    writing the same files so that one of them must resolve a conflict in a merge round
+    before main takes it. Kills are drawn at random moments, around merges (a final
+    acceptance, the merge queue, `git merge` into main) and inside conflict rounds. On top
+    of the serial soak's checks, after every kill and at the end: no milestone merged into
+    main twice (merge commits per branch on main's first-parent history), main's every
+    merge commit brings a tip an accepted final or merge round judged, no accepted commit
+    lost from its branch, accepted commits form a chain (so every commit since the base up
+    to the last accepted one is in a reviewed round's range, and a completed branch has
+    nothing beyond it), and at the end no worktree of a finished milestone and no process
+    of the agents left."""
+
+    def __init__(self, root: Path, rng: random.Random, parallel: int) -> None:
+        self.parallel = parallel
+        self.aims: Counter[str] = Counter()
+        self.in_flight: Counter[str] = Counter()  # what the milestones in flight were doing
+        self.conflict_rounds: dict[str, int] = {}  # merge rounds on record per milestone
+        self.worktrees_left = 0
+        self.script: dict[str, object] = {"milestones": {}}
+        super().__init__(root, rng)
+        # The fake's turn counters, log and script: writable inside the agents' sandbox.
+        self.env["ANIMA_SANDBOX_WRITABLE"] = str(self.fake_dir)
+        self.run_env["ANIMA_SANDBOX_WRITABLE"] = str(self.fake_dir)
+        self.prefix = procfs.marker_prefix(self.repo)
+
+    def setup(self) -> None:
+        super().setup()
+        config = json.loads(self.paths.config.read_text(encoding="utf-8"))
+        config["max_parallel_milestones"] = self.parallel
+        self.paths.config.write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+    def add_milestone(self) -> None:
+        """A batch of `parallel`: the first two share `features/` (a conflict), the others
+        write in a folder of their own."""
+        batch = len(self.milestones) // self.parallel + 1
+        scripts = self.script["milestones"]
+        assert isinstance(scripts, dict)
+        for k in range(self.parallel):
+            milestone_id = f"p{batch:02d}-{k + 1}"
+            scripts[milestone_id] = milestone_script(
+                self.rng, "features" if k < 2 else f"features/{milestone_id}")
+        (self.fake_dir / "script.json").write_text(json.dumps(self.script), encoding="utf-8")
+        for k in range(self.parallel):
+            milestone_id = f"p{batch:02d}-{k + 1}"
+            self.milestones.append(milestone_id)
+            self.paths.milestone_md(milestone_id).write_text(
+                milestone_md(f"Parallel {batch}.{k + 1}", PARALLEL_FEATURES), encoding="utf-8")
+
+    # ------------------------------------------------------------------ kills
+    def raw(self) -> list[dict[str, object]]:
+        return [r for m in self.milestones
+                if (r := raw_record(self.paths.milestone_record(m))) is not None]
+
+    def aim(self, proc: subprocess.Popen[bytes]) -> bool:  # type: ignore[override]
+        """Draw a kind of kill and wait for its moment (up to 30 s, then kill anyway)."""
+        kind = self.rng.choices([k for k, _ in AIMS], [w for _, w in AIMS])[0]
+        self.last_aim = kind
+        if kind == "random":
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(self.rng.uniform(0.05, 2.5))
+            return proc.poll() is None
+        wanted = merging if kind == "merge" else in_merge_round
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            if any(wanted(r) for r in self.raw()):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(self.rng.uniform(0.0, 0.7 if kind == "merge" else 1.2))
+                return proc.poll() is None
+            time.sleep(0.02)
+        return proc.poll() is None
+
+    def kill_phase(self) -> str:
+        """What the milestones in flight were doing (each counted), and one word for it."""
+        doing = []
+        for r in self.raw():
+            if in_merge_round(r):
+                doing.append(f"conflict round ({r.get('phase')})")
+            elif merging(r):
+                doing.append("merge" if r.get("status") != "completed"
+                             else "merge into main")
+            elif r.get("status") == "in_progress":
+                doing.append(str(r.get("phase")))
+        self.in_flight.update(doing)
+        if any(d.startswith("conflict") for d in doing):
+            return "in a conflict round"
+        if any(d.startswith("merge") for d in doing):
+            return "around a merge"
+        return "in turns" if doing else "between milestones"
+
+    def check_orphans(self, runner_pid: int | None, when: str) -> None:
+        """A fake `claude` not below the live runner (through its bubblewrap), or at the end
+        any process of the agents at all, still there after ORPHAN_GRACE_S: a killed run's
+        sandbox takes its agents down with it, but a loaded machine may take a moment."""
+        def strays() -> dict[int, str]:
+            found = [p for p in our_fakes(self.marker)
+                     if runner_pid is None or not descends_from(p, runner_pid)]
+            if runner_pid is None:
+                found += [p for p in procfs.marked(self.prefix) if p not in found]
+            return {p: describe(p) for p in found}
+
+        left = strays()
+        deadline = time.monotonic() + ORPHAN_GRACE_S
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = {p: d for p, d in strays().items() if p in left}
+        if left:
+            self.orphans += len(left)
+            self.violations.append(f"{when}: orphaned agent processes, still there after "
+                                   f"{ORPHAN_GRACE_S:g} s: " + "; ".join(left.values()))
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def trial(self, n: int) -> None:
+        proc, out = self.start()
+        self.wait_started(proc, out)
+        self.check_orphans(proc.pid, f"trial {n} after restart")
+        alive = self.aim(proc)
+        if alive:
+            power_cut = self.rng.random() < 0.33
+            frozen: set[int] = set()
+            while power_cut and (new := {proc.pid, *descendants(proc.pid)} - frozen):
+                for pid in new:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGSTOP)
+                frozen |= new
+            proc.send_signal(signal.SIGKILL)
+            for pid in frozen:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            proc.wait()
+            self.kills += 1
+            self.aims[self.last_aim] += 1
+            self.aimed += self.last_aim != "random"
+            self.power_cuts += power_cut
+            self.check_files(f"trial {n} after SIGKILL", torn_tail_ok=True)
+            self.check_git(f"trial {n} after SIGKILL")
+            self.phases[self.kill_phase()] += 1
+            return
+        self.completed_early += 1
+        self.settle(proc, out, f"trial {n}")
+        self.check_files(f"trial {n} after exit", torn_tail_ok=False)
+        self.check_git(f"trial {n} after exit")
+        if all(self.status(m) is MilestoneStatus.COMPLETED for m in self.milestones):
+            self.add_milestone()
+
+    def finish(self) -> None:
+        super().finish()
+        self.check_git("the end", final=True)
+        listed = git(self.repo, "worktree", "list", "--porcelain").stdout
+        trees = [line.split(" ", 1)[1] for line in listed.splitlines()
+                 if line.startswith("worktree ")]
+        done = {m for m in self.milestones if self.status(m) in (
+            MilestoneStatus.COMPLETED, MilestoneStatus.CANCELLED)}
+        leaked = [t for t in trees[1:] if Path(t).name in done or Path(t).name not in
+                  self.milestones]
+        if leaked:
+            self.violations.append(f"the end: worktrees left behind: {leaked}")
+        self.worktrees_left = len(trees) - 1
+
+    # ------------------------------------------------------------------ invariants
+    def check_git(self, when: str, final: bool = False) -> None:
+        """main and the branches against the records (see the class)."""
+        records = {m: rec for m in self.milestones if (rec := self.load(m)) is not None}
+        log = git(self.repo, "log", "--first-parent", "--format=%H %P%x00%s", "main").stdout
+        merged: Counter[str] = Counter()
+        for line in log.splitlines():
+            hashes, _, subject = line.partition("\0")
+            sha, *parents = hashes.split()
+            if len(parents) < 2:
+                if parents and subject != "chore: initial commit":
+                    self.violations.append(f"{when}: main got {sha[:7]} \"{subject}\", "
+                                           "not a merge of a milestone")
+                continue
+            milestone = subject.removeprefix("Merge milestone/").split(":")[0]
+            merged[milestone] += 1
+            rec = records.get(milestone)
+            judged = {i.commit for i in rec.iterations if i.verdict is Verdict.ACCEPTED
+                      and i.kind in (RoundKind.FINAL, RoundKind.MERGE)} if rec else set()
+            if parents[1] not in judged:
+                self.violations.append(f"{when}: main's {sha[:7]} ({subject}) brought "
+                                       f"{parents[1][:7]}, which no accepted final or merge "
+                                       f"round of {milestone} judged")
+        for milestone, count in merged.items():
+            if count > 1:
+                self.violations.append(f"{when}: {milestone} merged into main {count} times")
+        for rec in records.values():
+            if final and rec.merge is not None and rec.merge.merged \
+                    and merged[rec.id] != 1:
+                self.violations.append(f"{when}: {rec.id} says merged, main has "
+                                       f"{merged[rec.id]} merges of it")
+            self.check_branch(rec, when, merged[rec.id] > 0)
+
+    def check_branch(self, rec: MilestoneRecord, when: str, on_main: bool) -> None:
+        branch = rec.branch_name
+        if not branch or not rec.base_commit:
+            return
+        tip = git(self.repo, "rev-parse", "-q", "--verify", f"refs/heads/{branch}",
+                  check=False).stdout.strip()
+        if not tip:
+            self.violations.append(f"{when}: {rec.id}: {branch} is gone")
+            return
+        chain = [rec.base_commit] + [i.commit for i in rec.iterations
+                                     if i.verdict is Verdict.ACCEPTED and i.commit]
+        for older, newer in itertools.pairwise(chain):
+            if git(self.repo, "merge-base", "--is-ancestor", older, newer,
+                   check=False).returncode != 0:
+                self.violations.append(f"{when}: {rec.id}: accepted {newer[:7]} does not "
+                                       f"descend from {older[:7]}: a commit between escaped "
+                                       "every review")
+        for commit in chain[1:]:
+            if git(self.repo, "merge-base", "--is-ancestor", commit, tip,
+                   check=False).returncode != 0:
+                self.violations.append(f"{when}: {rec.id}: accepted {commit[:7]} is no "
+                                       f"longer on {branch}")
+        if on_main and rec.status is MilestoneStatus.COMPLETED:
+            beyond = git(self.repo, "rev-list", f"{chain[-1]}..{tip}").stdout.split()
+            if beyond:
+                self.violations.append(f"{when}: {rec.id}: completed, with {len(beyond)} "
+                                       f"commit(s) on {branch} after the last accepted one")
+        self.conflict_rounds[rec.id] = sum(1 for i in rec.iterations
+                                              if i.kind is RoundKind.MERGE)
+
+
+def report_parallel(soak: ParallelSoak, seed: int, elapsed: float, kept: Path | None,
+                    reaped: int) -> None:
+    rounds = sum(len(soak.seen.get(m, [])) for m in soak.milestones)
+    merge_rounds = sum(soak.conflict_rounds.values())
+    print(f"crash soak --parallel {soak.parallel}: seed {seed}, {soak.kills} SIGKILLs over "
+          f"{soak.restarts} runs in {elapsed:.1f} s" + (f" (kept in {kept})" if kept else ""))
+    print(f"  milestones completed: {len(soak.milestones)} in batches of {soak.parallel} "
+          f"(the first two of each write the same files) x {len(PARALLEL_FEATURES)} features, "
+          f"{rounds} rounds recorded, {merge_rounds} of them conflict (merge) rounds in "
+          f"{sum(1 for c in soak.conflict_rounds.values() if c)} milestones; runs that ended "
+          f"on their own: {soak.completed_early}; pauses resumed: {soak.pauses}")
+    print(f"  leftover agents stopped by the next run: {reaped}; worktrees left at the end: "
+          f"{soak.worktrees_left} (of milestones not finished)")
+    print("  kills drawn: " + ", ".join(f"{k} {soak.aims[k]}" for k, _ in AIMS)
+          + f"; power cuts (git and agents killed too): {soak.power_cuts}")
+    print("  each kill: " + ", ".join(f"{p} {c}" for p, c in soak.phases.most_common()))
+    print("  what the milestones in flight were doing at the kills: " + ", ".join(
+        f"{p} {c}" for p, c in soak.in_flight.most_common()))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--trials", type=int, default=8, help="SIGKILLs to inflict")
+    parser.add_argument("--trials", type=int, default=None,
+                        help="SIGKILLs to inflict (default 8; 24 with --parallel)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--parallel", type=int, default=None, metavar="N",
+                        help="N milestones at once, two of each batch in conflict")
     parser.add_argument("--keep", action="store_true", help="keep the temp project")
     args = parser.parse_args(argv)
+    if args.trials is None:
+        args.trials = 24 if args.parallel else 8
     rng = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="anima-crash-soak-"))
-    soak = Soak(root, rng)
+    soak = ParallelSoak(root, rng, args.parallel) if args.parallel else Soak(root, rng)
     started = time.monotonic()
     try:
         soak.setup()
@@ -484,15 +836,19 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
     elapsed = time.monotonic() - started
     rounds = sum(len(soak.seen.get(m, [])) for m in soak.milestones)
-    print(f"crash soak: seed {args.seed}, {soak.kills} SIGKILLs over {soak.restarts} runs "
-          f"in {elapsed:.1f} s" + (f" (kept in {root})" if args.keep else ""))
-    print(f"  milestones completed: {len(soak.milestones)} x {len(FEATURES)} features, "
-          f"{rounds} rounds recorded; runs that ended on their own: {soak.completed_early}; "
-          f"pauses resumed: {soak.pauses}")
-    print(f"  leftover agents stopped by the next run: {reaped}")
-    print(f"  kills aimed at the completion window: {soak.aimed}; power cuts (git and agents "
-          f"killed too): {soak.power_cuts}")
-    print("  phase at the kill: " + ", ".join(f"{p} {c}" for p, c in soak.phases.most_common()))
+    if isinstance(soak, ParallelSoak):
+        report_parallel(soak, args.seed, elapsed, root if args.keep else None, reaped)
+    else:
+        print(f"crash soak: seed {args.seed}, {soak.kills} SIGKILLs over {soak.restarts} runs "
+              f"in {elapsed:.1f} s" + (f" (kept in {root})" if args.keep else ""))
+        print(f"  milestones completed: {len(soak.milestones)} x {len(FEATURES)} features, "
+              f"{rounds} rounds recorded; runs that ended on their own: "
+              f"{soak.completed_early}; pauses resumed: {soak.pauses}")
+        print(f"  leftover agents stopped by the next run: {reaped}")
+        print(f"  kills aimed at the completion window: {soak.aimed}; power cuts (git and "
+              f"agents killed too): {soak.power_cuts}")
+        print("  phase at the kill: " + ", ".join(f"{p} {c}"
+                                                 for p, c in soak.phases.most_common()))
     for v in soak.violations[:20]:
         print(f"  VIOLATION {v}")
     print(f"BENCH crash_trials={soak.kills}")

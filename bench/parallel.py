@@ -354,6 +354,7 @@ def main() -> int:
         raise SystemExit(f"several milestones at once need the sandbox: {problem}")
     root = Path(tempfile.mkdtemp(prefix="anima-parallel-"))
     began = time.monotonic()
+    load = os.getloadavg()[0]
     try:
         warm_up(claude, root)
         sizes = (args.latency, args.milestones, args.features)
@@ -370,6 +371,8 @@ def main() -> int:
           + (f" (scaled from the issue's {ISSUE_LATENCY_S:g} s to stay under two minutes; "
              f"--latency {ISSUE_LATENCY_S:g} for it)" if args.latency < ISSUE_LATENCY_S
              else ""))
+    print(f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end, on "
+          f"{os.cpu_count()} CPUs (the figures are for an idle machine: compare like with like)")
     speedup = serial.wall / par.wall
     for r in (serial, par):
         print(f"  {r.parallel} at once: {r.wall:.1f} s, {r.rounds} rounds, a milestone "
