@@ -316,3 +316,13 @@ def no_leftover_processes() -> Iterator[None]:
             except (ProcessLookupError, ChildProcessError):
                 pass
         pytest.fail(f"test left child processes behind: {left}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `-n 4` (pytest-xdist, `--dist loadgroup`), the tests that drive a real agent CLI
+    run one after another on one worker per CLI: each starts a heavy Node or native process
+    whose start-up the others would slow past their timeouts on a small CI machine."""
+    for item in items:
+        for marker in ("real_claude", "real_codex"):
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.xdist_group(marker))
