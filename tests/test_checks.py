@@ -26,7 +26,11 @@ from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
 from tests.test_cli import ANIMA, anima
 
-MARK = procfs.agent_marker(Path("/nowhere"), "test", "checks")
+
+def mark(tmp_path: Path) -> str:
+    """The check's marker, this test's own: run_check stops whatever carries it, and tests
+    run side by side (pytest-xdist)."""
+    return procfs.agent_marker(tmp_path, "test", "checks")
 TWO = milestone_md("Greeter", ["Greet command", "Version flag"])
 NO_BWRAP = sandbox_problem("auto")
 #: The project's `sandbox` setting: the checks confined to the worktree, or not.
@@ -84,7 +88,7 @@ def test_a_hanging_check_is_stopped_at_its_timeout_with_everything_it_started(
                f"setsid sh -c 'echo $$ >> {pids}; exec sleep 300' & "
                "echo started; sleep 300")
     started = time.monotonic()
-    result = run_check(command, tmp_path, timeout=1.5, marker=MARK)
+    result = run_check(command, tmp_path, timeout=1.5, marker=mark(tmp_path))
     took = time.monotonic() - started
     assert result.timed_out and not result.passed and result.exit_code is None
     assert 1.5 <= took < 6, took
@@ -106,19 +110,19 @@ def _confined(tmp_path: Path) -> Confine:
     pytest.param(False, id="unconfined")])
 def test_a_missing_command_cannot_start_in_either_form(tmp_path: Path, confined: bool) -> None:
     confine = _confined(tmp_path) if confined else None
-    argv = run_check(["no-such-checker-xyz", "--all"], tmp_path, timeout=10, marker=MARK,
+    argv = run_check(["no-such-checker-xyz", "--all"], tmp_path, timeout=10, marker=mark(tmp_path),
                      confine=confine)
     assert argv.error is not None and "no-such-checker-xyz" in argv.error
-    shell = run_check("no-such-checker-xyz --all", tmp_path, timeout=10, marker=MARK,
+    shell = run_check("no-such-checker-xyz --all", tmp_path, timeout=10, marker=mark(tmp_path),
                       confine=confine)
     assert shell.error is not None and "not found" in shell.error
     # A suite that fails with 127 for its own reasons is a failing check, not a config error.
-    own = run_check("echo 'running 3 tests'; exit 127", tmp_path, timeout=10, marker=MARK,
+    own = run_check("echo 'running 3 tests'; exit 127", tmp_path, timeout=10, marker=mark(tmp_path),
                     confine=confine)
     assert own.error is None and own.exit_code == 127 and not own.passed
     # Nor is a suite that fails with 1, the exit code of bubblewrap when it cannot start one.
     fails = run_check(["sh", "-c", "echo 'FAILED test_greet'; exit 1"], tmp_path, timeout=10,
-                      marker=MARK, confine=confine)
+                      marker=mark(tmp_path), confine=confine)
     assert fails.error is None and fails.exit_code == 1 and not fails.passed
 
 
@@ -126,7 +130,7 @@ def test_the_tail_is_bounded_and_redacted(tmp_path: Path) -> None:
     secret = "sk-ant-api03-" + "Q" * 40
     command = (f"{sys.executable} -c \"print('x' * 5000); "
                f"[print('line', i) for i in range(100000)]; print('ANTHROPIC_API_KEY={secret}')\"")
-    result = run_check(command, tmp_path, timeout=30, marker=MARK)
+    result = run_check(command, tmp_path, timeout=30, marker=mark(tmp_path))
     assert result.passed
     lines = result.tail.splitlines()
     assert len(lines) == 30 and lines[-2] == "line 99999"
@@ -138,7 +142,7 @@ def test_a_key_whose_begin_line_is_above_the_tail_is_still_redacted(tmp_path: Pa
     long_line = "print('x' * 278 + ' sk-ant-api03-' + 'Qw3Er5Ty7U' * 6);"  # cut 7 chars in
     command = (f"{sys.executable} -c \"print('-----BEGIN RSA PRIVATE KEY-----'); {body} "
                f"print('-----END RSA PRIVATE KEY-----'); {long_line} print('done')\"")
-    result = run_check(command, tmp_path, timeout=30, marker=MARK)
+    result = run_check(command, tmp_path, timeout=30, marker=mark(tmp_path))
     assert "secretbody" not in result.tail and "Qw3Er5T" not in result.tail
     assert result.tail.splitlines()[-1] == "done"
 

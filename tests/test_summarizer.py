@@ -169,7 +169,9 @@ def test_hanging_api_falls_back_within_the_timeout(stub: ApiStub, make) -> None:
     result = s.summarize(digest())
     elapsed = time.monotonic() - start
     assert result.source == "report" and result.note == "timeout"
-    assert elapsed < 3.0  # 0.5 s timeout, plus the SDK's first import on a cold run
+    # Well before the 10 s the reply takes: the 0.5 s timeout, plus the SDK's first import on
+    # a cold run, which a busy CI machine (the suite on 4 workers) makes seconds long.
+    assert elapsed < 8.0
 
 
 def test_no_key_falls_back_without_any_request(stub: ApiStub, make) -> None:

@@ -188,15 +188,18 @@ class Seats:
         faults = FaultPolicy(self.config, self.control.stop, self._log,
                              lambda until, message: self._usage_wait(role, until, message))
         while True:
-            if (held := self.accounts[role].holding()) is not None:
-                self._log(f"{role}: waits for the account's usage limit ({held[1]})")
-                self.accounts[role].wait(self.control.stop)
             self.idle.clear()  # before the stop check: `stop()` waits on it (no lost wake-up)
             refs = None if self.config.allow_push else self.remote_refs()
             try:
                 if self.control.stop.is_set():
                     raise Stopped
                 agent = self._agent(role)
+                # Last, right before sending: a limit another pair met meanwhile holds it too.
+                if (held := self.accounts[role].holding()) is not None:
+                    self._log(f"{role}: waits for the account's usage limit ({held[1]})")
+                    self.accounts[role].wait(self.control.stop)
+                    if self.control.stop.is_set():
+                        raise Stopped
                 result = agent.send(prompt)
                 if self.control.stop.is_set():  # an interrupted turn's result: not an answer
                     raise Stopped
