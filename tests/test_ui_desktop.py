@@ -85,3 +85,20 @@ def save_through_the_dialog(window: MainWindow, target: Path) -> str:
     QTimer.singleShot(0, answer)
     window.save_transcript_action.trigger()
     return proposed[0]
+
+
+def test_about_names_each_roles_agent_cli(qtbot, fake_claude: FakeClaude,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cross-vendor pair: the box says which CLI each role runs, and its version."""
+    from anima.config import Config
+
+    fake_claude.use_env(monkeypatch)
+    config = Config.model_validate({"developer": {"agent": "codex",
+                                                  "command": "/nowhere/codex"}})
+    box = AboutBox(None, config)
+    qtbot.addWidget(box)
+    assert "developer: codex --version" in box.text()
+    assert "acceptor: claude --version" in box.text()
+    qtbot.waitUntil(lambda: "9.9.9 (Fake Claude)" in box.text()
+                    and "checking" not in box.text(), timeout=10000)
+    assert "codex --version: not found" in box.text()

@@ -105,8 +105,7 @@ class WindowChrome(QMainWindow):
         toolbar.addSeparator()
         toolbar.addAction(self.run_controls.pause_action)
         toolbar.addAction(self.run_controls.stop_action)
-        install_help_menu(self, lambda: getattr(getattr(self.engine, "config", None),
-                                                "claude_command", None))
+        install_help_menu(self, lambda: getattr(self.engine, "config", None))
 
     @Slot()
     def _find_in_pane(self) -> None:

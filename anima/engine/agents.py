@@ -27,7 +27,7 @@ from anima.paths import ProjectPaths
 from anima.store.models import AgentRun, MilestoneRecord
 
 #: (backend name, configured command): the CLI it names.
-_Key = tuple[str, str | None]
+CliKey = tuple[str, str | None]  # (agent, command)
 
 
 def backend_for(name: str, config: Config) -> Backend:
@@ -40,7 +40,8 @@ def find_cli(name: str, command: str | None) -> AgentBinary:
     return backend_for(name, Config()).find(command)
 
 
-def _key(role: str, config: Config) -> _Key:
+def cli_of(role: str, config: Config) -> CliKey:
+    """The agent CLI a role runs, and the command that names it (None: found on PATH)."""
     settings = getattr(config, role)
     command = settings.command or (config.claude_command if settings.agent == "claude" else None)
     return settings.agent, command
@@ -61,8 +62,8 @@ class AgentFactory:
         self.config = Config()
         self._registry = registry
         self._log = log_line
-        self._binaries: dict[_Key, AgentBinary] = {}
-        self._probes: dict[_Key, Future[AgentBinary]] = {}
+        self._binaries: dict[CliKey, AgentBinary] = {}
+        self._probes: dict[CliKey, Future[AgentBinary]] = {}
 
     def backend(self, role: str) -> Backend:
         return backend_for(getattr(self.config, role).agent, self.config)
@@ -71,7 +72,7 @@ class AgentFactory:
         """The role's CLI (from the probe `prepare` started, else found now). A failed probe
         is not kept: the next call looks again (the user may install it while Anima
         watches)."""
-        key = _key(role, self.config)
+        key = cli_of(role, self.config)
         if key not in self._binaries:
             probe = self._probes.pop(key, None)
             found = probe.result() if probe is not None else self.backend(role).find(key[1])
@@ -100,7 +101,7 @@ class AgentFactory:
         run: it is a process start of its own (about a second for some CLI versions) on the
         way to the first prompt."""
         for role in ROLES:
-            key = _key(role, self.config)
+            key = cli_of(role, self.config)
             if key in self._binaries or key in self._probes:
                 continue
             probe: Future[AgentBinary] = Future()
@@ -118,7 +119,7 @@ class AgentFactory:
 
     def use_config(self, config: Config) -> None:
         """A reloaded config: another agent or command is looked up again at the next start."""
-        if any(_key(role, config) != _key(role, self.config) for role in ROLES):
+        if any(cli_of(role, config) != cli_of(role, self.config) for role in ROLES):
             self.wait_for_probe(10)  # their processes end before they are dropped
             self._binaries, self._probes = {}, {}
         self.config = config
