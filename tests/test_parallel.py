@@ -5,6 +5,7 @@ serial Anima it always was. End to end with the fake `claude`, inside the sandbo
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -329,3 +330,31 @@ def test_abort_of_a_running_milestone_stops_it_and_cancels_it_while_another_goes
         worker.join(120)
         engine.shutdown()
     assert record(git_repo, "kept").status is MilestoneStatus.COMPLETED
+
+
+def test_an_approval_that_no_longer_merges_goes_through_a_merge_round(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both wait for your review and both wrote features/F1.txt: the first you approve
+    merges; the second's approval sends it through a reviewed merge round, then it merges."""
+    review = "---\nrequires_human_review: true\n---\n"
+    ids = ["one", "two"]
+    project(git_repo, ids, texts={i: review + TWO for i in ids})
+    fake_claude.write_script({"milestones": {i: {"feature_dir": "features"} for i in ids}})
+    fake_claude.use_env(monkeypatch)
+    run_engine(git_repo)
+    assert all(record(git_repo, i).status is MilestoneStatus.AWAITING_REVIEW for i in ids)
+    env = {"ANIMA_CLAUDE_COMMAND": fake_claude.command, **fake_claude.env}
+    first = subprocess.run([sys.executable, "-m", "anima", "approve", str(git_repo), "one"],
+                           capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+    assert first.returncode == 0 and "completed" in first.stdout, first.stderr
+    second = subprocess.run([sys.executable, "-m", "anima", "approve", str(git_repo), "two"],
+                            capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+    assert second.returncode == 0 and "merge round" in second.stdout, second.stdout
+    assert record(git_repo, "two").status is MilestoneStatus.IN_PROGRESS
+    assert run_git(git_repo, "log", "-1", "--format=%s", "main").startswith("Merge milestone/one")
+    run_engine(git_repo)
+    rec = record(git_repo, "two")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    (merge_round,) = [it for it in rec.iterations if it.kind is RoundKind.MERGE]
+    assert merge_round.verdict is Verdict.ACCEPTED
+    assert run_git(git_repo, "rev-parse", "main^2") == merge_round.commit

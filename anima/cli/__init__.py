@@ -227,6 +227,10 @@ def cmd_approve(args: argparse.Namespace) -> int:
             _action_bus(paths, config) as bus:
         ensure_gitignore(paths)
         record = actions.approve(Store(paths), GitRepo.open(paths.root), config, args.id, bus)
+    if record.status.value == "in_progress":  # main moved: a merge round comes first
+        print(f"approved {record.id}: {record.notes[-1]}; run `anima run {args.project} "
+              "--headless` or open the app to go on")
+        return EXIT_OK
     merge = f"; {record.merge.detail}" if record.merge else ""
     print(f"approved {record.id}: completed{merge}")
     return EXIT_OK

@@ -96,8 +96,27 @@ def request_changes(store: Store, milestone_id: str, note: str,
 
 def approve(store: Store, repo: GitRepo, config: Config, milestone_id: str,
             bus: EventBus | None = None) -> MilestoneRecord:
-    """awaiting_review → completed, then merged into main like any completed milestone."""
+    """awaiting_review → completed, then merged into main like any completed milestone.
+
+    When main moved meanwhile and the branch no longer merges into it cleanly, the approval
+    sends it through the merge queue instead (in_progress): its Developer merges main in a
+    merge round, its Acceptor reviews that, and then it merges and completes."""
     record = store.load_record(milestone_id)
+    if config.merge_on_complete and record.branch_name and record.main_branch and \
+            record.status is MilestoneStatus.AWAITING_REVIEW and (conflicts := repo.merge_conflicts(
+                f"refs/heads/{record.branch_name}", record.main_branch)):
+        _require(record, Phase.RECOVERING, MilestoneStatus.AWAITING_REVIEW)
+        record.status = MilestoneStatus.IN_PROGRESS
+        record.notes.append(f"approved by you at {now():%Y-%m-%d %H:%M}; "
+                            f"{record.main_branch} had moved and conflicts in "
+                            f"{', '.join(conflicts)}: a merge round resolves it first")
+        store.save_record(record)
+        _publish(bus, record, f"approved by you; {record.branch_name} no longer merges into "
+                              f"{record.main_branch} cleanly (conflicts in "
+                              f"{', '.join(conflicts)}): its Developer merges "
+                              f"{record.main_branch} in a merge round, its Acceptor reviews "
+                              "it, then it merges and completes")
+        return record
     _require(record, Phase.COMPLETED, MilestoneStatus.AWAITING_REVIEW)
     begin_completion(record, config)  # completed and the merge pending, in one write
     record.phase = Phase.COMPLETED
