@@ -166,6 +166,8 @@ class Soak:
     seen: dict[str, list[tuple[object, ...]]] = field(default_factory=dict)
     #: round count at the last human resume (consecutive_rejections restarts from there)
     resumed_at: dict[str, int] = field(default_factory=dict)
+    #: a milestone that failed was resumed: the final run goes on (--parallel)
+    run_again: bool = False
 
     def __post_init__(self) -> None:
         self.repo = self.root / "repo"
@@ -341,8 +343,9 @@ class Soak:
                 return
             self.settle(proc, out, f"final run {attempt}")
             self.check_files(f"final run {attempt}", torn_tail_ok=False)
-            if proc.returncode != 3:
+            if proc.returncode != 3 and not self.run_again:
                 break
+            self.run_again = False
         self.check_orphans(None, "the end")
         for m in self.milestones:
             rec = self.load(m)
@@ -703,6 +706,21 @@ class ParallelSoak(Soak):
         self.check_git(f"trial {n} after exit")
         if all(self.status(m) is MilestoneStatus.COMPLETED for m in self.milestones):
             self.add_milestone()
+
+    def settle(self, proc: subprocess.Popen[bytes], out: Path, when: str) -> None:
+        """As the serial soak's, but a milestone that failed (an unexpected error: a
+        violation, said once with its error) is resumed like a human would, so the others'
+        kills go on."""
+        failed = [m for m in self.milestones if self.status(m) is MilestoneStatus.FAILED]
+        if proc.returncode != 1 or not failed:
+            super().settle(proc, out, when)
+            return
+        for m in failed:
+            rec = self.load(m)
+            self.violations.append(f"{when}: {m} failed: {rec.error if rec else '?'}")
+            subprocess.run([sys.executable, "-m", "anima", "resume", str(self.repo), m],
+                           env=self.env, capture_output=True, check=True)
+        self.run_again = True
 
     def finish(self) -> None:
         super().finish()
