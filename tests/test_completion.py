@@ -261,7 +261,7 @@ def test_a_kill_during_the_merge_of_an_approval_is_finished_by_the_next_run(
     assert_merged(git_repo)
 
 
-def test_a_merge_that_cannot_be_done_says_why_in_the_record_and_status(
+def test_an_approval_that_conflicts_with_main_is_resolved_in_a_merge_round(
         git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
     make_project(git_repo, {"m1": ONE}, config={"requires_human_review": True})
     assert run_to_end(git_repo, fake_claude).proc.returncode == 0
@@ -275,17 +275,19 @@ def test_a_merge_that_cannot_be_done_says_why_in_the_record_and_status(
 
     approved = anima("approve", str(git_repo), "m1")
     assert approved.returncode == 0, approved.stderr
+    assert "features/F1.txt" in approved.stdout and "merge round" in approved.stdout
     rec = record(git_repo, "m1")
-    assert rec.status is MilestoneStatus.COMPLETED
-    assert rec.merge is not None and rec.merge.state is MergeState.FAILED
-    assert "features/F1.txt" in rec.merge.detail and "features/F1.txt" in approved.stdout
-    assert run_git(git_repo, "rev-parse", "main") == main
-    status = anima("status", str(git_repo)).stdout
-    assert "not merged:" in status and "features/F1.txt" in status
-    assert "not merged" in (git_repo / ".anima" / "logs" / "m1.log").read_text()
-    # A failed merge is an outcome, not a pending one: the next run leaves it as it is.
+    assert rec.status is MilestoneStatus.IN_PROGRESS and rec.merge is None
+    assert run_git(git_repo, "rev-parse", "main") == main  # nothing half merged
+    assert "merge round" in (git_repo / ".anima" / "logs" / "m1.log").read_text()
+    # The next run has its Developer merge main in, reviewed, then main takes it.
     again = run_to_end(git_repo, fake_claude)
-    assert again.proc.returncode == 0 and "finishing the merge" not in again.stdout
+    assert again.proc.returncode == 0, again.stdout[-2000:]
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    assert [it.kind for it in rec.iterations][-1] is RoundKind.MERGE
+    assert "the human's F1" in (git_repo / "features" / "F1.txt").read_text()
+    assert our_processes() == []
 
 
 # ------------------------------------------- only what a final acceptance judged reaches main

@@ -56,9 +56,11 @@ def test_a_subscriber_usage_limit_is_waited_out(real_claude_bin: str, real_env: 
         started = time.monotonic()
         result = run_headless(project, stub, real_claude_bin, env,
                               CLAUDE_CODE_OAUTH_TOKEN="sk-ant-oat-test", ANTHROPIC_API_KEY="")
-        first, second = stub.agent_requests()[:2]
+        requests = stub.agent_requests()
     out = result.stdout
     assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    assert len(requests) >= 2, out[-3000:]
+    first, second = requests[:2]
     assert time.monotonic() - started > 4
     assert f"waiting for the usage limit to reset at {clock(resets)}" in out
     rec = record(project, "m1")
