@@ -105,7 +105,6 @@ class MainWindow(ReadOnlyProject):
         self.tabs.tabBar().setTabButton(0, QTabBar.ButtonPosition.RightSide, None)
         self.tabs.tabBar().setTabButton(0, QTabBar.ButtonPosition.LeftSide, None)
         self.tabs.tabCloseRequested.connect(self._on_tab_close_requested)
-        self.workspace = self.tabs
 
         self.no_project = EmptyState(
             "No project open",
@@ -122,7 +121,7 @@ class MainWindow(ReadOnlyProject):
         self.no_anima.finish()
 
         self.pages = QStackedWidget(self)
-        for page in (self.no_project, self.no_anima, self.workspace):
+        for page in (self.no_project, self.no_anima, self.tabs):
             self.pages.addWidget(page)
         central = QWidget(self)
         central_layout = QVBoxLayout(central)
@@ -189,7 +188,7 @@ class MainWindow(ReadOnlyProject):
                 "folder is touched.")
             self.pages.setCurrentWidget(self.no_anima)
         else:
-            self.pages.setCurrentWidget(self.workspace)
+            self.pages.setCurrentWidget(self.tabs)
         self.board_page.setCurrentWidget(self.board if self._records else self.no_milestones)
         has_engine = self.engine is not None
         for widget in (self.add_action, self.example_button):
