@@ -397,6 +397,9 @@ class MainWindow(ReadOnlyProject):
     @Slot(object)
     def _on_milestone_changed(self, event: ev.MilestoneChanged) -> None:
         record = event.record
+        if record.pause_reason:  # said by its card and its decision bar: not the banner too
+            for said in (record.pause_reason, f"{record.id}: {record.pause_reason}"):
+                self.errors.dismiss(said)
         first = not self._records
         self._records[record.id] = record
         self.board.update_record(record)
@@ -459,7 +462,9 @@ class MainWindow(ReadOnlyProject):
     def _on_error(self, event: ev.EngineError) -> None:
         prefix = f"{event.milestone_id}: " if event.milestone_id and \
             event.milestone_id not in event.message else ""
-        self.errors.add(prefix + event.message)
+        # A pause's reason is said by its card and its decision bar: not by the banner too.
+        if not any(r.pause_reason == event.message for r in self._records.values()):
+            self.errors.add(prefix + event.message)
         # A refused request re-enables the decision it came from.
         for page in self.milestone_pages.values():
             page.review.setEnabled(True)
