@@ -73,6 +73,8 @@ class MainWindow(ReadOnlyProject):
         self._records: dict[str, MilestoneRecord] = {}
         self._phases: dict[str, ev.PhaseChanged] = {}
         self.milestone_pages: dict[str, MilestonePage] = {}
+        #: The files marked viewed, per milestone: they outlive a page closed and reopened.
+        self._viewed: dict[str, dict[str, int]] = {}
         self._max_rejections = 3  # until the engine says which limit it runs with
         self._closing = False
         self._ask_before_closing = True
@@ -162,6 +164,7 @@ class MainWindow(ReadOnlyProject):
         self.errors.clear()
         self._records.clear()
         self._phases.clear()
+        self._viewed.clear()
         for milestone_id in list(self.milestone_pages):
             self.close_page(milestone_id)
         self.board.set_records([])
@@ -306,6 +309,7 @@ class MainWindow(ReadOnlyProject):
         if record is None:
             return None
         page = MilestonePage(milestone_id, self.clock, self)
+        page.changes.files.viewed = self._viewed.setdefault(milestone_id, {})
         self.milestone_pages[milestone_id] = page
         self._connect_page(page)
         page.monitor.set_limits(self._max_rejections)
