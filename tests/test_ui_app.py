@@ -131,7 +131,7 @@ def test_a_whole_milestone_runs_and_the_window_shows_it_without_blocking(
     ticker.timeout.connect(tick)
     ticker.start(1)
     window.open_project(git_repo)
-    assert window.pages.currentWidget() is window.workspace
+    assert window.pages.currentWidget() is window.tabs
     page = app_window.page()  # opened from its card as soon as it is listed, watched live
     app_window.wait_status("m1", "completed")
     ticker.stop()
@@ -298,7 +298,7 @@ def test_a_folder_without_anima_offers_to_initialise_it(qtbot, git_repo: Path, t
         assert w.window.engine is None
         w.window.init_button.click()
         assert (git_repo / ".anima").is_dir()
-        assert w.window.pages.currentWidget() is w.window.workspace
+        assert w.window.pages.currentWidget() is w.window.tabs
         assert list((git_repo / ".anima" / "milestones").glob("*.md")) == []
         # What next: the empty board says it, and offers the example milestone in one click.
         assert w.window.board_page.currentWidget() is w.window.no_milestones

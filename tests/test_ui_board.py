@@ -154,8 +154,12 @@ def test_a_click_opens_the_page_and_open_pages_update_live_each_their_own(
     assert pages["a"].review.isVisibleTo(pages["a"]) and pages["a"].review.mode == "paused"
     click(card(board, "a"))  # already open: shown, not opened twice
     assert window.current_page() is pages["a"] and window.tabs.count() == 3
+    # What the reviewer marked viewed outlives the tab: closed and opened again, it is there.
+    pages["b"].changes.files.viewed["greet.py"] = 1234
     window.tabs.tabCloseRequested.emit(window.tabs.indexOf(pages["b"]))
     assert set(window.milestone_pages) == {"a"}
+    reopened = window.open_page("b")
+    assert reopened is not None and reopened.changes.files.viewed == {"greet.py": 1234}
 
 
 def test_review_and_resume_in_place(qtbot, board: Window, git_repo: Path) -> None:
@@ -210,3 +214,19 @@ def test_a_page_in_a_background_tab_lays_nothing_out_until_shown(qtbot, board: W
     assert pane.lines_rendered == 0 and "nobody looked" not in pane.plain_text()
     window.tabs.setCurrentWidget(page)
     qtbot.waitUntil(lambda: "written while nobody looked" in pane.plain_text(), timeout=2000)
+
+
+def test_a_page_whose_transcript_cannot_be_read_still_shows_the_live_output(
+        qtbot, board: Window, git_repo: Path) -> None:
+    from anima.journal import TRANSCRIPT
+
+    # Something in the transcript's place that cannot be read (a folder).
+    (ProjectPaths(git_repo).transcripts("a") / TRANSCRIPT).mkdir(parents=True)
+    changed(board, "a", status="in_progress", started_at=NOW)
+    page = board.window.open_page("a")
+    assert page is not None
+    qtbot.waitUntil(lambda: not page.replaying, timeout=5000)
+    publish(board, ev.AssistantText("developer", "still live", milestone_id="a"))
+    pane = page.monitor.panes["developer"]
+    pane.flush()
+    assert "still live" in pane.plain_text()

@@ -255,7 +255,7 @@ def test_keys_for_hunks_and_files_find_in_the_diff_and_words_that_changed(
 
 
 def test_side_by_side_faces_old_and_new_lines(qtbot, git_repo: Path) -> None:
-    view, _ = review_view(qtbot, git_repo)
+    view, rec = review_view(qtbot, git_repo)
     view.side_by_side.setChecked(True)
     assert view.diff_stack.currentWidget() is view.sides
     left, right = view.sides.left.rows, view.sides.right.rows
@@ -265,6 +265,13 @@ def test_side_by_side_faces_old_and_new_lines(qtbot, git_repo: Path) -> None:
     assert view.sides.right.highlighter.words[n] == [(11, 2)]
     # Added lines with nothing facing them: a gap on the left.
     assert any(r.kind == "_" for r in left) and not any(r.kind == "_" for r in right)
+    # A comment saved meanwhile shows on the right, under its new line.
+    rec.comments = [ReviewComment(id="c1", path="app.py", line=2, text="why 10?",
+                                  at=datetime.now(UTC))]
+    view.show_record(rec)
+    right = view.sides.right.rows
+    at = next(i for i, r in enumerate(right) if r.kind == "+" and r.new_line == 2)
+    assert (right[at + 1].kind, right[at + 1].text) == ("#", "why 10?")
 
 
 def test_viewed_marks_count_and_reset_when_the_file_changes_again(

@@ -1,5 +1,6 @@
-"""A `claude` that is installed but not logged in, in the window: one error that says what to
-do, a pause that is not a rejection, and an Acceptor that never ran."""
+"""A `claude` that is installed but not logged in, in the window: one message that says what
+to do, on the milestone's card and its page (not repeated in the banner), a pause that is not
+a rejection, and an Acceptor that never ran."""
 
 from __future__ import annotations
 
@@ -32,7 +33,10 @@ def test_not_logged_in_is_an_error_not_rejections(
         w.window.resize(1024, 700)
         w.window.open_project(git_repo)
         w.wait_status("m1", "paused")
-        qtbot.waitUntil(lambda: WORDS in w.window.errors.messages, timeout=10000)
+        card = w.window.board.cards["m1"]
+        qtbot.waitUntil(lambda: card.state.text() == WORDS, timeout=10000)
+        qtbot.wait(300)  # the engine's error, if any, has arrived too
+        assert WORDS not in w.window.errors.messages  # said once: on the card, not the banner
         page = w.page()
         monitor = page.monitor
         assert w.pane_text("acceptor").strip() == ""  # it never ran: nothing to show

@@ -61,7 +61,7 @@ def test_a_project_run_elsewhere_opens_read_only_then_for_real_when_freed(
         notice = next(m for m in window.errors.messages if m.startswith("Opened read-only"))
         assert f"pid {held.pid}" in notice and "anima run /elsewhere --headless" in notice
         assert window.engine is None and "(read-only)" in window.windowTitle()
-        assert window.pages.currentWidget() is window.workspace  # not "initialise it"
+        assert window.pages.currentWidget() is window.tabs  # not "initialise it"
         assert w.status_of("m1") == "pending"
         page = w.page()
         assert not page.review.isEnabled() and not window.add_action.isEnabled()

@@ -336,8 +336,15 @@ class EngineBridge(QObject):
 
     def transcript(self, milestone_id: str,
                    on_done: Callable[[list[ev.AgentEvent]], None]) -> None:
+        """The milestone's recorded events; an unreadable transcript is logged and reads as
+        none (the live output must not wait for it)."""
+        def unreadable(error: BaseException) -> None:
+            log.warning("could not read the transcript of %s: %s", milestone_id, error)
+            on_done([])
+
         self.call(f"Reading the transcript of {milestone_id}",
-                  lambda: self._engine().transcript(milestone_id), on_done=on_done)
+                  lambda: self._engine().transcript(milestone_id), on_done=on_done,
+                  on_error=unreadable)
 
     # --- lifetime ------------------------------------------------------------------------------
     def close(self, *, wait: bool = True) -> None:

@@ -585,8 +585,9 @@ class ChangesView(QWidget):
                                        "awaiting your review.")
             self.comment_box.cancel()
         self.diff.commentable = self._commentable()
-        if self.diff.file is not None and not self.comment_box.isVisible():
-            self.diff.show_comments(self._file_comments(self.diff.file.path))
+        for view in (self.diff, self.sides.right):  # whichever is on screen, both kept true
+            if view.file is not None and not self.comment_box.isVisible():
+                view.show_comments(self._file_comments(view.file.path))
         self._on_comment_selected(self.comment_list.currentItem())
 
     @property

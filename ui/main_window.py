@@ -73,6 +73,8 @@ class MainWindow(ReadOnlyProject):
         self._records: dict[str, MilestoneRecord] = {}
         self._phases: dict[str, ev.PhaseChanged] = {}
         self.milestone_pages: dict[str, MilestonePage] = {}
+        #: The files marked viewed, per milestone: they outlive a page closed and reopened.
+        self._viewed: dict[str, dict[str, int]] = {}
         self._max_rejections = 3  # until the engine says which limit it runs with
         self._closing = False
         self._ask_before_closing = True
@@ -105,7 +107,6 @@ class MainWindow(ReadOnlyProject):
         self.tabs.tabBar().setTabButton(0, QTabBar.ButtonPosition.RightSide, None)
         self.tabs.tabBar().setTabButton(0, QTabBar.ButtonPosition.LeftSide, None)
         self.tabs.tabCloseRequested.connect(self._on_tab_close_requested)
-        self.workspace = self.tabs
 
         self.no_project = EmptyState(
             "No project open",
@@ -122,7 +123,7 @@ class MainWindow(ReadOnlyProject):
         self.no_anima.finish()
 
         self.pages = QStackedWidget(self)
-        for page in (self.no_project, self.no_anima, self.workspace):
+        for page in (self.no_project, self.no_anima, self.tabs):
             self.pages.addWidget(page)
         central = QWidget(self)
         central_layout = QVBoxLayout(central)
@@ -163,6 +164,7 @@ class MainWindow(ReadOnlyProject):
         self.errors.clear()
         self._records.clear()
         self._phases.clear()
+        self._viewed.clear()
         for milestone_id in list(self.milestone_pages):
             self.close_page(milestone_id)
         self.board.set_records([])
@@ -189,7 +191,7 @@ class MainWindow(ReadOnlyProject):
                 "folder is touched.")
             self.pages.setCurrentWidget(self.no_anima)
         else:
-            self.pages.setCurrentWidget(self.workspace)
+            self.pages.setCurrentWidget(self.tabs)
         self.board_page.setCurrentWidget(self.board if self._records else self.no_milestones)
         has_engine = self.engine is not None
         for widget in (self.add_action, self.example_button):
@@ -307,6 +309,7 @@ class MainWindow(ReadOnlyProject):
         if record is None:
             return None
         page = MilestonePage(milestone_id, self.clock, self)
+        page.changes.files.viewed = self._viewed.setdefault(milestone_id, {})
         self.milestone_pages[milestone_id] = page
         self._connect_page(page)
         page.monitor.set_limits(self._max_rejections)
@@ -398,6 +401,9 @@ class MainWindow(ReadOnlyProject):
     @Slot(object)
     def _on_milestone_changed(self, event: ev.MilestoneChanged) -> None:
         record = event.record
+        if record.pause_reason:  # said by its card and its decision bar: not the banner too
+            for said in (record.pause_reason, f"{record.id}: {record.pause_reason}"):
+                self.errors.dismiss(said)
         first = not self._records
         self._records[record.id] = record
         self.board.update_record(record)
@@ -460,7 +466,9 @@ class MainWindow(ReadOnlyProject):
     def _on_error(self, event: ev.EngineError) -> None:
         prefix = f"{event.milestone_id}: " if event.milestone_id and \
             event.milestone_id not in event.message else ""
-        self.errors.add(prefix + event.message)
+        # A pause's reason is said by its card and its decision bar: not by the banner too.
+        if not any(r.pause_reason == event.message for r in self._records.values()):
+            self.errors.add(prefix + event.message)
         # A refused request re-enables the decision it came from.
         for page in self.milestone_pages.values():
             page.review.setEnabled(True)
