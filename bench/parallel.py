@@ -274,11 +274,13 @@ def run(root: Path, claude: str, latency: float, milestones: int, features: int,
             wall = time.monotonic() - started
         finally:
             stop(proc)
-    if code != 0:
-        raise SystemExit(f"anima run ({parallel} at once) exited {code}:\n"
-                         f"{out.read_text(errors='replace')[-3000:]}")
     store = Store(ProjectPaths(repo))
     records = [store.load_record(f"m{i + 1}") for i in range(milestones)]
+    if code != 0:
+        why = "; ".join(f"{r.id} {r.status}: {r.error or r.pause_reason}" for r in records
+                        if r.status is not MilestoneStatus.COMPLETED)
+        raise SystemExit(f"anima run ({parallel} at once) exited {code}: {why}\n"
+                         f"its output: {out} (--keep keeps it)")
     for rec in records:
         if rec.status is not MilestoneStatus.COMPLETED or not (rec.merge and rec.merge.merged):
             raise SystemExit(f"{rec.id} did not complete and merge: {rec.status}, "
