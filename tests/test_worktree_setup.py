@@ -6,6 +6,7 @@ engine."""
 from __future__ import annotations
 
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,30 @@ def test_a_confined_developer_commits_as_you(
     assert record(git_repo, "m1").status is MilestoneStatus.COMPLETED
     commits = run_git(git_repo, "log", "--format=%an <%ae> %s", "main^1..main^2")
     assert commits.splitlines() == ["Ada Human <ada@example.org> feat: F1"]  # its own commit
+
+
+def test_worktrees_added_at_once_from_several_threads_all_succeed(tmp_path: Path) -> None:
+    """Milestones start on threads of their own; `git worktree add` can read another add's
+    half-made admin folder and fail (about one call in a hundred, three at a time), unless
+    the adds take turns."""
+    from anima.paths import ProjectPaths
+    from tests.conftest import init_repo
+
+    failures: list[str] = []
+    for trial in range(8):
+        repo = init_repo(tmp_path / f"repo{trial}", {"README.md": "x\n"})
+        paths, project = ProjectPaths(repo), GitRepo.open(repo)
+
+        def add(i: int, paths: ProjectPaths = paths, project: GitRepo = project) -> None:
+            try:
+                project.add_worktree(paths.worktree(f"m{i}"), f"milestone/m{i}", "main")
+            except Exception as e:  # what a milestone's start would fail with
+                failures.append(str(e))
+
+        threads = [threading.Thread(target=add, args=(i,)) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert failures == []
+        assert len(project.worktrees()) == 6

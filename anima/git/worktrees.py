@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,11 @@ class Worktree:
     path: Path
     branch: str | None
     prunable: bool
+
+
+#: Held while a worktree is added or removed: milestones start on threads of their own, and
+#: `git worktree add` can read another add's half-made `.git/worktrees/<id>/` and fail.
+_CHANGING = threading.Lock()
 
 
 class Worktrees(RepoBase):
@@ -52,6 +58,13 @@ class Worktrees(RepoBase):
         """
         if self._run(["check-ref-format", f"refs/heads/{branch}"], check=False)[0] != 0:
             raise GitError(f"{branch!r} is not a valid git branch name")
+        with _CHANGING:
+            self._add_worktree(path, branch, main)
+        return self._text(["merge-base", f"refs/heads/{main}", f"refs/heads/{branch}"],
+                          what=f"Branch {branch!r} shares no history with {main!r} in "
+                               f"{self.root}")
+
+    def _add_worktree(self, path: Path, branch: str, main: str) -> None:
         if not self.branch_exists(branch):
             self._run(["branch", "--no-track", self._rev_arg(branch, "branch name"),
                        f"refs/heads/{self._rev_arg(main, 'branch name')}"],
@@ -68,13 +81,14 @@ class Worktrees(RepoBase):
             self._run(["worktree", "add", "--quiet", str(path),
                        self._rev_arg(branch, "branch name")],
                       what=f"Cannot add a worktree for {branch} at {path}")
-        return self._text(["merge-base", f"refs/heads/{main}", f"refs/heads/{branch}"],
-                          what=f"Branch {branch!r} shares no history with {main!r} in "
-                               f"{self.root}")
 
     def remove_worktree(self, path: Path) -> bool:
         """Remove a milestone's worktree (its branch stays); True when there was one. Call
         only once what it held is committed or stashed: its files go."""
+        with _CHANGING:
+            return self._remove_worktree(path)
+
+    def _remove_worktree(self, path: Path) -> bool:
         known = any(w.path == path for w in self.worktrees())
         if known:
             self._run(["worktree", "remove", "--force", "--force", str(path)], check=False)
