@@ -10,14 +10,14 @@ a test's scripted replies line up with the agent's real model calls.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fakes.stub_server import ScriptedStub
 
 
 @dataclass
@@ -172,7 +172,7 @@ def usage_limit_reached(resets_at: float) -> Reply:
                           "retry-after": str(max(1, int(resets_at - time.time())))})
 
 
-class ApiStub:
+class ApiStub(ScriptedStub):
     """Threaded HTTP server on 127.0.0.1:<random port>; use as a context manager.
 
     `replies` is consumed by agent requests (see `is_agent_request`) in order; when empty,
@@ -182,6 +182,8 @@ class ApiStub:
     call, standing for a real model's (benches); side requests are answered at once.
     """
 
+    thread_name = "api-stub"
+
     def __init__(
         self,
         default: Any = "OK",
@@ -189,100 +191,29 @@ class ApiStub:
         is_main: Callable[[dict[str, Any]], bool] = is_agent_request,
         latency: float = 0.0,
     ) -> None:
-        self.default = default
+        super().__init__(default)
         self.side_reply = side_reply
         self.is_main = is_main
         self.latency = latency
-        self.requests: list[dict[str, Any]] = []
         self.other_paths: list[str] = []
         self.counted: list[dict[str, Any]] = []  # count_tokens request bodies
-        self._replies: deque[Any] = deque()
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self._closing = threading.Event()
-
-    # --- script ---------------------------------------------------------------------------
-
-    def push(self, *replies: Any) -> None:
-        """Queue replies for the next agent requests."""
-        with self._lock:
-            self._replies.extend(replies)
 
     def clear(self) -> None:
         with self._lock:
             self._replies.clear()
             self.requests.clear()
 
-    @property
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._replies)
-
     def agent_requests(self) -> list[dict[str, Any]]:
         """Recorded main-loop requests (side requests filtered out)."""
         with self._lock:
             return [r for r in self.requests if self.is_main(r)]
-
-    def wait_for_requests(self, n: int, timeout: float = 10.0) -> list[dict[str, Any]]:
-        """Block until at least n agent requests arrived (for tests that race a stream)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            reqs = self.agent_requests()
-            if len(reqs) >= n:
-                return reqs
-            time.sleep(0.02)
-        raise TimeoutError(f"stub saw {len(self.agent_requests())} agent requests, wanted {n}")
 
     def _next_reply(self, request: dict[str, Any]) -> Reply:
         if is_compaction_request(request):
             return compaction_answer(request)
         if not self.is_main(request):
             return _coerce(self.side_reply, request)
-        with self._lock:
-            spec = self._replies.popleft() if self._replies else self.default
-        return _coerce(spec, request)
-
-    # --- server ---------------------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "stub not started"
-        return self._server.server_address[1]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> ApiStub:
-        stub = self
-
-        class Handler(_Handler):
-            owner = stub
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="api-stub", kwargs={"poll_interval": 0.05},
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._closing.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-
-    def __enter__(self) -> ApiStub:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return _coerce(self._queued(), request)
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
@@ -427,3 +358,6 @@ class _Handler(BaseHTTPRequestHandler):
                        "usage": {"output_tokens": usage["output_tokens"]}}))
         out.write(_sse("message_stop", {"type": "message_stop"}))
         out.flush()
+
+
+ApiStub.handler = _Handler

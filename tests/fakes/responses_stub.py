@@ -10,15 +10,15 @@ it.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+
+from tests.fakes.stub_server import ScriptedStub
 
 #: The model the stub says it is (Codex warns, harmlessly, that it has no metadata for it).
 STUB_MODEL = "gpt-stub"
@@ -113,51 +113,14 @@ def server_error() -> Reply:
     return Reply(status=500, error={"type": "server_error", "message": "The server had an error"})
 
 
-class ResponsesStub:
-    """Threaded HTTP server on 127.0.0.1:<random port>; use as a context manager.
+class ResponsesStub(ScriptedStub):
+    """Model calls take the pushed replies in order, then `default`; `requests` records
+    every body."""
 
-    Model calls take `replies` in order, then `default`. `requests` records every body.
-    """
-
-    def __init__(self, default: Any = "OK") -> None:
-        self.default = default
-        self.requests: list[dict[str, Any]] = []
-        self._replies: deque[Any] = deque()
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self._closing = threading.Event()
-
-    def push(self, *replies: Any) -> None:
-        with self._lock:
-            self._replies.extend(replies)
-
-    @property
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._replies)
-
-    def agent_requests(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return list(self.requests)
-
-    def wait_for_requests(self, n: int, timeout: float = 10.0) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if len(found := self.agent_requests()) >= n:
-                return found
-            time.sleep(0.02)
-        raise TimeoutError(f"stub saw {len(self.agent_requests())} requests, wanted {n}")
+    thread_name = "responses-stub"
 
     def _next_reply(self, request: dict[str, Any]) -> Reply:
-        with self._lock:
-            spec = self._replies.popleft() if self._replies else self.default
-        return _coerce(spec, request)
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "stub not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return _coerce(self._queued(), request)
 
     def codex_home(self, folder: Path, retries: int = 0) -> Path:
         """A CODEX_HOME whose config.toml makes Codex use this stub (key from KEY_VAR)."""
@@ -169,34 +132,6 @@ class ResponsesStub:
             f"request_max_retries = {retries}\nstream_max_retries = {retries}\n",
             encoding="utf-8")
         return folder
-
-    def start(self) -> ResponsesStub:
-        stub = self
-
-        class Handler(_Handler):
-            owner = stub
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="responses-stub",
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._closing.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-
-    def __enter__(self) -> ResponsesStub:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _sse(data: dict[str, Any]) -> bytes:
@@ -289,3 +224,6 @@ class _Handler(BaseHTTPRequestHandler):
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
         out.write(_sse({"type": "response.completed", "response": {"id": rid, "usage": usage}}))
         out.flush()
+
+
+ResponsesStub.handler = _Handler
