@@ -292,6 +292,23 @@ class Soak:
             return "starting"
         return rec.phase
 
+    def kill(self, proc: subprocess.Popen[bytes]) -> bool:
+        """SIGKILL Anima; a third of the time a power cut (its git and its agents die with
+        it, frozen first). Returns whether it was one."""
+        power_cut = self.rng.random() < 0.33
+        frozen: set[int] = set()
+        while power_cut and (new := {proc.pid, *descendants(proc.pid)} - frozen):
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+            frozen |= new
+        proc.send_signal(signal.SIGKILL)
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+        return power_cut
+
     def trial(self, n: int) -> None:
         proc, out = self.start()
         self.wait_started(proc, out)
@@ -304,18 +321,7 @@ class Soak:
                 proc.wait(self.rng.uniform(0.05, 2.5))
             alive = proc.poll() is None
         if alive:
-            power_cut = self.rng.random() < 0.33
-            frozen: set[int] = set()  # its git and its agents die with it, frozen first
-            while power_cut and (new := {proc.pid, *descendants(proc.pid)} - frozen):
-                for pid in new:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGSTOP)
-                frozen |= new
-            proc.send_signal(signal.SIGKILL)
-            for pid in frozen:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            proc.wait()
+            power_cut = self.kill(proc)
             self.kills += 1
             self.aimed += aimed
             self.power_cuts += power_cut
@@ -680,18 +686,7 @@ class ParallelSoak(Soak):
         self.check_orphans(proc.pid, f"trial {n} after restart")
         alive = self.aim(proc)
         if alive:
-            power_cut = self.rng.random() < 0.33
-            frozen: set[int] = set()
-            while power_cut and (new := {proc.pid, *descendants(proc.pid)} - frozen):
-                for pid in new:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGSTOP)
-                frozen |= new
-            proc.send_signal(signal.SIGKILL)
-            for pid in frozen:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            proc.wait()
+            power_cut = self.kill(proc)
             self.kills += 1
             self.aims[self.last_aim] += 1
             self.aimed += self.last_aim != "random"
