@@ -141,3 +141,19 @@ def test_a_request_codex_makes_of_anima_is_shown_not_lost() -> None:
                                   b'"params":{"threadId":"t","turnId":"u","itemId":"c"}}')
     assert isinstance(shown, RawOutput)
     assert "codex asked 'item/commandExecution/requestApproval'" in shown.text
+
+
+def test_the_sandbox_keeps_a_clis_whole_npm_tree_visible(tmp_path: Path) -> None:
+    """`@openai/codex` runs the binary of its sibling package `@openai/codex-linux-x64`: with
+    only its own folder visible, a checkout under /tmp (the sandbox's private /tmp) broke
+    every codex agent with "Missing optional dependency"."""
+    from anima.agents.dialect import AgentBinary
+
+    modules = tmp_path / ".codex-cli" / "node_modules"
+    script = modules / "@openai" / "codex" / "bin" / "codex.js"
+    script.parent.mkdir(parents=True)
+    script.write_text("// the launcher\n")
+    (modules / ".bin").mkdir()
+    (modules / ".bin" / "codex").symlink_to("../@openai/codex/bin/codex.js")
+    paths = AgentBinary([str(modules / ".bin" / "codex")], "0.1").install_paths()
+    assert modules in paths and script.parent in paths

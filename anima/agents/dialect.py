@@ -50,11 +50,15 @@ class AgentBinary:
 
     def install_paths(self) -> tuple[Path, ...]:
         """What a sandbox must keep visible to run it: the folders of the files its command
-        names, and their real locations (npm links `.bin/<cli>` into its package)."""
+        names, and their real locations (npm links `.bin/<cli>` into its package). Inside
+        an npm tree, the whole `node_modules`: a package may run a sibling (`@openai/codex`
+        runs the binary of `@openai/codex-linux-x64`)."""
         found: list[Path] = []
         for word in self.argv:
             if os.path.isabs(word) and os.path.exists(word):
-                found += [Path(word).parent, Path(os.path.realpath(word)).parent]
+                real = Path(os.path.realpath(word))
+                found += [Path(word).parent, real.parent]
+                found += [p for p in real.parents if p.name == "node_modules"][-1:]
         return tuple(dict.fromkeys(found))
 
 
