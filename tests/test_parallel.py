@@ -358,3 +358,37 @@ def test_an_approval_that_no_longer_merges_goes_through_a_merge_round(
     (merge_round,) = [it for it in rec.iterations if it.kind is RoundKind.MERGE]
     assert merge_round.verdict is Verdict.ACCEPTED
     assert run_git(git_repo, "rev-parse", "main^2") == merge_round.commit
+
+
+def test_one_milestones_developer_cannot_move_a_branch_made_after_it_started(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """a's Developer starts before b exists; once b's branch is made, a's Developer is
+    restarted on its session before its next turn, so the sandbox protects milestone/b from
+    it too: its `git update-ref` of b's branch fails, and b holds nothing of a's."""
+    tamper = ("for i in $(seq 100); do git rev-parse -q --verify refs/heads/milestone/b "
+              ">/dev/null && break; sleep 0.1; done; "
+              "git update-ref refs/heads/milestone/b HEAD || true")
+    project(git_repo, ["a"])
+    fake_claude.write_script({"milestones": {
+        "a": {"feature_dir": "features/a",
+              "developer": [{"auto": True, "delay": 2.0}, {"shell": [tamper], "auto": True}]},
+        "b": {"feature_dir": "features/b", "developer_default": {"auto": True, "delay": 0.5}}}})
+    fake_claude.use_env(monkeypatch)
+    engine = Engine(git_repo)
+    worker = threading.Thread(target=engine.run, kwargs={"watch": True, "start_all": True})
+    worker.start()
+    milestones = git_repo / ".anima" / "milestones"
+    try:
+        wait_until(lambda: fake_claude.entries("developer"), what="a's first turn")
+        (milestones / "b.md").write_text(TWO, encoding="utf-8")
+        wait_until(lambda: (milestones / "b.json").exists() and all(
+            record(git_repo, i).status is MilestoneStatus.COMPLETED for i in ("a", "b")),
+            timeout=120, what="both completed")
+    finally:
+        engine.shutdown()
+        worker.join(30)
+    a_first = record(git_repo, "a").iterations[0].commit
+    assert a_first is not None
+    assert subprocess.run(["git", "merge-base", "--is-ancestor", a_first, "milestone/b"],
+                          cwd=git_repo).returncode == 1
+    assert "restarted on its session" in (git_repo / ".anima" / "logs" / "a.log").read_text()

@@ -63,7 +63,12 @@ from anima.logsetup import configure_logging
 from anima.loop import actions, rewind
 from anima.loop.account import AccountGate
 from anima.loop.completion import MergeQueue, finish_completed, merge_pending
-from anima.loop.confinement import MilestoneSandbox, SandboxPolicy, sandbox_problem
+from anima.loop.confinement import (
+    BranchEpoch,
+    MilestoneSandbox,
+    SandboxPolicy,
+    sandbox_problem,
+)
 from anima.loop.recovery import AgentRegistry, recover_project
 from anima.loop.run import MilestoneRun
 from anima.loop.seats import Agent, RunControl
@@ -134,6 +139,7 @@ class Engine:
         #: per agent CLI, the one API account behind every pair that uses it
         self._accounts: dict[str, AccountGate] = {}
         self._merge_queue = MergeQueue()
+        self._branches = BranchEpoch()  # milestone branches made while agents run
         self.milestones = MilestoneQueue(self.store, self.bus, lambda: self.config, self._log)
         self.bus.subscribe(self._on_held)
         self.bus.subscribe(self._keep_lock)
@@ -439,6 +445,7 @@ class Engine:
                            summarizer=self.summarizer, control=control,
                            dialects={role: self.agents.backend(role) for role in ROLES},
                            sandbox=sandbox, merge_queue=self._merge_queue,
+                           branches=self._branches,
                            accounts={role: self._accounts.setdefault(
                                getattr(config, role).agent, AccountGate()) for role in ROLES})
         session.run = run

@@ -11,6 +11,7 @@ and the other branches, other worktrees and `~/.gitconfig` stay read-only.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -136,3 +137,23 @@ def _admin_dir(worktree: Path) -> Path:
     with `git worktree add`; the sandbox keeps it read-only)."""
     text = (worktree / ".git").read_text(encoding="utf-8").strip()
     return Path(os.path.realpath(worktree / text.removeprefix("gitdir:").strip()))
+
+
+class BranchEpoch:
+    """How many milestone branches were made while agents run. The sandbox protects the
+    branch refs that exist when an agent starts; a Developer confined before the newest one
+    is restarted (on its session) before its next turn, so that branch is protected from it
+    too. Shared by the runs of one engine."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value = 0
+
+    @property
+    def value(self) -> int:
+        with self._lock:
+            return self._value
+
+    def bump(self) -> None:
+        with self._lock:
+            self._value += 1

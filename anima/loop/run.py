@@ -45,7 +45,7 @@ from anima.loop.completion import (
     begin_completion,
     finish_completed,
 )
-from anima.loop.confinement import MilestoneSandbox
+from anima.loop.confinement import BranchEpoch, MilestoneSandbox
 from anima.loop.fault_policy import AgentFault, NotLoggedIn
 from anima.loop.ledger import Ledger
 from anima.loop.limits import LIMITS, REJECTIONS
@@ -94,7 +94,8 @@ class MilestoneRun:
                  summarizer: Summarizer, control: RunControl, dialects: Mapping[str, Dialect],
                  sandbox: MilestoneSandbox | None = None,
                  accounts: Mapping[str, AccountGate] | None = None,
-                 merge_queue: MergeQueue | None = None) -> None:
+                 merge_queue: MergeQueue | None = None,
+                 branches: BranchEpoch | None = None) -> None:
         self.record = record
         self.store = store
         #: state.json's list of running milestones, shared with the engine's other runs
@@ -127,7 +128,8 @@ class MilestoneRun:
         self.seats = Seats(record=record, store=store, root=repo.root, config=config,
                            make_agent=agents, dialects=dialects, bus=bus, control=control,
                            ledger=self.ledger, save=self._save, log_line=self._log,
-                           request_pause=self._request_pause, accounts=accounts)
+                           request_pause=self._request_pause, accounts=accounts,
+                           branches=branches)
         self._guard = TurnGuard(store.paths, repo, record.id, confined=self.sandbox.active)
         self.branch = BranchKeeper(record=record, repo=repo, guard=self._guard, ledger=self.ledger,
                                    save=self._save, log_line=self._log,
@@ -250,6 +252,8 @@ class MilestoneRun:
         rec.main_branch = main
         rec.main_head = self.project.branch_head(main)
         rec.base_commit = self._enter_worktree(never_started)
+        if self.sandbox.active:  # the other milestones' Developers are confined again
+            self.seats.branches.bump()
         rec.started_at = rec.started_at or now()
         self._log(f"branch {rec.branch_name} at {rec.base_commit[:7]}, in "
                   f"{self.repo.root.relative_to(self.project.root)}")

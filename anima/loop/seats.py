@@ -30,6 +30,7 @@ from anima.events import (
     UsageLimitWait,
 )
 from anima.loop.account import AccountGate
+from anima.loop.confinement import BranchEpoch
 from anima.loop.fault_policy import FaultPolicy, Retry
 from anima.loop.ledger import Ledger
 from anima.loop.state import board
@@ -76,12 +77,16 @@ class Seats:
                  control: RunControl, ledger: Ledger,
                  save: Callable[[], None], log_line: Callable[[str], None],
                  request_pause: Callable[[str], None],
-                 accounts: Mapping[str, AccountGate] | None = None) -> None:
+                 accounts: Mapping[str, AccountGate] | None = None,
+                 branches: BranchEpoch | None = None) -> None:
         self.record = record
         #: per role, the API account it shares with the agents of every running milestone
         #: that use the same vendor
         shared = AccountGate()
         self.accounts = accounts or {DEVELOPER: shared, ACCEPTOR: shared}
+        #: milestone branches made while this milestone runs (see `BranchEpoch`)
+        self.branches = branches or BranchEpoch()
+        self._confined_at: dict[str, int] = {}  # role -> the epoch its agent started in
         self.store = store
         self.root = root
         self.config = config
@@ -151,6 +156,7 @@ class Seats:
             setattr(sessions, role, session_id)
             self._save()  # the session id is known before the process can write anything
         self._opening[role] = session_id
+        self._confined_at[role] = self.branches.value
         try:
             agent = self.make_agent(role, session_id, resume)
         finally:
@@ -193,6 +199,11 @@ class Seats:
             try:
                 if self.control.stop.is_set():
                     raise Stopped
+                if role == DEVELOPER and role in self._agents and \
+                        self._confined_at.get(role, 0) < self.branches.value:
+                    self._log(f"{role}: restarted on its session, so the sandbox protects "
+                              "the milestone branch made since it started")
+                    self.drop(role)
                 agent = self._agent(role)
                 # Last, right before sending: a limit another pair met meanwhile holds it too.
                 if (held := self.accounts[role].holding()) is not None:
