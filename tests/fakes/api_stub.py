@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.stub_server import ScriptedStub
+from tests.fakes.stub_server import JsonHandler, ScriptedStub, chunks, sse
 
 
 @dataclass
@@ -216,33 +215,13 @@ class ApiStub(ScriptedStub):
         return _coerce(self._queued(), request)
 
 
-def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
-
-
-def _chunks(text: str, size: int = 40) -> Iterator[str]:
-    for i in range(0, len(text), size):
-        yield text[i : i + size]
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     owner: ApiStub
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence the default stderr access log."""
 
     def _send_json(self, status: int, body: dict[str, Any],
                    headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.send_header("request-id", f"req_{uuid.uuid4().hex[:16]}")
-        self.end_headers()
-        self.wfile.write(data)
+        super()._send_json(status, body,
+                           {**(headers or {}), "request-id": f"req_{uuid.uuid4().hex[:16]}"})
 
     def do_GET(self) -> None:
         self.owner.other_paths.append(self.path)
@@ -333,30 +312,30 @@ class _Handler(BaseHTTPRequestHandler):
         start = dict(msg, content=[], stop_reason=None,
                      usage=dict(usage, output_tokens=1))
         out = self.wfile
-        out.write(_sse("message_start", {"type": "message_start", "message": start}))
+        out.write(sse("message_start", {"type": "message_start", "message": start}))
         out.flush()
         for index, block in enumerate(msg["content"]):
             if block["type"] == "text":
-                out.write(_sse("content_block_start", {"type": "content_block_start",
+                out.write(sse("content_block_start", {"type": "content_block_start",
                                "index": index, "content_block": {"type": "text", "text": ""}}))
-                for piece in _chunks(block["text"]) if block["text"] else []:
+                for piece in chunks(block["text"]) if block["text"] else []:
                     if reply.chunk_delay:
                         out.flush()
                         if self.owner._closing.wait(reply.chunk_delay):
                             return
-                    out.write(_sse("content_block_delta", {"type": "content_block_delta",
+                    out.write(sse("content_block_delta", {"type": "content_block_delta",
                               "index": index, "delta": {"type": "text_delta", "text": piece}}))
             else:
-                out.write(_sse("content_block_start", {"type": "content_block_start",
+                out.write(sse("content_block_start", {"type": "content_block_start",
                                "index": index, "content_block": dict(block, input={})}))
-                out.write(_sse("content_block_delta", {"type": "content_block_delta",
+                out.write(sse("content_block_delta", {"type": "content_block_delta",
                           "index": index, "delta": {"type": "input_json_delta",
                                                     "partial_json": json.dumps(block["input"])}}))
-            out.write(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
-        out.write(_sse("message_delta", {"type": "message_delta",
+            out.write(sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+        out.write(sse("message_delta", {"type": "message_delta",
                        "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None},
                        "usage": {"output_tokens": usage["output_tokens"]}}))
-        out.write(_sse("message_stop", {"type": "message_stop"}))
+        out.write(sse("message_stop", {"type": "message_stop"}))
         out.flush()
 
 

@@ -12,13 +12,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.stub_server import ScriptedStub
+from tests.fakes.stub_server import JsonHandler, ScriptedStub, chunks, sse
 
 #: The model the stub says it is (Codex warns, harmlessly, that it has no metadata for it).
 STUB_MODEL = "gpt-stub"
@@ -134,31 +132,13 @@ class ResponsesStub(ScriptedStub):
         return folder
 
 
-def _sse(data: dict[str, Any]) -> bytes:
-    return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
+def _event(data: dict[str, Any]) -> bytes:
+    """A Responses API stream event: its name is its `type`."""
+    return sse(data["type"], data)
 
 
-def _chunks(text: str, size: int = 40) -> Iterator[str]:
-    for i in range(0, len(text), size):
-        yield text[i: i + size]
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     owner: ResponsesStub
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence the default stderr access log."""
-
-    def _send_json(self, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_GET(self) -> None:
         self._send_json(200, {"data": [], "models": []}, {})
@@ -195,25 +175,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         out = self.wfile
         rid = f"resp_{uuid.uuid4().hex[:16]}"
-        out.write(_sse({"type": "response.created", "response": {"id": rid}}))
+        out.write(_event({"type": "response.created", "response": {"id": rid}}))
         out.flush()
         if reply.text:
             mid = f"msg_{uuid.uuid4().hex[:16]}"
-            out.write(_sse({"type": "response.output_item.added", "output_index": 0, "item": {
+            out.write(_event({"type": "response.output_item.added", "output_index": 0, "item": {
                 "type": "message", "role": "assistant", "id": mid, "content": []}}))
-            for piece in _chunks(reply.text):
-                out.write(_sse({"type": "response.output_text.delta", "item_id": mid,
+            for piece in chunks(reply.text):
+                out.write(_event({"type": "response.output_text.delta", "item_id": mid,
                                 "output_index": 0, "content_index": 0, "delta": piece}))
                 if reply.chunk_delay:
                     out.flush()
                     if self.owner._closing.wait(reply.chunk_delay):
                         return
-            out.write(_sse({"type": "response.output_item.done", "output_index": 0, "item": {
+            out.write(_event({"type": "response.output_item.done", "output_index": 0, "item": {
                 "type": "message", "role": "assistant", "id": mid,
                 "content": [{"type": "output_text", "text": reply.text, "annotations": []}]}}))
         for command in reply.commands:
             call = uuid.uuid4().hex[:16]
-            out.write(_sse({"type": "response.output_item.done", "item": {
+            out.write(_event({"type": "response.output_item.done", "item": {
                 "type": "function_call", "id": f"fc_{call}", "call_id": f"call_{call}",
                 "name": "exec_command", "arguments": json.dumps({"cmd": command})}}))
         size = len(json.dumps(body.get("input", []))) // 4
@@ -222,7 +202,7 @@ class _Handler(BaseHTTPRequestHandler):
                  "output_tokens_details": {"reasoning_tokens": 0}}
         usage.update(reply.usage or {})
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
-        out.write(_sse({"type": "response.completed", "response": {"id": rid, "usage": usage}}))
+        out.write(_event({"type": "response.completed", "response": {"id": rid, "usage": usage}}))
         out.flush()
 
 

@@ -5,11 +5,44 @@ random port, replies a test queues with `push` (then `default`), and every reque
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar, Self
+
+
+def sse(event: str, data: dict[str, Any]) -> bytes:
+    """One server-sent event."""
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def chunks(text: str, size: int = 40) -> Iterator[str]:
+    """A reply's text in the pieces a stream sends it in."""
+    for i in range(0, len(text), size):
+        yield text[i: i + size]
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """The stubs' request handler: quiet, keep-alive, JSON replies."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence the default stderr access log."""
+
+    def _send_json(self, status: int, body: dict[str, Any],
+                   headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
 
 class ScriptedStub:
