@@ -56,12 +56,19 @@ class Merging(BranchOps, History):
         return None
 
 
+    def _merge_tree(self, ours: str, theirs: str) -> tuple[int, str, list[str], str]:
+        """git's merge of two commits, in the object store only: (exit code, the merged
+        tree, the conflicting files, stderr)."""
+        code, out, err = self._run(["merge-tree", "--write-tree", "-z", "--name-only",
+                                    "--no-messages", ours, theirs], check=False)
+        tree, *names = [os.fsdecode(p) for p in out.split(b"\0") if p] or [""]
+        return code, tree, sorted(set(names)), err
+
     def merge_conflicts(self, commit: str, main: str) -> list[str]:
         """The files where merging `commit` into `main` conflicts (none: it merges)."""
-        code, out, _ = self._run(["merge-tree", "--write-tree", "-z", "--name-only",
-                                  "--no-messages", f"refs/heads/{self._rev_arg(main, 'branch')}",
-                                  self._rev_arg(commit)], check=False)
-        return sorted({os.fsdecode(p) for p in out.split(b"\0")[1:] if p}) if code == 1 else []
+        code, _, names, _ = self._merge_tree(f"refs/heads/{self._rev_arg(main, 'branch')}",
+                                             self._rev_arg(commit))
+        return names if code == 1 else []
 
     def merge_branch(self, branch: str, main: str, message: str,
                      replaceable: dict[str, bytes] | None = None) -> MergeOutcome:
@@ -83,12 +90,9 @@ class Merging(BranchOps, History):
         before, tip = self.branch_head(main), self.branch_head(branch)
         if self.is_ancestor(tip, before):
             return MergeOutcome(True, f"{main} already contains {branch}; nothing to merge")
-        code, out, err = self._run(["merge-tree", "--write-tree", "-z", "--name-only",
-                                    "--no-messages", before, tip], check=False)
-        tree, *names = [os.fsdecode(p) for p in out.split(b"\0") if p]
+        code, tree, conflicts, err = self._merge_tree(before, tip)
         if code != 0:
-            if code == 1 and names:
-                conflicts = sorted(set(names))
+            if code == 1 and conflicts:
                 return MergeOutcome(False, f"merging {branch} into {main} conflicts in "
                                            f"{listing(conflicts)}; {main} is unchanged "
                                            f"and {branch} is kept", conflicts=conflicts)
