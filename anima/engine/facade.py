@@ -549,10 +549,22 @@ class Engine:
         self.milestones.requested.add(milestone_id)
         self._wake.set()
 
+    def _action(self, action: str, milestone_id: str,
+                note: str = "") -> Callable[[], MilestoneRecord]:
+        """A human's decision on a milestone that waits for them, to run on the worker."""
+        if action == "resume":
+            return lambda: actions.resume(self.store, self.config, milestone_id, note, self.bus)
+        if action == "approve":
+            return lambda: actions.approve(self.store, self.repo, self.config, milestone_id,
+                                           self.bus)
+        if action == "abort":
+            return lambda: actions.abort(self.store, self.repo, self.config, milestone_id,
+                                         self.bus)
+        raise ActionError(f"unknown action {action!r}")
+
     def resume(self, milestone_id: str, note: str = "") -> None:
         self.milestones.broken.discard(milestone_id)
-        self._submit(lambda: actions.resume(self.store, self.config, milestone_id, note,
-                                            self.bus))
+        self._submit(self._action("resume", milestone_id, note))
 
     def continue_from_round(self, milestone_id: str, round_no: int, note: str = "") -> None:
         """Put a paused milestone's branch back to an accepted round, then resume it."""
@@ -561,16 +573,14 @@ class Engine:
                                                         milestone_id, round_no, note, self.bus))
 
     def approve(self, milestone_id: str) -> None:
-        self._submit(lambda: actions.approve(self.store, self.repo, self.config, milestone_id,
-                                             self.bus))
+        self._submit(self._action("approve", milestone_id))
 
     def request_changes(self, milestone_id: str, note: str) -> None:
         self._submit(lambda: actions.request_changes(self.store, milestone_id, note,
                                                      self.bus))
 
     def abort(self, milestone_id: str) -> None:
-        self._submit(lambda: actions.abort(self.store, self.repo, self.config, milestone_id,
-                                           self.bus))
+        self._submit(self._action("abort", milestone_id))
 
     def add_comment(self, milestone_id: str, path: str, line: int, text: str) -> None:
         """Comments are written at once (not queued behind a running milestone): the
@@ -616,20 +626,13 @@ class Engine:
         if action == "pause":
             self.pause_after_round(milestone_id)
             return f"{milestone_id} pauses after its round"
+        done = self._action(action, milestone_id, note)
         if (session := self._sessions.get(milestone_id)) is not None:
             if action != "abort":
                 raise ActionError(f"{milestone_id} is running: stop it first")
             self._stop_session(session, "user")  # it pauses as stopped by you, then goes
             if session.thread is not None:
                 session.thread.join(60)
-        done = {"resume": lambda: actions.resume(self.store, self.config, milestone_id, note,
-                                                 self.bus),
-                "approve": lambda: actions.approve(self.store, self.repo, self.config,
-                                                   milestone_id, self.bus),
-                "abort": lambda: actions.abort(self.store, self.repo, self.config,
-                                               milestone_id, self.bus)}.get(action)
-        if done is None:
-            raise ActionError(f"unknown action {action!r}")
         self.milestones.broken.discard(milestone_id)
         result: queue.Queue[MilestoneRecord | AnimaError] = queue.Queue()
 
