@@ -63,14 +63,11 @@ def real_claude() -> AgentBinary:
     return find_claude(path)
 
 
-def persistent_turns(binary: AgentBinary, cwd: Path, env: dict[str, str]) -> list[float]:
-    """Wall time of each turn on one long-lived process (start-up paid once, before)."""
-    agent = AgentProcess(DEVELOPER, binary, profile_for(DEVELOPER, Config()), cwd, EventBus(),
-                         session_id=str(uuid.uuid4()), turn_timeout=60, idle_timeout=60,
-                         env=env, dialect=CLAUDE)
+def timed_turns(agent: AgentProcess) -> list[float]:
+    """Start `agent`, warm it up, and time each of PERSISTENT_TURNS turns on it."""
     agent.start()
     try:
-        agent.send("warm up")  # the CLI initialises lazily on its first input
+        agent.send("warm up")  # a CLI initialises lazily on its first input
         times = []
         for i in range(PERSISTENT_TURNS):
             started = time.perf_counter()
@@ -80,6 +77,14 @@ def persistent_turns(binary: AgentBinary, cwd: Path, env: dict[str, str]) -> lis
         return times
     finally:
         agent.stop()
+
+
+def persistent_turns(binary: AgentBinary, cwd: Path, env: dict[str, str]) -> list[float]:
+    """Wall time of each turn on one long-lived process (start-up paid once, before)."""
+    agent = AgentProcess(DEVELOPER, binary, profile_for(DEVELOPER, Config()), cwd, EventBus(),
+                         session_id=str(uuid.uuid4()), turn_timeout=60, idle_timeout=60,
+                         env=env, dialect=CLAUDE)
+    return timed_turns(agent)
 
 
 def fresh_turns(binary: AgentBinary, cwd: Path, env: dict[str, str]) -> list[float]:
@@ -110,18 +115,7 @@ def codex_persistent_turns(binary: AgentBinary, cwd: Path, env: dict[str, str]) 
     agent = AgentProcess(DEVELOPER, binary, backend.profile(DEVELOPER, Config()), cwd,
                          EventBus(), session_id="", turn_timeout=60, idle_timeout=60, env=env,
                          dialect=backend)
-    agent.start()
-    try:
-        agent.send("warm up")
-        times = []
-        for i in range(PERSISTENT_TURNS):
-            started = time.perf_counter()
-            result = agent.send(f"turn {i}: reply ok")
-            times.append(time.perf_counter() - started)
-            assert result.text == REPLY, result
-        return times
-    finally:
-        agent.stop()
+    return timed_turns(agent)
 
 
 def codex_exec_turns(binary: AgentBinary, cwd: Path, env: dict[str, str]) -> list[float]:
