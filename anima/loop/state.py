@@ -70,7 +70,7 @@ class StateBoard:
     def leave(self, milestone_id: str) -> None:
         """`milestone_id` is no longer driven (paused, awaiting review, ended, stopped)."""
         with self._lock:
-            if self._running.pop(milestone_id, None) is not None or not self._running:
+            if self._running.pop(milestone_id, None) is not None:  # once, not per caller
                 self._write(self.store.load_records() if not self._running else None)
 
     def waiting(self, until: datetime | None, reason: str = "") -> None:
