@@ -593,10 +593,6 @@ class Engine:
     def remove_comment(self, milestone_id: str, comment_id: str) -> None:
         comments.remove_comment(self.store, milestone_id, comment_id, self.bus)
 
-    def running(self) -> list[str]:
-        """The milestones driven now."""
-        return list(self._sessions)
-
     def _chosen(self, milestone_id: str | None) -> list[_Session]:
         """The running milestone named (None: every running one)."""
         sessions = dict(self._sessions)

@@ -71,12 +71,6 @@ class MergeQueue:
                 self._waiting.remove(entry)
                 self._changed.notify_all()
 
-    def ahead_of(self, milestone_id: str) -> list[str]:
-        """The milestones that merge before this one."""
-        with self._changed:
-            ids = [m for _, m in self._waiting]
-        return ids[:ids.index(milestone_id)] if milestone_id in ids else ids
-
 
 def begin_completion(record: MilestoneRecord, config: Config) -> None:
     """Mark the record completed with its merge pending (not written: the caller does)."""

@@ -49,10 +49,6 @@ class StateBoard:
         self._running: dict[str, RunningMilestone] = {}
         self._waiting: tuple[datetime, str] | None = None
 
-    def running(self) -> list[str]:
-        with self._lock:
-            return list(self._running)
-
     def awake(self, record: MilestoneRecord, worktree: str | None = None,
               activity: str | None = None) -> None:
         """`record` is driven: its phase and round as they are now."""
