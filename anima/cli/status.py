@@ -164,8 +164,6 @@ def _scanned_report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
 
 
 def _print_table(paths: ProjectPaths) -> None:
-    from anima.store.dependencies import dependencies
-
     max_rejections, state, scan = _scan(paths)
     waiting = f"; {state.waiting_reason}" if state.waiting_reason else ""
     if len(state.running) > 1:
@@ -177,7 +175,7 @@ def _print_table(paths: ProjectPaths) -> None:
         print(f"  running {running.id}: round {running.round}, "
               f"{running.activity or running.phase.value}"
               + (f" (in {running.worktree})" if running.worktree else ""))
-    blocked = dependencies(scan.records).waiting
+    blocked = scan.dependencies.waiting
     print(sandbox_line(sandbox_status(paths)))
     if not scan.records:
         print("no milestones yet")

@@ -24,7 +24,6 @@ from anima.events import (
     ProblemReported,
     ProblemResolved,
 )
-from anima.store.dependencies import dependencies
 from anima.store.models import MilestoneRecord, MilestoneStatus
 from anima.store.store import Scan, Store
 
@@ -101,7 +100,7 @@ class MilestoneQueue:
         `depends_on` says what builds on what. Never one without its definition: the
         human's `.md` is what a milestone is, and a record alone may be anyone's."""
         self._report_orphans(scan)
-        deps = dependencies(scan.records)
+        deps = scan.dependencies
         records = [r for r in scan.records if r.id not in self.broken | scan.orphans | running
                    and r.id not in deps.broken]
         slots = limit - len(running)

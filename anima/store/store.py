@@ -21,7 +21,7 @@ from anima.config import describe_validation_error
 from anima.errors import AnimaError, MilestoneError, RecordError
 from anima.paths import ProjectPaths
 from anima.store.definitions import MilestoneDef
-from anima.store.dependencies import dependencies
+from anima.store.dependencies import Dependencies, dependencies
 from anima.store.migrations import migrate
 from anima.store.milestone_md import load_milestone
 from anima.store.models import (
@@ -94,6 +94,8 @@ class Scan:
     registered: list[str] = field(default_factory=list)
     #: Records listed without their definition (`<id>.md` is gone, or never was).
     orphans: set[str] = field(default_factory=set)
+    #: What the records' `depends_on` say: who waits for whom, and who never can start.
+    dependencies: Dependencies = field(default_factory=Dependencies)
 
 
 class Store:
@@ -267,7 +269,8 @@ class Store:
                 except RecordError as e:
                     result.problems.append(e)
         result.records.sort(key=lambda r: (r.created_at, r.id))
-        for milestone_id, why in dependencies(result.records).broken.items():
+        result.dependencies = dependencies(result.records)
+        for milestone_id, why in result.dependencies.broken.items():
             result.problems.append(MilestoneError(self.paths.milestone_md(milestone_id),
                                                   f"{why}; it is not started"))
         return result
