@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -64,7 +63,15 @@ from tests.conftest import (  # noqa: E402
     init_repo,
     real_claude_env,
 )
-from tests.fakes.api_stub import ApiStub, Reply, message_text, system_text  # noqa: E402
+from tests.fakes.api_stub import (  # noqa: E402
+    ApiStub,
+    Reply,
+    is_tool_result,
+    message_text,
+    system_text,
+    user_prompts,
+)
+from tests.fakes.pair_model import HASH, UNCHECKED  # noqa: E402
 from tests.helpers import make_project, milestone_md  # noqa: E402
 
 #: The issue's model call; the default is half of it, to stay under two minutes.
@@ -79,24 +86,9 @@ MACHINE_CORES, MACHINE_RAM_GB = 2, 24
 SAMPLE_S = 0.25
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
-UNCHECKED = re.compile(r"^\s*-\s*\[( |/|!)\]\s+(F\d+)\b", re.MULTILINE)
-HASH = re.compile(r"\b[0-9a-f]{40}\b")
 
 
 # --- the model ----------------------------------------------------------------------------
-
-
-def _is_tool_result(message: dict[str, Any]) -> bool:
-    content = message.get("content")
-    return isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
-
-
-def _last_prompt(request: dict[str, Any]) -> str:
-    """The last prompt Anima sent in this session (not a tool result)."""
-    prompts = [message_text(m) for m in request.get("messages", [])
-               if m.get("role") == "user" and not _is_tool_result(m)]
-    return prompts[-1] if prompts else ""
 
 
 def model(request: dict[str, Any]) -> Reply:
@@ -107,8 +99,8 @@ def model(request: dict[str, Any]) -> Reply:
     if "You are the Acceptor agent" in system_text(request):
         return Reply(text="ACCEPTED")
     messages = request["messages"]
-    found = UNCHECKED.search(_last_prompt(request))
-    if _is_tool_result(messages[-1]):
+    found = UNCHECKED.search((user_prompts(request) or [""])[-1])
+    if is_tool_result(messages[-1]):
         commit = (HASH.findall(message_text(messages[-1])) or ["(none)"])[-1]
         feature = found.group(2) if found else "F1"
         return Reply(text=(f"## Implementation Report\n\n**Feature**: {feature}\n"

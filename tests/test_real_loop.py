@@ -4,7 +4,6 @@ the model scripted by the local Messages API stub (it makes the CLI really run g
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,26 +13,18 @@ import pytest
 
 from anima.store.models import MilestoneStatus, Verdict
 from tests.conftest import run_git
-from tests.fakes.api_stub import ApiStub, Reply, message_text, system_text
+from tests.fakes.api_stub import (
+    ApiStub,
+    Reply,
+    is_tool_result,
+    message_text,
+    system_text,
+    user_prompts,
+)
+from tests.fakes.pair_model import HASH, UNCHECKED
 from tests.helpers import make_project, milestone_md, record
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.timeout(240)]
-
-UNCHECKED = re.compile(r"^\s*-\s*\[( |/|!)\]\s+(F\d+)\b", re.MULTILINE)
-HASH = re.compile(r"\b[0-9a-f]{40}\b")
-
-
-def _is_tool_result(message: dict[str, Any]) -> bool:
-    content = message.get("content")
-    return isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
-
-
-def _prompts(request: dict[str, Any]) -> list[str]:
-    """The user prompts Anima sent in this session (not tool results)."""
-    return [message_text(m) for m in request.get("messages", [])
-            if m.get("role") == "user" and not _is_tool_result(m)]
-
 
 class ScriptedModel:
     """Plays both roles like a diligent but imperfect pair: the first review is a rejection."""
@@ -45,9 +36,9 @@ class ScriptedModel:
 
     def developer(self, request: dict[str, Any]) -> Reply:
         messages = request["messages"]
-        prompt = _prompts(request)[-1]
+        prompt = user_prompts(request)[-1]
         found = UNCHECKED.search(prompt)
-        if _is_tool_result(messages[-1]):
+        if is_tool_result(messages[-1]):
             commit = HASH.findall(message_text(messages[-1]))[-1]
             feature = found.group(2) if found else "F1"
             return Reply(text=(f"## Implementation Report — Round 1\n\n**Feature**: {feature}\n"
@@ -65,8 +56,8 @@ class ScriptedModel:
 
     def acceptor(self, request: dict[str, Any]) -> Reply:
         messages = request["messages"]
-        prompts = _prompts(request)
-        if not _is_tool_result(messages[-1]):
+        prompts = user_prompts(request)
+        if not is_tool_result(messages[-1]):
             return Reply(tool_uses=[("Bash", {"command": "git show --stat HEAD",
                                               "description": "inspect"})])
         reviews = [p for p in prompts if "Review round" in p]

@@ -85,6 +85,19 @@ def message_text(message: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def is_tool_result(message: dict[str, Any]) -> bool:
+    """Whether a request message carries a tool's output (not a prompt)."""
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+
+
+def user_prompts(request: dict[str, Any]) -> list[str]:
+    """The prompts the client sent in this session, oldest first (not tool results)."""
+    return [message_text(m) for m in request.get("messages", [])
+            if m.get("role") == "user" and not is_tool_result(m)]
+
+
 def system_text(request: dict[str, Any]) -> str:
     """The request's system prompt (string or list of blocks) as one string."""
     system = request.get("system", "")

@@ -73,19 +73,12 @@ class PairModel:
 def for_claude(model: Callable[[Turn], Act]) -> Callable[[dict[str, Any]], api_stub.Reply]:
     """`model` answering the Messages stub."""
 
-    def tool_result(message: dict[str, Any]) -> bool:
-        content = message.get("content")
-        return isinstance(content, list) and any(
-            isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
-
     def reply(request: dict[str, Any]) -> api_stub.Reply:
-        messages = request["messages"]
-        prompts = [api_stub.message_text(m) for m in messages
-                   if m.get("role") == "user" and not tool_result(m)]
-        last = messages[-1]
+        last = request["messages"][-1]
         act = model(Turn(acceptor=ACCEPTOR_MARK in api_stub.system_text(request),
-                         prompts=prompts,
-                         tool_output=api_stub.message_text(last) if tool_result(last) else None))
+                         prompts=api_stub.user_prompts(request),
+                         tool_output=api_stub.message_text(last)
+                         if api_stub.is_tool_result(last) else None))
         if act.command:
             return api_stub.Reply(tool_uses=[("Bash", {"command": act.command,
                                                         "description": "run"})])
