@@ -40,9 +40,12 @@ from tests.fakes.api_stub import (  # noqa: E402
     Reply,
     count_tokens,
     is_compaction_request,
+    is_tool_result,
     message_text,
     system_text,
+    user_prompts,
 )
+from tests.fakes.pair_model import HASH, UNCHECKED  # noqa: E402
 from tests.helpers import make_project, milestone_md, record  # noqa: E402
 
 ROUNDS = 20
@@ -53,15 +56,7 @@ LINE = "0123456789 abcdefghij klmnopqrstuvwxyz"  # ~58 chars a line with Read's 
 MODEL = "claude-sonnet-4-5"
 TARGET_MAX = 100_000
 TARGET_RATIO = 0.5
-UNCHECKED = re.compile(r"^\s*-\s*\[( |/|!)\]\s+(F\d+)\b", re.MULTILINE)
 ROUND = re.compile(r"This is round (\d+)")
-HASH = re.compile(r"\b[0-9a-f]{40}\b")
-
-
-def _is_tool_result(message: dict[str, Any]) -> bool:
-    content = message.get("content")
-    return isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
 
 
 class Model:
@@ -75,13 +70,11 @@ class Model:
         if "You are the Acceptor agent" in system_text(request):
             return Reply(text="ACCEPTED")
         messages = request["messages"]
-        prompts = [i for i, m in enumerate(messages)
-                   if m.get("role") == "user" and not _is_tool_result(m)]
-        prompt = message_text(messages[prompts[-1]])
+        prompt = user_prompts(request)[-1]
         found, round_no = UNCHECKED.search(prompt), ROUND.search(prompt)
         feature = found.group(2) if found else "F1"
         n = int(round_no.group(1)) if round_no else 1
-        if not _is_tool_result(messages[-1]):
+        if not is_tool_result(messages[-1]):
             return Reply(tool_uses=[("Read", {"file_path": str(self.repo / data_file(n, k))})
                                     for k in range(FILES_PER_ROUND)])
         commits = HASH.findall(message_text(messages[-1]))

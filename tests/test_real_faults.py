@@ -14,9 +14,16 @@ import pytest
 
 from anima.events import clock
 from anima.store.models import MilestoneStatus, Verdict
-from tests.fakes.api_stub import ApiStub, Reply, overloaded, unauthorized, usage_limit_reached
+from tests.fakes.api_stub import (
+    ApiStub,
+    Reply,
+    overloaded,
+    unauthorized,
+    usage_limit_reached,
+    user_prompts,
+)
 from tests.helpers import make_project, milestone_md, record
-from tests.test_real_loop import ScriptedModel, _prompts
+from tests.test_real_loop import ScriptedModel
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.timeout(240)]
 
@@ -65,10 +72,10 @@ def test_a_subscriber_usage_limit_is_waited_out(real_claude_bin: str, real_env: 
     assert f"waiting for the usage limit to reset at {clock(resets)}" in out
     rec = record(project, "m1")
     assert rec.status is MilestoneStatus.COMPLETED and rec.consecutive_rejections == 0
-    task = _prompts(first)[-1]
+    task = user_prompts(first)[-1]
     task = task[task.index("You are working on milestone"):]
     # The same prompt, sent again in the same session (the request carries both).
-    assert sum(p.count(task) for p in _prompts(second)) == 2, _prompts(second)
+    assert sum(p.count(task) for p in user_prompts(second)) == 2, user_prompts(second)
 
 
 def test_529s_past_the_cli_retries_are_sent_again(real_claude_bin: str, real_env: dict[str, str],
