@@ -379,8 +379,8 @@ def test_a_lazy_fetch_never_runs_the_repositorys_upload_pack(env: Env) -> None:
     git(root, "config", "protocol.file.allow", "always")
     env.clear()
     repo = GitRepo.open(root)
-    assert repo.file_at("main", "f.txt") == b"version 2\n"
-    assert repo.file_at("old", "f.txt") is None  # missing here, and not fetched
+    assert repo.blob("refs/heads/main", "f.txt") == b"version 2\n"
+    assert repo.blob("refs/heads/old", "f.txt") is None  # missing here, and not fetched
     assert remote_refs(root) == {"refs/remotes/origin/HEAD": repo.head(),
                                  "refs/remotes/origin/main": repo.head(),
                                  "origin:refs/heads/main": repo.head()}

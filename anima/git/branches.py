@@ -97,7 +97,6 @@ class BranchOps(RepoBase):
         )
         return self.head()
 
-
     def stash_all(self, name: str) -> str | None:
         """Stash every change outside `.anima/`, untracked files included, as `name`.
 
@@ -127,7 +126,6 @@ class BranchOps(RepoBase):
         )
         return self._text(["rev-parse", "--verify", "refs/stash"])
 
-
     def agent_visits_since(self, since: float, branch: str) -> set[str]:
         """Commits an agent reached since `since` (Unix time): what this working tree's HEAD
         pointed at (checked out, committed), and where an agent's git moved `branch` from any
@@ -135,7 +133,6 @@ class BranchOps(RepoBase):
         visits = {commit for commit, _ in self._reflog_since("HEAD", since)}
         return visits | {commit for commit, subject in self._reflog_since(
             f"refs/heads/{branch}", since) if subject.startswith(AGENT_REFLOG_MARK)}
-
 
     def _reflog_since(self, ref: str, since: float) -> list[tuple[str, str]]:
         code, out, _ = self._run(
@@ -150,7 +147,6 @@ class BranchOps(RepoBase):
                 entries.append((commit, subject))
         return entries
 
-
     def delete_ref(self, ref: str, expected: str) -> None:
         """Delete `ref`, only while it still points at `expected`."""
         self._run(["update-ref", "-d", ref, expected], what=f"Cannot delete {ref} in {self.root}")
@@ -159,7 +155,6 @@ class BranchOps(RepoBase):
         """Point `ref` at `commit`: a ref of Anima's under refs/anima/ (it stays reachable),
         or a branch an agent deleted, put back."""
         self._run(["update-ref", ref, commit], what=f"Cannot create {ref} in {self.root}")
-
 
     def commit_anima_revert(self, base: str, paths: Sequence[str], message: str) -> str:
         """Commit `paths` back to how `base` has them (absent if it lacks them), and make the
@@ -185,7 +180,6 @@ class BranchOps(RepoBase):
             if target.is_symlink() or target.is_file():
                 target.unlink()
         return self.head()
-
 
     def reset_branch(self, branch: str, commit: str) -> None:
         """Put `branch` back at `commit`; when it is checked out here, its files follow."""

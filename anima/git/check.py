@@ -81,7 +81,6 @@ class CommitCheck(RepoBase):
             main_head=None if main_head is None else main_was or main_head,
             definitions=definitions, since=since)
 
-
     def check_resolved(
         self,
         commit: str,
@@ -117,7 +116,6 @@ class CommitCheck(RepoBase):
         if c is not None and base is not None:
             problems += self._anima_violations(commit, c, base, definitions)
         return problems
-
 
     def _off_branch(
         self, commit: str, c: str, branch: str, tip: str, base_commit: str, base: str,
@@ -156,7 +154,6 @@ class CommitCheck(RepoBase):
             f"tip of {branch}."
         ]
 
-
     def _anima_violations(
         self, commit: str, c: str, base: str, definitions: Mapping[str, bytes] | None
     ) -> list[str]:
@@ -172,7 +169,6 @@ class CommitCheck(RepoBase):
             "or config.json only exactly as the human wrote it)."
         ]
 
-
     def raw_changes(self, base: str, commit: str, *paths: str) -> list[RawChange]:
         """The paths base..commit changes (all of them, or those under `paths`), in git's
         order (by path)."""
@@ -187,7 +183,6 @@ class CommitCheck(RepoBase):
             if len(fields) >= 5:
                 changes.append(RawChange(os.fsdecode(raw_path), fields[4][0], fields[3]))
         return changes
-
 
     def anima_changes(
         self, base: str, commit: str, definitions: Mapping[str, bytes] | None = None,
@@ -209,7 +204,6 @@ class CommitCheck(RepoBase):
                 continue
             offending.append((path, letter))
         return sorted(offending)
-
 
     def _as_written(
         self, path: str, letter: str, blob: str, definitions: Mapping[str, bytes] | None

@@ -56,7 +56,6 @@ class History(RepoBase):
             pairs.append((commit, subject))
         return pairs
 
-
     def ancestry(self, since: str, tip: str) -> Ancestry:
         """`since..tip` with each commit's parents, in one call whose cost is the commits
         made since `since` (the round's), not the milestone's whole history. Both are full
@@ -88,7 +87,6 @@ class History(RepoBase):
                 path.add(commit)
         return Ancestry(since, tip, tuple(commits), frozenset(path))
 
-
     def independent(self, commits: Sequence[str]) -> list[str]:
         """`git merge-base --independent`: those of `commits` that no other one reaches (one
         walk for all of them; `[tip]` when every other commit is an ancestor of `tip`)."""
@@ -98,7 +96,6 @@ class History(RepoBase):
                  f"{' …' if len(commits) > 5 else ''} in {self.root}",
         )
         return out.split()
-
 
     def oneline_log(self, base: str, branch: str) -> str:
         """`git log --oneline base..branch` (newest first), for prompts and the UI."""
@@ -114,7 +111,6 @@ class History(RepoBase):
             ],
             what=f"Cannot read the log of {branch} since {short_hash(base)} in {self.root}",
         )
-
 
     def changed_files_between(self, old: str, new: str) -> list[str]:
         """Files that differ between two commits (a round's work: its start head to its commit)."""
@@ -132,7 +128,6 @@ class History(RepoBase):
             what=f"Cannot list the files changed between {old} and {new} in {self.root}",
         )
         return [os.fsdecode(p) for p in out.split(b"\0") if p]
-
 
     def diff_bytes(self, old: str, new: str, *options: str) -> bytes:
         """`git diff <options> old new` as raw bytes: the Changes view's numstat and patch.

@@ -55,7 +55,6 @@ class Merging(BranchOps, History):
                 return merge
         return None
 
-
     def _merge_tree(self, ours: str, theirs: str) -> tuple[int, str, list[str], str]:
         """git's merge of two commits, in the object store only: (exit code, the merged
         tree, the conflicting files, stderr)."""
@@ -141,7 +140,8 @@ class Merging(BranchOps, History):
         return content is not None and file.is_file() and not file.is_symlink() \
             and file.read_bytes() == content
 
-    def _blob(self, commit: str, rel: str) -> bytes | None:
+    def blob(self, commit: str, rel: str) -> bytes | None:
+        """A file's bytes in a commit (`rel` from the root), None if it has none."""
         code, blob, _ = self._run(["cat-file", "blob", f"{commit}:{rel}"], check=False)
         return blob if code == 0 else None
 
@@ -150,7 +150,7 @@ class Merging(BranchOps, History):
         where the merge deletes it) while the index still holds main's entry."""
         written = []
         for path in sorted(touched):
-            blob = self._blob(merge, path)
+            blob = self.blob(merge, path)
             staged = self._run(["diff", "--cached", "--quiet", before, "--", path],
                                check=False)[0] == 0
             gone = blob is None and not os.path.lexists(self.root / path)
@@ -174,4 +174,4 @@ class Merging(BranchOps, History):
         is a replaceable one as it was."""
         return [path for path in (e.path for e in self._status().entries if e.path in touched)
                 if not self._reads_as(path, replaceable.get(path))
-                and not self._reads_as(path, self._blob(merge, path))]
+                and not self._reads_as(path, self.blob(merge, path))]

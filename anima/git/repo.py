@@ -114,7 +114,6 @@ class RepoBase:
         self._repo = repo
         self.root = root
 
-
     @classmethod
     def open(cls, root: Path) -> Self:
         """Open the repository at `root`, which must have at least one commit."""
@@ -136,7 +135,6 @@ class RepoBase:
                 "(e.g. `git add -A && git commit -m 'Initial commit'`)"
             )
         return self
-
 
     @classmethod
     def create(cls, root: Path) -> Self:
@@ -166,10 +164,8 @@ class RepoBase:
             f"open {top} instead, or run `git init` in {root}"
         )
 
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.root)!r})"
-
 
     def _run(
         self,
@@ -212,15 +208,12 @@ class RepoBase:
             raise GitError(f"{head}: {detail}" if detail else head)
         return code, out, stderr
 
-
     def _text(self, args: Sequence[str], *, what: str | None = None) -> str:
         return os.fsdecode(self._run(args, what=what)[1]).strip()
-
 
     def _human_config(self) -> HumanConfig:
         """The per-repository part of how Anima runs git here (cached: a few `stat`s)."""
         return human_config(self.root, Path(self._repo.git_dir), Path(self._repo.common_dir))
-
 
     def _identity_args(self) -> list[str]:
         """`-c user.*` for Anima's commits: the identity the human's own git would use (the
@@ -237,7 +230,6 @@ class RepoBase:
         ):
             args += ["-c", f"user.email={_FALLBACK_EMAIL}"]
         return args
-
 
     def _status(self) -> TreeStatus:
         """HEAD, branch and every changed path in one `git status` call."""
@@ -284,7 +276,6 @@ class RepoBase:
                 entries.append(StatusEntry(line[2:], "?", "??", ""))
         return TreeStatus(head, branch, tuple(entries))
 
-
     def _fingerprint(self, entries: Iterable[StatusEntry]) -> tuple[tuple[str, str, str], ...]:
         return tuple(
             sorted(
@@ -294,7 +285,6 @@ class RepoBase:
             )
         )
 
-
     @staticmethod
     def _checked_rev(rev: str) -> str | None:
         """Refuse strings git would read as options or as several arguments."""
@@ -303,14 +293,12 @@ class RepoBase:
             return None
         return rev
 
-
     def _rev_arg(self, rev: str, role: str = "revision") -> str:
         """A revision safe to pass positionally, or a GitError naming it."""
         checked = self._checked_rev(rev)
         if checked is None:
             raise GitError(f"{rev!r} is not a valid {role} in {self.root}")
         return checked
-
 
     def main_branch(self, configured: str | None = None) -> str:
         """The branch milestones start from and merge into: configured, else main, else master."""
@@ -328,11 +316,9 @@ class RepoBase:
             "set `main_branch` in .anima/config.json"
         )
 
-
     def head(self) -> str:
         """Full hash of HEAD."""
         return self._text(["rev-parse", "--verify", "HEAD"], what=f"{self.root} has no HEAD")
-
 
     def current_branch(self) -> str | None:
         """The checked-out branch, or None when HEAD is detached."""
@@ -341,11 +327,9 @@ class RepoBase:
         name = os.fsdecode(out).strip().removeprefix("refs/heads/")
         return name if code == 0 and name else None
 
-
     def branch_exists(self, name: str) -> bool:
         """True when `refs/heads/<name>` exists."""
         return self.resolve(f"refs/heads/{name}") is not None
-
 
     def branch_head(self, name: str) -> str:
         """Full hash of a branch's tip."""
@@ -353,7 +337,6 @@ class RepoBase:
         if commit is None:
             raise GitError(f"There is no branch {name!r} in {self.root}")
         return commit
-
 
     def resolve(self, rev: str) -> str | None:
         """Full hash of a commit named by a (possibly abbreviated) hash or ref; None if none."""
@@ -365,14 +348,6 @@ class RepoBase:
         )
         commit = os.fsdecode(out).strip()
         return commit if code == 0 and commit else None
-
-
-    def file_at(self, branch: str, path: str) -> bytes | None:
-        """A file's bytes on a branch's tip (`path` relative to the root), None if absent."""
-        code, out, _ = self._run(["cat-file", "blob", f"refs/heads/{branch}:{path}"],
-                                 check=False)
-        return out if code == 0 else None
-
 
     def _resolve_many(self, revs: Sequence[str]) -> list[str | None]:
         """Resolve several revisions in one call when all exist, else one by one."""
@@ -386,7 +361,6 @@ class RepoBase:
                 return list(lines)
         return [self.resolve(r) for r in revs]
 
-
     def is_ancestor(self, a: str, b: str) -> bool:
         """True when commit `a` is `b` or one of its ancestors."""
         code, _, err = self._run(
@@ -398,11 +372,9 @@ class RepoBase:
             f"Cannot tell whether {a} is an ancestor of {b} in {self.root}: {err.strip()}"
         )
 
-
     def dirty_paths(self) -> list[str]:
         """Uncommitted changes and untracked files outside `.anima/`, in git's order."""
         return [e.path for e in self._status().entries if not is_under_anima(e.path)]
-
 
     def ensure_clean(self) -> None:
         """Raise unless the tree is clean outside `.anima/` (Anima's own files never count)."""
@@ -412,7 +384,6 @@ class RepoBase:
                 f"{self.root} has uncommitted changes outside .anima/: {listing(paths)}; "
                 "commit or stash them first"
             )
-
 
     @property
     def common_dir(self) -> Path:

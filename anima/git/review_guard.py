@@ -43,7 +43,6 @@ class ReviewGuard(RepoBase):
             raise GitError(f"{self.root} is on a branch with no commits; cannot snapshot it")
         return TreeSnapshot(status.head, status.branch, self._fingerprint(status.entries))
 
-
     def restore(self, snap: TreeSnapshot) -> list[str]:
         """Undo whatever happened since `snap` (an Acceptor review); describe what was undone.
 
@@ -129,7 +128,6 @@ class ReviewGuard(RepoBase):
                 undone.append(f"untracked folder {path} (a nested repository) left in place")
         return undone
 
-
     def end_operations(self, how: Literal["quit", "abort"]) -> list[str]:
         """End a merge/rebase/cherry-pick/revert/am left half done: `quit` forgets it (index
         and files stay for the caller), `abort` also puts HEAD, index and files back as they
@@ -149,7 +147,6 @@ class ReviewGuard(RepoBase):
             aborted = how == "abort" and command[1] == "--abort"
             done.append(f"{label} was {'aborted' if aborted else 'abandoned'}")
         return done
-
 
     def _move_head(self, snap: TreeSnapshot, status: TreeStatus) -> list[str]:
         """Point HEAD (and the snapshot's branch) back at the snapshot without touching files."""
@@ -179,7 +176,6 @@ class ReviewGuard(RepoBase):
                 )
         return done
 
-
     @staticmethod
     def _describe_reverted(entry: StatusEntry) -> str:
         if entry.kind == "u":
@@ -189,7 +185,6 @@ class ReviewGuard(RepoBase):
         if "D" in entry.xy:
             return f"deleted {entry.path} restored"
         return f"modified {entry.path} reverted"
-
 
     def _remove_untracked(self, path: str) -> bool:
         """Delete an untracked file, then the folders it leaves empty (never `.anima/`).

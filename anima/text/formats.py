@@ -76,7 +76,6 @@ class DeveloperReport:
     commits: list[str] = field(default_factory=list)
     summary: str = ""
 
-
     def claimed_tests_passed(self) -> str | None:
         """The report's claim that the tests passed (its words), or None when it made none.
 
