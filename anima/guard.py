@@ -20,7 +20,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -184,15 +184,13 @@ class ToolMentions:
 _MD_NAME = re.compile(r"[\w.-]+\.md\b", re.IGNORECASE)
 
 
-def _strings(value: object) -> list[str]:
+def _strings(value: object) -> Iterator[str]:
     """Every string in a tool call's input (a command, a path, a file's new content)."""
     if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, list):
-        return [s for item in value for s in _strings(item)]
-    return []
+        yield value
+    elif isinstance(value, dict | list):
+        for item in value.values() if isinstance(value, dict) else value:
+            yield from _strings(item)
 
 
 def describe_held(held: list[tuple[str, str]], who: str) -> str:
@@ -222,6 +220,16 @@ class _Saved(TurnStart):
     definitions: dict[str, str]  # base64 of each file
     #: base64 of the running milestone's record as Anima last wrote it ("": none yet)
     record: str = ""
+
+    @classmethod
+    def load(cls, paths: ProjectPaths) -> _Saved | None:
+        try:
+            return cls.model_validate(json.loads(read_regular(paths.turn_guard)))
+        except (OSError, ValueError):
+            return None
+
+    def decoded(self) -> dict[str, bytes]:
+        return {k: base64.b64decode(v) for k, v in self.definitions.items()}
 
 
 @dataclass
@@ -354,25 +362,13 @@ class TurnGuard:
 
     def resume_interrupted(self) -> TurnFindings | None:
         """A Developer turn of this milestone that a kill cut short: check it now."""
-        saved = load_saved(self.paths)
+        saved = _Saved.load(self.paths)
         if saved is None or saved.milestone != self.milestone:
             return None
         with self._lock:
             self._saved = saved
-            self.copy = _decoded(saved)
+            self.copy = saved.decoded()
             return self._end()
-
-
-def load_saved(paths: ProjectPaths) -> _Saved | None:
-    path: Path = paths.turn_guard
-    try:
-        return _Saved.model_validate(json.loads(read_regular(path)))
-    except (OSError, ValueError):
-        return None
-
-
-def _decoded(saved: _Saved) -> dict[str, bytes]:
-    return {k: base64.b64decode(v) for k, v in saved.definitions.items()}
 
 
 def put_back_interrupted(paths: ProjectPaths) -> PutBack:
@@ -380,11 +376,11 @@ def put_back_interrupted(paths: ProjectPaths) -> PutBack:
     when Anima was killed (perhaps by the Developer), so its copy is the truth for the human's
     definitions and for the running milestone's record, which the Developer may have edited
     (features done, rounds accepted) before the kill."""
-    saved = load_saved(paths)
+    saved = _Saved.load(paths)
     if saved is None:
         return PutBack()
     # What its tool calls named died with Anima: what arrived after the turn began is held.
-    done = put_back(paths, _decoded(saved), lambda md: _changed_since(md, saved.started))
+    done = put_back(paths, saved.decoded(), lambda md: _changed_since(md, saved.started))
     done.record = _restore_own_record(paths, saved)
     return done
 
