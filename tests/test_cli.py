@@ -291,3 +291,14 @@ def test_status_json_is_indented_for_a_human_at_a_terminal(tmp_path: Path) -> No
     assert shown.startswith('{\n  "state": {\n    "schema_version"')
     piped = anima("status", str(tmp_path), "--json").stdout
     assert "\n" not in piped.rstrip("\n") and json.loads(piped) == json.loads(shown)
+
+
+def test_an_action_on_a_milestone_that_does_not_exist_says_so(git_repo: Path) -> None:
+    project = make_project(git_repo, {"m1": milestone_md("One", ["A"])})
+    for action in ("abort", "resume", "approve"):
+        done = anima(action, str(project), "nosuch")
+        assert done.returncode == 2
+        assert "there is no milestone 'nosuch'" in done.stderr, done.stderr
+        assert not (project / ".anima" / "milestones" / "nosuch.json").exists()
+    done = anima("resume", str(project), "m1")  # added, never run: there is nothing to resume
+    assert done.returncode == 2 and "is pending, not paused" in done.stderr, done.stderr

@@ -28,7 +28,9 @@ from test_recovery import (  # noqa: F401 (our_processes: a fixture)
 from anima import sandbox
 from anima.engine.facade import Engine
 from anima.events import Event, Notice, UsageLimitWait
+from anima.paths import ProjectPaths
 from anima.store.models import MergeState, MilestoneStatus, RoundKind, Verdict
+from anima.store.store import Store
 
 pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None,
                                 reason="several milestones at once need the sandbox here")
@@ -198,11 +200,37 @@ def test_a_dependency_that_cannot_be_met_is_reported_and_never_started(
     assert says in done.stderr and str(md) in done.stderr
 
 
+def test_a_dependency_on_a_cancelled_milestone_is_reported_not_waited_for(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancelled milestone never merges: the one built on it would wait for ever."""
+    project(git_repo, ["a", "b"], texts=with_deps({"a": [], "b": ["a"]}))
+    anima = [sys.executable, "-m", "anima"]
+    done = subprocess.run([*anima, "abort", str(git_repo), "a"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    fake_claude.use_env(monkeypatch)
+    _, outcome = run_engine(git_repo)
+    assert record(git_repo, "b").status is MilestoneStatus.PENDING
+    assert fake_claude.entries() == []
+    says = "depends_on names a, which was cancelled"
+    assert any(says in p for p in outcome.problems), outcome.problems
+    done = subprocess.run([*anima, "status", str(git_repo)], capture_output=True, text=True,
+                          timeout=60)
+    assert says in done.stderr and "waiting for a" not in done.stdout
+
+
 def test_waiting_for_a_dependency_is_shown(git_repo: Path) -> None:
     project(git_repo, ["a", "b"], texts=with_deps({"a": [], "b": ["a"]}))
-    done = subprocess.run([sys.executable, "-m", "anima", "status", str(git_repo)],
-                          capture_output=True, text=True, timeout=60)
-    assert "waiting for a" in done.stdout
+    anima = [sys.executable, "-m", "anima", "status", str(git_repo)]
+    done = subprocess.run(anima, capture_output=True, text=True, timeout=60)
+    assert "waiting for a\n" in done.stdout
+    store = Store(ProjectPaths(git_repo))
+    store.scan(max_iterations=20, requires_human_review=False)  # registered, as a run would
+    rec = store.load_record("a")
+    rec.status = MilestoneStatus.PAUSED
+    store.save_record(rec)
+    done = subprocess.run(anima, capture_output=True, text=True, timeout=60)
+    assert "waiting for a (paused)" in done.stdout  # it waits for you, not for time
 
 
 def test_two_milestones_that_edit_the_same_lines_resolve_through_a_reviewed_merge_round(

@@ -176,6 +176,7 @@ def _print_table(paths: ProjectPaths) -> None:
               f"{running.activity or running.phase.value}"
               + (f" (in {running.worktree})" if running.worktree else ""))
     blocked = scan.dependencies.waiting
+    by_id = {r.id: r for r in scan.records}
     print(sandbox_line(sandbox_status(paths)))
     if not scan.records:
         print("no milestones yet")
@@ -187,9 +188,19 @@ def _print_table(paths: ProjectPaths) -> None:
         for line in _details(r):
             print(f"      {line}")
         if r.status.value == "pending" and r.id in blocked:
-            print(f"      waiting for {', '.join(blocked[r.id])}")
+            print(f"      waiting for {', '.join(_awaited(by_id[d]) for d in blocked[r.id])}")
     for problem in scan.problems:
         print(f"problem: {problem}", file=sys.stderr)
+
+
+def _awaited(record: MilestoneRecord) -> str:
+    """A dependency, and why it holds things up when that is not just time: a paused one
+    waits for the human too."""
+    if record.status.value in ("pending", "in_progress"):
+        return record.id
+    if record.status.value == "completed":
+        return f"{record.id} (completed, not merged yet)"
+    return f"{record.id} ({record.status.value})"
 
 
 def _details(record: MilestoneRecord) -> list[str]:

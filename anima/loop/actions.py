@@ -20,8 +20,25 @@ from anima.loop.state import reconcile_state
 from anima.loop.worktree import remove_worktree
 from anima.phases import Phase
 from anima.store.models import HumanNote, MilestoneRecord, MilestoneStatus, now
+from anima.store.names import MILESTONE_ID_RE
 from anima.store.store import Store
 from anima.text.redact import redact
+
+
+def _load(store: Store, milestone_id: str, config: Config | None = None) -> MilestoneRecord:
+    """The milestone's record. A definition that no Anima has registered yet (none ran since
+    it was added, or `auto_start` is off) is registered first when `config` is known: the
+    human may cancel a milestone before it ever starts."""
+    record_file = store.paths.milestone_record(milestone_id)
+    md = store.paths.milestone_md(milestone_id)
+    if MILESTONE_ID_RE.fullmatch(milestone_id) and not record_file.exists() and \
+            config is not None and md.is_file():
+        store.register(md, now(), max_iterations=config.max_iterations_per_milestone,
+                       requires_human_review=config.requires_human_review)
+    if not MILESTONE_ID_RE.fullmatch(milestone_id) or not record_file.exists():
+        raise ActionError(f"there is no milestone {milestone_id!r} in {store.paths.root} "
+                          f"(no {md.relative_to(store.paths.root)} or record of it)")
+    return store.load_record(milestone_id)
 
 
 def _require(record: MilestoneRecord, target: Phase, *allowed: MilestoneStatus) -> None:
@@ -57,7 +74,7 @@ def resume(store: Store, config: Config, milestone_id: str, note: str = "",
     A milestone paused at its round limit gets another `max_iterations_per_milestone` rounds.
     """
     with comments.LOCK:
-        record = store.load_record(milestone_id)
+        record = _load(store, milestone_id, config)
         _require(record, Phase.RECOVERING, MilestoneStatus.PAUSED, MilestoneStatus.FAILED)
         note = _clean_note(comments.take_comments(record, note))
         return _resume(store, config, record, note, bus)
@@ -81,7 +98,7 @@ def request_changes(store: Store, milestone_id: str, note: str,
                     bus: EventBus | None = None) -> MilestoneRecord:
     """awaiting_review → in_progress with the human's note (and line comments) as feedback."""
     with comments.LOCK:
-        record = store.load_record(milestone_id)
+        record = _load(store, milestone_id)
         _require(record, Phase.RECOVERING, MilestoneStatus.AWAITING_REVIEW)
         note = _clean_note(comments.take_comments(record, note))
         if not note:
@@ -101,7 +118,7 @@ def approve(store: Store, repo: GitRepo, config: Config, milestone_id: str,
     When main moved meanwhile and the branch no longer merges into it cleanly, the approval
     sends it through the merge queue instead (in_progress): its Developer merges main in a
     merge round, its Acceptor reviews that, and then it merges and completes."""
-    record = store.load_record(milestone_id)
+    record = _load(store, milestone_id, config)
     if config.merge_on_complete and record.branch_name and record.main_branch and \
             record.status is MilestoneStatus.AWAITING_REVIEW and (conflicts := repo.merge_conflicts(
                 f"refs/heads/{record.branch_name}", record.main_branch)):
@@ -129,7 +146,7 @@ def abort(store: Store, repo: GitRepo, config: Config, milestone_id: str,
           bus: EventBus | None = None) -> MilestoneRecord:
     """paused / awaiting_review / pending / failed → cancelled. Its worktree goes (changes
     left in it to a named stash); the branch is kept for the human."""
-    record = store.load_record(milestone_id)
+    record = _load(store, milestone_id, config)
     _require(record, Phase.CANCELLED, MilestoneStatus.PAUSED, MilestoneStatus.AWAITING_REVIEW,
              MilestoneStatus.PENDING, MilestoneStatus.FAILED)
     lines: list[str] = []

@@ -1,5 +1,5 @@
 """`depends_on`: which milestones wait for others, and which never can start (a dependency
-that names no milestone, or a cycle)."""
+that names no milestone or a cancelled one, or a cycle)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from anima.store.models import MilestoneRecord, MilestoneStatus
 class Dependencies:
     #: milestone id -> the ids it still waits for (not yet completed and merged into main)
     waiting: dict[str, list[str]] = field(default_factory=dict)
-    #: milestone id -> why it can never start as it is written
+    #: milestone id -> why it can never start as it is written (an unknown or cancelled
+    #: dependency, a cycle)
     broken: dict[str, str] = field(default_factory=dict)
 
 
@@ -34,6 +35,12 @@ def dependencies(records: list[MilestoneRecord]) -> Dependencies:
                 "this project")
         elif (cycle := _cycle(record.id, by_id)) is not None:
             found.broken[record.id] = f"depends_on makes a cycle: {' → '.join(cycle)}"
+        elif cancelled := [d for d in record.depends_on
+                           if by_id[d].status is MilestoneStatus.CANCELLED]:
+            found.broken[record.id] = (
+                f"depends_on names {', '.join(cancelled)}, which "
+                f"{'was' if len(cancelled) == 1 else 'were'} cancelled: it can never start "
+                "unless you remove it from depends_on")
         elif waiting := [d for d in record.depends_on if not done(by_id[d])]:
             found.waiting[record.id] = waiting
     return found
