@@ -23,7 +23,10 @@ def test_continue_from_an_accepted_round_keeps_the_dropped_commits(
         git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_claude.use_env(monkeypatch)
     fake_claude.write_script({"acceptor": [OK, OK, NO, NO, NO]})
-    make_project(git_repo, {"m1": milestone_md("Three", ["One", "Two", "Three"])})
+    # Six rounds: five are used when it pauses, and F2 and F3 need two more after the rewind,
+    # which the four dropped rounds give back.
+    make_project(git_repo, {"m1": milestone_md("Three", ["One", "Two", "Three"])},
+                 config={"max_iterations_per_milestone": 6})
     run_engine(git_repo, summarizer={"enabled": False})
     paused = record(git_repo, "m1")
     assert paused.status is MilestoneStatus.PAUSED
@@ -46,6 +49,8 @@ def test_continue_from_an_accepted_round_keeps_the_dropped_commits(
     # The window reads which rounds left the count from the note.
     assert f"continued from round 1 (rounds 2–{last} dropped)" in resumed.notes[-1]
     assert "refs/anima/dropped/m1/1" in resumed.notes[-1]
+    assert "no longer count toward the round limit" in resumed.notes[-1]
+    assert resumed.max_iterations == 6 + 4
 
     run_engine(git_repo, summarizer={"enabled": False})
     done = record(git_repo, "m1")

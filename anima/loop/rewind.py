@@ -4,7 +4,8 @@ When the last rounds went astray, the reviewer picks an accepted round; the mile
 moved back to that round's commit and the milestone resumes from there. Nothing is lost: the
 commits dropped from the branch stay reachable under `refs/anima/dropped/<id>/<n>`, the
 rounds stay in the record's history, and a note on the record says what was done. Features
-whose commits were all dropped go back to pending so the Developer does them again.
+whose commits were all dropped go back to pending so the Developer does them again, and the
+dropped rounds stop counting toward the round limit (their cost stays in the totals).
 """
 
 from __future__ import annotations
@@ -61,13 +62,18 @@ def continue_from_round(store: Store, repo: GitRepo, config: Config, milestone_i
                 feature.commits = kept
                 if feature.status is FeatureStatus.DONE or not kept:
                     feature.status = FeatureStatus.IN_PROGRESS if kept else FeatureStatus.PENDING
+        standing = sum(1 for it in record.iterations if it.round <= round_no)
         last = max(it.round for it in record.iterations)
-        # The rounds after it leave the count; the window reads which from this note.
+        # The rounds after it leave the count (the window reads which from this note) and
+        # the round limit: the limit is the milestone's progress, and that is undone.
+        record.max_iterations += record.rounds - standing
         dropped = f" (rounds {round_no + 1}–{last} dropped)" if last > round_no else ""
         record.notes.append(
             f"continued from round {round_no}{dropped}: {record.branch_name} put back to "
             f"{target[:7]}"
             + (f"; the dropped commits (up to {head[:7]}) are kept under {kept_under}"
-               if head != target else ""))
+               if head != target else "")
+            + ("; the dropped rounds no longer count toward the round limit"
+               if dropped else ""))
         store.save_record(record)
         return actions.resume(store, config, milestone_id, note, bus)
