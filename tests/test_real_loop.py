@@ -4,6 +4,7 @@ the model scripted by the local Messages API stub (it makes the CLI really run g
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,53 @@ def test_anima_run_headless_with_the_real_cli(real_claude_bin: str, real_env: di
     log = run_git(git_repo, "log", "--format=%s", "main")
     assert "feat: F1 tests" in log and "feat: F2" in log
     assert "[developer]" in result.stdout and "[acceptor] ▸ Bash: git show" in result.stdout
+
+
+class ParallelModel(ScriptedModel):
+    """Each milestone's Developer writes in a folder named for its branch (no conflict), and
+    every review accepts."""
+
+    def developer(self, request: dict[str, Any]) -> Reply:
+        messages = request["messages"]
+        prompt = user_prompts(request)[-1]
+        found = UNCHECKED.search(prompt)
+        if is_tool_result(messages[-1]) or found is None:
+            return super().developer(request)
+        branch = re.search(r"milestone/([a-z0-9_-]+)", "\n".join(user_prompts(request)))
+        folder = branch.group(1) if branch else "unknown"
+        feature = found.group(2)
+        command = (f"mkdir -p {folder} && echo {feature} > {folder}/{feature}.txt && "
+                   f"git add -A && git commit -q -m 'feat({folder}): {feature}' && "
+                   "git rev-parse HEAD")
+        return Reply(tool_uses=[("Bash", {"command": command, "description": "commit"})])
+
+    def acceptor(self, request: dict[str, Any]) -> Reply:
+        if not is_tool_result(request["messages"][-1]):
+            return super().acceptor(request)
+        return Reply(text="ACCEPTED")
+
+
+def test_two_confined_milestones_run_side_by_side_and_both_merge(
+        real_claude_bin: str, real_env: dict[str, str], git_repo: Path) -> None:
+    """Several at once with the real CLI: each pair in its own worktree and sandbox, both
+    finally accepted and merged into main one after the other; the human's checkout stays
+    on main throughout."""
+    make_project(git_repo, {"north": milestone_md("North", ["One", "Two"]),
+                            "south": milestone_md("South", ["One", "Two"])},
+                 config={"agent_timeout_seconds": 90, "sandbox": "required"})
+    with ApiStub(default=ParallelModel()) as stub:
+        env = {**os.environ, **real_env, "ANTHROPIC_BASE_URL": stub.url,
+               "ANIMA_CLAUDE_COMMAND": real_claude_bin}
+        env.pop("CLAUDECODE", None)
+        result = subprocess.run([sys.executable, "-m", "anima", "run", str(git_repo),
+                                 "--headless"], env=env, capture_output=True, text=True,
+                                timeout=220, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for name in ("north", "south"):
+        rec = record(git_repo, name)
+        assert rec.status is MilestoneStatus.COMPLETED, (name, rec.pause_reason)
+        assert rec.merge is not None and rec.merge.merged
+        assert (git_repo / name / "F2.txt").read_text(encoding="utf-8").strip() == "F2"
+    assert "[north] " in result.stdout and "[south] " in result.stdout  # both ran at once
+    assert run_git(git_repo, "symbolic-ref", "--short", "HEAD").strip() == "main"
+    assert run_git(git_repo, "worktree", "list", "--porcelain").count("worktree ") == 1
