@@ -130,6 +130,11 @@ class ProjectPaths:
         temporary folder, which no other agent can write."""
         return self.sandbox(milestone_id) / role
 
+    def copied_in(self, milestone_id: str) -> Path:
+        """There once the `.worktreeinclude` files and memory notes were copied into the
+        milestone's new worktree (a kill before that copies them at the next start)."""
+        return self.sandbox(milestone_id) / "copied.done"
+
     def setup_done(self, milestone_id: str) -> Path:
         """There once `worktree_setup_command` passed in the milestone's worktree."""
         return self.sandbox(milestone_id) / "setup.done"

@@ -941,6 +941,21 @@ def test_stash_all_names_the_stash_and_leaves_anima_alone(root: Path, repo: GitR
     assert (root / "src/app.py").read_text() == "wip\n" and (root / "untracked.txt").exists()
 
 
+def test_stash_all_keeps_a_deletion_the_developer_staged(root: Path, repo: GitRepo) -> None:
+    """`git rm` left uncommitted: `git stash push <path>` alone refuses such a path, and a
+    cancel, a pause or a restart that has to put the work aside would fail on it."""
+    write(root, "src/app.py", "wip\n")
+    git(root, "add", "src/app.py")
+    git(root, "commit", "-q", "-m", "feat: app")
+    git(root, "rm", "-q", "src/app.py")
+    write(root, "notes.txt", "untracked\n")
+    stash = repo.stash_all("anima: cancelled")
+    assert stash is not None and repo.dirty_paths() == []
+    assert (root / "src/app.py").exists()  # the tree is back as committed
+    git(root, "stash", "apply", "-q", stash)
+    assert not (root / "src/app.py").exists() and (root / "notes.txt").exists()
+
+
 def test_a_merge_never_overwrites_the_humans_untracked_anima_files(
     root: Path, repo: GitRepo, wt: Path
 ) -> None:

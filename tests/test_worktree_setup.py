@@ -13,7 +13,10 @@ import pytest
 
 from anima.git import GitRepo
 from anima.loop.confinement import sandbox_problem
+from anima.paths import ProjectPaths
+from anima.phases import Phase
 from anima.store.models import MilestoneStatus
+from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
 
@@ -207,3 +210,37 @@ def test_worktrees_added_at_once_from_several_threads_all_succeed(tmp_path: Path
             thread.join()
         assert failures == []
         assert len(project.worktrees()) == 6
+
+
+@pytest.mark.parametrize("started", [False, True], ids=["pending", "in_progress"])
+def test_a_worktree_a_killed_git_left_half_checked_out_is_made_again(
+        project: Path, fake_claude: FakeClaude, started: bool) -> None:
+    """`git worktree add` killed mid-checkout leaves a registered worktree, locked
+    "initializing", whose missing files read as deleted: were it kept, Anima would commit
+    those deletions as the Developer's leftovers and merge them into main."""
+    tracked = run_git(project, "ls-files").split()
+    if started:  # the record already said so when git was killed
+        store = Store(ProjectPaths(project))
+        store.scan(max_iterations=20, requires_human_review=False)
+        rec = store.load_record("m1")
+        rec.status, rec.phase = MilestoneStatus.IN_PROGRESS, Phase.STARTING
+        rec.branch_name, rec.main_branch = "milestone/m1", "main"
+        rec.base_commit = run_git(project, "rev-parse", "main").strip()
+        store.save_record(rec)
+    worktree = project / ".anima" / "worktrees" / "m1"
+    run_git(project, "worktree", "add", "-q", "-b", "milestone/m1", str(worktree))
+    for name in (".worktreeinclude", ".gitignore"):  # not checked out yet when git died
+        run_git(worktree, "rm", "-q", "--cached", name)
+        (worktree / name).unlink()
+    admin = Path(run_git(worktree, "rev-parse", "--absolute-git-dir").strip())
+    (admin / "locked").write_text("initializing\n", encoding="utf-8")
+
+    run_engine(project)
+
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    assert set(tracked) <= set(run_git(project, "ls-files").split())  # main lost nothing
+    if started:
+        assert "half checked out" in (project / ".anima" / "logs" / "anima.log").read_text()
+    # The new worktree got the .worktreeinclude files, which the half-made one never had.
+    assert "copied from .worktreeinclude: .env" in _log(project)

@@ -105,9 +105,16 @@ class BranchOps(RepoBase):
         The paths are named one by one: a pathspec that mentions `.anima` (even to exclude
         it) is refused when the project's own .gitignore ignores `.anima/`.
         """
-        paths = self.dirty_paths()
-        if not paths:
+        entries = [e for e in self._status().entries if not is_under_anima(e.path)]
+        if not entries:
             return None
+        paths = [e.path for e in entries]
+        if gone := [e.path for e in entries if e.xy[0] == "D"]:
+            # `git stash push <path>` refuses a path whose deletion is staged ("did not
+            # match any file(s) known to git"); unstaged, the deletion is stashed all the same.
+            self._run(["--literal-pathspecs", "reset", "-q", "--pathspec-from-file=-",
+                       "--pathspec-file-nul"], stdin=b"\0".join(map(os.fsencode, gone)) + b"\0",
+                      what=f"Cannot stash the changes in {self.root} ({listing(paths)})")
         self._run(
             [
                 *self._identity_args(),

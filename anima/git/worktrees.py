@@ -5,6 +5,7 @@ milestone's agents, checks and git commands work in `.anima/worktrees/<id>` inst
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import threading
@@ -14,6 +15,8 @@ from pathlib import Path
 from anima.errors import GitError
 from anima.git.repo import RepoBase
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Worktree:
@@ -22,6 +25,9 @@ class Worktree:
     path: Path
     branch: str | None
     prunable: bool
+    #: a `git worktree add` killed before its checkout ended: git's own lock still says
+    #: "initializing", and the tree is half checked out (its missing files read as deleted)
+    half_made: bool = False
 
 
 #: Held while a worktree is added or removed: milestones start on threads of their own, and
@@ -44,7 +50,8 @@ class Worktrees(RepoBase):
             if path == self.root:
                 continue
             branch = fields.get("branch", "").removeprefix("refs/heads/") or None
-            found.append(Worktree(path, branch, "prunable" in fields))
+            found.append(Worktree(path, branch, "prunable" in fields,
+                                  fields.get("locked") == "initializing"))
         return found
 
     def add_worktree(self, path: Path, branch: str, main: str) -> str:
@@ -54,7 +61,8 @@ class Worktrees(RepoBase):
         A restart finds what a kill left: the worktree is kept as it is (it may hold the
         Developer's uncommitted work, or be where an agent switched it: the caller puts it
         back on `branch`, `recover_milestone`); a registration whose folder is gone is
-        pruned and the worktree added again. Anything else at `path` is not overwritten.
+        pruned, and one a killed `git worktree add` left half checked out is removed, and
+        the worktree added again. Anything else at `path` is not overwritten.
         """
         if self._run(["check-ref-format", f"refs/heads/{branch}"], check=False)[0] != 0:
             raise GitError(f"{branch!r} is not a valid git branch name")
@@ -70,6 +78,11 @@ class Worktrees(RepoBase):
                        f"refs/heads/{self._rev_arg(main, 'branch name')}"],
                       what=f"Cannot create branch {branch!r} from {main!r} in {self.root}")
         here = next((w for w in self.worktrees() if w.path == path), None)
+        if here is not None and here.half_made:  # only git wrote there: made again
+            log.warning("%s was left half checked out by a `git worktree add` that was "
+                        "killed; removed and added again", path)
+            self._remove_worktree(path)
+            here = None
         if here is not None and (here.prunable or not path.exists()):
             self._run(["worktree", "prune"], check=False)
             here = None

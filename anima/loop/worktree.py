@@ -45,15 +45,20 @@ class MilestoneWorktree:
         branches), so it is kept under a ref and the milestone starts without it."""
         if never_started:
             self._set_aside(branch, main)
-        known = any(w.path == self.path for w in self.project.worktrees()) \
-            and self.path.is_dir()
+        known = any(w.path == self.path and not w.half_made
+                    for w in self.project.worktrees()) and self.path.is_dir()
         self.base = self.project.add_worktree(self.path, branch, main)
+        copied_in = self.paths.copied_in(self.id)
         if not known:
             self.paths.setup_done(self.id).unlink(missing_ok=True)
+            copied_in.unlink(missing_ok=True)
+        if not copied_in.exists():
             copied = copy_included(self.project.root, self.path) + self._copy_memory()
             self._log(f"worktree {self.path.relative_to(self.project.root)} made for {branch}"
                       + (f"; copied from .worktreeinclude: {', '.join(copied)}"
                          if copied else ""))
+            copied_in.parent.mkdir(parents=True, exist_ok=True)
+            copied_in.write_text(f"{now().isoformat()}\n", encoding="utf-8")
         return GitRepo.open(self.path)
 
     def _set_aside(self, branch: str, main: str) -> None:
@@ -121,7 +126,8 @@ def remove_worktree(project: GitRepo, paths: ProjectPaths, record: MilestoneReco
     """The milestone ended: its worktree goes (work left uncommitted in it first goes to a
     named stash, noted in the record), and so do its agents' own folders. The branch stays."""
     path = paths.worktree(record.id)
-    if path.is_dir() and (path / ".git").exists():
+    half_made = any(w.path == path and w.half_made for w in project.worktrees())
+    if path.is_dir() and (path / ".git").exists() and not half_made:  # git's half checkout
         tree = GitRepo.open(path)
         if tree.dirty_paths():
             stash_changes(record, tree, log, f"uncommitted changes in the worktree when {why}")
