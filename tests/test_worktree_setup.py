@@ -5,6 +5,8 @@ engine."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -244,3 +246,34 @@ def test_a_worktree_a_killed_git_left_half_checked_out_is_made_again(
         assert "half checked out" in (project / ".anima" / "logs" / "anima.log").read_text()
     # The new worktree got the .worktreeinclude files, which the half-made one never had.
     assert "copied from .worktreeinclude: .env" in _log(project)
+
+
+def test_a_cancel_cut_short_while_the_worktree_goes_still_cancels(
+        project: Path, fake_claude: FakeClaude, tmp_path: Path) -> None:
+    """Ctrl+C (or a power cut) during `anima abort` kills git while it deletes the worktree:
+    the milestone is cancelled on record first, so the restart removes the rest. Kept for a
+    paused milestone, the half-deleted tree's missing files would read as the Developer's
+    deletions, committed and merged at its next resume."""
+    fake_claude.write_script({"developer": [{"text": "oops"}, {"text": "still no report"}]})
+    run_engine(project, max_iterations_per_milestone=1)
+    assert record(project, "m1").status is MilestoneStatus.PAUSED
+    worktree = project / ".anima" / "worktrees" / "m1"
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *" worktree remove "*) rm -f "{worktree}/.gitignore"; '
+        'kill -9 $PPID; exit 1;; esac\n'
+        f'exec {shutil.which("git")} "$@"\n', encoding="utf-8")
+    (shim / "git").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["anima", "abort", str(project), "m1"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == -9, done.stderr  # killed halfway through the removal
+    assert worktree.is_dir() and not (worktree / ".gitignore").exists()
+
+    run_engine(project)
+
+    assert record(project, "m1").status is MilestoneStatus.CANCELLED
+    assert not worktree.exists()
+    assert "worktrees/m1" not in run_git(project, "worktree", "list")

@@ -149,14 +149,20 @@ def abort(store: Store, repo: GitRepo, config: Config, milestone_id: str,
     record = _load(store, milestone_id, config)
     _require(record, Phase.CANCELLED, MilestoneStatus.PAUSED, MilestoneStatus.AWAITING_REVIEW,
              MilestoneStatus.PENDING, MilestoneStatus.FAILED)
-    lines: list[str] = []
-    remove_worktree(repo, store.paths, record, lines.append, "it was cancelled")
     record.status = MilestoneStatus.CANCELLED
     record.phase = Phase.CANCELLED
     record.completed_at = now()  # when it ended: the window says when it was cancelled
     record.interrupted = False
     record.comments = []  # never sent: nobody will read them
+    # Cancelled on record first: a removal cut short (Ctrl+C kills git with it) leaves a
+    # half-deleted tree, which a restart removes for a cancelled milestone; for a paused
+    # one it would be kept, and its missing files read as the Developer's deletions.
     store.save_record(record)
+    lines: list[str] = []
+    noted = len(record.notes)
+    remove_worktree(repo, store.paths, record, lines.append, "it was cancelled")
+    if len(record.notes) != noted:  # what was left in it went to a stash, named there
+        store.save_record(record)
     reconcile_state(store, store.load_records())
     _publish(bus, record, "; ".join(["cancelled by you", *lines]))
     return record
