@@ -15,6 +15,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QMouseEvent
+from PySide6.QtWidgets import QApplication, QWidget
 
 from anima import events as ev
 from anima.paths import ProjectPaths
@@ -23,6 +24,7 @@ from anima.store.store import Store
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md
 from tests.test_ui_app import Window
+from ui.app import load_style_sheet
 from ui.board import MilestoneCard
 from ui.milestone_page import drop_overlap
 
@@ -30,6 +32,14 @@ pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("propagateSizeHints")]
 
 NOW = datetime.now(UTC)
+
+
+@pytest.fixture
+def styled(qapp: QApplication) -> Iterator[None]:
+    """The app's style sheet, as `anima` applies it, for this test only."""
+    qapp.setStyleSheet(load_style_sheet())
+    yield
+    qapp.setStyleSheet("")
 
 
 @pytest.fixture
@@ -230,3 +240,77 @@ def test_a_page_whose_transcript_cannot_be_read_still_shows_the_live_output(
     pane = page.monitor.panes["developer"]
     pane.flush()
     assert "still live" in pane.plain_text()
+
+
+def test_the_board_works_from_the_keyboard(qtbot, styled: None, board: Window,
+                                           git_repo: Path) -> None:
+    """Tab reaches each card and its button in the order drawn, the arrows move between cards,
+    Enter or Space opens a page as a click does, and the focused card shows it."""
+    window = board.window
+    store = Store(ProjectPaths(git_repo))  # on record, as the loop leaves it: pages read it
+    review = store.load_record("b").model_copy(update={
+        "status": MilestoneStatus.AWAITING_REVIEW, "started_at": NOW})
+    store.save_record(review)
+    publish(board, ev.MilestoneChanged(review))
+    qtbot.waitUntil(card(board, "b").isVisible)  # a moved card shows in the next event loop
+    assert window.board.column_ids("pending") == ["a", "c"]
+    assert window.board.column_ids("needs_you") == ["b"]
+    assert card(board, "b").accessibleName() == f"b: {card(board, 'b').state.text()}"
+    assert card(board, "b").button.accessibleName() == "Review b"
+    assert card(board, "a").accessibleName() == "a: Pending · 2 features"
+    window.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is window, timeout=5000)
+
+    def press(key: Qt.Key, modifier: Qt.KeyboardModifier = Qt.KeyboardModifier.NoModifier,
+              ) -> QWidget | None:
+        focused = QApplication.focusWidget()
+        assert focused is not None
+        qtbot.keyClick(focused, key, modifier)
+        return QApplication.focusWidget()
+
+    window.tabs.tabBar().setFocus()
+    for _ in range(10):  # out of the tab bar, on into the board
+        if isinstance(press(Qt.Key.Key_Tab), MilestoneCard):
+            break
+    assert QApplication.focusWidget() is card(board, "a")
+    # Seen: the card's frame turns the accent colour (it was grey).
+    focused = card(board, "a").grab().toImage()
+    middle = focused.width() // 2
+    assert focused.pixelColor(middle, 0).name() == "#2f6feb"
+    assert press(Qt.Key.Key_Tab) is card(board, "a").button  # its Start
+    assert card(board, "a").grab().toImage().pixelColor(middle, 0).name() != "#2f6feb"
+    assert press(Qt.Key.Key_Tab) is card(board, "c")
+    assert press(Qt.Key.Key_Tab) is card(board, "c").button
+    assert press(Qt.Key.Key_Tab) is card(board, "b")  # the empty Running column is skipped
+    assert press(Qt.Key.Key_Tab) is card(board, "b").button
+    assert press(Qt.Key.Key_Tab, Qt.KeyboardModifier.ShiftModifier) is card(board, "b")
+    # Arrows: across to the nearest column with cards, up and down within one.
+    assert press(Qt.Key.Key_Left) is card(board, "a")
+    assert press(Qt.Key.Key_Down) is card(board, "c")
+    assert press(Qt.Key.Key_Down) is card(board, "c")  # the column's end
+    assert press(Qt.Key.Key_Up) is card(board, "a")
+    assert press(Qt.Key.Key_Left) is card(board, "a")  # the board's edge
+    assert press(Qt.Key.Key_Down) is card(board, "c")
+    assert press(Qt.Key.Key_Right) is card(board, "b")  # at its height, or the last card
+
+    press(Qt.Key.Key_Return)  # on a card: its page, as a click
+    assert window.current_page() is window.milestone_pages["b"]
+    window.tabs.setCurrentIndex(0)
+    window.board.focus_card("a")
+    press(Qt.Key.Key_Space)
+    assert window.current_page() is window.milestone_pages["a"]
+    # Enter on a card's button presses the button: Review opens the page on its changes.
+    window.tabs.setCurrentIndex(0)
+    card(board, "b").button.setFocus(Qt.FocusReason.TabFocusReason)
+    page_b = window.milestone_pages["b"]
+    page_b.tabs.setCurrentIndex(0)
+    press(Qt.Key.Key_Enter)
+    qtbot.waitUntil(lambda: page_b.tabs.currentWidget() is page_b.changes, timeout=2000)
+    assert window.current_page() is page_b
+    # A card that moves to another column keeps the keyboard.
+    window.tabs.setCurrentIndex(0)
+    window.board.focus_card("c")
+    changed(board, "c", status="in_progress", started_at=NOW)
+    qtbot.waitUntil(card(board, "c").isVisible)
+    assert window.board.column_ids("running") == ["c"]
+    assert QApplication.focusWidget() is card(board, "c")

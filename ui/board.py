@@ -9,14 +9,20 @@ Review, Retry; Start for a pending one). A click on a card opens the milestone's
 Agent output arrives at up to thousands of lines a second per milestone, so a card never
 redraws per event: the latest line of each agent is kept, and dirty cards are redrawn at most
 `REFRESH_MS` apart. Records move cards between columns only when their column changes.
+
+The board works without a mouse: Tab and Shift+Tab go through the cards column by column, each
+card then its button; the arrow keys move between cards (Up / Down in a column, Left / Right to
+the next column that has cards); Enter, Return or Space on a card opens its page, as a click
+does, and Enter on a card's button presses it.
 """
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QMouseEvent
+from PySide6.QtGui import QKeyEvent, QMouseEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -49,6 +55,17 @@ REFRESH_MS = 250
 #: The longest agent line a card keeps (it shows one elided line).
 LINE_CHARS = 160
 _ROLE_SHORT = {"developer": "Dev", "acceptor": "Acc"}
+#: Arrow key → (columns across, cards down).
+_STEPS = {Qt.Key.Key_Up: (0, -1), Qt.Key.Key_Down: (0, 1),
+          Qt.Key.Key_Left: (-1, 0), Qt.Key.Key_Right: (1, 0)}
+_OPEN_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Space)
+#: Where the keyboard is, in the theme's accent. The board carries it itself, so a focused card
+#: shows in any theme; the app's style sheet (resources/style.qss) draws the rest of a card.
+FOCUS_STYLE = """
+QFrame#milestoneCard:focus { background: #f3f7ff; border-top: 2px solid #2f6feb;
+                             border-right: 2px solid #2f6feb; border-bottom: 2px solid #2f6feb; }
+QPushButton#cardAction:focus { border: 2px solid #0b3d91; padding: 1px 9px; }
+"""
 
 
 def latest_line(event: ev.AgentEvent) -> str | None:
@@ -72,11 +89,15 @@ class MilestoneCard(QFrame):
     clicked = Signal(str)
     #: (milestone id, action: "resume" | "review" | "retry" | "start"). GUI thread.
     action_requested = Signal(str, str)
+    #: (milestone id, columns across, cards down) — an arrow key on the card. GUI thread.
+    step_requested = Signal(str, int, int)
 
     def __init__(self, milestone_id: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("milestoneCard")
         self.setCursor(Qt.CursorShape.PointingHandCursor)
+        # The keyboard's, not the mouse's: a click opens the page as it always did.
+        self.setFocusPolicy(Qt.FocusPolicy.TabFocus)
         self.milestone_id = milestone_id
         self.record: Any = None
         self.action = ""
@@ -118,7 +139,7 @@ class MilestoneCard(QFrame):
                 child.style().unpolish(child)
                 child.style().polish(child)
         self.title.setText(record.title)
-        self.setToolTip(f"{record.id} — click to open its page")
+        self.setToolTip(f"{record.id} — click (or Enter) to open its page")
         running = column == "running"
         if running:
             phase = phase or Phase(record.phase)
@@ -141,6 +162,10 @@ class MilestoneCard(QFrame):
             self.action = ""
         self.button.setText(text)
         self.button.setVisible(bool(self.action))
+        # What a screen reader says: "Resume" alone would not say which milestone.
+        self.setAccessibleName(f"{record.id}: {self.state.text()}")
+        self.setAccessibleDescription(record.title)
+        self.button.setAccessibleName(f"{text} {record.id}")
         self.tick(clock)
 
     def set_agent_line(self, role: str, text: str, context: float | None) -> None:
@@ -161,6 +186,19 @@ class MilestoneCard(QFrame):
         if event.button() == Qt.MouseButton.LeftButton and self.rect().contains(
                 event.position().toPoint()):
             self.clicked.emit(self.milestone_id)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        """Arrows ask the board for a neighbour; Enter opens the page, or presses the button
+        when it has the focus (a push button outside a dialog leaves Enter to its parent)."""
+        key = Qt.Key(event.key())
+        if key in _STEPS:
+            self.step_requested.emit(self.milestone_id, *_STEPS[key])
+        elif key in _OPEN_KEYS and self.button.hasFocus():
+            self.button.animateClick()
+        elif key in _OPEN_KEYS:
+            self.clicked.emit(self.milestone_id)
+        else:
+            super().keyPressEvent(event)
 
     @Slot()
     def _on_button(self) -> None:
@@ -187,17 +225,18 @@ class BoardColumn(QFrame):
         self.cards.setSpacing(8)
         self.cards.addWidget(self.empty)
         self.cards.addStretch(1)
-        scroll = QScrollArea(self)
-        scroll.setObjectName("columnScroll")
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.Shape.NoFrame)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setWidget(self.inner)
+        self.scroll_area = QScrollArea(self)
+        self.scroll_area.setObjectName("columnScroll")
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll_area.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # Tab goes from card to card
+        self.scroll_area.setWidget(self.inner)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
         layout.setSpacing(6)
         layout.addWidget(self.heading)
-        layout.addWidget(scroll, 1)
+        layout.addWidget(self.scroll_area, 1)
 
     def place(self, card: MilestoneCard, position: int) -> None:
         """Put `card` at `position` (order of the project's milestones) in this column."""
@@ -233,6 +272,7 @@ class Board(QWidget):
     def __init__(self, clock: ElapsedClock | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("board")
+        self.setStyleSheet(FOCUS_STYLE)
         self.clock = clock or ElapsedClock()
         self.columns = {key: BoardColumn(key, title, self) for key, title in COLUMNS}
         self.cards: dict[str, MilestoneCard] = {}
@@ -291,11 +331,15 @@ class Board(QWidget):
             card = MilestoneCard(record.id)
             card.clicked.connect(self.milestone_opened)
             card.action_requested.connect(self.action_requested)
+            card.step_requested.connect(self._on_step)
             self.cards[record.id] = card
         column = self.columns[column_of(record)]
         if card.parent() is not column.inner:
+            focused = card.hasFocus()  # moved, it keeps the keyboard (Qt passes it on)
             order = [i for i in self.records if column_of(self.records[i]) == column.key]
             column.place(card, order.index(record.id) + 1 if record.id in order else 1)
+            if focused:
+                card.setFocus(Qt.FocusReason.OtherFocusReason)
         if column.key != "running":
             self.phases.pop(record.id, None)
         card.show_record(record, self.records.values(), self.phases.get(record.id), self.clock)
@@ -304,6 +348,7 @@ class Board(QWidget):
     def _recount(self) -> None:
         for column in self.columns.values():
             column.set_count(len(column.card_ids()), EMPTY_TEXT[column.key])
+        self._chain_focus()
         counts = self.counts()
         if counts != self._counts:
             self._counts = counts
@@ -317,6 +362,37 @@ class Board(QWidget):
     def column_ids(self, key: str) -> list[str]:
         """The milestone ids in one column, top to bottom (for tests and accessibility)."""
         return self.columns[key].card_ids()
+
+    # --- the keyboard ----------------------------------------------------------------------------
+    def _chain_focus(self) -> None:
+        """Tab follows the board as it is drawn (cards are made, and move, in any order):
+        column by column, top to bottom, each card then its button."""
+        chain = [widget for key in self.columns for milestone_id in self.column_ids(key)
+                 for widget in (self.cards[milestone_id], self.cards[milestone_id].button)]
+        for first, second in pairwise(chain):
+            QWidget.setTabOrder(first, second)
+
+    @Slot(str, int, int)
+    def _on_step(self, milestone_id: str, across: int, down: int) -> None:
+        """Up / Down within the column; Left / Right to the nearest column with cards, at the
+        same height or its last card. Nothing at either end."""
+        keys = [key for key in self.columns if self.column_ids(key)]
+        here = next(key for key in keys if milestone_id in self.column_ids(key))
+        row = self.column_ids(here).index(milestone_id) + down
+        if across:
+            at = keys.index(here) + across
+            if not 0 <= at < len(keys):
+                return
+            here = keys[at]
+            row = min(row, len(self.column_ids(here)) - 1)
+        if 0 <= row < len(self.column_ids(here)):
+            self.focus_card(self.column_ids(here)[row])
+
+    def focus_card(self, milestone_id: str) -> None:
+        """Put the keyboard on a card, scrolled into its column's view."""
+        card = self.cards[milestone_id]
+        card.setFocus(Qt.FocusReason.TabFocusReason)
+        self.columns[column_of(card.record)].scroll_area.ensureWidgetVisible(card)
 
     # --- live ------------------------------------------------------------------------------------
     def on_phase_changed(self, event: ev.PhaseChanged) -> None:
