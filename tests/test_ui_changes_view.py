@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,17 +12,19 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QApplication, QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
 from anima.diffs import milestone_changes
 from anima.git import GitRepo
+from anima.paths import ProjectPaths
 from anima.store.models import Iteration, MilestoneRecord, MilestoneStatus, ReviewComment
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import record
 from tests.test_ui_app import Window, paused_by_rejections
 from ui.changes_view import ANIMA_SECTION, ChangesView
 from ui.diff_view import PREFIX, row_text
+from ui.viewed_marks import KEEP, ViewedMarks
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("propagateSizeHints")]
@@ -293,3 +296,80 @@ def test_viewed_marks_count_and_reset_when_the_file_changes_again(
     assert model.index(0, model.VIEWED).data(Qt.ItemDataRole.CheckStateRole) \
         == Qt.CheckState.Unchecked
     assert "viewed" not in view.summary.text()
+
+
+def click_viewed(qtbot, view: ChangesView, path: str) -> None:
+    """Tick a file's ✓ as the reviewer does: a click on the check box in its row."""
+    table, model = view.file_table, view.files
+    row = next(r for r in model.file_rows() if model.index(r, 0).data() == path)
+    index = model.index(row, model.VIEWED)
+    option = QStyleOptionViewItem()
+    option.rect = table.visualRect(index)
+    option.widget = table
+    delegate = table.itemDelegateForIndex(index)
+    assert isinstance(delegate, QStyledItemDelegate)
+    delegate.initStyleOption(option, index)
+    box = table.style().subElementRect(QStyle.SubElement.SE_ItemViewItemCheckIndicator, option,
+                                       table)
+    qtbot.mouseClick(table.viewport(), Qt.MouseButton.LeftButton, pos=box.center())
+
+
+def viewed(view: ChangesView) -> set[str]:
+    """The files the table shows ticked."""
+    model = view.files
+    return {model.index(r, 0).data() for r in model.file_rows()
+            if model.index(r, model.VIEWED).data(Qt.ItemDataRole.CheckStateRole)
+            == Qt.CheckState.Checked}
+
+
+def test_viewed_marks_outlive_the_window_until_the_file_changes_again(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    def changes_of(w: Window) -> ChangesView:
+        page = w.page()
+        page.tabs.setCurrentWidget(page.changes)
+        qtbot.waitUntil(lambda: page.changes.files.file_rows() != [], timeout=10000)
+        return page.changes
+
+    worktree = ProjectPaths(git_repo).worktree("m1")
+    with paused_by_rejections(qtbot, git_repo, fake, tmp_path) as w:
+        (worktree / "NOTES.md").write_text("notes\n")  # a second file to review
+        run_git(worktree, "add", "NOTES.md")
+        run_git(worktree, "commit", "-qm", "notes")
+        changes = changes_of(w)
+        for path in ("NOTES.md", "features/F1.txt"):
+            click_viewed(qtbot, changes, path)
+        assert viewed(changes) == {"NOTES.md", "features/F1.txt"}
+        # The tab closed and opened again: still there.
+        w.window.close_page("m1")
+        assert viewed(changes_of(w)) == {"NOTES.md", "features/F1.txt"}
+    # The window is gone; the Developer changes one file again meanwhile.
+    with (worktree / "NOTES.md").open("a") as notes:
+        notes.write("one more line\n")
+    run_git(worktree, "commit", "-qam", "more")
+    w2 = Window(qtbot, tmp_path)  # the same settings file: a restart
+    try:
+        w2.window.open_project(git_repo)
+        changes = changes_of(w2)
+        # The other file's mark is back; the changed file's went with its old version.
+        assert viewed(changes) == {"features/F1.txt"}
+        assert "1/2 viewed" in changes.summary.text()
+    finally:
+        w2.close()
+    # Kept in the window's settings (the project's .anima/ is the engine's).
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    assert "features/F1.txt" in str(settings.value("review/viewed"))
+
+
+def test_viewed_marks_keep_the_milestones_marked_last(tmp_path: Path) -> None:
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    old = {f"m{i}": {"at": 1000 + i, "files": {"a.py": "f"}} for i in range(KEEP)}
+    settings.setValue("review/viewed", json.dumps({"/elsewhere": old}))
+    marks = ViewedMarks(settings)
+    marks.save(tmp_path, "new", {"b.py": "g"})
+    assert marks.load(tmp_path, "new") == {"b.py": "g"}
+    assert marks.load(Path("/elsewhere"), "m0") == {}  # the one marked longest ago
+    assert marks.load(Path("/elsewhere"), "m1") == {"a.py": "f"}
+    marks.save(tmp_path, "new", {})  # all unticked: nothing kept for it
+    assert str(tmp_path) not in json.loads(str(settings.value("review/viewed")))
+    settings.setValue("review/viewed", "not json")  # edited by hand: no marks, no crash
+    assert marks.load(tmp_path, "new") == {}

@@ -17,6 +17,7 @@ record.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from PySide6.QtCore import (
@@ -63,9 +64,10 @@ def fold_reason(diff: FileDiff) -> str:
 ANIMA_SECTION = "Anima's files — not counted"
 
 
-def fingerprint(diff: FileDiff) -> int:
-    """What a "viewed" mark is for: this version of the file's change."""
-    return hash(diff.patch)
+def fingerprint(diff: FileDiff) -> str:
+    """What a "viewed" mark is for: this version of the file's change. A digest, not `hash`:
+    marks outlive the process (`ui.viewed_marks`), and `hash` of a str changes with each one."""
+    return hashlib.blake2b(diff.patch.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 class FileTableModel(ColumnModel):
@@ -83,7 +85,7 @@ class FileTableModel(ColumnModel):
         super().__init__(parent)
         self.files: tuple[FileDiff | None, ...] = ()  # None: the "Anima's files" heading
         #: path → the fingerprint of the change the reviewer marked viewed
-        self.viewed: dict[str, int] = {}
+        self.viewed: dict[str, str] = {}
 
     def set_files(self, files: tuple[FileDiff, ...]) -> None:
         work = tuple(f for f in files if not f.anima_file)

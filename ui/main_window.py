@@ -6,8 +6,9 @@ a tab of its own, and several can be open at once, each updating live. The title
 and so the taskbar say how many milestones run and how many need you.
 
 A project is opened through File → Open…, the recent-projects menu, the command line, or
-automatically (the last one) on start; all remembered in `QSettings`, whose organisation and
-application names the caller chooses (tests pass a temporary ini file). Menus, tray, settings
+automatically (the last one) on start; all remembered in `QSettings` (with the files the
+reviewer marked viewed, `ui.viewed_marks`), whose organisation and application names the caller
+chooses (tests pass a temporary ini file). Menus, tray, settings
 and drops are `ui.window_chrome`'s. A folder without
 `.anima/` gets an empty state offering to initialise it; a project without milestones gets one
 offering the example milestone. Errors the engine reports — not a git repository, `claude`
@@ -47,6 +48,7 @@ from ui.formatting import ElapsedClock
 from ui.milestone_page import MilestonePage
 from ui.read_only import ReadOnlyProject
 from ui.review import RunControls
+from ui.viewed_marks import ViewedMarks
 from ui.window_chrome import app_icon
 
 if TYPE_CHECKING:
@@ -73,8 +75,8 @@ class MainWindow(ReadOnlyProject):
         self._records: dict[str, MilestoneRecord] = {}
         self._phases: dict[str, ev.PhaseChanged] = {}
         self.milestone_pages: dict[str, MilestonePage] = {}
-        #: The files marked viewed, per milestone: they outlive a page closed and reopened.
-        self._viewed: dict[str, dict[str, int]] = {}
+        #: The files marked viewed: they outlive a page closed and reopened, and a restart.
+        self.viewed_marks = ViewedMarks(settings)
         self._max_rejections = 3  # until the engine says which limit it runs with
         self._closing = False
         self._ask_before_closing = True
@@ -164,7 +166,6 @@ class MainWindow(ReadOnlyProject):
         self.errors.clear()
         self._records.clear()
         self._phases.clear()
-        self._viewed.clear()
         for milestone_id in list(self.milestone_pages):
             self.close_page(milestone_id)
         self.board.set_records([])
@@ -309,7 +310,8 @@ class MainWindow(ReadOnlyProject):
         if record is None:
             return None
         page = MilestonePage(milestone_id, self.clock, self)
-        page.changes.files.viewed = self._viewed.setdefault(milestone_id, {})
+        if self.project is not None:
+            page.changes.files.viewed = self.viewed_marks.load(self.project, milestone_id)
         self.milestone_pages[milestone_id] = page
         self._connect_page(page)
         page.monitor.set_limits(self._max_rejections)
@@ -348,6 +350,8 @@ class MainWindow(ReadOnlyProject):
         mid = page.milestone_id
         send = self._send
         page.changes.load_requested.connect(self._load_changes)
+        files = page.changes.files
+        files.viewed_changed.connect(lambda *_: self._keep_viewed(mid, files.viewed))
         page.changes.comment_added.connect(
             lambda _m, path, line, text: send(lambda b: b.add_comment(mid, path, line, text)))
         page.changes.comment_edited.connect(
@@ -364,6 +368,10 @@ class MainWindow(ReadOnlyProject):
         review.continue_requested.connect(lambda m, n, note: send(lambda b: b.call(
             f"Continuing {m} from round {n}",
             lambda: b.engine.continue_from_round(m, n, note) if b.engine else None)))
+
+    def _keep_viewed(self, milestone_id: str, viewed: dict[str, str]) -> None:
+        if self.project is not None:
+            self.viewed_marks.save(self.project, milestone_id, viewed)
 
     def _send(self, request: Callable[[EngineBridge], None]) -> None:
         """A decision goes to the engine through the bridge, if a project is open."""
