@@ -67,18 +67,25 @@ class ScriptedModel:
         return Reply(text="ACCEPTED")
 
 
+def run_headless(project: Path, model: ScriptedModel, claude: str,
+                 real_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`anima run --headless` to the end with the real CLI, `model` answering its requests."""
+    with ApiStub(default=model) as stub:
+        env = {**os.environ, **real_env, "ANTHROPIC_BASE_URL": stub.url,
+               "ANIMA_CLAUDE_COMMAND": claude}
+        env.pop("CLAUDECODE", None)
+        result = subprocess.run([sys.executable, "-m", "anima", "run", str(project),
+                                 "--headless"], env=env, capture_output=True, text=True,
+                                timeout=220, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
 def test_anima_run_headless_with_the_real_cli(real_claude_bin: str, real_env: dict[str, str],
                                               git_repo: Path, tmp_path: Path) -> None:
     make_project(git_repo, {"greeter": milestone_md("Greeter", ["Greet", "Version"])},
                  config={"agent_timeout_seconds": 90})
-    with ApiStub(default=ScriptedModel()) as stub:
-        env = {**os.environ, **real_env, "ANTHROPIC_BASE_URL": stub.url,
-               "ANIMA_CLAUDE_COMMAND": real_claude_bin}
-        env.pop("CLAUDECODE", None)
-        result = subprocess.run([sys.executable, "-m", "anima", "run", str(git_repo),
-                                 "--headless"], env=env, capture_output=True, text=True,
-                                timeout=220, stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = run_headless(git_repo, ScriptedModel(), real_claude_bin, real_env)
     rec = record(git_repo, "greeter")
     assert rec.status is MilestoneStatus.COMPLETED
     verdicts = [(i.kind.value, i.feature, i.verdict) for i in rec.iterations]
@@ -124,14 +131,7 @@ def test_two_confined_milestones_run_side_by_side_and_both_merge(
     make_project(git_repo, {"north": milestone_md("North", ["One", "Two"]),
                             "south": milestone_md("South", ["One", "Two"])},
                  config={"agent_timeout_seconds": 90, "sandbox": "required"})
-    with ApiStub(default=ParallelModel()) as stub:
-        env = {**os.environ, **real_env, "ANTHROPIC_BASE_URL": stub.url,
-               "ANIMA_CLAUDE_COMMAND": real_claude_bin}
-        env.pop("CLAUDECODE", None)
-        result = subprocess.run([sys.executable, "-m", "anima", "run", str(git_repo),
-                                 "--headless"], env=env, capture_output=True, text=True,
-                                timeout=220, stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = run_headless(git_repo, ParallelModel(), real_claude_bin, real_env)
     for name in ("north", "south"):
         rec = record(git_repo, name)
         assert rec.status is MilestoneStatus.COMPLETED, (name, rec.pause_reason)
