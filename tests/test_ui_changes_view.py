@@ -23,7 +23,7 @@ from tests.conftest import FakeClaude, run_git
 from tests.helpers import record
 from tests.test_ui_app import Window, paused_by_rejections
 from ui.changes_view import ANIMA_SECTION, ChangesView
-from ui.diff_view import PREFIX, row_text
+from ui.diff_view import PAD, PREFIX, DiffView, row_text
 from ui.viewed_marks import KEEP, ViewedMarks
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
@@ -32,15 +32,22 @@ pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
 
 def paused_milestone(git_repo: Path) -> MilestoneRecord:
     """A branch changing a Python file, a lock file and a file's indentation only."""
-    (git_repo / "app.py").write_text("def f():\n    return 1\n")
-    (git_repo / "notes.txt").write_text("a\nb\n")
+    return branch_changing(git_repo, {"app.py": "def f():\n    return 1\n", "notes.txt": "a\nb\n"},
+                           {"app.py": "def f():\n    return 10\n\n\ndef g():\n    return 2\n",
+                            "notes.txt": "a  \n  b\n", "uv.lock": "version = 1\n"})
+
+
+def branch_changing(git_repo: Path, before: dict[str, str],
+                    after: dict[str, str]) -> MilestoneRecord:
+    """A paused milestone whose branch turns the files `before` into `after` (path → text)."""
+    for path, text in before.items():
+        (git_repo / path).write_text(text)
     run_git(git_repo, "add", "-A")
     run_git(git_repo, "commit", "-q", "-m", "base")
     base = run_git(git_repo, "rev-parse", "HEAD").strip()
     run_git(git_repo, "switch", "-q", "-c", "milestone/m1")
-    (git_repo / "app.py").write_text("def f():\n    return 10\n\n\ndef g():\n    return 2\n")
-    (git_repo / "notes.txt").write_text("a  \n  b\n")
-    (git_repo / "uv.lock").write_text("version = 1\n")
+    for path, text in after.items():
+        (git_repo / path).write_text(text)
     run_git(git_repo, "add", "-A")
     run_git(git_repo, "commit", "-q", "-m", "feat")
     return MilestoneRecord(id="m1", title="M1", created_at=datetime.now(UTC),
@@ -152,6 +159,11 @@ def review_view(qtbot, git_repo: Path, status: str = "paused") -> tuple[ChangesV
     run_git(git_repo, "add", "-A")
     run_git(git_repo, "commit", "-q", "-m", "chore: config")
     rec.status = MilestoneStatus(status)
+    return open_view(qtbot, git_repo, rec), rec
+
+
+def open_view(qtbot, git_repo: Path, rec: MilestoneRecord) -> ChangesView:
+    """A Changes view on `rec`, its changes read from the repository as the window does."""
     repo = GitRepo.open(git_repo)
     view = ChangesView()
     qtbot.addWidget(view)
@@ -160,7 +172,7 @@ def review_view(qtbot, git_repo: Path, status: str = "paused") -> tuple[ChangesV
     view.load_requested.connect(lambda mid, rnd: view.show_changes(
         mid, rnd, milestone_changes(repo, view.record, rnd)))
     view.show_record(rec)
-    return view, rec
+    return view
 
 
 def shown(view: ChangesView) -> str | None:
@@ -266,8 +278,8 @@ def test_side_by_side_faces_old_and_new_lines(qtbot, git_repo: Path) -> None:
     n = next(i for i, r in enumerate(left) if r.kind == "-")
     assert (left[n].text, right[n].text) == ("    return 1", "    return 10")
     assert view.sides.right.highlighter.words[n] == [(11, 2)]
-    # Added lines with nothing facing them: a gap on the left.
-    assert any(r.kind == "_" for r in left) and not any(r.kind == "_" for r in right)
+    # Added lines with nothing facing them: padding on the left.
+    assert any(r.kind == PAD for r in left) and not any(r.kind == PAD for r in right)
     # A comment saved meanwhile shows on the right, under its new line.
     rec.comments = [ReviewComment(id="c1", path="app.py", line=2, text="why 10?",
                                   at=datetime.now(UTC))]
@@ -275,6 +287,84 @@ def test_side_by_side_faces_old_and_new_lines(qtbot, git_repo: Path) -> None:
     right = view.sides.right.rows
     at = next(i for i, r in enumerate(right) if r.kind == "+" and r.new_line == 2)
     assert (right[at + 1].kind, right[at + 1].text) == ("#", "why 10?")
+
+
+def test_comments_are_written_and_shown_side_by_side(qtbot, git_repo: Path) -> None:
+    rec = branch_changing(git_repo, {"list.txt": "one\ntwo\nthree\nfour\n"},
+                          {"list.txt": "one\nTWO\n"})
+    view = open_view(qtbot, git_repo, rec)
+    qtbot.mouseClick(view.side_by_side, Qt.MouseButton.LeftButton)
+    left, right, box = view.sides.left, view.sides.right, view.comment_box
+    added: list[tuple[str, ...]] = []
+    view.comment_added.connect(lambda *a: added.append(a))
+
+    def row(view: DiffView, text: str) -> int:
+        return next(n for n, r in enumerate(view.rows) if row_text(r).endswith(text))
+
+    def click(view: DiffView, n: int) -> None:
+        qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton,
+                         pos=view.block_rect(n).center())
+
+    def write(text: str) -> None:
+        qtbot.keyClicks(box.text, text)
+        qtbot.keyClick(box.text, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+
+    def aligned() -> bool:  # row for row, on screen
+        return len(left.rows) == len(right.rows) and all(
+            left.block_rect(n).top() == right.block_rect(n).top() for n in range(len(left.rows)))
+
+    # A new line (right): the editor opens under it, in side by side; the left makes room.
+    n = row(right, "+ TWO")
+    qtbot.mouseMove(right.viewport())  # the pointer comes into the right side…
+    qtbot.mouseMove(right.viewport(), right.block_rect(n).center())  # …onto the line
+    assert right.hovered == n
+    click(right, n)
+    assert view.diff_stack.currentWidget() is view.sides
+    assert box.isVisible() and box.caption.text() == "Comment on list.txt:2"
+    assert box.parentWidget() is right.viewport()
+    assert right.block_rect(n).bottom() <= box.y() <= right.block_rect(n + 1).bottom()
+    assert (left.rows[n + 1].kind, right.rows[n + 1].kind) == ("_", "_") and aligned()
+    write("why upper case?")
+    assert added == [("m1", "list.txt", 2, "why upper case?")]
+    assert not box.isVisible() and aligned()
+    # A removed line the new file has no line for (left): there.
+    m = row(left, "- four")
+    click(left, m)
+    assert box.parentWidget() is left.viewport() and box.caption.text() == "Comment on list.txt:4"
+    assert left.block_rect(m).bottom() <= box.y() <= left.block_rect(m + 1).bottom()
+    write("keep four")
+    assert added[-1] == ("m1", "list.txt", 4, "keep four")
+
+    # Saved, they come back with the record: inline, each on its side, the sides row for row.
+    rec.comments = [ReviewComment(id="c1", path="list.txt", line=2, text="why upper case?",
+                                  at=datetime.now(UTC)),
+                    ReviewComment(id="c2", path="list.txt", line=4, text="keep four",
+                                  at=datetime.now(UTC))]
+    view.show_record(rec)
+    n, m = row(right, "+ TWO"), row(left, "- four")
+    assert (right.rows[n + 1].kind, right.rows[n + 1].text) == ("#", "why upper case?")
+    assert (left.rows[m + 1].kind, left.rows[m + 1].text) == ("#", "keep four")
+    assert "why upper case?" in right.toPlainText() and "keep four" in left.toPlainText()
+    assert "why" not in left.toPlainText() and "keep" not in right.toPlainText()
+    assert aligned()
+    # Both stay when the views switch, in the unified view too.
+    qtbot.mouseClick(view.side_by_side, Qt.MouseButton.LeftButton)
+    assert [r.text for r in view.diff.rows if r.kind == "#"] == ["keep four", "why upper case?"]
+    qtbot.mouseClick(view.side_by_side, Qt.MouseButton.LeftButton)
+    assert "why upper case?" in right.toPlainText() and "keep four" in left.toPlainText()
+    # A click on a saved comment edits it, where it is.
+    click(left, row(left, "keep four"))
+    assert box.parentWidget() is left.viewport()
+    assert box.caption.text() == "Edit the comment on list.txt:4"
+    qtbot.keyClick(box.text, Qt.Key.Key_Escape)
+    # A line both sides show, or a removed line whose number the new file has too: on the
+    # new side (a comment has a line number, the new file's first; the toggle says so).
+    for side, text in ((left, "  one"), (left, "- two")):
+        click(side, row(side, text))
+        assert box.parentWidget() is right.viewport()
+        qtbot.keyClick(box.text, Qt.Key.Key_Escape)
+    assert box.caption.text() == "Comment on list.txt:2" and aligned()
+    assert "removed line" in view.side_by_side.toolTip()
 
 
 def test_viewed_marks_count_and_reset_when_the_file_changes_again(

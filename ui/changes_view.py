@@ -4,10 +4,11 @@ A range selector (the whole milestone, or one round's commit — also chosen by 
 the rounds table), a file table with per-file +/- counts and "viewed" marks, and the selected
 file's diff (`ui.diff_view.DiffView`), unified or side by side. Comments open under the clicked
 line and stay there, inline, as a pull-request review shows them (Ctrl+Enter saves, Esc
-cancels); the list under the diff is their overview. Generated and whitespace-only files are
-listed greyed and shown folded until asked; Anima's own files (`.anima/…`) are listed apart and
-never counted in the totals. Keys: F7 / Shift+F7 next / previous hunk (on to the next file at
-the end of one), Alt+Down / Alt+Up next / previous file, Ctrl+F find in the diff.
+cancels), in either view; the list under the diff is their overview. Generated and
+whitespace-only files are listed greyed and shown folded until asked; Anima's own files
+(`.anima/…`) are listed apart and never counted in the totals. Keys: F7 / Shift+F7 next /
+previous hunk (on to the next file at the end of one), Alt+Down / Alt+Up next / previous file,
+Ctrl+F find in the diff.
 
 The view computes nothing itself: it asks for a `ChangeSet` through `load_requested` (the
 window runs `Engine.changes` off the GUI thread) and draws only the file on screen. Comments
@@ -49,7 +50,7 @@ from PySide6.QtWidgets import (
 )
 
 from anima.diffs import ChangeSet, DiffRow, FileDiff
-from ui.diff_view import PREFIX, DiffView, SideBySideView, line_row
+from ui.diff_view import PREFIX, DiffView, SideBySideView, comment_line
 from ui.formatting import enum_text
 from ui.search_bar import SearchBar
 from ui.table_model import ColumnModel
@@ -297,13 +298,20 @@ class ChangesView(QWidget):
         self.diff_stack.addWidget(self.diff)
         self.diff_stack.addWidget(self.sides)
         self.search = SearchBar(self.diff, self, "Find in the diff")
-        # The editor lives in the diff, in a gap made under the line it is about.
+        # The editor lives in the diff, in a gap made under the line it is about (side by
+        # side, in the side the comment shows on).
         self.comment_box = CommentBox(self.diff.viewport())
+        self._editing: DiffView = self.diff
         self.side_by_side = QToolButton(self)
         self.side_by_side.setObjectName("sideBySide")
         self.side_by_side.setText("Side by side")
         self.side_by_side.setCheckable(True)
-        self.side_by_side.setToolTip("Old and new side by side (else one unified column)")
+        # A comment has a line number, not a side: said here, where the two sides are.
+        self.side_by_side.setToolTip(
+            "Old and new side by side (else one unified column). Click a line on either side "
+            "to comment on it. A comment is kept by line number, the new file's first: on a "
+            "removed line whose number the new file has too, it goes with that new line, on "
+            "the right.")
         top.addWidget(self.side_by_side)
         self.comments_title = QLabel("Comments", self)
         self.comments_title.setObjectName("sectionTitle")
@@ -356,13 +364,13 @@ class ChangesView(QWidget):
         self.range.activated.connect(self._on_range_chosen)
         self.file_table.selectionModel().currentRowChanged.connect(self._on_file_changed)
         self.expand_button.clicked.connect(self._on_expand)
-        for view in (self.diff, self.sides.left, self.sides.right):
+        for view in self._views():
             view.line_clicked.connect(self._on_line_clicked)
             view.comment_clicked.connect(self._on_comment_clicked)
+            view.verticalScrollBar().valueChanged.connect(self._place_comment_box)
         self.side_by_side.toggled.connect(self._on_side_by_side)
-        self.diff.verticalScrollBar().valueChanged.connect(self._place_comment_box)
         self.comment_box.saved.connect(self._on_comment_saved)
-        self.comment_box.cancelled.connect(self.diff.close_gap)
+        self.comment_box.cancelled.connect(self._close_gap)
         self.files.viewed_changed.connect(self._on_viewed_changed)
         for keys, slot in (("F7", lambda: self.go_to_hunk(1)),
                            ("Shift+F7", lambda: self.go_to_hunk(-1)),
@@ -490,12 +498,18 @@ class ChangesView(QWidget):
         return [] if self.record is None else [c for c in self.record.comments
                                                if c.path == path]
 
+    def _views(self) -> tuple[DiffView, DiffView, DiffView]:
+        return self.diff, self.sides.left, self.sides.right
+
+    def _on_screen(self) -> DiffView | SideBySideView:
+        return self.sides if self.side_by_side.isChecked() else self.diff
+
     def _show_file(self, diff: FileDiff) -> None:
         self.comment_box.hide()
         folded = diff.collapsed and diff.path not in self._expanded
         self.fold_bar.setVisible(folded)
-        self.diff.commentable = self._commentable()
-        view = self.sides if self.side_by_side.isChecked() else self.diff
+        self._set_commentable()
+        view = self._on_screen()
         if folded:
             self.fold_label.setText(f"{diff.path}: {fold_reason(diff)} "
                                     f"(+{diff.added} −{diff.removed}), folded.")
@@ -505,7 +519,7 @@ class ChangesView(QWidget):
 
     @Slot(bool)
     def _on_side_by_side(self, on: bool) -> None:
-        """Unified or side by side; comments are written in the unified view."""
+        """Unified or side by side; the file's comments show in either."""
         self.comment_box.cancel()
         self.diff_stack.setCurrentWidget(self.sides if on else self.diff)
         self.search.set_view(self.sides.right if on else self.diff)
@@ -566,6 +580,11 @@ class ChangesView(QWidget):
     def _commentable(self) -> bool:
         return self.record is not None and enum_text(self.record.status) in COMMENTABLE
 
+    def _set_commentable(self) -> None:
+        """The "+" on the hovered line, in every view, where comments can be left."""
+        for view in self._views():
+            view.commentable = self._commentable()
+
     def _show_comments(self) -> None:
         comments = [] if self.record is None else list(self.record.comments)
         current = self.comment_list.currentItem()
@@ -586,10 +605,10 @@ class ChangesView(QWidget):
             self.comments_hint.setText("Comments can be left while the milestone is paused or "
                                        "awaiting your review.")
             self.comment_box.cancel()
-        self.diff.commentable = self._commentable()
-        for view in (self.diff, self.sides.right):  # whichever is on screen, both kept true
-            if view.file is not None and not self.comment_box.isVisible():
-                view.show_comments(self._file_comments(view.file.path))
+        self._set_commentable()
+        for shown in (self.diff, self.sides):  # whichever is on screen, both kept true
+            if shown.file is not None and not self.comment_box.isVisible():
+                shown.show_comments(self._file_comments(shown.file.path))
         self._on_comment_selected(self.comment_list.currentItem())
 
     @property
@@ -602,52 +621,63 @@ class ChangesView(QWidget):
             self.comments_hint.setText("Comments can be left while the milestone is paused or "
                                        "awaiting your review.")
             return
-        line = row.new_line if row.new_line is not None else row.old_line
+        shown = self._on_screen().file
+        line = comment_line(shown.rows, row) if shown is not None else None
         if line is not None:
-            self.side_by_side.setChecked(False)  # the editor opens in the unified view
             self._open_editor(path, line)
 
     def _open_editor(self, path: str, line: int, text: str = "", comment_id: str = "") -> None:
-        """The editor opens under the line (and its comments), pushing the lines below down."""
-        if self.diff.file is None or self.diff.file.path != path:
+        """The editor opens under the line (and its comments), pushing the lines below down;
+        side by side, on the side the comment shows on, the other side making the same room."""
+        shown = self._on_screen()
+        if shown.file is None or shown.file.path != path:
             found = next((r for r, f in enumerate(self.files.files)
                           if f is not None and f.path == path), None)
             if found is None:
                 return
             self.file_table.selectRow(found)
-        at = line_row(self.diff.file.rows, line) if self.diff.file is not None else None
+        view = shown.view_of(line)
+        at = view.row_of(line)
         if at is None:
             return
-        self.diff.open_gap(at, CommentBox.HEIGHT)
+        shown.open_gap(at, CommentBox.HEIGHT)
+        if self.comment_box.parentWidget() is not view.viewport():
+            self.comment_box.setParent(view.viewport())
+        self._editing = view
         self.comment_box.open_for(path, line, text, comment_id)
         self._place_comment_box()
-        gap = self.diff.gap_rect()
-        if gap.bottom() > self.diff.viewport().height():  # keep it on screen
-            self.diff.verticalScrollBar().setValue(
-                self.diff.verticalScrollBar().value()
-                + (gap.bottom() - self.diff.viewport().height()) // max(
-                    self.diff.fontMetrics().lineSpacing(), 1) + 1)
+        gap = view.gap_rect()
+        if gap.bottom() > view.viewport().height():  # keep it on screen
+            view.verticalScrollBar().setValue(
+                view.verticalScrollBar().value()
+                + (gap.bottom() - view.viewport().height()) // max(
+                    view.fontMetrics().lineSpacing(), 1) + 1)
 
     @Slot()
     def _place_comment_box(self) -> None:
         if not self.comment_box.isVisible():
             return
-        gap = self.diff.gap_rect()
-        left = self.diff.fontMetrics().horizontalAdvance(" ") * PREFIX
+        view = self._editing
+        gap = view.gap_rect()
+        left = view.fontMetrics().horizontalAdvance(" ") * PREFIX
         self.comment_box.setGeometry(left, gap.top(), max(gap.width() - left - 12, 240),
                                      max(gap.height(), CommentBox.HEIGHT))
+
+    @Slot()
+    def _close_gap(self) -> None:
+        self.diff.close_gap()
+        self.sides.close_gap()
 
     @Slot(object)
     def _on_comment_clicked(self, comment: Any) -> None:
         if self._commentable():
-            self.side_by_side.setChecked(False)
             self._open_editor(comment.path, comment.line, comment.text, comment.id)
 
     @Slot(str, int, str, str)
     def _on_comment_saved(self, path: str, line: int, comment_id: str, text: str) -> None:
         if self.record is None:
             return
-        self.diff.close_gap()  # the comment itself shows there once saved
+        self._close_gap()  # the comment itself shows there once saved
         if comment_id:
             self.comment_edited.emit(self.record.id, comment_id, text)
         else:

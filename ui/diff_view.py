@@ -8,7 +8,9 @@ whole line's background by its kind, and within a changed line paired with its o
 the words that differ get a stronger background. Comments are rows of their own under their
 line, as a pull-request review shows them; the editor opens in a gap made under the clicked
 line. A click on a code line (not a drag that selects text) emits `line_clicked`; where
-comments can be left, the line under the mouse shows a "+".
+comments can be left, the line under the mouse shows a "+". `SideBySideView` puts two of them
+side by side, old and new, and keeps them row for row: a comment or the editor on one side
+takes the same room on the other.
 """
 
 from __future__ import annotations
@@ -46,11 +48,14 @@ from anima.diffs import ChangeSet, DiffRow, FileDiff
 HIGHLIGHT_MAX_ROWS = 4000
 NUMBER_WIDTH = 5
 PREFIX = NUMBER_WIDTH * 2 + 4  # "  12    13 + "
-# Row kinds beyond git's: a comment under a line, a gap the comment editor sits in.
-COMMENT, GAP = "#", "_"
+# Row kinds beyond git's: a comment under a line (without text: the room a comment on the
+# other side takes, side by side), a gap the comment editor sits in, and a side's padding
+# where the other side has lines and this one none.
+COMMENT, GAP, PAD = "#", "_", "="
 ROW_BACKGROUNDS = {"+": QColor(46, 160, 67, 40), "-": QColor(248, 81, 73, 40),
                    "@": QColor(84, 174, 255, 36), COMMENT: QColor(212, 167, 44, 56),
-                   GAP: QColor(140, 149, 159, 24)}  # drawn over the text: translucent
+                   GAP: QColor(140, 149, 159, 24),
+                   PAD: QColor(140, 149, 159, 24)}  # drawn over the text: translucent
 #: The words that changed within a line, over its +/- background.
 WORD_BACKGROUNDS = {"+": QColor(46, 160, 67, 110), "-": QColor(248, 81, 73, 110)}
 _STYLE = get_style_by_name("friendly")
@@ -65,8 +70,8 @@ Range = tuple[int, int]  # start, length (within the code part)
 def row_text(row: DiffRow) -> str:
     """The displayed line: old and new line numbers, the sign, the code."""
     if row.kind == COMMENT:
-        return " " * PREFIX + "▍ " + row.text
-    if row.kind in "@~" or row.kind == GAP:
+        return " " * PREFIX + "▍ " + row.text if row.text else ""
+    if row.kind in "@~" or row.kind in (GAP, PAD):
         return row.text
     old = "" if row.old_line is None else str(row.old_line)
     new = "" if row.new_line is None else str(row.new_line)
@@ -166,10 +171,28 @@ def line_row(rows: Sequence[DiffRow], line: int) -> int | None:
     return found
 
 
+def comment_line(rows: Sequence[DiffRow], row: DiffRow) -> int | None:
+    """The line a comment on `row` (of the file's `rows`) is kept under: a removed line's old
+    number, else the new file's. A context line on the old side of a side-by-side view has its
+    old number only: its new one is looked up."""
+    if row.kind == "-":
+        return row.old_line
+    if row.new_line is not None:
+        return row.new_line
+    return next((r.new_line for r in rows if r.kind == " " and r.old_line == row.old_line), None)
+
+
+def on_removed_line(rows: Sequence[DiffRow], line: int) -> bool:
+    """Whether a comment on `line` is about a removed line (the old side), as `line_row`
+    reads a line number: the new file's line first."""
+    at = line_row(rows, line)
+    return at is not None and rows[at].kind == "-"
+
+
 def side_by_side(rows: Sequence[DiffRow]) -> tuple[Side, Side]:
     """The unified rows as two aligned columns, old on the left and new on the right: a run of
-    removed lines faces the run of added lines after it, the shorter padded with gaps; each
-    row with the words that changed in it."""
+    removed lines faces the run of added lines after it, the shorter padded; each row with the
+    words that changed in it."""
     words = word_spans(rows)
     left: list[DiffRow] = []
     right: list[DiffRow] = []
@@ -195,7 +218,7 @@ def side_by_side(rows: Sequence[DiffRow]) -> tuple[Side, Side]:
             i += 1
         for n in range(max(len(removed), len(added))):
             for side, words_of, run in ((left, left_words, removed), (right, right_words, added)):
-                side.append(rows[run[n]] if n < len(run) else DiffRow(GAP, ""))
+                side.append(rows[run[n]] if n < len(run) else DiffRow(PAD, ""))
                 words_of.append(words[run[n]] if n < len(run) else [])
     return (left, left_words), (right, right_words)
 
@@ -319,6 +342,8 @@ class DiffView(QPlainTextEdit):
         self.rows: list[DiffRow] = []
         #: Whether a click on a line may start a comment (the "+" on the hovered line).
         self.commentable = False
+        #: The other side of a side-by-side view: its comments take room here too.
+        self.facing: DiffView | None = None
         self.hovered: int | None = None
         self._base: list[DiffRow] = []
         self._base_spans: list[list[Span]] = []
@@ -335,6 +360,13 @@ class DiffView(QPlainTextEdit):
         """Render `diff` (or just `message`) with `comments` (`path`, `line`, `text`, `id`)
         under their lines: rows first, then colours in one pass. `side`: one side of a
         side-by-side view instead of the unified rows (its rows and their word changes)."""
+        self.draw(keep_scroll=self.load_file(diff, message, comments, side))
+
+    def load_file(self, diff: FileDiff | None, message: str = "",
+                  comments: Sequence[Any] = (),
+                  side: tuple[list[DiffRow], list[list[Range]]] | None = None) -> bool:
+        """What `show_file` shows, not drawn yet (a side-by-side view draws its sides once
+        both are loaded); True when it is the file already shown."""
         same_file = diff is not None and self.file is not None and diff.path == self.file.path
         self.file = diff
         self._base = [] if diff is None else side[0] if side is not None else diff.rows
@@ -350,34 +382,51 @@ class DiffView(QPlainTextEdit):
         if not same_file:
             self._gap = None
         self._message = message
-        self._render(keep_scroll=same_file)
+        return same_file
 
     def show_comments(self, comments: Sequence[Any]) -> None:
         """The comments changed (saved, edited, removed): redraw in place."""
+        if self.set_comments(comments):
+            self.draw(keep_scroll=True)
+
+    def set_comments(self, comments: Sequence[Any]) -> bool:
+        """Take the comments to show, not drawn yet; False when they are the ones shown."""
         if [(c.id, c.line, c.text) for c in comments] == [
                 (c.id, c.line, c.text) for c in self._comments]:
-            return
+            return False
         self._comments = list(comments)
-        self._render(keep_scroll=True)
+        return True
 
-    def _render(self, keep_scroll: bool) -> None:
+    def row_of(self, line: int) -> int | None:
+        """The file's row (of this view's rows, before comments) a comment on `line` is under."""
+        return line_row(self._base, line)
+
+    def view_of(self, _line: int) -> DiffView:
+        """The view a comment on a line shows in: this one (a side-by-side view picks a side)."""
+        return self
+
+    def draw(self, keep_scroll: bool) -> None:
+        """Draw the loaded file: its rows, the comments under theirs, the editor's gap."""
         scroll = self.verticalScrollBar().value()
         rows: list[DiffRow] = []
         spans: list[list[Span]] = []
         words: list[list[Range]] = []
         self._comment_of = {}
-        under: dict[int, list[Any]] = {}
-        for comment in self._comments:
-            at = line_row(self._base, comment.line)
-            if at is not None:
-                under.setdefault(at, []).append(comment)
+        under: dict[int, list[Any]] = {}  # None: room for the facing side's comment
+        for view in (v for v in (self, self.facing) if v is not None):
+            for comment in view._comments:
+                at = line_row(view._base, comment.line)
+                if at is not None:
+                    under.setdefault(at, []).append(comment if view is self else None)
         for i, row in enumerate(self._base):
             rows.append(row)
             spans.append(self._base_spans[i] if i < len(self._base_spans) else [])
             words.append(self._base_words[i] if i < len(self._base_words) else [])
             for comment in under.get(i, ()):
-                self._comment_of[len(rows)] = comment
-                rows.append(DiffRow(COMMENT, comment.text.replace("\n", " ")))
+                if comment is not None:
+                    self._comment_of[len(rows)] = comment
+                rows.append(DiffRow(COMMENT, "" if comment is None
+                                    else comment.text.replace("\n", " ")))
                 spans.append([])
                 words.append([])
             if self._gap is not None and self._gap[0] == i:
@@ -405,13 +454,13 @@ class DiffView(QPlainTextEdit):
         comments); where the gap is drawn, in viewport coordinates."""
         line = max(self.fontMetrics().lineSpacing(), 1)
         self._gap = (file_row, -(-height // line))
-        self._render(keep_scroll=True)
+        self.draw(keep_scroll=True)
         return self.gap_rect()
 
     def close_gap(self) -> None:
         if self._gap is not None:
             self._gap = None
-            self._render(keep_scroll=True)
+            self.draw(keep_scroll=True)
 
     def gap_rect(self) -> QRect:
         gap = [n for n, r in enumerate(self.rows) if r.kind == GAP]
@@ -514,14 +563,17 @@ class DiffView(QPlainTextEdit):
 
 
 class SideBySideView(QWidget):
-    """Old on the left, new on the right, scrolled together; comments under their new lines
-    on the right. Clicks reach `line_clicked` / `comment_clicked` like the unified view's."""
+    """Old on the left, new on the right, scrolled together and row for row; a comment under
+    its line on the side it is about (the left for a removed line's, as `line_row` reads
+    it), the editor's gap on both. Clicks reach `line_clicked` / `comment_clicked` like the
+    unified view's."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("sideBySideView")
         self.left = DiffView(self)
         self.right = DiffView(self)
+        self.left.facing, self.right.facing = self.right, self.left
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(1)
@@ -531,9 +583,43 @@ class SideBySideView(QWidget):
             a.verticalScrollBar().valueChanged.connect(b.verticalScrollBar().setValue)
             a.horizontalScrollBar().valueChanged.connect(b.horizontalScrollBar().setValue)
 
+    @property
+    def file(self) -> FileDiff | None:
+        return self.right.file
+
+    @property
+    def sides(self) -> tuple[DiffView, DiffView]:
+        return self.left, self.right
+
     def show_file(self, diff: FileDiff | None, message: str = "",
                   comments: Sequence[Any] = ()) -> None:
         old, new = side_by_side(diff.rows if diff is not None else [])
-        self.left.show_file(diff, message, side=old)
-        # Comments are on new lines (or old ones of removed lines, shown on the left).
-        self.right.show_file(diff, message, comments, side=new)
+        same = [self.left.load_file(diff, message, side=old),
+                self.right.load_file(diff, message, side=new)]
+        self._set_comments(comments)
+        for view, keep_scroll in zip(self.sides, same, strict=True):
+            view.draw(keep_scroll)
+
+    def show_comments(self, comments: Sequence[Any]) -> None:
+        if self._set_comments(comments):
+            for view in self.sides:  # each side makes room for the other's
+                view.draw(keep_scroll=True)
+
+    def _set_comments(self, comments: Sequence[Any]) -> bool:
+        old = [c for c in comments if self.view_of(c.line) is self.left]
+        new = [c for c in comments if self.view_of(c.line) is self.right]
+        return any([self.left.set_comments(old), self.right.set_comments(new)])  # both set
+
+    def view_of(self, line: int) -> DiffView:
+        """The side a comment on `line` shows on."""
+        rows = self.file.rows if self.file is not None else []
+        return self.left if on_removed_line(rows, line) else self.right
+
+    def open_gap(self, file_row: int, height: int) -> None:
+        """The editor's gap under `file_row`, on both sides."""
+        for view in self.sides:
+            view.open_gap(file_row, height)
+
+    def close_gap(self) -> None:
+        for view in self.sides:
+            view.close_gap()
