@@ -59,15 +59,6 @@ _ROLE_SHORT = {"developer": "Dev", "acceptor": "Acc"}
 _STEPS = {Qt.Key.Key_Up: (0, -1), Qt.Key.Key_Down: (0, 1),
           Qt.Key.Key_Left: (-1, 0), Qt.Key.Key_Right: (1, 0)}
 _OPEN_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Space)
-#: Where the keyboard is, in the theme's accent. The board carries it itself, so a focused card
-#: shows in any theme; the app's style sheet (resources/style.qss) draws the rest of a card.
-FOCUS_STYLE = """
-QFrame#milestoneCard:focus { background: #f3f7ff; border-top: 2px solid #2f6feb;
-                             border-right: 2px solid #2f6feb; border-bottom: 2px solid #2f6feb; }
-QPushButton#cardAction:focus { border: 2px solid #0b3d91; padding: 1px 9px; }
-"""
-
-
 def latest_line(event: ev.AgentEvent) -> str | None:
     """What an agent event says in one line on a card, or None when it says nothing new."""
     if isinstance(event, ev.AssistantText):
@@ -272,7 +263,6 @@ class Board(QWidget):
     def __init__(self, clock: ElapsedClock | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("board")
-        self.setStyleSheet(FOCUS_STYLE)
         self.clock = clock or ElapsedClock()
         self.columns = {key: BoardColumn(key, title, self) for key, title in COLUMNS}
         self.cards: dict[str, MilestoneCard] = {}
