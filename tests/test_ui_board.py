@@ -23,8 +23,7 @@ from anima.store.models import MergeInfo, MergeState, MilestoneStatus
 from anima.store.store import Store
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md
-from tests.test_ui_app import Window
-from ui.app import load_style_sheet
+from tests.test_ui_app import Window, styled  # noqa: F401 (a fixture)
 from ui.board import MilestoneCard
 from ui.milestone_page import drop_overlap
 
@@ -32,14 +31,6 @@ pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("propagateSizeHints")]
 
 NOW = datetime.now(UTC)
-
-
-@pytest.fixture
-def styled(qapp: QApplication) -> Iterator[None]:
-    """The app's style sheet, as `anima` applies it, for this test only."""
-    qapp.setStyleSheet(load_style_sheet())
-    yield
-    qapp.setStyleSheet("")
 
 
 @pytest.fixture
@@ -238,8 +229,8 @@ def test_a_page_whose_transcript_cannot_be_read_still_shows_the_live_output(
     assert "still live" in pane.plain_text()
 
 
-def test_the_board_works_from_the_keyboard(qtbot, styled: None, board: Window,
-                                           git_repo: Path) -> None:
+@pytest.mark.usefixtures("styled")
+def test_the_board_works_from_the_keyboard(qtbot, board: Window, git_repo: Path) -> None:
     """Tab reaches each card and its button in the order drawn, the arrows move between cards,
     Enter or Space opens a page as a click does, and the focused card shows it."""
     window = board.window

@@ -28,7 +28,7 @@ from ui.transcript import (
     render_markdown,
     summarize_result,
 )
-from ui.widgets import tool_button
+from ui.widgets import ElidedLabel, tool_button
 
 FLUSH_INTERVAL_MS = 16
 # A flush lays out what fits this budget (measured per line as it goes), so a burst never
@@ -76,7 +76,10 @@ class AgentPane(QFrame):
         self._session_id = ""
         self._stop_requested = False
 
-        self.title = QLabel(ROLE_TITLES.get(role, role.title()), self)
+        # Elided (whole in its tooltip): "Developer · CLI version · model" must not make two
+        # panes side by side wider than a 1024-pixel screen.
+        self.title = ElidedLabel(self)
+        self.title.setText(ROLE_TITLES.get(role, role.title()))
         self.title.setObjectName("paneTitle")
         self.state_label = QLabel("idle", self)
         self.state_label.setObjectName("paneState")
