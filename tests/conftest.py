@@ -326,3 +326,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for marker in ("real_claude", "real_codex"):
             if item.get_closest_marker(marker) is not None:
                 item.add_marker(pytest.mark.xdist_group(marker))
+
+
+
+@pytest.fixture(autouse=True)
+def app_style(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The window's tests see it as the app draws it, its style sheet on: bold titles and
+    padded buttons change what fits (a 1024-pixel screen did not fit the window once)."""
+    if not request.module.__name__.rpartition(".")[2].startswith("test_ui_"):
+        yield
+        return
+    from PySide6.QtWidgets import QApplication
+
+    from ui.app import load_style_sheet
+
+    app = QApplication.instance() or QApplication([])
+    assert isinstance(app, QApplication)
+    app.setStyleSheet(load_style_sheet())
+    yield
+    app.setStyleSheet("")

@@ -15,14 +15,12 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QElapsedTimer, QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent
-from PySide6.QtWidgets import QApplication
 
 from anima.engine.facade import Engine
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record
 from tests.test_failures import BRANCH_GONE
 from tests.test_ui_monitor import answer_dialog
-from ui.app import load_style_sheet
 from ui.main_window import MainWindow
 from ui.milestone_page import MilestonePage
 
@@ -33,24 +31,11 @@ TWO = milestone_md("Greeter", ["Greet command", "Version flag"], ["greet prints 
 OVERRIDES = {"summarizer": {"enabled": False}}
 
 
-@pytest.fixture
-def styled(qapp: QApplication) -> Iterator[None]:
-    """The app's style sheet, as `anima` applies it (it widens some widgets), for one test."""
-    qapp.setStyleSheet(load_style_sheet())
-    yield
-    qapp.setStyleSheet("")
-
-
 def screenshot(window: MainWindow, qtbot, name: str) -> None:
-    """Save the window to docs/<name> as the app draws it (its style sheet on)."""
-    app = QApplication.instance()
-    assert isinstance(app, QApplication)
-    app.setStyleSheet(load_style_sheet())
-    try:
-        qtbot.wait(200)
-        window.grab().save(str(Path(__file__).resolve().parent.parent / "docs" / name))
-    finally:
-        app.setStyleSheet("")
+    """Save the window to docs/<name> as the app draws it (the tests' style sheet is the
+    app's: see `app_style`)."""
+    qtbot.wait(200)
+    window.grab().save(str(Path(__file__).resolve().parent.parent / "docs" / name))
 
 
 class Window:

@@ -23,7 +23,7 @@ from anima.store.models import MergeInfo, MergeState, MilestoneStatus
 from anima.store.store import Store
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md
-from tests.test_ui_app import Window, styled  # noqa: F401 (a fixture)
+from tests.test_ui_app import Window
 from ui.board import MilestoneCard
 from ui.milestone_page import drop_overlap
 
@@ -229,7 +229,6 @@ def test_a_page_whose_transcript_cannot_be_read_still_shows_the_live_output(
     assert "still live" in pane.plain_text()
 
 
-@pytest.mark.usefixtures("styled")
 def test_the_board_works_from_the_keyboard(qtbot, board: Window, git_repo: Path) -> None:
     """Tab reaches each card and its button in the order drawn, the arrows move between cards,
     Enter or Space opens a page as a click does, and the focused card shows it."""

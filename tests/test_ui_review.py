@@ -13,7 +13,7 @@ from PySide6.QtCore import QPoint, QRect
 
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md
-from tests.test_ui_app import TWO, Window, styled  # noqa: F401 (a fixture)
+from tests.test_ui_app import TWO, Window
 from tests.test_ui_monitor import answer_dialog
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
@@ -29,7 +29,6 @@ def fake(fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> FakeClaude
     return fake_claude
 
 
-@pytest.mark.usefixtures("styled")  # as the app draws it: bold titles, padded buttons
 def test_a_long_rejection_reason_fits_1024_by_700_and_abort_asks_first(
         qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
     assert len(LONG_REASON) > 150
