@@ -15,6 +15,7 @@ either the old main or the merge.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ from typing import Any
 import pytest
 
 from anima.git import GitRepo
+from anima.loop.completion import MergeQueue
 from anima.paths import ProjectPaths
 from anima.store.models import MergeInfo, MergeState, MilestoneStatus, RoundKind, Verdict, now
 from anima.store.store import Store
@@ -368,3 +370,36 @@ def test_a_pending_merge_without_a_final_acceptance_is_not_merged(
     assert again.proc.returncode == 0, again.stdout[-2000:] + again.stderr
     assert_not_merged(git_repo, main, tip, "no final acceptance is on record")
     assert not (git_repo / "features" / "F1.txt").exists()
+
+
+def test_a_milestone_accepted_earlier_that_arrives_late_does_not_cut_in() -> None:
+    """After a restart each run comes back to the merge queue when it gets there: one whose
+    final acceptance is older, arriving while another merges, waits for that merge to end.
+    Cutting in, both found that they merged cleanly, both merged, and the second conflicted:
+    a finally accepted milestone ended "completed, not merged" instead of a merge round."""
+    queue, stop = MergeQueue(), threading.Event()
+    order: list[str] = []
+    holding, release = threading.Event(), threading.Event()
+    accepted = now()
+
+    def take_turn(milestone: str, at: datetime.datetime, hold: bool) -> None:
+        with queue.turn(milestone, at, stop) as ours:
+            assert ours
+            order.append(f"{milestone} merges")
+            if hold:
+                holding.set()
+                release.wait(5)
+            order.append(f"{milestone} done")
+
+    later = threading.Thread(target=take_turn,
+                             args=("later", accepted + datetime.timedelta(seconds=9), True))
+    later.start()
+    assert holding.wait(5)
+    earlier = threading.Thread(target=take_turn, args=("earlier", accepted, False))
+    earlier.start()
+    time.sleep(0.3)
+    assert order == ["later merges"]  # it waits
+    release.set()
+    later.join(5)
+    earlier.join(5)
+    assert order == ["later merges", "later done", "earlier merges", "earlier done"]

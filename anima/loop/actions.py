@@ -13,7 +13,7 @@ from anima.config import Config
 from anima.errors import ActionError
 from anima.events import EventBus, LogLine, MilestoneChanged
 from anima.git import GitRepo
-from anima.loop.completion import begin_completion, finish_completed
+from anima.loop.completion import begin_completion, finish_completed, merging
 from anima.loop.limits import LIMITS
 from anima.loop.phases import RESTING_PHASE, check_transition
 from anima.loop.state import reconcile_state
@@ -119,6 +119,13 @@ def approve(store: Store, repo: GitRepo, config: Config, milestone_id: str,
     sends it through the merge queue instead (in_progress): its Developer merges main in a
     merge round, its Acceptor reviews that, and then it merges and completes."""
     record = _load(store, milestone_id, config)
+    with merging():  # no other merge between the conflict check and this one
+        _approve(store, repo, config, record, bus)
+    return record
+
+
+def _approve(store: Store, repo: GitRepo, config: Config, record: MilestoneRecord,
+             bus: EventBus | None) -> None:
     if config.merge_on_complete and record.branch_name and record.main_branch and \
             record.status is MilestoneStatus.AWAITING_REVIEW and (conflicts := repo.merge_conflicts(
                 f"refs/heads/{record.branch_name}", record.main_branch)):
@@ -133,13 +140,12 @@ def approve(store: Store, repo: GitRepo, config: Config, milestone_id: str,
                               f"{', '.join(conflicts)}): its Developer merges "
                               f"{record.main_branch} in a merge round, its Acceptor reviews "
                               "it, then it merges and completes")
-        return record
+        return
     _require(record, Phase.COMPLETED, MilestoneStatus.AWAITING_REVIEW)
     begin_completion(record, config)  # completed and the merge pending, in one write
     record.phase = Phase.COMPLETED
     store.save_record(record)
     finish_completed(record, store, repo, config, bus or EventBus())
-    return record
 
 
 def abort(store: Store, repo: GitRepo, config: Config, milestone_id: str,

@@ -41,8 +41,16 @@ from anima.store.models import (
 )
 from anima.store.store import Store
 
-#: Held by every merge into main in this process.
-_MERGING = threading.Lock()
+#: Held by every merge into main in this process, from the check that it merges cleanly to
+#: the merge itself: a merge of another milestone in between would make it conflict after all.
+_MERGING = threading.RLock()
+
+
+@contextmanager
+def merging() -> Iterator[None]:
+    """Hold main for one milestone's conflict check and merge (re-entrant)."""
+    with _MERGING:
+        yield
 
 
 class MergeQueue:
@@ -52,23 +60,31 @@ class MergeQueue:
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._waiting: list[tuple[datetime, str]] = []
+        self._holder: tuple[datetime, str] | None = None
 
     @contextmanager
     def turn(self, milestone_id: str, accepted_at: datetime,
              stop: threading.Event) -> Iterator[bool]:
-        """Wait until every milestone accepted before this one has had its turn; yields
-        False when a stop came first (nothing may be merged then)."""
+        """Wait until every milestone accepted before this one has had its turn, and the one
+        whose turn it is has finished (one accepted earlier that arrives meanwhile, after a
+        restart, comes next: it does not cut in); yields False when a stop came first
+        (nothing may be merged then)."""
         entry = (accepted_at, milestone_id)
         with self._changed:
             bisect.insort(self._waiting, entry)
         try:
             with self._changed:
-                while self._waiting[0] != entry and not stop.is_set():
+                while (self._holder is not None or self._waiting[0] != entry) \
+                        and not stop.is_set():
                     self._changed.wait(0.5)
+                if not stop.is_set():
+                    self._holder = entry
             yield not stop.is_set()
         finally:
             with self._changed:
                 self._waiting.remove(entry)
+                if self._holder == entry:
+                    self._holder = None
                 self._changed.notify_all()
 
 

@@ -44,6 +44,7 @@ from anima.loop.completion import (
     accepted_tip,
     begin_completion,
     finish_completed,
+    merging,
 )
 from anima.loop.confinement import BranchEpoch, MilestoneSandbox
 from anima.loop.fault_policy import AgentFault, NotLoggedIn
@@ -604,18 +605,20 @@ class MilestoneRun:
             if not ours:
                 raise Stopped
             main = rec.main_branch or ""
-            if self.config.merge_on_complete and self._owe_merge_round(accepted.commit or ""):
-                self._log(f"{rec.branch_name} no longer merges into {main} cleanly (conflicts "
-                          f"in {', '.join(self._conflicts or [])}): the Developer merges "
-                          f"{main} into it in a merge round, reviewed before the merge is "
-                          "tried again")
-                return None
-            # The completion and the intent to merge go to disk before git is asked to merge.
-            rec.interrupted = False
-            begin_completion(rec, self.config)
-            self.enter(Phase.COMPLETED, "final acceptance passed")
-            self.board.leave(rec.id)
-            finish_completed(rec, self.store, self.project, self.config, self.bus)
+            with merging():  # no other merge between the check and this one
+                if self.config.merge_on_complete and \
+                        self._owe_merge_round(accepted.commit or ""):
+                    self._log(f"{rec.branch_name} no longer merges into {main} cleanly "
+                              f"(conflicts in {', '.join(self._conflicts or [])}): the "
+                              f"Developer merges {main} into it in a merge round, reviewed "
+                              "before the merge is tried again")
+                    return None
+                # The completion and the intent to merge go to disk before git merges.
+                rec.interrupted = False
+                begin_completion(rec, self.config)
+                self.enter(Phase.COMPLETED, "final acceptance passed")
+                self.board.leave(rec.id)
+                finish_completed(rec, self.store, self.project, self.config, self.bus)
         return self.phase
 
     def _owe_merge_round(self, tip: str) -> bool:
