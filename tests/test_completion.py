@@ -372,6 +372,30 @@ def test_a_pending_merge_without_a_final_acceptance_is_not_merged(
     assert not (git_repo / "features" / "F1.txt").exists()
 
 
+def test_a_pending_merge_that_now_conflicts_goes_back_for_a_merge_round(
+        git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    """Finally accepted, the merge still owed when Anima died; meanwhile the human wrote the
+    same file differently on main. The next start does not end it "completed, not merged":
+    its Developer merges main in, its Acceptor reviews that, then main takes it."""
+    make_project(git_repo, {"m1": ONE}, config={"requires_human_review": True})
+    assert run_to_end(git_repo, fake_claude).proc.returncode == 0
+    pending_merge(git_repo, lambda rec: None)
+    (git_repo / "features").mkdir()
+    (git_repo / "features" / "F1.txt").write_text("the human's F1\n", encoding="utf-8")
+    run_git(git_repo, "add", "features/F1.txt")
+    run_git(git_repo, "commit", "-q", "-m", "feat: F1 by hand")
+
+    again = run_to_end(git_repo, fake_claude)
+
+    assert again.proc.returncode == 0, again.stdout[-2000:] + again.stderr
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    assert [it.kind for it in rec.iterations][-1] is RoundKind.MERGE
+    assert any("a merge round resolves it first" in n for n in rec.notes)
+    assert "the human's F1" in (git_repo / "features" / "F1.txt").read_text()
+    assert our_processes() == []
+
+
 def test_a_milestone_accepted_earlier_that_arrives_late_does_not_cut_in() -> None:
     """After a restart each run comes back to the merge queue when it gets there: one whose
     final acceptance is older, arriving while another merges, waits for that merge to end.

@@ -18,6 +18,7 @@ LEGAL = [
     (Phase.ACCEPTOR, Phase.MERGING), (Phase.RECOVERING, Phase.MERGING),
     (Phase.FINAL_ACCEPTANCE, Phase.DEVELOPER), (Phase.PAUSED, Phase.RECOVERING),
     (Phase.AWAITING_REVIEW, Phase.RECOVERING), (Phase.PAUSED, Phase.CANCELLED),
+    (Phase.COMPLETED, Phase.RECOVERING),  # its merge still owed, and it now conflicts
 ]
 
 ILLEGAL = [
@@ -27,7 +28,8 @@ ILLEGAL = [
     (Phase.DEVELOPER, Phase.MERGING),  # only reviewed work is merged
     (Phase.ACCEPTOR, Phase.COMPLETED), (Phase.ACCEPTOR, Phase.FINAL_ACCEPTANCE),
     (Phase.PAUSED, Phase.DEVELOPER),  # a resume goes through recovery
-    (Phase.COMPLETED, Phase.DEVELOPER), (Phase.CANCELLED, Phase.RECOVERING),
+    (Phase.COMPLETED, Phase.DEVELOPER), (Phase.COMPLETED, Phase.PAUSED),
+    (Phase.CANCELLED, Phase.RECOVERING),
 ]
 
 
@@ -46,4 +48,5 @@ def test_every_phase_has_a_row_and_every_active_phase_can_pause() -> None:
     assert set(TRANSITIONS) == set(Phase)
     for phase in (Phase.DEVELOPER, Phase.ACCEPTOR, Phase.FINAL_ACCEPTANCE):
         assert Phase.PAUSED in TRANSITIONS[phase]
-    assert TRANSITIONS[Phase.COMPLETED] == frozenset()
+    assert TRANSITIONS[Phase.COMPLETED] == frozenset({Phase.RECOVERING})
+    assert TRANSITIONS[Phase.CANCELLED] == frozenset()

@@ -223,9 +223,11 @@ class Engine:
         records = self.milestones.read(register=False).records
         for line in prune_leftover_worktrees(self.repo, self.paths, records):
             self._log(None, line)
-        for record in filter(merge_pending, records):
-            self._log(record.id, "finishing the merge into main that a restart cut short")
-            finish_completed(record, self.store, self.repo, self.config, self.bus)
+        if owed := list(filter(merge_pending, records)):
+            for record in owed:
+                self._log(record.id, "finishing the merge into main that a restart cut short")
+                finish_completed(record, self.store, self.repo, self.config, self.bus)
+            records = self.milestones.read(register=False).records  # merged, or reopened
         if reconcile_state(self.store, records):
             self._log(None, "state.json brought in line with the milestone records")
 

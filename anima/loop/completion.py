@@ -27,9 +27,11 @@ from anima.errors import AnimaError
 from anima.events import EventBus, LogLine, MilestoneChanged, Notice
 from anima.git import GitRepo
 from anima.git.merge import MergeOutcome
+from anima.loop.phases import check_transition
 from anima.loop.state import reconcile_state
 from anima.loop.worktree import memory_as_started, remove_worktree
 from anima.paths import ProjectPaths
+from anima.phases import Phase
 from anima.store.models import (
     MergeInfo,
     MergeState,
@@ -126,6 +128,9 @@ def finish_completed(record: MilestoneRecord, store: Store, repo: GitRepo, confi
                 bus.publish(Notice(record.id, "merge_waiting", f"{record.title}: "
                                    f"{outcome.detail}"))
             return
+        if outcome.conflicts:
+            _back_for_a_merge_round(record, store, bus, outcome.conflicts)
+            return
         record.merge = MergeInfo(state=MergeState.MERGED if outcome.merged else MergeState.FAILED,
                                  merged=outcome.merged, detail=outcome.detail, at=now())
         log(("merged: " if outcome.merged else "not merged: ") + outcome.detail)
@@ -138,6 +143,26 @@ def finish_completed(record: MilestoneRecord, store: Store, repo: GitRepo, confi
     bus.publish(Notice(record.id, "completed", f"{record.title} is completed"
                        + ("" if merged else f"; not merged: {record.merge.detail}"
                           if record.merge else "")))
+
+
+def _back_for_a_merge_round(record: MilestoneRecord, store: Store, bus: EventBus,
+                            conflicts: list[str]) -> None:
+    """main moved after the conflict check (while the merge waited for your files, while
+    Anima was down, or by your own commit) and the branch no longer merges cleanly: as for
+    any finally accepted milestone, its Developer merges main in a merge round, its
+    Acceptor reviews that, then the merge queue tries again. Nothing is merged meanwhile."""
+    check_transition(Phase.COMPLETED, Phase.RECOVERING)
+    record.status, record.phase = MilestoneStatus.IN_PROGRESS, Phase.RECOVERING
+    record.merge = None
+    record.completed_at = None
+    text = (f"{record.main_branch} moved before {record.branch_name} was merged into it, "
+            f"and they now conflict in {', '.join(conflicts)}: a merge round resolves it "
+            "first, reviewed like any other, then the merge is tried again")
+    record.notes.append(text)
+    store.save_record(record)
+    reconcile_state(store, store.load_records())
+    bus.publish(LogLine(record.id, text))
+    bus.publish(MilestoneChanged(record.model_copy(deep=True)))
 
 
 def _merge(record: MilestoneRecord, repo: GitRepo, config: Config,

@@ -24,7 +24,9 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.MERGING: frozenset({Phase.COMPLETED, Phase.DEVELOPER}) | STOPS,
     Phase.PAUSED: frozenset({Phase.RECOVERING, Phase.CANCELLED}),
     Phase.AWAITING_REVIEW: frozenset({Phase.COMPLETED, Phase.RECOVERING, Phase.CANCELLED}),
-    Phase.COMPLETED: frozenset(),
+    # Completed with its merge still owed, and main moved so that it no longer merges
+    # cleanly: back for a merge round (`completion._back_for_a_merge_round`).
+    Phase.COMPLETED: frozenset({Phase.RECOVERING}),
     Phase.FAILED: frozenset({Phase.RECOVERING, Phase.CANCELLED}),
     Phase.CANCELLED: frozenset(),
 }
