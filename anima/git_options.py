@@ -254,7 +254,7 @@ def human_config(cwd: Path, git_dir: Path | None = None,
         done = subprocess.run(["git", *NO_AGENT_CODE, "-c", f"{_SAFE_DIRECTORY}=*", "config",
                                "--list", "--show-scope", "--show-origin", "-z"],
                               cwd=cwd, capture_output=True, stdin=subprocess.DEVNULL,
-                              timeout=60, check=False)
+                              timeout=60, check=False, start_new_session=True)
     except FileNotFoundError as exc:
         raise GitError(f"git is not installed or not on PATH: {exc}") from None
     except (OSError, subprocess.TimeoutExpired) as exc:

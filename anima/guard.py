@@ -127,7 +127,8 @@ def _config_entries(data: bytes | None) -> set[tuple[str, str]]:
     if data is None:
         return set()
     done = subprocess.run(["git", *NO_AGENT_CODE, "config", "--file", "-", "--list", "-z"],
-                          input=data, capture_output=True, check=False, env=git_environment())
+                          input=data, capture_output=True, check=False, env=git_environment(),
+                          start_new_session=True)
     if done.returncode != 0:
         return {("include.path", "(unreadable)")}
     entries = set()

@@ -43,7 +43,7 @@ class NotifyCommand:
         try:
             done = subprocess.run(self.command, shell=True, input=notice_json(notice, self.project),
                                   text=True, capture_output=True, timeout=NOTIFY_TIMEOUT_SECONDS,
-                                  check=False)
+                                  check=False, start_new_session=True)
             problem = f"exited {done.returncode}: {done.stderr.strip()[-300:]}" \
                 if done.returncode else ""
         except (OSError, subprocess.TimeoutExpired) as e:

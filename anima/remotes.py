@@ -35,7 +35,8 @@ def _git(cwd: Path, *args: str) -> str:
         overrides = human_config(cwd).overrides
         out = subprocess.run(["git", *NO_AGENT_CODE, *overrides, *args], cwd=cwd,
                              capture_output=True, text=True, timeout=30,
-                             stdin=subprocess.DEVNULL, env=git_environment())
+                             stdin=subprocess.DEVNULL, env=git_environment(),
+                             start_new_session=True)
     except (OSError, subprocess.TimeoutExpired, GitError):
         return ""
     return out.stdout if out.returncode == 0 else ""

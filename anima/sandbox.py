@@ -52,7 +52,8 @@ def _probe(name: str) -> str | None:
         return NOT_INSTALLED
     try:
         done = subprocess.run([path, *_BASE, *_FLAGS, "true"], capture_output=True, text=True,
-                              timeout=30, stdin=subprocess.DEVNULL)
+                              timeout=30, stdin=subprocess.DEVNULL,
+                              start_new_session=True)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bubblewrap cannot create a sandbox here: {exc}"
     if done.returncode != 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -117,6 +118,41 @@ def test_a_signal_stops_both_agents_within_seconds_and_the_next_run_resumes(
     resumed = next(e for e in fake_claude.entries("developer")
                    if e["started"] not in first_run)
     assert resumed["resume"] and RECOVERY_MARK in resumed["prompt"]
+
+
+def test_ctrl_c_while_anima_runs_git_is_a_stop_not_a_failure(
+        project: Path, fake_claude: FakeClaude, tmp_path: Path,
+        our_processes: Callable[[], list[int]]) -> None:
+    """A terminal's Ctrl+C reaches its whole foreground process group: a git Anima was
+    running died of it, and the milestone ended `failed` ("Cannot add a worktree")."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(
+        '#!/bin/sh\ncase " $* " in *" worktree add "*) touch "$0.busy"; sleep 2;; esac\n'
+        f'exec {shutil.which("git")} "$@"\n', encoding="utf-8")
+    (shim / "git").chmod(0o755)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
+           "ANIMA_CLAUDE_COMMAND": fake_claude.command, **fake_claude.env,
+           "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    anima = subprocess.Popen([sys.executable, "-m", "anima", "run", str(project), "--headless"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, text=True,
+                             start_new_session=True)  # as a terminal's foreground job
+    try:
+        wait_until(lambda: (shim / "git.busy").exists(), what="git worktree add running")
+        os.killpg(anima.pid, signal.SIGINT)  # what Ctrl+C does
+        out, _ = anima.communicate(timeout=30)
+    finally:
+        if anima.poll() is None:
+            anima.kill()
+            anima.wait()
+    assert anima.returncode == 130, out[-2000:]
+    assert "failed" not in out and "continues on the next" in out
+    assert record(project, "m1").status is MilestoneStatus.IN_PROGRESS
+    assert our_processes() == []
+    again = run_to_end(project, fake_claude)
+    assert again.proc.returncode == 0, again.stdout[-2000:]
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
 
 
 def test_an_agent_that_ignores_the_interrupt_is_stopped_anyway(

@@ -31,6 +31,7 @@ def _probe(command: str, source: str) -> tuple[AgentBinary | None, str]:
         proc = subprocess.run(
             [*argv, "--version"], capture_output=True, text=True, env=env,
             stdin=subprocess.DEVNULL, timeout=VERSION_TIMEOUT_SECONDS,
+            start_new_session=True,  # a Ctrl+C is for Anima (see GitRepo._run)
         )
     except subprocess.TimeoutExpired:
         return None, f"{source} {command!r}: --version timed out after {VERSION_TIMEOUT_SECONDS:g}s"

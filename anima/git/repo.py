@@ -196,6 +196,9 @@ class RepoBase:
                     with_exceptions=False,
                     stdout_as_string=False,
                     strip_newline_in_stdout=False,
+                    # Not in the terminal's process group: Ctrl+C is for Anima, which stops
+                    # politely; a git killed mid-command would fail the milestone instead.
+                    start_new_session=True,
                 )
             except git.GitCommandNotFound as exc:
                 if not self.root.is_dir():  # GitPython says so for a missing folder too

@@ -129,7 +129,8 @@ def _ignored_files(source: Path) -> list[str]:
     """Every untracked file git ignores in `source`, relative to it."""
     try:
         done = subprocess.run(["git", *NO_AGENT_CODE, *LS_IGNORED], cwd=source,
-                              stdin=subprocess.DEVNULL, capture_output=True, check=False)
+                              stdin=subprocess.DEVNULL, capture_output=True, check=False,
+                              start_new_session=True)
     except FileNotFoundError:
         raise GitError("git is not installed or not on PATH") from None
     if done.returncode != 0:

@@ -53,10 +53,11 @@ class MilestoneWorktree:
             self.paths.setup_done(self.id).unlink(missing_ok=True)
             copied_in.unlink(missing_ok=True)
         if not copied_in.exists():
-            copied = copy_included(self.project.root, self.path) + self._copy_memory()
+            included, memory = copy_included(self.project.root, self.path), self._copy_memory()
             self._log(f"worktree {self.path.relative_to(self.project.root)} made for {branch}"
-                      + (f"; copied from .worktreeinclude: {', '.join(copied)}"
-                         if copied else ""))
+                      + (f"; copied from .worktreeinclude: {', '.join(included)}"
+                         if included else "")
+                      + (f"; your memory notes: {', '.join(memory)}" if memory else ""))
             copied_in.parent.mkdir(parents=True, exist_ok=True)
             copied_in.write_text(f"{now().isoformat()}\n", encoding="utf-8")
         return GitRepo.open(self.path)
