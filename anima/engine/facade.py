@@ -204,15 +204,19 @@ class Engine:
             settings = settings.model_copy(update={"enabled": False})
         return Summarizer(settings)
 
-    def _retry_waiting_merges(self, scan: Scan) -> None:
+    def _retry_waiting_merges(self, scan: Scan) -> bool:
         """A merge that waits for the human's files is tried again every few seconds: it
-        goes on by itself once they commit or stash them."""
+        goes on by itself once they commit or stash them. True when one was tried (it may
+        have merged, or gone back for a merge round: the scan is stale)."""
         if time.monotonic() < self._next_merge_try:
-            return
+            return False
         self._next_merge_try = time.monotonic() + _MERGE_RETRY_SECONDS
+        tried = False
         for record in filter(merge_pending, scan.records):
             if record.id not in self._sessions:  # a run finishing its own merge has it
                 finish_completed(record, self.store, self.repo, self.config, self.bus)
+                tried = True
+        return tried
 
     def _recover(self) -> None:
         """After a crash: stop leftover agents, clean up files, finish a cut-short merge,
@@ -269,7 +273,8 @@ class Engine:
                     raise error
                 self._reload_config()
                 scan = self.milestones.scan()
-                self._retry_waiting_merges(scan)
+                if self._retry_waiting_merges(scan):
+                    scan = self.milestones.scan()
                 started = self.milestones.startable(scan, set(self._sessions),
                                                     self._parallel_limit())
                 for record in started:
