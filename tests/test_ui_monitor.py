@@ -14,8 +14,16 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from anima import events as ev
-from anima.store.models import CheckRun, Feature, Iteration, MergeInfo, MergeState, MilestoneRecord
-from ui.monitor import IterationMonitor
+from anima.store.models import (
+    CheckRun,
+    Feature,
+    FeatureStatus,
+    Iteration,
+    MergeInfo,
+    MergeState,
+    MilestoneRecord,
+)
+from ui.monitor import FeatureChecklist, IterationMonitor
 from ui.review import ReviewPanel
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
@@ -181,3 +189,30 @@ def test_while_several_run_the_monitor_stays_with_the_one_it_follows(qtbot) -> N
     monitor.on_phase_changed(ev.PhaseChanged("m1", "completed", "merging"))
     monitor.on_phase_changed(ev.PhaseChanged("m2", "developer", "acceptor"))
     assert monitor.live_milestone == "m2" and monitor.phase_bar.text == "Waiting for Developer"
+
+
+def test_the_checklist_updates_a_line_in_place_and_keeps_its_scroll(qtbot) -> None:
+    """A round changes one feature's line; the rest of the list (and where the human scrolled
+    to) stays as it was, and only the feature in progress is bold."""
+    checklist = FeatureChecklist()
+    qtbot.addWidget(checklist)
+    checklist.resize(300, 120)
+    checklist.show()
+    features = [Feature(id=f"F{i}", title=f"Feature {i}") for i in range(1, 31)]
+    checklist.show_features(features)
+    checklist.scrollToBottom()
+    scrolled = checklist.verticalScrollBar().value()
+    assert scrolled > 0
+    first = checklist.item(0)
+    features[29] = features[29].model_copy(update={"status": FeatureStatus.IN_PROGRESS,
+                                                   "rounds": 1})
+    checklist.show_features(features)
+    assert checklist.verticalScrollBar().value() == scrolled
+    assert checklist.item(0) is first and checklist.count() == 30
+    assert checklist.lines()[29].endswith("Feature 30   — 1 round")
+    assert checklist.item(29).font().bold() and not checklist.item(0).font().bold()
+    features[29] = features[29].model_copy(update={"status": FeatureStatus.DONE})
+    checklist.show_features(features)
+    assert not checklist.item(29).font().bold()
+    checklist.show_features([])
+    assert checklist.lines() == ["No features parsed from this milestone"]

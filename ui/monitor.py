@@ -245,15 +245,19 @@ class FeatureChecklist(QListWidget):
         self._shown: list[tuple[Any, ...]] = []
 
     def show_features(self, features: list[Feature]) -> None:
+        """Items are updated in place, never cleared and made again: a round changes one
+        line, and the list keeps its scroll position (and its items) meanwhile."""
         key = [(f.id, f.title, enum_text(f.status), f.rounds, len(f.commits)) for f in features]
         if key == self._shown:
             return  # nothing changed: keep the scroll position and avoid flicker
         self._shown = key
-        self.clear()
+        while self.count() > max(len(features), 1):
+            self.takeItem(self.count() - 1)
+        while self.count() < max(len(features), 1):
+            self.addItem(QListWidgetItem())
         if not features:
-            self.addItem(QListWidgetItem("No features parsed from this milestone"))
-            return
-        for feature in features:
+            self._fill(self.item(0), "No features parsed from this milestone", "", "", None)
+        for row, feature in enumerate(features):
             status = enum_text(feature.status)
             box = feature.status.box if hasattr(feature.status, "box") else "[ ]"
             details = []
@@ -263,17 +267,20 @@ class FeatureChecklist(QListWidget):
                 n = len(feature.commits)
                 details.append(f"{n} commit{'s' * (n != 1)}")
             suffix = f"   — {' · '.join(details)}" if details else ""
-            item = QListWidgetItem(f"{box}  {feature.id}  {feature.title}{suffix}")
-            item.setForeground(QBrush(QColor(FEATURE_COLORS.get(status, "#1f2328"))))
-            if status == "in_progress":
-                font = QFont(self.font())
-                font.setBold(True)
-                item.setFont(font)
             criteria = "\n".join(f"• {c}" for c in feature.criteria)
-            item.setToolTip(f"{feature.id} {feature.title} ({status.replace('_', ' ')})"
-                            + (f"\n\nAcceptance:\n{criteria}" if criteria else ""))
-            item.setData(Qt.ItemDataRole.UserRole, feature.id)
-            self.addItem(item)
+            self._fill(self.item(row), f"{box}  {feature.id}  {feature.title}{suffix}", status,
+                       f"{feature.id} {feature.title} ({status.replace('_', ' ')})"
+                       + (f"\n\nAcceptance:\n{criteria}" if criteria else ""), feature.id)
+
+    def _fill(self, item: QListWidgetItem, text: str, status: str, tooltip: str,
+              feature_id: str | None) -> None:
+        item.setText(text)
+        item.setForeground(QBrush(QColor(FEATURE_COLORS.get(status, "#1f2328"))))
+        font = QFont(self.font())
+        font.setBold(status == "in_progress")
+        item.setFont(font)
+        item.setToolTip(tooltip)
+        item.setData(Qt.ItemDataRole.UserRole, feature_id)
 
     def lines(self) -> list[str]:
         return [self.item(i).text() for i in range(self.count())]
