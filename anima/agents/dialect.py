@@ -7,6 +7,7 @@ factory (`anima.engine.agents`) picks one (an import-linter contract keeps it so
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -15,6 +16,19 @@ from typing import Protocol
 from anima.config import Config, RoleConfig
 from anima.events import ROLES, Event, RateLimitChanged, TurnResult
 from anima.paths import resource
+
+# CSI, OSC (ended by BEL or ST), charset selection (ESC ( B), and the two-byte escapes (ESC 7,
+# ESC =, ESC M…).
+_TERMINAL_CODES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()*+][0-9A-Za-z]"
+    r"|\x1b[0-9@-Z\\-_=>]"
+)
+
+
+def clean_text(raw: str) -> str:
+    """A line as a human reads it: the terminal escapes and carriage returns a
+    terminal-minded CLI prints (on stderr, or instead of its protocol) removed."""
+    return _TERMINAL_CODES.sub("", raw).replace("\r", "")
 
 
 class FaultKind(StrEnum):
@@ -113,10 +127,6 @@ class Dialect(Protocol):
     def conversation(self, role: str, *, session_id: str, resume: bool,
                      system_prompt: str, role_config: RoleConfig) -> Conversation:
         """A fresh wire state for one process of `role`."""
-        ...
-
-    def clean_text(self, raw: str) -> str:
-        """A stderr line as a human reads it (terminal escapes removed)."""
         ...
 
     def session_lost(self, result: TurnResult) -> bool:

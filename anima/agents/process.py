@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from anima import procfs
-from anima.agents.dialect import AgentBinary, Conversation, Dialect, RoleProfile
+from anima.agents.dialect import AgentBinary, Conversation, Dialect, RoleProfile, clean_text
 from anima.agents.transport import ProcessOutcome, PtyProcess
 from anima.errors import AgentCrashed, AgentError, SessionLost, TurnTimeout
 from anima.events import AgentExited, Publisher, RawOutput, SessionStarted, TurnResult
@@ -223,7 +223,7 @@ class AgentProcess:
         if is_stdout:
             events = self._conv.parse(line)
         else:
-            text = self.dialect.clean_text(line.decode("utf-8", errors="replace")).rstrip()
+            text = clean_text(line.decode("utf-8", errors="replace")).rstrip()
             events = [RawOutput(role=self.role, text=text)] if text.strip() else []
         for event in events:
             event = self._redact(event, "stdout" if is_stdout else "stderr")

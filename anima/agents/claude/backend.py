@@ -53,9 +53,6 @@ class ClaudeBackend:
                      system_prompt: str, role_config: RoleConfig) -> ClaudeConversation:
         return ClaudeConversation(role)
 
-    def clean_text(self, raw: str) -> str:
-        return protocol.clean_text(raw)
-
     def session_lost(self, result: TurnResult) -> bool:
         """A failed --resume answers `error_during_execution` before any turn ran."""
         return result.subtype == protocol.ERROR_DURING_EXECUTION

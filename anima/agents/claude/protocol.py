@@ -7,9 +7,9 @@ Nothing here starts a process, so every rule of the wire format is unit-tested o
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
+from anima.agents.dialect import clean_text
 from anima.agents.tools import describe_tool
 from anima.config import RoleConfig
 from anima.events import (
@@ -27,13 +27,6 @@ from anima.events import (
     TurnResult,
 )
 from anima.text.redact import redact_data
-
-# CSI sequences, OSC sequences (terminated by BEL or ST) and lone two-byte escapes.
-# CSI, OSC, charset selection (ESC ( B), and the two-byte escapes (ESC 7, ESC =, ESC M…).
-_ANSI_RE = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()*+][0-9A-Za-z]"
-    r"|\x1b[0-9@-Z\\-_=>]"
-)
 
 #: The window assumed when the CLI's result names none (every current Claude model's default).
 DEFAULT_CONTEXT_WINDOW = 200_000
@@ -93,11 +86,6 @@ def interrupt_request(request_id: str) -> bytes:
     """Ask the CLI to abort the running turn; it answers control_response, then the result."""
     return _line({"type": "control_request", "request_id": request_id,
                   "request": {"subtype": "interrupt"}})
-
-
-def clean_text(raw: str) -> str:
-    """Strip ANSI escapes and carriage returns a terminal-minded program may print."""
-    return _ANSI_RE.sub("", raw).replace("\r", "")
 
 
 def _block_text(content: Any) -> str:

@@ -54,9 +54,6 @@ class CodexBackend:
         return protocol.CodexConversation(role, thread_id=session_id if resume else None,
                                           system_prompt=system_prompt, prices=self.prices)
 
-    def clean_text(self, raw: str) -> str:
-        return protocol.clean_text(raw)
-
     def session_lost(self, result: TurnResult) -> bool:
         return faults.session_lost(result)
 

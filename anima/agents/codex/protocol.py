@@ -22,6 +22,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from anima.agents.dialect import clean_text
 from anima.config import ModelPrice, RoleConfig
 from anima.events import (
     ApiRetry,
@@ -36,8 +37,6 @@ from anima.events import (
     ToolUse,
     TurnResult,
 )
-
-_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
 #: Result subtypes this dialect gives (the loop reads faults, not these).
 SESSION_LOST = "session_lost"
@@ -59,10 +58,6 @@ def build_argv(binary_argv: list[str], role_config: RoleConfig, *,
     if model:
         argv += ["-c", f"model={json.dumps(model)}"]
     return [*argv, *role_config.extra_args]
-
-
-def clean_text(raw: str) -> str:
-    return _ANSI_RE.sub("", raw).replace("\r", "")
 
 
 def _line(obj: dict[str, Any]) -> bytes:
