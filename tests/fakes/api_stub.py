@@ -35,36 +35,6 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)  # extra response headers
 
 
-def _coerce(spec: Any, request: dict[str, Any]) -> Reply:
-    """Accept the convenient forms tests write: str, dict, Reply or callable(request)."""
-    if callable(spec) and not isinstance(spec, Reply):
-        spec = spec(request)
-    if isinstance(spec, Reply):
-        return spec
-    if isinstance(spec, str):
-        return Reply(text=spec)
-    if isinstance(spec, dict):
-        tool_uses: list[tuple[str, dict[str, Any]]] = []
-        if "tool_use" in spec:
-            tu = spec["tool_use"]
-            tool_uses.append((tu["name"], dict(tu.get("input", {}))))
-        for tu in spec.get("tool_uses", []):
-            tool_uses.append((tu["name"], dict(tu.get("input", {}))))
-        return Reply(
-            text=spec.get("text", ""),
-            tool_uses=tool_uses,
-            delay=float(spec.get("delay", 0.0)),
-            chunk_delay=float(spec.get("chunk_delay", 0.0)),
-            stop_reason=spec.get("stop_reason"),
-            usage=spec.get("usage"),
-            status=int(spec.get("status", 200)),
-            error_type=spec.get("error_type", "api_error"),
-            error_message=spec.get("error_message", ""),
-            headers=dict(spec.get("headers", {})),
-        )
-    raise TypeError(f"cannot turn {spec!r} into a stub reply")
-
-
 def message_text(message: dict[str, Any]) -> str:
     """All text of one request message (string content or text/tool_result blocks)."""
     content = message.get("content", "")
@@ -195,6 +165,7 @@ class ApiStub(ScriptedStub):
     """
 
     thread_name = "api-stub"
+    reply_type = Reply
 
     def __init__(
         self,
@@ -223,9 +194,30 @@ class ApiStub(ScriptedStub):
     def _next_reply(self, request: dict[str, Any]) -> Reply:
         if is_compaction_request(request):
             return compaction_answer(request)
-        if not self.is_main(request):
-            return _coerce(self.side_reply, request)
-        return _coerce(self._queued(), request)
+        reply: Reply = self.coerce(self.side_reply if not self.is_main(request)
+                                   else self._queued(), request)
+        return reply
+
+    def from_dict(self, spec: dict[str, Any]) -> Reply:
+        """`{"text": …, "tool_use": {"name", "input"}, "tool_uses": […], "status": …}`."""
+        tool_uses: list[tuple[str, dict[str, Any]]] = []
+        if "tool_use" in spec:
+            tu = spec["tool_use"]
+            tool_uses.append((tu["name"], dict(tu.get("input", {}))))
+        for tu in spec.get("tool_uses", []):
+            tool_uses.append((tu["name"], dict(tu.get("input", {}))))
+        return Reply(
+            text=spec.get("text", ""),
+            tool_uses=tool_uses,
+            delay=float(spec.get("delay", 0.0)),
+            chunk_delay=float(spec.get("chunk_delay", 0.0)),
+            stop_reason=spec.get("stop_reason"),
+            usage=spec.get("usage"),
+            status=int(spec.get("status", 200)),
+            error_type=spec.get("error_type", "api_error"),
+            error_message=spec.get("error_message", ""),
+            headers=dict(spec.get("headers", {})),
+        )
 
 
 class _Handler(JsonHandler):

@@ -38,16 +38,6 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def _coerce(spec: Any, request: dict[str, Any]) -> Reply:
-    if callable(spec) and not isinstance(spec, Reply):
-        spec = spec(request)
-    if isinstance(spec, Reply):
-        return spec
-    if isinstance(spec, str):
-        return Reply(text=spec)
-    raise TypeError(f"cannot turn {spec!r} into a stub reply")
-
-
 def item_text(item: dict[str, Any]) -> str:
     """The text of one input item: a message's text parts, or a tool call's output."""
     if item.get("type") == "function_call_output":
@@ -116,9 +106,11 @@ class ResponsesStub(ScriptedStub):
     every body."""
 
     thread_name = "responses-stub"
+    reply_type = Reply
 
     def _next_reply(self, request: dict[str, Any]) -> Reply:
-        return _coerce(self._queued(), request)
+        reply: Reply = self.coerce(self._queued(), request)
+        return reply
 
     def codex_home(self, folder: Path, retries: int = 0) -> Path:
         """A CODEX_HOME whose config.toml makes Codex use this stub (key from KEY_VAR)."""

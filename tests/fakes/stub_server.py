@@ -51,6 +51,24 @@ class ScriptedStub:
 
     handler: ClassVar[type[BaseHTTPRequestHandler]]
     thread_name: ClassVar[str] = "model-stub"
+    #: The stub's reply class: made with `text=` from a string (see `coerce`).
+    reply_type: ClassVar[type]
+
+    def coerce(self, spec: Any, request: dict[str, Any]) -> Any:
+        """A reply from the convenient forms tests write: a reply, a string, a dict (where
+        `from_dict` reads one) or callable(request) giving one of those."""
+        if callable(spec) and not isinstance(spec, self.reply_type):
+            spec = spec(request)
+        if isinstance(spec, self.reply_type):
+            return spec
+        if isinstance(spec, str):
+            return self.reply_type(text=spec)
+        if isinstance(spec, dict):
+            return self.from_dict(spec)
+        raise TypeError(f"cannot turn {spec!r} into a stub reply")
+
+    def from_dict(self, spec: dict[str, Any]) -> Any:
+        raise TypeError(f"cannot turn {spec!r} into a stub reply")
 
     def __init__(self, default: Any = "OK") -> None:
         self.default = default
