@@ -71,7 +71,7 @@ from tests.fakes.api_stub import (  # noqa: E402
     system_text,
     user_prompts,
 )
-from tests.fakes.pair_model import HASH, UNCHECKED  # noqa: E402
+from tests.fakes.pair_model import ALL_DONE, HASH, UNCHECKED, report  # noqa: E402
 from tests.helpers import make_project, milestone_md  # noqa: E402
 
 #: The issue's model call; the default is half of it, to stay under two minutes.
@@ -103,11 +103,9 @@ def model(request: dict[str, Any]) -> Reply:
     if is_tool_result(messages[-1]):
         commit = (HASH.findall(message_text(messages[-1])) or ["(none)"])[-1]
         feature = found.group(2) if found else "F1"
-        return Reply(text=(f"## Implementation Report\n\n**Feature**: {feature}\n"
-                           f"**Commit**: {commit}\n**Tests**: 1 passed, 0 failed\n"
-                           "**Lint**: clean\n\n### Changes\n- features: the feature\n"))
+        return Reply(text=report(feature, commit))
     if found is None:
-        return Reply(text="## ALL_FEATURES_COMPLETE\n\n### Commits\n\n### Summary\nDone.")
+        return Reply(text=ALL_DONE)
     feature = found.group(2)
     command = ('d="features/$(basename "$PWD")" && mkdir -p "$d" && '
                f'echo "{feature} $(date +%s%N)" > "$d/{feature}.txt" && git add "$d" && '

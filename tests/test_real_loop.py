@@ -22,7 +22,7 @@ from tests.fakes.api_stub import (
     system_text,
     user_prompts,
 )
-from tests.fakes.pair_model import HASH, UNCHECKED
+from tests.fakes.pair_model import ALL_DONE, HASH, UNCHECKED, report
 from tests.helpers import make_project, milestone_md, record
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.timeout(240)]
@@ -42,11 +42,9 @@ class ScriptedModel:
         if is_tool_result(messages[-1]):
             commit = HASH.findall(message_text(messages[-1]))[-1]
             feature = found.group(2) if found else "F1"
-            return Reply(text=(f"## Implementation Report — Round 1\n\n**Feature**: {feature}\n"
-                               f"**Commit**: {commit}\n**Tests**: 1 passed, 0 failed\n"
-                               "**Lint**: clean\n\n### Changes\n- features: the feature\n"))
+            return Reply(text=report(feature, commit))
         if found is None:
-            return Reply(text="## ALL_FEATURES_COMPLETE\n\n### Commits\n\n### Summary\nDone.")
+            return Reply(text=ALL_DONE)
         feature = found.group(2)
         fix = "REJECTED" in prompt
         name = f"features/{feature}{'-test' if fix else ''}.txt"

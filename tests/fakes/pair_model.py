@@ -18,6 +18,15 @@ from tests.fakes import api_stub, responses_stub
 UNCHECKED = re.compile(r"^\s*-\s*\[( |/|!)\]\s+(F\d+)\b", re.MULTILINE)
 HASH = re.compile(r"\b[0-9a-f]{40}\b")
 ACCEPTOR_MARK = "You are the Acceptor agent"
+#: The Developer's answer once no feature is left.
+ALL_DONE = "## ALL_FEATURES_COMPLETE\n\n### Commits\n\n### Summary\nDone."
+
+
+def report(feature: str, commit: str) -> str:
+    """The Developer's report of a round in the format Anima asks for."""
+    return (f"## Implementation Report — Round 1\n\n**Feature**: {feature}\n"
+            f"**Commit**: {commit}\n**Tests**: 1 passed, 0 failed\n"
+            "**Lint**: clean\n\n### Changes\n- features: the feature\n")
 
 
 @dataclass(frozen=True)
@@ -50,11 +59,9 @@ class PairModel:
         if turn.tool_output is not None:
             commit = HASH.findall(turn.tool_output)[-1]
             feature = found.group(2) if found else "F1"
-            return Act(text=(f"## Implementation Report — Round 1\n\n**Feature**: {feature}\n"
-                             f"**Commit**: {commit}\n**Tests**: 1 passed, 0 failed\n"
-                             "**Lint**: clean\n\n### Changes\n- features: the feature\n"))
+            return Act(text=report(feature, commit))
         if found is None:
-            return Act(text="## ALL_FEATURES_COMPLETE\n\n### Commits\n\n### Summary\nDone.")
+            return Act(text=ALL_DONE)
         feature = found.group(2)
         fix = "REJECTED" in prompt
         name = f"features/{feature}{'-test' if fix else ''}.txt"
