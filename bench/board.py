@@ -263,12 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtCore import QElapsedTimer, Qt, QTimer
-    from PySide6.QtWidgets import QApplication
 
-    from ui.app import load_style_sheet
+    from ui.app import styled_application
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setStyleSheet(load_style_sheet())
+    app = styled_application()
     with tempfile.TemporaryDirectory(prefix="anima-board-") as tmp:
         base = Path(tmp)
         repo = make_project(base, 6)

@@ -197,18 +197,16 @@ def replay_stall(repo: Path) -> tuple[float, float, int]:
     """Part 2: open the window on the project as after a restart; worst GUI-thread gap, in
     wall time and in the GUI thread's own CPU time (which a loaded machine does not stretch)."""
     from PySide6.QtCore import QElapsedTimer, QSettings, QTimer
-    from PySide6.QtWidgets import QApplication
 
     from anima.engine.facade import Engine
-    from ui.app import load_style_sheet
+    from ui.app import styled_application
     from ui.main_window import MainWindow
 
     size = write_transcript(repo, "a-long", TRANSCRIPT_MB)
     state = repo / ".anima" / "state.json"
     state.write_text(json.dumps({"schema_version": 1, "status": "sleeping",
                                  "current_milestone": "a-long"}), encoding="utf-8")
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setStyleSheet(load_style_sheet())
+    app = styled_application()
     settings = QSettings(str(repo.parent / "settings.ini"), QSettings.Format.IniFormat)
     window = MainWindow(settings, engine_factory=lambda root: Engine(
         root, config_overrides={"summarizer": {"enabled": False}, "auto_start": False}))

@@ -336,12 +336,8 @@ def app_style(request: pytest.FixtureRequest) -> Iterator[None]:
     if not request.module.__name__.rpartition(".")[2].startswith("test_ui_"):
         yield
         return
-    from PySide6.QtWidgets import QApplication
+    from ui.app import styled_application
 
-    from ui.app import load_style_sheet
-
-    app = QApplication.instance() or QApplication([])
-    assert isinstance(app, QApplication)
-    app.setStyleSheet(load_style_sheet())
+    app = styled_application()
     yield
     app.setStyleSheet("")

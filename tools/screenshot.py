@@ -86,15 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
     from PySide6.QtCore import QSettings
-    from PySide6.QtWidgets import QApplication
 
     from anima import events as ev
     from anima.engine.facade import Engine
-    from ui.app import load_style_sheet
+    from ui.app import styled_application
     from ui.main_window import MainWindow
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setStyleSheet(load_style_sheet())
+    app = styled_application()
     with tempfile.TemporaryDirectory(prefix="anima-shot-") as tmp:
         base = Path(tmp)
         repo = make_demo_project(base)

@@ -30,12 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, default=REPO / "docs")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtWidgets import QApplication
 
-    from ui.app import load_style_sheet
+    from ui.app import styled_application
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setStyleSheet(load_style_sheet())
+    app = styled_application()
 
     def settle(seconds: float) -> None:
         until = time.monotonic() + seconds

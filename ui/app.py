@@ -33,6 +33,15 @@ def load_style_sheet() -> str:
         return ""
 
 
+def styled_application() -> QApplication:
+    """The QApplication (made if there is none yet), drawing as `anima` does: its style
+    sheet on. For the tools, benchmarks and tests that show the window."""
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    assert isinstance(app, QApplication)
+    app.setStyleSheet(load_style_sheet())
+    return app
+
+
 def make_settings(organization: str = ORGANIZATION, application: str = APPLICATION,
                   path: Path | None = None) -> QSettings:
     """Native settings for users; an ini file at `path` for tests and portable runs."""
