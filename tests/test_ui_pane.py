@@ -389,3 +389,18 @@ def test_a_stop_and_failed_turns_are_said_in_plain_words(qtbot, pane, deliver) -
     assert "✗ the turn broke off while it was running" in text  # not a stop: still red
     assert "agent stopped (exit code -15)" in text
     assert "turn failed (" not in text
+
+
+def test_a_narrow_pane_shortens_its_title_but_never_the_role(qtbot, deliver,
+                                                              pane: AgentPane) -> None:
+    """"Developer · CLI version · model" gives way to a narrow window (two panes side by side
+    on a 1024-pixel screen), whole in its tooltip; the role name stays."""
+    deliver([ev.SessionStarted("developer", "s-narrow", "claude-opus-4-5-20251101",
+                               cli="2.1.332 (Claude Code)")])
+    qtbot.waitUntil(lambda: "2.1.332" in pane.title.text())
+    pane.resize(pane.minimumSizeHint().width(), 400)
+    qtbot.waitUntil(lambda: pane.width() < 500)
+    qtbot.wait(100)  # the header's layout follows on the next pass
+    shown = pane.title.shown_text()
+    assert shown.startswith("Developer") and shown.endswith("…"), shown
+    assert "claude-opus-4-5-20251101" in pane.title.toolTip()

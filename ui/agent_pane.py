@@ -78,8 +78,8 @@ class AgentPane(QFrame):
 
         # Elided (whole in its tooltip): "Developer · CLI version · model" must not make two
         # panes side by side wider than a 1024-pixel screen.
-        self.title = ElidedLabel(self)
-        self.title.setText(ROLE_TITLES.get(role, role.title()))
+        self.title = ElidedLabel(self, keep=ROLE_TITLES.get(role, role.title()))
+        self.title.setText(self.title.keep)
         self.title.setObjectName("paneTitle")
         self.state_label = QLabel("idle", self)
         self.state_label.setObjectName("paneState")

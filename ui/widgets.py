@@ -26,12 +26,14 @@ def set_style_state(widget: QWidget, name: str, value: str) -> None:
 
 class ElidedLabel(QLabel):
     """One line whatever its text: elided where it does not fit (lines joined by " · "),
-    the whole text in the tooltip. `text()` is the whole text."""
+    the whole text in the tooltip. `text()` is the whole text. `keep`: what it never shrinks
+    below (a pane's role name)."""
 
     def __init__(self, parent: QWidget | None = None,
-                 mode: Qt.TextElideMode = Qt.TextElideMode.ElideRight) -> None:
+                 mode: Qt.TextElideMode = Qt.TextElideMode.ElideRight, keep: str = "") -> None:
         super().__init__(parent)
         self.mode = mode
+        self.keep = keep
 
     def setText(self, text: str) -> None:
         super().setText(text)
@@ -43,7 +45,10 @@ class ElidedLabel(QLabel):
         return self.fontMetrics().elidedText(one_line, self.mode, self.contentsRect().width())
 
     def minimumSizeHint(self) -> QSize:
-        return QSize(0, self.fontMetrics().height())
+        # `keep` whole, then the ellipsis of the rest
+        keep = self.fontMetrics().horizontalAdvance(f"{self.keep} …") if self.keep else 0
+        return QSize(keep + self.contentsMargins().left() + self.contentsMargins().right(),
+                     self.fontMetrics().height())
 
     def sizeHint(self) -> QSize:
         return QSize(self.fontMetrics().horizontalAdvance(self.text()),
