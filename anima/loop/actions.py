@@ -31,11 +31,11 @@ def _load(store: Store, milestone_id: str, config: Config | None = None) -> Mile
     human may cancel a milestone before it ever starts."""
     record_file = store.paths.milestone_record(milestone_id)
     md = store.paths.milestone_md(milestone_id)
-    if MILESTONE_ID_RE.fullmatch(milestone_id) and not record_file.exists() and \
-            config is not None and md.is_file():
+    named = MILESTONE_ID_RE.fullmatch(milestone_id) is not None  # not a path elsewhere
+    if named and config is not None and not record_file.exists() and md.is_file():
         store.register(md, now(), max_iterations=config.max_iterations_per_milestone,
                        requires_human_review=config.requires_human_review)
-    if not MILESTONE_ID_RE.fullmatch(milestone_id) or not record_file.exists():
+    if not named or not record_file.exists():
         raise ActionError(f"there is no milestone {milestone_id!r} in {store.paths.root} "
                           f"(no {md.relative_to(store.paths.root)} or record of it)")
     return store.load_record(milestone_id)
