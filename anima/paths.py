@@ -130,6 +130,15 @@ class ProjectPaths:
         temporary folder, which no other agent can write."""
         return self.sandbox(milestone_id) / role
 
+    def agent_objects(self, milestone_id: str) -> Path:
+        """The git objects the confined Developer's commits write, until Anima takes them
+        into the repository (`anima.git.objects`): its git cannot write the repository's."""
+        return self.sandbox(milestone_id) / "objects"
+
+    def repository_objects_view(self, milestone_id: str) -> Path:
+        """Where the confined Developer sees the repository's objects, read-only."""
+        return self.sandbox(milestone_id) / "repository-objects"
+
     def copied_in(self, milestone_id: str) -> Path:
         """There once the `.worktreeinclude` files and memory notes were copied into the
         milestone's new worktree (a kill before that copies them at the next start)."""

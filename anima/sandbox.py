@@ -78,8 +78,12 @@ class Confinement:
     writable: tuple[Path, ...] = ()
     #: Existing paths bound read-only on top of a writable bind (other branches' ref files).
     protected: tuple[Path, ...] = ()
-    #: Single files bound read-write as (real file, where it appears), e.g. the CLI's login.
-    extra_rw_files: tuple[tuple[Path, Path], ...] = ()
+    #: Bound read-write elsewhere, as (real path, where it appears): the CLI's login file in
+    #: the private HOME; the Developer's own object store over the repository's `objects/`.
+    rebound: tuple[tuple[Path, Path], ...] = ()
+    #: Bound read-only elsewhere: the repository's objects, which the Developer's git reads
+    #: as an alternate of its own store.
+    rebound_ro: tuple[tuple[Path, Path], ...] = ()
     #: Paths shown again, read-only, although the private /tmp or a `hidden` folder covers
     #: them: the project when it lives there, the CLI's install folder.
     visible: tuple[Path, ...] = ()
@@ -89,7 +93,7 @@ class Confinement:
     hidden: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
-        files = [p for pair in self.extra_rw_files for p in pair]
+        files = [p for pair in (*self.rebound, *self.rebound_ro) for p in pair]
         for path in (self.cwd, self.home, self.tmp, *self.writable, *self.protected, *files,
                      *self.visible, *self.hidden):
             if not path.is_absolute():
@@ -102,7 +106,8 @@ def _real(path: Path) -> str:
 
 def wrap(argv: list[str], c: Confinement) -> list[str]:
     """`argv` run inside bubblewrap under `c`. Later mounts cover earlier ones, so the order
-    is the policy: all read-only, private /tmp, hidden, visible again, writable, protected."""
+    is the policy: all read-only, private /tmp, hidden, visible again, writable, rebound,
+    protected."""
     c.home.mkdir(parents=True, exist_ok=True)
     c.tmp.mkdir(parents=True, exist_ok=True)
     args = [shutil.which(_binary()) or _binary(), *_BASE, "--bind", _real(c.tmp), "/tmp"]
@@ -115,9 +120,10 @@ def wrap(argv: list[str], c: Confinement) -> list[str]:
     for path in (*c.writable, c.home):
         if path.exists():
             args += ["--bind", _real(path), _real(path)]
-    for source, target in c.extra_rw_files:
-        if source.is_file() and target.is_file():
-            args += ["--bind", _real(source), _real(target)]
+    for flag, pairs in (("--ro-bind", c.rebound_ro), ("--bind", c.rebound)):
+        for source, target in pairs:
+            if source.exists() and target.exists():
+                args += [flag, _real(source), _real(target)]
     for path in c.protected:
         if path.exists():
             args += ["--ro-bind", _real(path), _real(path)]
@@ -141,21 +147,42 @@ def environment(c: Confinement) -> dict[str, str]:
     }
 
 
-def git_writable(common_dir: Path, admin_dir: Path, branch: str) -> tuple[list[Path], list[Path]]:
-    """(writable, protected): what a worktree's git needs to commit on `branch`, and nothing
-    more. A commit writes objects, the worktree's own admin dir (index, HEAD, its reflog) and
-    the branch's loose ref and reflog, replacing the ref file by renaming `<ref>.lock` over it.
-    The folders holding those two are bound whole (a lock file must be creatable), so every
-    other ref in them is protected: a rename onto a mount point fails (EBUSY). Unbound, hence
-    read-only: config, hooks, packed-refs, every other ref. Also protected: the files that
-    say where the repository is (`commondir`, `gitdir`, the worktree's `.git`), so git run by
-    Anima in this worktree outside the sandbox reads no repository the agent made up, and
-    `objects/info`, where an `alternates` file would pull objects from elsewhere. Packed refs
-    in those folders get a loose copy first, so they can be protected too."""
+@dataclass(frozen=True)
+class GitAccess:
+    """What a worktree's git needs to commit on one branch, and nothing more."""
+
+    writable: tuple[Path, ...]
+    protected: tuple[Path, ...]
+    rebound: tuple[tuple[Path, Path], ...]
+    rebound_ro: tuple[tuple[Path, Path], ...]
+
+
+def git_writable(common_dir: Path, admin_dir: Path, branch: str, store: Path,
+                 view: Path) -> GitAccess:
+    """What a worktree's git needs to commit on `branch`: new objects, the worktree's own
+    admin dir (index, HEAD, its reflog) and the branch's loose ref and reflog, replacing the
+    ref file by renaming `<ref>.lock` over it.
+
+    The objects go to `store`, a store of the agent's own mounted over the repository's
+    `objects/`: that one holds main's whole history, and its files can be deleted or
+    rewritten (an object's name is not checked when git reads it). The repository's objects
+    appear read-only at `view`, the store's alternate; Anima takes the store's objects in,
+    checked, after the agent's turn (`anima.git.objects`).
+
+    The folders holding the ref and its reflog are bound whole (a lock file must be
+    creatable), so every other ref in them is protected: a rename onto a mount point fails
+    (EBUSY). Unbound, hence read-only: config, hooks, packed-refs, every other ref. Also
+    protected: the files that say where the repository is (`commondir`, `gitdir`, the
+    worktree's `.git`), so git run by Anima in this worktree outside the sandbox reads no
+    repository the agent made up. Packed refs in those folders get a loose copy first, so
+    they can be protected too."""
     common = Path(_real(common_dir))
     admin = Path(_real(admin_dir))
     _unpack(common, f"refs/heads/{branch}")
-    writable = [common / "objects", admin]
+    for folder in (store / "info", view):
+        own_dir(folder)
+    write_text_atomic(store / "info" / "alternates", f"{_real(view)}\n")
+    writable = [admin]
     protected: list[Path] = []
     for leaf in (common / "refs" / "heads" / branch, common / "logs" / "refs" / "heads" / branch):
         leaf.parent.mkdir(parents=True, exist_ok=True)
@@ -165,14 +192,16 @@ def git_writable(common_dir: Path, admin_dir: Path, branch: str) -> tuple[list[P
         # git makes none.
         protected += sorted(p for p in leaf.parent.iterdir()
                             if p.name not in own and not p.is_symlink())
-    protected += [admin / "commondir", admin / "gitdir", common / "objects" / "info"]
+    protected += [admin / "commondir", admin / "gitdir"]
     try:
         dot_git = (admin / "gitdir").read_text(encoding="utf-8").strip()
     except OSError:
         dot_git = ""
     if dot_git and os.path.isabs(dot_git):
         protected.append(Path(dot_git))
-    return writable, [p for p in protected if p.exists()]
+    return GitAccess(tuple(writable), tuple(p for p in protected if p.exists()),
+                     rebound=((store, common / "objects"),),
+                     rebound_ro=((common / "objects", view),))
 
 
 def _unpack(common: Path, ref: str) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from anima.config import Config
+from anima.engine.facade import Engine
 from anima.git import GitRepo
 from anima.loop.actions import abort
 from anima.paths import ProjectPaths
@@ -601,3 +602,70 @@ def test_a_branch_planted_for_a_later_milestone_is_set_aside(
     assert "planted" not in run_git(git_repo, "log", "--format=%s", "main")
     assert "set-aside/m2" in run_git(git_repo, "for-each-ref", "--format=%(refname)",
                                      "refs/anima/")
+
+
+# ------------------------------------------- 8. the repository's objects, main's history
+
+
+def test_the_developer_cannot_delete_or_rewrite_the_repositorys_objects(
+        git_repo: Path, fake: FakeClaude) -> None:
+    """A commit writes git objects, but the repository's store holds main's whole history:
+    a Developer that deletes it, or rewrites the object of a file main has, would take the
+    human's history with it (no ref moves, so nothing else would notice). Its git writes
+    to a store of its own, which it may wreck; the repository's objects, which it reads
+    there as an alternate, are read-only; a forged object is not taken in. Its own commits
+    still reach the repository."""
+    project = project_with(git_repo, "auto")
+    objects = project / ".git" / "objects"  # inside the sandbox: the Developer's own store
+    view = ProjectPaths(project).repository_objects_view("m1")
+    readme = run_git(project, "rev-parse", "main:README.md")
+    tip = run_git(project, "rev-parse", "main")
+    run_git(project, "repack", "-q")  # packed objects and a loose one
+    run_git(project, "commit", "-q", "--allow-empty", "-m", "loose on main")
+    loose = run_git(project, "rev-parse", "main")
+    forged = (f"{PY} -c \"import sys, zlib; "
+              "sys.stdout.buffer.write(zlib.compress(b'blob 5\\0evil\\n'))\"")
+    calls = [
+        attack(fake, "view-delete-packs", f"rm -rf {view}/pack"),
+        attack(fake, "view-delete-loose", f"rm -f {view}/{loose[:2]}/{loose[2:]}"),
+        attack(fake, "view-rewrite", f"{forged} > {view}/{loose[:2]}/x"),
+        attack(fake, "own-wrecked", f"rm -rf {objects}/info {objects}/pack"),
+        attack(fake, "own-forged", f"mkdir -p {objects}/{readme[:2]} && "
+                                   f"{forged} > {objects}/{readme[:2]}/{readme[2:]}"),
+    ]
+    fake.write_script({"developer": [{"shell": calls, "auto": True}, AUTO]})
+    _, outcome = run_engine(project)
+
+    assert_refused(fake, "view-delete-packs", "view-delete-loose", "view-rewrite")
+    assert_allowed(fake, "own-wrecked", "own-forged")
+    fsck = subprocess.run(["git", "fsck", "--full", "--strict", "--no-dangling"], cwd=project,
+                          capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+    assert run_git(project, "cat-file", "-p", f"{tip}:README.md") == "# test project"
+    assert outcome.paused == ()
+    assert_merged_after_final_acceptance(project)
+    notes = " ".join(n for i in record(project, "m1").iterations for n in i.notes)
+    assert f"({readme[:12]}); not taken" in notes
+
+
+def test_the_changes_view_shows_a_commit_of_the_turn_still_running(
+        git_repo: Path, fake: FakeClaude) -> None:
+    """The commit's objects are in the Developer's own store until its turn ends; the
+    Changes view takes them in (checked) rather than fail to read the branch."""
+    project = project_with(git_repo, "auto")
+    committed, go = fake.root / "committed", fake.root / "go"
+    fake.write_script({"developer": [{"shell": [
+        "echo live > live.txt && git add live.txt && git commit -qm 'feat: live'",
+        f"touch {committed}; while [ ! -e {go} ]; do sleep 0.05; done"], "auto": True}]})
+    engine = Engine(project)
+    runner = threading.Thread(target=engine.run, kwargs={"watch": False, "start_all": True})
+    runner.start()
+    try:
+        wait_until(committed.exists, what="the commit")
+        change = engine.changes("m1").file("live.txt")
+        assert change is not None and "+live" in change.patch
+    finally:
+        go.touch()
+        runner.join(60)
+        engine.shutdown()
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED

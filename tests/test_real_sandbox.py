@@ -24,6 +24,7 @@ from anima.agents.process import AgentProcess
 from anima.config import Config
 from anima.events import DEVELOPER, Event, EventBus, ToolResult
 from anima.git import GitRepo
+from anima.git.objects import take_objects
 from anima.loop.confinement import MilestoneSandbox
 from anima.paths import ProjectPaths
 from tests.conftest import run_git
@@ -130,6 +131,8 @@ def test_the_confined_cli_commits_on_its_branch_and_resumes_its_session(
     assert not committed.is_error, committed.content
     head = run_git(milestone.root, "rev-parse", "milestone/m1")
     assert committed.content.strip() == head
+    # Its objects went to its own store; Anima takes them in after the turn.
+    assert take_objects(milestone.paths.agent_objects("m1"), milestone.root / ".git") == []
     assert run_git(milestone.root, "log", "-1", "--format=%s", "milestone/m1") == \
         "feat: committed inside the sandbox"
     assert run_git(milestone.root, "rev-parse", f"{head}~1") == milestone.main

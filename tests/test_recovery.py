@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from anima.paths import ProjectPaths
 from anima.store.models import MilestoneRecord, MilestoneStatus, RoundKind, Verdict
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record
@@ -400,6 +401,34 @@ def test_killed_between_rounds(
         assert not (project / "generated.txt").exists()
         assert "generated.txt" not in run_git(project, "ls-tree", "-r", "--name-only", "main")
     assert_checkout_untouched(project)
+    assert our_processes() == []
+
+
+def test_a_commit_made_just_before_a_kill_is_found_and_reviewed(
+        project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    """Confined, the Developer's git writes the commit's objects to a store of its own,
+    which Anima takes into the repository after the turn (`anima.git.objects`). Killed
+    before that, the restart takes them in before it reads the branch: the commit is
+    reviewed as the killed round's, not lost nor a failure."""
+    done = fake_claude.root / "committed"
+    commit = ("printf 'def greet():\\n    return 1\\n' > greet.py && git add greet.py && "
+              f"git commit -q -m 'feat: greet, just before the kill' && touch {done}")
+    fake_claude.write_script({"developer": [{"shell": [commit], "hang_after": True}]})
+    first = Runner(project, fake_claude)
+    wait_until(done.exists, what="the commit")
+    first.kill()
+    store = ProjectPaths(project).agent_objects("m1")
+    assert list(store.glob("??/*")), "the commit's objects are in the Developer's store"
+
+    second = run_to_end(project, fake_claude)
+    assert second.proc.returncode == 0, second.stdout[-2000:] + second.stderr
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    first_round = rec.iterations[0]
+    assert (first_round.kind, first_round.verdict) == (RoundKind.RECOVERY, Verdict.ACCEPTED)
+    assert run_git(project, "log", "-1", "--format=%s", first_round.commit or "") == \
+        "feat: greet, just before the kill"
+    assert run_git(project, "fsck", "--no-dangling") == ""
     assert our_processes() == []
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from anima import sandbox
 from anima.agents.claude.backend import CLAUDE
+from anima.git.objects import take_objects
 from anima.sandbox import Confinement
 
 if sandbox.unavailable() == sandbox.NOT_INSTALLED:
@@ -60,6 +61,11 @@ class World:
     def common(self) -> Path:
         return self.repo / ".git"
 
+    @property
+    def store(self) -> Path:
+        """Where m1's Developer's git writes objects (see `take_objects`)."""
+        return self.state / "objects"
+
     def refs(self) -> dict[str, str]:
         """Every ref of the project and of the remote, read from outside."""
         found = {}
@@ -79,12 +85,13 @@ class World:
     def confine(self, **changes: Any) -> Confinement:
         """The Developer of m1, as Anima would confine it; `changes` override fields."""
         admin = Path(git(self.m1, "rev-parse", "--absolute-git-dir"))
-        writable, protected = sandbox.git_writable(self.common, admin, "milestone/m1")
+        access = sandbox.git_writable(self.common, admin, "milestone/m1", self.store,
+                                      self.state / "repository-objects")
         home = self.state / "home"
         c = Confinement(
             cwd=self.m1, home=home, tmp=self.state / "tmp",
-            writable=(self.m1, *writable), protected=tuple(protected),
-            extra_rw_files=self.prepare(home),
+            writable=(self.m1, *access.writable), protected=access.protected,
+            rebound=(*self.prepare(home), *access.rebound), rebound_ro=access.rebound_ro,
             # Everything outside /tmp stays visible; so must the test's folder.
             visible=(self.root,))
         return dataclasses.replace(c, **changes)
@@ -180,6 +187,7 @@ def test_commit_on_own_branch(world: World) -> None:
     after = world.refs()
     assert after.pop("refs/heads/milestone/m1") != before.pop("refs/heads/milestone/m1")
     assert after == before
+    assert take_objects(world.store, world.common) == []
     assert git(world.repo, "show", "milestone/m1:new.txt") == "new"
     author = git(world.repo, "log", "-1", "--format=%an <%ae>", "milestone/m1")
     assert author == f"{IDENTITY[0]} <{IDENTITY[1]}>"
@@ -197,7 +205,7 @@ def test_commit_on_own_branch(world: World) -> None:
     "project/.git/worktrees/m1/gitdir",
     "project/.git/worktrees/m2/HEAD",
     "project/.git/worktrees/m1/commondir",
-    "project/.git/objects/info/alternates",
+    "project/.anima/sandbox/m1/repository-objects/info/alternates",
     "project/.anima/worktrees/m1/.git",
     "project/.anima/worktrees/m2/README.md",
     "project/.anima/worktrees/m2/new.txt",
@@ -255,7 +263,36 @@ def test_packed_refs_are_protected_too(world: World) -> None:
     assert world.refs() == before
     done = world.run("git commit -q --allow-empty -m more", c)
     assert done.returncode == 0, done.stderr
+    take_objects(world.store, world.common)
     assert git(world.repo, "log", "-1", "--format=%s", "milestone/m1") == "more"
+
+
+def test_the_repositorys_objects_stay_as_they_are(world: World) -> None:
+    """The agent's git writes objects to a store of its own, over `objects/`; the
+    repository's, which it reads there as an alternate, it can neither delete nor rewrite.
+    What it writes comes in only as what it is: a forged object stays out."""
+    real = world.common / "objects"
+    git(world.repo, "repack", "-q")
+    files = {p: p.read_bytes() for p in real.rglob("*") if p.is_file()}
+    readme = git(world.repo, "rev-parse", "main:README.md")
+    view = world.state / "repository-objects"
+    forged = "import sys, zlib; sys.stdout.buffer.write(zlib.compress(b'blob 5\\0evil\\n'))"
+    done = world.run(
+        'for f in $(find "$1" -type f); do rm -f "$f" 2>/dev/null && echo "deleted $f"; '
+        'echo x 2>/dev/null >> "$f" && echo "wrote $f"; done; '
+        'rm -rf "$2/pack"; '  # `objects/` is its own store in there: nothing of main's
+        f'mkdir -p "$2/{readme[:2]}" && python3 -c "{forged}" > "$2/{readme[:2]}/{readme[2:]}"; '
+        'echo new > new.txt && git add new.txt && git commit -q -m new && echo committed',
+        None, str(view), str(real))
+    assert "deleted" not in done.stdout and "wrote" not in done.stdout, done.stdout
+    assert "committed" in done.stdout, done.stderr
+    assert {p: p.read_bytes() for p in real.rglob("*") if p.is_file()} == files
+    notes = take_objects(world.store, world.common)
+    assert len(notes) == 1 and f"({readme[:12]})" in notes[0]
+    assert git(world.repo, "show", "milestone/m1:new.txt") == "new"
+    assert git(world.repo, "show", f"{readme}") == "# project"
+    assert git(world.repo, "fsck", "--strict", "--no-dangling") == ""
+    assert not any(world.store.glob("??/*"))  # taken in (or refused) once
 
 
 def test_capabilities_are_dropped(world: World) -> None:

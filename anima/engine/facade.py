@@ -56,6 +56,7 @@ from anima.events import (
     PhaseChanged,
 )
 from anima.git import GitRepo
+from anima.git.objects import take_objects
 from anima.guard import describe_held, put_back_interrupted
 from anima.journal import Journal, log_event, read_transcript_tail
 from anima.lock import ProjectLock
@@ -662,7 +663,10 @@ class Engine:
         return self.milestones.read(register=False).records
 
     def changes(self, milestone_id: str, round_no: int | None = None) -> ChangeSet:
-        """The milestone's whole change, or one round's commit, for the Changes view."""
+        """The milestone's whole change, or one round's commit, for the Changes view. What
+        the Developer committed in the turn running now is taken in first (see
+        `take_objects`): git could not read it yet."""
+        take_objects(self.paths.agent_objects(milestone_id), self.repo.common_dir)
         return milestone_changes(self.repo, self.store.load_record(milestone_id), round_no)
 
     def last_transcript(self) -> tuple[str | None, list[AgentEvent]]:

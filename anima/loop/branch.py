@@ -29,6 +29,7 @@ from anima.git.branches import Tips
 from anima.git.check import RawChange, Resolved
 from anima.git.history import Ancestry
 from anima.git.locks import clear_stale_locks, wait_for_git
+from anima.git.objects import take_objects
 from anima.guard import TurnFindings, TurnGuard, TurnStart, describe_held, put_back
 from anima.loop.ledger import Ledger
 from anima.store.models import FeatureStatus, MilestoneRecord, RoundKind, Verdict
@@ -385,12 +386,15 @@ class BranchKeeper:
 
     def _settle_git(self) -> list[str]:
         """A turn or a check may leave git's lock files behind (a git it killed, one it ran in
-        the background): Anima's next git command would fail on them."""
+        the background): Anima's next git command would fail on them. The objects the
+        confined Developer's git wrote are taken into the repository."""
         notes = []
         project = self.guard.paths.root  # git in the human's checkout shares the refs' locks
         if busy := wait_for_git(project, _GIT_WAIT):
             notes.append(f"git still running in the project after {_GIT_WAIT:g}s (pids "
                          f"{', '.join(map(str, busy))}); its locks are left alone")
+        notes += take_objects(self.guard.paths.agent_objects(self.record.id),
+                              self.repo.common_dir)
         for git_dir in dict.fromkeys([self.repo.git_dir, self.repo.common_dir]):
             notes += [f"{git_dir.relative_to(project)}/{lock} was left by a git command "
                       "that no longer runs; removed"

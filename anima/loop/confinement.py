@@ -97,20 +97,22 @@ class MilestoneSandbox:
             return None
         worktree = self.paths.worktree(self.id)
         writable: list[Path] = [] if role in _READS_ONLY else [worktree]
-        protected: list[Path] = []
+        git = sandbox.GitAccess((), (), (), ())
         if role in _COMMITS:
             admin = _admin_dir(worktree)
             common = Path(os.path.realpath(admin / (admin / "commondir").read_text(
                 encoding="utf-8").strip()))
-            more, protected = sandbox.git_writable(common, admin, f"milestone/{self.id}")
-            writable += more
+            git = sandbox.git_writable(common, admin, f"milestone/{self.id}",
+                                       self.paths.agent_objects(self.id),
+                                       self.paths.repository_objects_view(self.id))
         extra = [Path(p) for p in os.environ.get(WRITABLE_VAR, "").split(os.pathsep) if p]
         state, home = self.paths.agent_state(self.id, role), self.home(role)
         sandbox.prepare_home(home, self._user_identity())
         rw_files = cli_home(home, Path.home()) if cli_home is not None else ()
         c = sandbox.Confinement(
-            cwd=worktree, home=home, tmp=state / "tmp", writable=(*writable, *extra),
-            protected=tuple(protected), extra_rw_files=rw_files,
+            cwd=worktree, home=home, tmp=state / "tmp",
+            writable=(*writable, *git.writable, *extra), protected=git.protected,
+            rebound=(*rw_files, *git.rebound), rebound_ro=git.rebound_ro,
             visible=self._visible, hidden=_hidden())
         return lambda argv: (sandbox.wrap(argv, c), sandbox.environment(c))
 

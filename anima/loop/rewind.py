@@ -15,6 +15,7 @@ from anima.config import Config
 from anima.errors import AnimaError
 from anima.events import EventBus
 from anima.git import GitRepo
+from anima.git.objects import take_objects
 from anima.loop import actions
 from anima.store.models import FeatureStatus, MilestoneRecord, MilestoneStatus, Verdict
 from anima.store.store import Store
@@ -45,6 +46,7 @@ def continue_from_round(store: Store, repo: GitRepo, config: Config, milestone_i
                               f"with a commit; choose one of {accepted_rounds(record)}")
         target = next(it.commit for it in record.iterations if it.round == round_no)
         assert target is not None
+        record.notes += take_objects(store.paths.agent_objects(milestone_id), repo.common_dir)
         head = repo.branch_head(record.branch_name)
         if not repo.is_ancestor(target, head):
             raise RewindError(f"round {round_no}'s commit {target[:7]} is not on "

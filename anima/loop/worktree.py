@@ -14,6 +14,7 @@ from anima import procfs
 from anima.atomic import read_regular
 from anima.config import Config
 from anima.git import GitRepo
+from anima.git.objects import take_objects
 from anima.git.worktree_include import copy_included
 from anima.loop.checks import CheckResult, Confine, display, run_check
 from anima.loop.recovery import stash_changes
@@ -43,6 +44,9 @@ class MilestoneWorktree:
         A milestone that never started starts from main: a branch of its name that holds
         commits main lacks is someone else's (another milestone's Developer can create
         branches), so it is kept under a ref and the milestone starts without it."""
+        # A Developer turn a kill cut short: its commits' objects, before git reads them.
+        for note in take_objects(self.paths.agent_objects(self.id), self.project.common_dir):
+            self._log(note)
         if never_started:
             self._set_aside(branch, main)
         known = any(w.path == self.path and not w.half_made
@@ -128,6 +132,8 @@ def remove_worktree(project: GitRepo, paths: ProjectPaths, record: MilestoneReco
     named stash, noted in the record), and so do its agents' own folders. The branch stays."""
     path = paths.worktree(record.id)
     half_made = any(w.path == path and w.half_made for w in project.worktrees())
+    for note in take_objects(paths.agent_objects(record.id), project.common_dir):
+        log(note)
     if path.is_dir() and (path / ".git").exists() and not half_made:  # git's half checkout
         tree = GitRepo.open(path)
         if tree.dirty_paths():

@@ -1,0 +1,150 @@
+"""The confined Developer's new git objects, taken into the repository once checked.
+
+Its git writes them to a store of its own (`anima.sandbox.git_writable`): the repository's
+`objects/` holds main's whole history, and git trusts an object's file to hold what its name
+says. Before Anima reads what a Developer turn committed, every loose object in that store
+whose content hashes to its name is copied in (an existing object is never replaced), and
+every pack goes through `git unpack-objects`, which names each object by its content. An
+object that fails is dropped: what refers to it reads as missing, as if it had never been
+written. The store is emptied of what was taken, so each turn's are read once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import subprocess
+import threading
+import zlib
+from pathlib import Path
+
+from anima.atomic import read_regular
+from anima.git_options import NO_AGENT_CODE, git_environment
+
+_TYPES = (b"blob", b"tree", b"commit", b"tag")
+_TAKING = threading.Lock()
+
+
+def take_objects(store: Path, common_dir: Path) -> list[str]:
+    """Take the objects in `store` into the repository whose git dir is `common_dir`.
+    Returns what was refused, for the round's notes. Thread-safe: the loop takes them after
+    a turn, the Changes view before it shows the branch."""
+    with _TAKING:
+        return _take(store, common_dir)
+
+
+def _take(store: Path, common_dir: Path) -> list[str]:
+    folders = sorted(store.iterdir()) if store.is_dir() else []
+    if not any(f.name == "pack" or (len(f.name) == 2 and _is_hex(f.name)) for f in folders):
+        return []
+    algorithm = _object_format(common_dir)
+    id_length = hashlib.new(algorithm).digest_size * 2
+    refused: list[str] = []
+    problems: list[str] = []
+    written: set[Path] = set()
+    for folder in folders:
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        if folder.name == "pack":
+            problems += _take_packs(folder, common_dir)
+        elif len(folder.name) == 2 and _is_hex(folder.name):
+            for path in sorted(folder.iterdir()):
+                name = folder.name + path.name
+                if len(name) != id_length or not _is_hex(name):
+                    continue  # a temporary file of a git still running: the next turn's
+                taken = _take_loose(path, name, algorithm, common_dir / "objects", written)
+                if taken is False:
+                    refused.append(name)
+                path.unlink(missing_ok=True)
+        else:
+            continue
+        with contextlib.suppress(OSError):  # empty now, unless its git wrote more meanwhile
+            folder.rmdir()
+    for directory in {p.parent for p in written}:
+        _fsync_dir(directory)
+    if refused:
+        problems.append(
+            f"the Developer's git wrote {len(refused)} object(s) whose content is not what "
+            f"their name says, or that git cannot read ({', '.join(n[:12] for n in refused[:5])}"
+            "); not taken, so what refers to them is missing")
+    return problems
+
+
+def _object_format(common_dir: Path) -> str:
+    """The repository's hash function: "sha1", or "sha256" (named so by git and hashlib)."""
+    done = subprocess.run(["git", *NO_AGENT_CODE, f"--git-dir={common_dir}", "rev-parse",
+                           "--show-object-format"], capture_output=True, text=True,
+                          env=git_environment(), check=False, start_new_session=True)
+    return "sha256" if done.stdout.strip() == "sha256" else "sha1"
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
+def _take_loose(path: Path, name: str, algorithm: str, into: Path,
+                written: set[Path]) -> bool | None:
+    """Copy one loose object file in, if it holds exactly the object `name`. False: refused;
+    None: gone (taken by another thread)."""
+    try:
+        data = read_regular(path)
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(data)
+    except FileNotFoundError:
+        return None
+    except (OSError, zlib.error):
+        return False
+    header, nul, body = raw.partition(b"\0")
+    kind, _, size = header.partition(b" ")
+    if not (inflater.eof and not inflater.unused_data and nul and kind in _TYPES
+            and size.isdigit() and int(size) == len(body)
+            and hashlib.new(algorithm, raw).hexdigest() == name):
+        return False
+    target = into / name[:2] / name[2:]
+    if target.exists():
+        return True
+    target.parent.mkdir(exist_ok=True)
+    temporary = target.parent / f"tmp_obj_anima_{os.getpid()}_{name[2:]}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        with contextlib.suppress(FileExistsError):  # git wrote the same object meanwhile
+            os.link(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+    written.add(target)
+    return True
+
+
+def _take_packs(folder: Path, common_dir: Path) -> list[str]:
+    """Packs (the agent ran a `git gc` or `repack`): read through git, which checks them."""
+    refused = []
+    for pack in sorted(folder.glob("*.pack")):
+        if pack.is_symlink() or not pack.is_file():
+            continue
+        with pack.open("rb") as stream:
+            done = subprocess.run(
+                ["git", *NO_AGENT_CODE, f"--git-dir={common_dir}", "unpack-objects", "-q"],
+                stdin=stream, capture_output=True, env=git_environment(), check=False,
+                start_new_session=True)
+        if done.returncode != 0:
+            detail = done.stderr.decode(errors="replace").strip().splitlines()
+            refused.append(f"the pack {pack.name} the Developer's git wrote could not be "
+                           f"read ({detail[-1] if detail else done.returncode}); not taken")
+    for leftover in folder.iterdir():
+        if leftover.is_file() or leftover.is_symlink():
+            leftover.unlink(missing_ok=True)
+    return refused
+
+
+def _fsync_dir(directory: Path) -> None:
+    """A power cut after the store was emptied must not lose what was taken."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
