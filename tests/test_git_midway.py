@@ -121,3 +121,46 @@ def test_locks_a_power_cut_left_are_removed_at_the_next_start(project: Path,
         (project / ".git" / lock).touch()
     run_engine(project)
     merged(project)
+
+
+#: A rebase, a cherry-pick and an `am` "in progress" that the Developer wrote by hand in its
+#: worktree's own git folder (writable: its index and HEAD live there), each naming main: an
+#: abort would move main to the Developer's commit, with Anima's own git, which no sandbox
+#: confines. `$EVIL` is a commit of the Developer's.
+FORGED_STATE = {
+    "rebase": [f"mkdir -p {OWN}/rebase-merge",
+               f"echo refs/heads/main > {OWN}/rebase-merge/head-name",
+               f"echo $EVIL > {OWN}/rebase-merge/orig-head",
+               f"git rev-parse HEAD > {OWN}/rebase-merge/onto",
+               f"touch {OWN}/rebase-merge/interactive"],
+    "cherry-pick": [f"mkdir -p {OWN}/sequencer",
+                    f"echo $EVIL > {OWN}/sequencer/head",
+                    f"echo 'pick $EVIL evil' > {OWN}/sequencer/todo",
+                    f"echo $EVIL > {OWN}/CHERRY_PICK_HEAD",
+                    f"echo 'ref: refs/heads/main' > {OWN}/HEAD"],
+    "am": [f"mkdir -p {OWN}/rebase-apply", f"touch {OWN}/rebase-apply/applying",
+           f"echo 1 > {OWN}/rebase-apply/next", f"echo 1 > {OWN}/rebase-apply/last",
+           f"echo $EVIL > {OWN}/ORIG_HEAD",
+           f"echo 'ref: refs/heads/main' > {OWN}/HEAD"],
+}
+
+
+@pytest.mark.parametrize("operation", sorted(FORGED_STATE))
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+def test_a_forged_operation_left_for_anima_to_abort_never_moves_main(
+        project: Path, fake_claude: FakeClaude, operation: str, sandbox: str) -> None:
+    config = project / ".anima" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "sandbox": sandbox}))
+    main = run_git(project, "rev-parse", "main")
+    forge = " && ".join([
+        "git commit -q --allow-empty -m 'evil: never reviewed' && EVIL=$(git rev-parse HEAD)",
+        "git reset -q --hard HEAD~1 && git checkout -q --detach HEAD",
+        *FORGED_STATE[operation]])
+    fake_claude.write_script({"developer": [{"shell": [*F1, forge], "text": report()}]})
+    run_engine(project)
+    assert "evil: never reviewed" not in run_git(project, "log", "--format=%s", "main")
+    assert run_git(project, "rev-parse", "main^1") == main
+    first = record(project, "m1").iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert first.reason.startswith("the round left git mid-operation: "), first.reason
+    merged(project)

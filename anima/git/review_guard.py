@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
+from anima.atomic import read_regular
 from anima.errors import GitError
 from anima.git.repo import IN_PROGRESS, RepoBase, StatusEntry, TreeStatus, listing, short_hash
 from anima.paths import is_under_anima
@@ -128,14 +129,21 @@ class ReviewGuard(RepoBase):
                 undone.append(f"untracked folder {path} (a nested repository) left in place")
         return undone
 
-    def end_operations(self, how: Literal["quit", "abort"]) -> list[str]:
+    def end_operations(self, how: Literal["quit", "abort"], branch: str = "") -> list[str]:
         """End a merge/rebase/cherry-pick/revert/am left half done: `quit` forgets it (index
         and files stay for the caller), `abort` also puts HEAD, index and files back as they
-        were before it began; quit when an abort cannot."""
+        were before it began; quit when an abort cannot, or would move a branch but `branch`.
+
+        An abort moves the branch the operation's state names (a rebase's `head-name`) or
+        HEAD's to a commit that state names, and that state is in the worktree's own git
+        folder, which the Developer writes by hand as easily as through git: an abort
+        Anima ran for it would move main, with Anima's unconfined git."""
         done: list[str] = []
         for marker, verb, label in IN_PROGRESS:
             if not os.path.lexists(self.git_dir / marker):
                 continue
+            if how == "abort" and not self._moves_only(marker, branch):
+                how = "quit"
             for command in dict.fromkeys([(verb, f"--{how}"), (verb, "--quit")]):
                 code, _, err = self._run(list(command), check=False)
                 if code != 0 and marker == "rebase-apply":
@@ -147,6 +155,24 @@ class ReviewGuard(RepoBase):
             aborted = how == "abort" and command[1] == "--abort"
             done.append(f"{label} was {'aborted' if aborted else 'abandoned'}")
         return done
+
+    def _moves_only(self, marker: str, branch: str) -> bool:
+        """Whether aborting the operation at `marker` leaves every branch but `branch` where
+        it is: HEAD is on it or detached, and so is the rebase, if it is one."""
+        allowed = {f"ref: refs/heads/{branch}", "ref: detached HEAD"}
+        named = ["HEAD"]
+        if marker.startswith("rebase") and not os.path.lexists(self.git_dir / marker / "applying"):
+            named.append(f"{marker}/head-name")  # `am` (applying) resets HEAD's branch
+        for name in named:
+            try:
+                text = read_regular(self.git_dir / name, 4096).decode().strip()
+            except (OSError, UnicodeDecodeError):
+                return False
+            if name != "HEAD" and not text.startswith("ref: "):
+                text = f"ref: {text}"  # `head-name` holds the ref's name alone
+            if text.startswith("ref: ") and text not in allowed:
+                return False
+        return True
 
     def _move_head(self, snap: TreeSnapshot, status: TreeStatus) -> list[str]:
         """Point HEAD (and the snapshot's branch) back at the snapshot without touching files."""

@@ -264,7 +264,7 @@ class BranchKeeper:
         """Undo what a Developer turn may not do, and say so; the round is rejected for it."""
         problems: list[str] = []
         self._note(self._settle_git())
-        if ended := self.repo.end_operations("abort"):
+        if ended := self.repo.end_operations("abort", self.record.branch_name or ""):
             problems.append(f"the round left git mid-operation: {'; '.join(ended)}, which "
                             "put things back as they were before it began; finish or abort "
                             "such operations within your turn")
