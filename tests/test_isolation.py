@@ -669,3 +669,24 @@ def test_the_changes_view_shows_a_commit_of_the_turn_still_running(
         runner.join(60)
         engine.shutdown()
     assert record(project, "m1").status is MilestoneStatus.COMPLETED
+
+
+def test_a_ref_planted_under_a_later_milestones_branch_name_does_not_stop_it(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`milestone/m2/x` makes the branch `milestone/m2` impossible to create (a folder stands
+    where its file would go): m1's Developer could keep m2 from ever starting."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": milestone_md("One", ["A"])})
+    plant = ("git branch milestone/m2/blocker HEAD && git branch milestone/m2-x/y HEAD && "
+             'logs="$(git rev-parse --git-common-dir)/logs/refs/heads/milestone" && '
+             'mkdir -p "$logs/m2/log" && touch "$logs/m2/log/x"')
+    fake_claude.write_script({"developer": [{"shell": [plant], "auto": True}]})
+    run_engine(git_repo)
+    assert run_git(git_repo, "rev-parse", "--verify", "-q", "milestone/m2/blocker")
+    paths = ProjectPaths(git_repo)
+    paths.milestone_md("m2").write_text(milestone_md("Two", ["B"]), encoding="utf-8")
+    run_engine(git_repo)
+    assert record(git_repo, "m2").status is MilestoneStatus.COMPLETED
+    kept = run_git(git_repo, "for-each-ref", "--format=%(refname)", "refs/anima/set-aside/")
+    assert "-in-the-way/blocker" in kept
+    assert run_git(git_repo, "rev-parse", "--verify", "-q", "milestone/m2-x/y")  # not in the way

@@ -158,6 +158,13 @@ class BranchOps(RepoBase):
         """Delete `ref`, only while it still points at `expected`."""
         self._run(["update-ref", "-d", ref, expected], what=f"Cannot delete {ref} in {self.root}")
 
+    def refs_under(self, folder: str) -> list[tuple[str, str]]:
+        """(ref, object) of every ref inside `folder` (`refs/heads/x/`)."""
+        _, out, _ = self._run(["for-each-ref", "--format=%(refname)%00%(objectname)",
+                               folder.rstrip("/") + "/"], check=False)
+        return [(ref, oid) for ref, _, oid in
+                (line.partition("\0") for line in os.fsdecode(out).splitlines()) if oid]
+
     def keep_ref(self, ref: str, commit: str) -> None:
         """Point `ref` at `commit`: a ref of Anima's under refs/anima/ (it stays reachable),
         or a branch an agent deleted, put back."""

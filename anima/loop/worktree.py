@@ -67,10 +67,22 @@ class MilestoneWorktree:
         return GitRepo.open(self.path)
 
     def _set_aside(self, branch: str, main: str) -> None:
+        stamp = int(time.time())
+        # Refs in a folder of the branch's name would keep it from being made at all.
+        for ref, oid in self.project.refs_under(f"refs/heads/{branch}/"):
+            kept = f"refs/anima/set-aside/{self.id}/{stamp}-in-the-way/" \
+                   f"{ref.removeprefix(f'refs/heads/{branch}/')}"
+            self.project.keep_ref(kept, oid)
+            self.project.delete_ref(ref, oid)
+            self._log(f"{ref.removeprefix('refs/heads/')} stood where the branch {branch} must "
+                      f"be made: kept under {kept}")
         tip = self.project.resolve(f"refs/heads/{branch}")
+        reflog = self.project.common_dir / "logs" / "refs" / "heads" / branch
+        if tip is None and reflog.is_dir() and not reflog.is_symlink():
+            shutil.rmtree(reflog)  # the reflogs of those refs, or a folder planted in the way
         if tip is None or self.project.is_ancestor(tip, self.project.branch_head(main)):
             return
-        ref = f"refs/anima/set-aside/{self.id}/{int(time.time())}"
+        ref = f"refs/anima/set-aside/{self.id}/{stamp}"
         self.project.keep_ref(ref, tip)
         if self.path.exists():
             self.project.remove_worktree(self.path)
