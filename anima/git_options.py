@@ -16,9 +16,11 @@ askpass, ssh or upload-pack command, from the repository's, the global or the sy
   (`human_config`, cached until one of the files it was read from or includes changes).
 - The rest is fixed options (`NO_AGENT_CODE`) and environment (`ANIMA_GIT_ENV`).
 
-Not covered: the config of a submodule's own repository (`git status` runs git in each
-submodule; its hooks and fsmonitor stay off, its filters do not). The human's own git
-commands are untouched; so is the agents' git (`AGENT_GIT_ENV`).
+A submodule's own config (a repository the Developer nests in its worktree) is not neutralised:
+git would run git inside it, with its filters, to see whether its files changed. None of
+Anima's commands looks inside a submodule (its status ignores their files, its switches are
+quiet), so none runs. The human's own git commands are untouched; so is the agents' git
+(`AGENT_GIT_ENV`).
 """
 
 from __future__ import annotations

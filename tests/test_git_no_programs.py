@@ -14,6 +14,7 @@ import pty
 import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -431,3 +432,52 @@ def test_a_safe_directory_of_the_global_config_still_counts(env: Env) -> None:
     env.global_config(("safe.directory", str(root)))
     repo = GitRepo.open(root)
     assert repo.dirty_paths() == []
+
+
+# ------------------------------------------------------------------ a nested repository
+
+
+def test_a_filter_in_a_repository_the_developer_nests_in_its_tree_never_runs(env: Env) -> None:
+    """git runs git inside a submodule to see whether its files changed, and that git reads
+    the submodule's own config, which Anima never saw: a Developer that makes a repository
+    in its worktree, with a filter, and commits it as a submodule, would have Anima's git
+    (unconfined) run that filter whenever a file in it looks touched."""
+    root = make_repo(env)
+    repo = GitRepo.open(root)
+    worktree = env.tmp / "worktree"
+    repo.add_worktree(worktree, BRANCH, "main")
+    sub = worktree / "sub"
+    sub.mkdir()
+    git(sub, "init", "-q", "-b", "main")
+    git(sub, "config", "filter.nested.clean", env.program("nested", "cat"))
+    write(sub, ".gitattributes", "* filter=nested\n")
+    write(sub, "a", "a\n")
+    git(sub, "add", "-A")
+    git(sub, "-c", "user.name=Dev", "-c", "user.email=dev@example.invalid", "commit", "-q",
+        "-m", "nested")
+    dev = GitRepo.open(worktree)
+    assert dev.commit_leftovers("feat: a submodule") is not None
+
+    def touched() -> None:
+        """The file's times change, not its content: git must read it through the filter."""
+        env.clear()
+        later = (sub / "a").stat().st_mtime + 10
+        os.utime(sub / "a", (later, later))
+
+    steps: dict[str, Callable[[], object]] = {
+        "status": dev.dirty_paths,
+        "snapshot and restore": lambda: dev.restore(dev.snapshot()),
+        "switch away and back": lambda: (dev.switch("main-copy"), dev.switch(BRANCH)),
+        "leftovers": lambda: (write(worktree, "b.txt", "b\n"), dev.commit_leftovers("feat: b")),
+        "stash": lambda: (write(worktree, "c.txt", "c\n"), dev.stash_all("anima-test")),
+        "abort a merge": lambda: (git(worktree, "merge", "--no-commit", "--no-ff", "main-copy",
+                                      check=False), dev.end_operations("abort", BRANCH)),
+    }
+    git(root, "branch", "main-copy", "main")
+    for name, step in steps.items():
+        touched()
+        step()
+        assert env.ran() == [], name
+    touched()
+    git(worktree, "status", "--short")
+    assert "nested" in env.ran()  # the control: the human's own git runs it

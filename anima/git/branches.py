@@ -52,7 +52,8 @@ class BranchOps(RepoBase):
                     on_branch=head == names[0])
 
     def switch(self, branch: str) -> None:
-        """Check out an existing branch (local changes are carried over when git allows)."""
+        """Check out an existing branch (local changes are carried over when git allows).
+        Quiet: the report of local changes runs git inside each submodule, with its config."""
         code, _, err = self._run(
             ["switch", "-q", "--no-guess", self._rev_arg(branch, "branch name")], check=False)
         if code != 0:
