@@ -14,15 +14,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
+import stat
 import subprocess
 import threading
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
-from anima.atomic import read_regular
 from anima.git_options import NO_AGENT_CODE, git_environment
 
 _TYPES = (b"blob", b"tree", b"commit", b"tag")
+_CHUNK = 1 << 20
+#: zlib's best ratio is about 1032:1: a larger declared size is a lie.
+_MAX_RATIO = 1032
 _TAKING = threading.Lock()
 
 
@@ -88,36 +94,74 @@ def _take_loose(path: Path, name: str, algorithm: str, into: Path,
     """Copy one loose object file in, if it holds exactly the object `name`. False: refused;
     None: gone (taken by another thread)."""
     try:
-        data = read_regular(path)
-        inflater = zlib.decompressobj()
-        raw = inflater.decompress(data)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
-    except (OSError, zlib.error):
+    except OSError:
         return False
-    header, nul, body = raw.partition(b"\0")
-    kind, _, size = header.partition(b" ")
-    if not (inflater.eof and not inflater.unused_data and nul and kind in _TYPES
-            and size.isdigit() and int(size) == len(body)
-            and hashlib.new(algorithm, raw).hexdigest() == name):
-        return False
-    target = into / name[:2] / name[2:]
-    if target.exists():
-        return True
-    target.parent.mkdir(exist_ok=True)
-    temporary = target.parent / f"tmp_obj_anima_{os.getpid()}_{name[2:]}"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        with contextlib.suppress(FileExistsError):  # git wrote the same object meanwhile
-            os.link(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
+    with os.fdopen(fd, "rb") as source:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or not _holds(source, name, algorithm):
+            return False
+        target = into / name[:2] / name[2:]
+        if target.exists():
+            return True
+        target.parent.mkdir(exist_ok=True)
+        temporary = target.parent / f"tmp_obj_anima_{os.getpid()}_{name[2:]}"
+        out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
+        try:
+            with os.fdopen(out, "wb") as copy:
+                source.seek(0)
+                shutil.copyfileobj(source, copy, _CHUNK)
+                copy.flush()
+                os.fsync(copy.fileno())
+            with contextlib.suppress(FileExistsError):  # git wrote the same object meanwhile
+                os.link(temporary, target)
+        finally:
+            temporary.unlink(missing_ok=True)
     written.add(target)
     return True
+
+
+def _holds(source: BinaryIO, name: str, algorithm: str) -> bool:
+    """Whether the compressed stream holds a well-formed object whose id is `name`. Inflated
+    a piece at a time: the agent wrote the file, and a few megabytes of zeros inflate to
+    gigabytes (a size no stream of this length can hold is refused first)."""
+    limit = os.fstat(source.fileno()).st_size * _MAX_RATIO + 64
+    inflater, digest = zlib.decompressobj(), hashlib.new(algorithm)
+    head, size, seen = b"", -1, 0
+    try:
+        for out in _inflated(source, inflater):
+            digest.update(out)
+            if size < 0:
+                head += out
+                if b"\0" not in head:
+                    if len(head) > 64:
+                        return False
+                    continue
+                header, _, out = head.partition(b"\0")
+                kind, _, number = header.partition(b" ")
+                if kind not in _TYPES or not number.isdigit() or int(number) > limit:
+                    return False
+                size = int(number)
+            seen += len(out)
+            if seen > size:
+                return False
+    except zlib.error:
+        return False
+    return inflater.eof and not inflater.unused_data and seen == size \
+        and digest.hexdigest() == name
+
+
+def _inflated(source: BinaryIO, inflater: zlib._Decompress) -> Iterator[bytes]:
+    """The inflated stream, in pieces of at most `_CHUNK` bytes."""
+    while piece := source.read(_CHUNK):
+        while True:
+            out = inflater.decompress(piece, _CHUNK)
+            piece = inflater.unconsumed_tail
+            if out:
+                yield out
+            elif not piece:
+                break
 
 
 def _take_packs(folder: Path, common_dir: Path) -> list[str]:
