@@ -289,3 +289,40 @@ def test_hundred_thousand_stream_lines_are_quick() -> None:
 ])
 def test_terminal_controls_in_agent_text_are_removed(raw: str, shown: str) -> None:
     assert redact(raw) == shown
+
+
+#: Lines an agent can print (a generated file, a minified bundle, a test's repr) on which a
+#: pattern that scans on from each of the line's many matches takes quadratic time: a
+#: megabyte of them took Anima's reader thread minutes to hours.
+REPEATED = ["sk-", "sk-a", "password=", "password:", "api_key=", "X_KEY=", "key=",
+            "--password=", "curl -u ", "curl ", "mysql ", "sshpass ", "token: "]
+
+
+def test_a_long_line_of_near_secrets_does_not_stall_the_reader() -> None:
+    """Not a benchmark: the bound is ten times what it takes (the old patterns took over a
+    minute for these 200 KB lines)."""
+    start = time.perf_counter()
+    for unit in REPEATED:
+        line = unit * (200_000 // len(unit))
+        assert len(redact(line)) > 0
+    assert time.perf_counter() - start < 15
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    # a value longer than one look is redacted whole
+    (f"API_TOKEN={'a1' * 5000} next", f"API_TOKEN={REDACTED} next"),
+    (f"password: {'Zz9' * 3000}", f"password: {REDACTED}"),
+    # a key inside a value already redacted is not looked at again
+    ("password=abc1password=def2 rest", f"password={REDACTED} rest"),
+    # the command's flag, in the same command only
+    ("curl -s https://x -u admin:hunter2 -o out", f"curl -s https://x -u admin:{REDACTED} -o out"),
+    ("curl https://x; ls -u admin:hunter2", "curl https://x; ls -u admin:hunter2"),
+    ("mysql -h db -psecret42 app", f"mysql -h db -p{REDACTED} app"),
+    ("mysql -h db -p app", "mysql -h db -p app"),  # prompts for it
+    ("sshpass -p hunter2 ssh host", f"sshpass -p {REDACTED} ssh host"),
+    ("echo x | sshpass -p 'hunter2' ssh h", f"echo x | sshpass -p '{REDACTED}' ssh h"),
+    # a digit far into the run of an `sk-` key still marks it
+    (f"key sk-{'a' * 40}1", f"key {REDACTED}"),
+])
+def test_secrets_past_the_bounds_of_one_look_are_still_hidden(raw: str, shown: str) -> None:
+    assert redact(raw) == shown

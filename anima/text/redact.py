@@ -30,6 +30,7 @@ and the words in prose ("the password: it must be long").
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 from typing import Any, Final, TypeVar
@@ -60,15 +61,15 @@ _TOKEN_TRIGGERS: Final = ("sk-", "akia", "asia", "ghp_", "gho_", "ghs_", "ghu_",
 _TOKENS: Final = re.compile(
     r"sk-ant-[A-Za-z0-9_-]{16,}"
     r"|sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{16,}"
-    r"|sk-(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9_-]{20,}"
+    r"|sk-(?=[A-Za-z0-9_-]{0,256}\d)[A-Za-z0-9_-]{20,}"
     # Without a digit: one unbroken mixed-case run (hyphenated words are not keys).
-    r"|sk-(?=[A-Za-z]*[a-z])(?=[A-Za-z]*[A-Z])[A-Za-z]{20,}(?![\w-])"
+    r"|sk-(?=[A-Za-z]{0,256}[a-z])(?=[A-Za-z]{0,256}[A-Z])[A-Za-z]{20,}(?![\w-])"
     r"|AKIA[A-Z0-9]{16}(?![A-Za-z0-9])"
     r"|ASIA[A-Z0-9]{16}(?![A-Za-z0-9])"
     r"|gh[pousr]_[A-Za-z0-9]{20,}"
     r"|github_pat_[A-Za-z0-9_]{20,}"
     r"|glpat-[A-Za-z0-9_-]{20,}"
-    r"|(?:hf|npm)_(?=[A-Za-z0-9]*\d)[A-Za-z0-9]{30,}"
+    r"|(?:hf|npm)_(?=[A-Za-z0-9]{0,256}\d)[A-Za-z0-9]{30,}"
     r"|xox[abprs]-[A-Za-z0-9-]{10,}"
     r"|xapp-\d-[A-Za-z0-9-]{20,}"
     r"|AIza[0-9A-Za-z_-]{30,}"
@@ -87,6 +88,11 @@ _PEM_BODY: Final = re.compile(
     r"(?:\n|\Z))*")
 
 # --- key/value assignments ----------------------------------------------------------------
+# How far one match looks. Agents print lines of megabytes: a pattern that scanned the rest
+# of the line from each of its many keys would take minutes over one line. A value longer
+# than this is followed to its end once, where it is redacted whole.
+_SCAN: Final = 4096
+_KEY_SCAN: Final = 128  # a key's name, back from its last word
 # The last word of every secret key; a hit is then checked against the whole key.
 _KEY_ROOTS: Final = ("password", "passwd", "passphrase", "secret", "token", "key",
                      "authorization", "credentials", "pass", "pwd", "auth", "key_base")
@@ -110,7 +116,8 @@ _KV_TAIL: Final = re.compile(
     r"(?:(?P<dq>\"(?:[^\"\\\n]|\\.)*\")"
     r"|(?P<edq>\\\"(?:[^\"\\\n]|\\[^\"\n])*\\\")"
     r"|(?P<sq>'[^'\n]*')"
-    r"|(?P<scheme>" + _SCHEME + r"[ \t]+)?(?P<bare>[^\s\"'`,;()\[\]{}<>\\&]+))",
+    r"|(?P<scheme>" + _SCHEME + r"[ \t]+)?(?P<bare>[^\s\"'`,;()\[\]{}<>\\&]{1," + str(_SCAN)
+    + r"}))",
     re.IGNORECASE,
 )
 # `--password hunter2` (a command-line flag followed by its value).
@@ -118,19 +125,24 @@ _FLAG: Final = re.compile(r"(?<![\w-])--[\w-]*?" + _SECRET_WORD + r"[ \t]+(?P<va
                           re.IGNORECASE)
 # `Bearer <token>` outside a header: a token has a digit or is long; English words are not.
 _BEARER_TAIL: Final = re.compile(
-    r"[ \t]+(?P<val>(?=[A-Za-z0-9._~+/-]*\d)[A-Za-z0-9._~+/-]{8,}=*|[A-Za-z0-9._~+/-]{20,}=*)")
+    r"[ \t]+(?P<val>(?=[A-Za-z0-9._~+/-]{0,256}\d)[A-Za-z0-9._~+/-]{8,}=*"
+    r"|[A-Za-z0-9._~+/-]{20,}=*)")
 # `scheme://user:password@host`; the user may be empty (`redis://:pw@host`) and the password
 # may hold `@` (the host starts after the last one).
 _URL: Final = re.compile(r"(?<=://)(?P<user>[^/\s:@\"']*:)(?P<pw>[^/\s\"'?#]+)(?=@)")
 # Passwords given to well-known commands: `curl -u user:pw`, `mysql -pPW`, `sshpass -p PW`.
 _CLI_TRIGGERS: Final = ("curl", "mysql", "sshpass")
-_CLI_PASSWORD: Final = re.compile(
-    r"\b(?:curl\b[^\n|;&]*?[ \t](?:-u|--user)[ \t=]+[\"']?[^\s:\"']*:"
-    r"|mysql(?:dump|admin)?\b[^\n|;&]*?[ \t]-p[\"']?"
-    r"|sshpass\b[^\n|;&]*?[ \t]-p[ \t]*[\"']?)"
+_CLI_COMMAND: Final = re.compile(r"\b(?:curl|mysql(?:dump|admin)?|sshpass)\b")
+# Their password flags, found first (then the command before each, in the same command):
+# a pattern from each command word to its flag would scan on from every word of a long line.
+_CLI_FLAG: Final = re.compile(
+    r"[ \t](?:(?P<user>(?:-u|--user)[ \t=]+[\"']?[^\s:\"']*:)|-p(?P<spaced>[ \t]*)[\"']?)"
     r"(?P<val>[^\s\"']+)")
+_COMMAND_BREAK: Final = re.compile(r"[\n|;&]")
 # The rest of a `NAME=value` assignment's value, up to white space.
 _ENV_VALUE_REST: Final = re.compile(r"\S*")
+# The rest of a bare value longer than `_SCAN`.
+_BARE_REST: Final = re.compile(r"[^\s\"'`,;()\[\]{}<>\\&]*")
 
 # Values under a secret-looking key that are not secrets: types, keywords, masks.
 _NOT_SECRET_VALUES: Final = frozenset({
@@ -199,8 +211,9 @@ def _bare_is_secret(text: str, key_start: int, m: re.Match[str]) -> bool:
     if sep == ":" and m.group("keyq") is None and key.isalpha() and key.islower():
         # A bare English word before a colon is prose unless it starts the line
         # ("password: hunter2" in YAML) or the value looks random (a digit or a symbol).
-        line_start = text.rfind("\n", 0, key_start) + 1
-        if text[line_start:key_start].strip(" \t-#*") != "":
+        window = max(0, key_start - _KEY_SCAN)  # further back, it is not the line's start
+        newline = text.rfind("\n", window, key_start)
+        if (newline < 0 and window > 0) or text[newline + 1:key_start].strip(" \t-#*") != "":
             return any(not c.isalpha() for c in value) or len(value) >= 20
     return True
 
@@ -224,6 +237,10 @@ def _kv_replacement(text: str, key_start: int, m: re.Match[str]) -> tuple[int, s
     if not _bare_is_secret(text, key_start, m):
         return None
     end = m.end()
+    if len(m.group("bare")) == _SCAN:
+        rest = _BARE_REST.match(text, end)
+        assert rest is not None
+        end = rest.end()
     if _env_assignment(text, key_start, m):  # `DB_PASS=p,a;s&s{w` is one value
         rest = _ENV_VALUE_REST.match(text, end)
         assert rest is not None
@@ -240,19 +257,17 @@ def _kv_spans(text: str, low: str) -> list[tuple[int, int, str]]:
         find = low.find
         i = find(root)
         while i != -1:
-            pos = i + len(root)
-            m = _KV_TAIL.match(text, pos)
-            if m is not None:
-                key_start = i
-                while key_start > 0 and text[key_start - 1] in _KEY_CHARS:
-                    key_start -= 1
-                key = text[key_start:pos]
-                if (_SECRET_KEY_END.search(key) is not None
-                        and not (key_start > 0 and text[key_start - 1] == "$")):
-                    found = _kv_replacement(text, key_start, m)
-                    if found is not None:
-                        spans.append((pos, *found))
-            i = find(root, pos)
+            pos = next_search = i + len(root)
+            key_start, bound = i, max(0, i - _KEY_SCAN)
+            while key_start > bound and text[key_start - 1] in _KEY_CHARS:
+                key_start -= 1
+            if (_SECRET_KEY_END.search(text, key_start, pos) is not None
+                    and not (key_start > 0 and text[key_start - 1] == "$")
+                    and (m := _KV_TAIL.match(text, pos)) is not None
+                    and (found := _kv_replacement(text, key_start, m)) is not None):
+                spans.append((pos, *found))
+                next_search = found[0]  # a key inside a value redacted whole needs no look
+            i = find(root, next_search)
     i = low.find("bearer")
     while i != -1:
         pos = i + 6
@@ -332,8 +347,33 @@ def redact(text: str) -> str:
     if "://" in text and "@" in text:
         text = _URL.sub(lambda m: m.group("user") + REDACTED, text)
     if any(t in low for t in _CLI_TRIGGERS):
-        text = _CLI_PASSWORD.sub(_replace_flag, text)
+        text = _cli_passwords(text)
     return text
+
+
+def _cli_passwords(text: str) -> str:
+    """`curl -u user:pw`, `mysql -pPW`, `sshpass -p PW`: each flag whose command, the last
+    of those before it and after the last `|`, `;`, `&` or line break, takes it."""
+    commands = [(m.start(), m.group(0)) for m in _CLI_COMMAND.finditer(text)]
+    starts = [start for start, _ in commands]
+    breaks = [m.start() for m in _COMMAND_BREAK.finditer(text)]
+
+    def replace(m: re.Match[str]) -> str:
+        at = bisect.bisect_left(starts, m.start()) - 1
+        if at < 0 or commands[at][0] < _last_before(breaks, m.start()):
+            return m.group(0)
+        command = commands[at][1]
+        takes = command == "curl" if m.group("user") else \
+            command == "sshpass" or (command.startswith("mysql") and not m.group("spaced"))
+        return _replace_flag(m) if takes else m.group(0)
+
+    return _CLI_FLAG.sub(replace, text)
+
+
+def _last_before(positions: list[int], at: int) -> int:
+    """The last of the sorted `positions` before `at`, or -1."""
+    i = bisect.bisect_left(positions, at)
+    return positions[i - 1] if i else -1
 
 
 def is_secret_key(key: str) -> bool:
