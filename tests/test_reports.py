@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from anima.text.formats import ReportKind, parse_developer_report, parse_verdict
@@ -176,3 +178,18 @@ def test_a_heading_inside_a_fenced_block_of_the_report_is_not_a_section() -> Non
             "### Changes\n- README.md: usage\n")
     report = parse_developer_report(text)
     assert report is not None and report.changes == ["README.md: usage"]
+
+
+def test_padded_lines_in_a_reply_do_not_stall_the_loop() -> None:
+    """A reply with a line of padding (a table, a banner, a progress bar) is read at once;
+    side-by-side optional runs took cubic time, so a thousand spaces took seconds and a
+    long line days. Not a benchmark: the bound is far above what it takes."""
+    report = ("## Implementation Report — Round 1\n" + " " * 5000 + "\n"
+              "**Feature**: F1 — done\n**Commit**: abc1234\n" + "\t " * 5000 + "x\n")
+    verdict = " *" * 5000 + "\nREJECTED:" + " " * 5000 + "padding\n"
+    start = time.perf_counter()
+    parsed = parse_developer_report(report)
+    rejected = parse_verdict(verdict)
+    assert time.perf_counter() - start < 5
+    assert parsed is not None and parsed.feature == "F1" and parsed.commit == "abc1234"
+    assert rejected is not None and not rejected.accepted and rejected.reason == "padding"

@@ -45,7 +45,7 @@ COLORS = {
     "milestone": "#8250df",
 }
 
-_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_HEADING = re.compile(r"^(#{1,6})\s++(.*)$")  # its closing `#`s are stripped after
 _LIST_ITEM = re.compile(r"^(\s*)[-*+]\s+(.*)$")
 _INLINE = re.compile(r"(\*\*[^*\n]+\*\*|__[^_\n]+__|`[^`\n]+`)")
 
@@ -118,7 +118,7 @@ def render_markdown(text: str) -> list[Line]:
             append(((key, f"{word}: {rest}" if rest else word),))
             continue
         if first == "#" and (heading := _HEADING.match(line)):
-            append((("h", heading.group(2).replace("**", "")),))
+            append((("h", heading.group(2).rstrip().rstrip("#").rstrip().replace("**", "")),))
             continue
         if first in "-*+" and (item := _LIST_ITEM.match(line)):
             append((("text", item.group(1) + "  • "), *_inline_runs(item.group(2), "text")))

@@ -25,15 +25,18 @@ from anima.paths import resource
 _DECORATION = re.compile(r"\*+|(?<!\w)__|__(?!\w)|[`>#]+")
 _FEATURE_ID = re.compile(r"\bF(\d+)\b")
 _HEX = re.compile(r"\b([0-9a-f]{7,40})\b")
-_FIELD = re.compile(r"^\s*[-*]?\s*\**\s*(feature|commit|tests|lint|round)\s*\**\s*[:：]\s*\**(.*)$",
+# Possessive runs (`*+`) throughout: the agents write these lines, and optional runs side by
+# side (`\s*[-*]?\s*\**\s*`) split a line of spaces every way before they fail, which takes
+# cubic time (seconds for a thousand spaces, days for a megabyte).
+_FIELD = re.compile(r"^[\s*-]*+(feature|commit|tests|lint|round)[\s*]*+[:：][\s*]*+(.*)$",
                     re.IGNORECASE)
 _REPORT_HEADING = re.compile(r"implementation\s+report(?:\s*[—–-]\s*round\s*(\d+))?",
                              re.IGNORECASE)
 #: Section names, as the prompt asks for them and as a Chinese-speaking agent may write them.
 _CHANGES = ("change", "变更", "改动", "修改")
 _NOTES = ("note", "summary", "说明", "备注", "总结")
-_SECTION = re.compile(r"^\s*#{2,4}\s*(.+?)\s*$")
-_BULLET = re.compile(r"^\s*[-*]\s+(.*)$")
+_SECTION = re.compile(r"^\s*+#{2,4}(.+)$")  # the name is the rest, stripped
+_BULLET = re.compile(r"^\s*+[-*]\s++(.*)$")
 _NO_FAILURES = re.compile(r"\b(?:0|no|zero)\s+(?:tests?\s+)?(?:failed|failures?|failing|errors?)\b")
 _BAD_NEWS = re.compile(r"fail|error|not\b|n't|skip|broken|red\b|unable|could ?not|todo")
 _GOOD_NEWS = re.compile(r"\b(?:pass(?:ed|es|ing)?|green|ok|succe(?:eded|ss(?:ful)?))\b")
@@ -41,18 +44,18 @@ _GOOD_NEWS = re.compile(r"\b(?:pass(?:ed|es|ing)?|green|ok|succe(?:eded|ss(?:ful
 # word), an optional "Verdict:", the word, then nothing or a separator and a reason. Other
 # leading marks ("- [ ] ACCEPTED", "¬ACCEPTED") make it no verdict.
 _VERDICT = re.compile(
-    r"^[\s*_#`>•-]*(?P<mark>✅|✔️?|☑️?|❌|✖️?|⛔|🚫)?[\s*_`]*"
-    r"(?:(?:final\s+)?verdict\s*[:：][\s*_`]*)?(?P<word>ACCEPTED|REJECTED)\b\W*?"
+    r"^[\s*_#`>•-]*+(?P<mark>✅|✔️?|☑️?|❌|✖️?|⛔|🚫)?[\s*_`]*+"
+    r"(?:(?:final\s++)?verdict\s*+[:：][\s*_`]*+)?(?P<word>ACCEPTED|REJECTED)\b\W*?"
     r"(?:[:：\-—–]\s*(?P<rest>.*))?$",
     re.IGNORECASE,
 )
 _ACCEPT_MARKS = ("✅", "✔", "☑")
 # An ACCEPTED that takes itself back: "ACCEPTED: no — …", "ACCEPTED -> REJECTED", "not yet".
-_TAKEN_BACK = re.compile(r"^\W*(?:not\b|no\b(?!\s+\w)|.*\breject)", re.IGNORECASE)
+_TAKEN_BACK = re.compile(r"^\W*+(?:not\b|no\b(?!\s+\w)|.*\breject)", re.IGNORECASE)
 # The completion signal: the line itself, not words in a sentence ("not all features
 # complete yet" is an implementation report's note).
 _COMPLETION_LINE = re.compile(
-    r"^[\s#>*_`-]*(ALL_FEATURES_COMPLETE\b|all[_ ]features[_ ]complete[\s.!*_`]*$)",
+    r"^[\s#>*_`-]*+(ALL_FEATURES_COMPLETE\b|all[_ ]features[_ ]complete[\s.!*_`]*+$)",
     re.IGNORECASE)
 
 
@@ -110,7 +113,7 @@ def _sections(lines: list[str]) -> dict[str, list[str]]:
     for line in lines:
         m = _SECTION.match(line)
         if m:
-            current = _clean(m.group(1)).lower()
+            current = _clean(m.group(1).strip()).lower()
             out.setdefault(current, [])
         elif current:
             out[current].append(line)
