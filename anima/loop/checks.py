@@ -38,7 +38,9 @@ TAIL_LINES = 30
 TAIL_LINE_CHARS = 300
 _KEEP_BYTES = 64 * 1024  # of the output, from the end; a chatty suite never fills memory
 _POLL = 0.1
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+# An OSC ends at BEL, or is cut short by the next escape (else a run of unended ones would
+# each be scanned to the end of the output).
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*\x07")
 
 
 #: Wraps a command line in a sandbox: the confined argv, and variables for its environment.
