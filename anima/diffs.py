@@ -44,6 +44,10 @@ def is_generated(path: str) -> bool:
                for p in GENERATED_PATTERNS)
 
 
+#: The note in place of a secret file's content.
+NOT_SHOWN = "Not shown:"
+
+
 @dataclass(frozen=True)
 class DiffRow:
     """One displayed line of a file's diff: '+', '-', ' ' (context), '@' (hunk) or '~' (note)."""
@@ -89,7 +93,7 @@ class FileDiff:
                 rows.append(DiffRow("@", line))
             elif not in_hunks:
                 if line.startswith(("Binary files", "rename from", "rename to", "new file mode",
-                                    "deleted file mode", "old mode", "new mode")):
+                                    "deleted file mode", "old mode", "new mode", NOT_SHOWN)):
                     rows.append(DiffRow("~", line))
             elif line.startswith("+"):
                 rows.append(DiffRow("+", line[1:], None, new_no))
@@ -171,8 +175,10 @@ def _whitespace_only(patch: str) -> bool:
     return removed == added
 
 
-def diff_between(repo: GitRepo, old: str, new: str, label: str) -> ChangeSet:
-    """The change from commit `old` to commit `new`, split per file.
+def diff_between(repo: GitRepo, old: str, new: str, label: str,
+                 hidden: frozenset[str] = frozenset()) -> ChangeSet:
+    """The change from commit `old` to commit `new`, split per file; the content of the
+    `hidden` paths (secrets copied in from `.worktreeinclude`) is not shown.
 
     The counts and the patch are two git processes run side by side (a 500-file change
     takes one git diff's time, not two).
@@ -188,6 +194,9 @@ def diff_between(repo: GitRepo, old: str, new: str, label: str) -> ChangeSet:
     files = []
     for (added, removed, old_path, path), patch in zip(stats, patches, strict=True):
         binary = added is None
+        if hidden and (path in hidden or old_path in hidden):
+            patch = (patch.partition("\n")[0] + f"\n{NOT_SHOWN} {old_path or path} is copied "
+                     "in from .worktreeinclude: a secret\n")
         files.append(FileDiff(
             path=path, old_path=old_path, added=added or 0, removed=removed or 0,
             binary=binary, whitespace_only=not binary and bool(added or removed)
@@ -221,7 +230,7 @@ def milestone_range(repo: GitRepo, record: MilestoneRecord, round_no: int | None
     return record.base_commit, head, "whole milestone"
 
 
-def milestone_changes(repo: GitRepo, record: MilestoneRecord, round_no: int | None = None
-                      ) -> ChangeSet:
+def milestone_changes(repo: GitRepo, record: MilestoneRecord, round_no: int | None = None,
+                      hidden: frozenset[str] = frozenset()) -> ChangeSet:
     old, new, label = milestone_range(repo, record, round_no)
-    return diff_between(repo, old, new, label)
+    return diff_between(repo, old, new, label, hidden)

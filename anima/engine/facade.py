@@ -74,7 +74,7 @@ from anima.loop.recovery import AgentRegistry, recover_project
 from anima.loop.run import MilestoneRun
 from anima.loop.seats import Agent, RunControl
 from anima.loop.state import board, reconcile_state
-from anima.loop.worktree import prune_leftover_worktrees
+from anima.loop.worktree import prune_leftover_worktrees, secret_paths
 from anima.paths import ProjectPaths
 from anima.phases import Phase
 from anima.store.milestone_md import load_milestone
@@ -667,7 +667,8 @@ class Engine:
         the Developer committed in the turn running now is taken in first (see
         `take_objects`): git could not read it yet."""
         take_objects(self.paths.agent_objects(milestone_id), self.repo.common_dir)
-        return milestone_changes(self.repo, self.store.load_record(milestone_id), round_no)
+        return milestone_changes(self.repo, self.store.load_record(milestone_id), round_no,
+                                 secret_paths(self.paths, milestone_id))
 
     def last_transcript(self) -> tuple[str | None, list[AgentEvent]]:
         """What a restarted window replays. Read-only."""

@@ -4,7 +4,7 @@ putting a branch back where Anima last accepted it."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from anima.errors import GitError
@@ -61,16 +61,17 @@ class BranchOps(RepoBase):
                 raise GitError(f"Cannot switch {self.root} to branch {branch!r}: it does not exist")
             raise GitError(f"Cannot switch {self.root} to branch {branch!r}: {err.strip()}")
 
-    def commit_leftovers(self, message: str) -> str | None:
+    def commit_leftovers(self, message: str, keep_out: Collection[str] = ()) -> str | None:
         """Commit what the Developer left uncommitted, on its behalf; return the new hash.
 
         Runs only when something outside `.anima/` is uncommitted: files under `.anima/`
         (an untracked memory/project.md from `anima init`, the human's definitions) are not
         the Developer's leftovers. The commit takes those paths plus `.anima/memory/`;
-        runtime files and definitions are never added by Anima. Hooks are skipped: this is
-        Anima's bookkeeping, and a failing hook must not stall the round.
+        runtime files, definitions and the paths in `keep_out` (secrets) are never added by
+        Anima. Hooks are skipped: this is Anima's bookkeeping, and a failing hook must not
+        stall the round.
         """
-        entries = self._status().entries
+        entries = [e for e in self._status().entries if e.path not in keep_out]
         if all(is_under_anima(e.path) for e in entries):
             return None
         paths = [e.path for e in entries if not is_under_anima(e.path) or is_memory_path(e.path)]
@@ -158,6 +159,15 @@ class BranchOps(RepoBase):
     def delete_ref(self, ref: str, expected: str) -> None:
         """Delete `ref`, only while it still points at `expected`."""
         self._run(["update-ref", "-d", ref, expected], what=f"Cannot delete {ref} in {self.root}")
+
+    def commits_touching(self, since: str, tip: str, paths: Collection[str]) -> list[str]:
+        """The commits of `since..tip` that add, change or delete any of `paths`, oldest
+        first."""
+        if not paths:
+            return []
+        return self._text(["--literal-pathspecs", "rev-list", "--reverse", "--full-history",
+                           f"{self._rev_arg(since)}..{self._rev_arg(tip)}", "--",
+                           *sorted(paths)]).split()
 
     def refs_under(self, folder: str) -> list[tuple[str, str]]:
         """(ref, object) of every ref inside `folder` (`refs/heads/x/`)."""

@@ -52,26 +52,34 @@ _NEVER_PARTS = frozenset({"", ".", "..", ".git"})
 _IN_THE_WAY = frozenset({errno.EEXIST, errno.ELOOP, errno.ENOTDIR, errno.EISDIR})
 
 
-def copy_included(source: Path, target: Path) -> list[str]:
-    """Copy into `target` (a new worktree) the files of `source` (the top folder of a
-    checkout of the same repository) that `.worktreeinclude` lists and git ignores; return
-    their repository-relative paths, sorted.
-
-    No `.worktreeinclude` (or one that is not a regular file) copies nothing. Nothing under
-    `.git`, `.anima/` or a nested repository is copied; nor a symlink, a FIFO or a device, nor
-    a file reached through a symlinked folder; a file that already exists in `target` is
-    kept. A path that cannot be read is skipped; GitError when git cannot list the ignored
-    files; an OSError writing into `target` (a full disk) is raised, the half-written file
-    removed.
-    """
-    source, target = Path(source), Path(target)
-    for folder in (source, target):
-        if not folder.is_dir():
-            raise GitError(f"{folder} does not exist or is not a folder")
+def included_paths(source: Path) -> list[str]:
+    """The repository-relative paths, sorted, of the files of `source` (the top folder of a
+    checkout) that `.worktreeinclude` lists and git ignores: what a new worktree gets, and
+    what no commit may hold. None without a `.worktreeinclude` (or one that is not a regular
+    file); nothing under `.git`, `.anima/` or a nested repository. GitError when git cannot
+    list the ignored files."""
+    if not Path(source).is_dir():
+        raise GitError(f"{source} does not exist or is not a folder")
     spec = _read_spec(source)
     if spec is None:
         return []
-    wanted = sorted(p for p in _ignored_files(source) if _copyable(p) and spec.match_file(p))
+    return sorted(p for p in _ignored_files(source) if _copyable(p) and spec.match_file(p))
+
+
+def copy_included(source: Path, target: Path, wanted: list[str] | None = None) -> list[str]:
+    """Copy into `target` (a new worktree) the files of `source` (a checkout of the same
+    repository) that `.worktreeinclude` lists and git ignores (`wanted`, when the caller read
+    them already: `included_paths`); return the paths copied, sorted.
+
+    Not a symlink, a FIFO or a device, nor a file reached through a symlinked folder; a file
+    that already exists in `target` is kept. A path that cannot be read is skipped; an
+    OSError writing into `target` (a full disk) is raised, the half-written file removed.
+    """
+    source, target = Path(source), Path(target)
+    if not target.is_dir():
+        raise GitError(f"{target} does not exist or is not a folder")
+    if wanted is None:
+        wanted = included_paths(source)
     if not wanted:
         return []
     copied: list[str] = []

@@ -32,6 +32,7 @@ from anima.git.locks import clear_stale_locks, wait_for_git
 from anima.git.objects import take_objects
 from anima.guard import TurnFindings, TurnGuard, TurnStart, describe_held, put_back
 from anima.loop.ledger import Ledger
+from anima.loop.worktree import MilestoneWorktree
 from anima.store.models import FeatureStatus, MilestoneRecord, RoundKind, Verdict
 from anima.text.formats import DeveloperReport
 
@@ -61,8 +62,10 @@ class BranchKeeper:
 
     def __init__(self, *, record: MilestoneRecord, repo: GitRepo, guard: TurnGuard,
                  ledger: Ledger, save: Callable[[], None], log_line: Callable[[str], None],
-                 request_pause: Callable[[str], None], notice: Callable[[str], None]) -> None:
+                 request_pause: Callable[[str], None], notice: Callable[[str], None],
+                 worktree: MilestoneWorktree | None = None) -> None:
         self.record = record
+        self.worktree = worktree  # its secrets (`.worktreeinclude`) no commit may hold
         self.repo = repo
         self.guard = guard
         self.ledger = ledger
@@ -159,7 +162,8 @@ class BranchKeeper:
         rnd = self.ledger.round
         assert rnd is not None
         leftover = self.repo.commit_leftovers(
-            f"chore(anima): commit uncommitted work of round {rnd.round}" + what)
+            f"chore(anima): commit uncommitted work of round {rnd.round}" + what,
+            keep_out=self._secrets())
         if leftover:
             self._moved(branch=leftover)  # on the branch: `back_on_branch` came first
             rnd.auto_committed = True
@@ -243,7 +247,8 @@ class BranchKeeper:
             return None
         if self.repo.current_branch() == rec.branch_name:
             self.repo.commit_leftovers(f"chore(anima): uncommitted work of round {rnd.round}, "
-                                       "kept before the branch is put back")
+                                       "kept before the branch is put back",
+                                       keep_out=self._secrets())
             tip = self.repo.head()
         ref = f"refs/anima/rewritten/{rec.id}/{rnd.round}"
         if tip is not None:
@@ -259,6 +264,46 @@ class BranchKeeper:
         self._log(note)
         return (note + f". Accepted commits must stay as they are: add new commits on top "
                        f"of {last[:7]} (you can cherry-pick from {ref}).")
+
+    def _secrets(self) -> frozenset[str]:
+        return self.worktree.secrets() if self.worktree is not None else frozenset()
+
+    def secrets_committed(self) -> str | None:
+        """A file copied in from `.worktreeinclude` (a `.env`) is a secret: a commit since
+        the last accepted one that holds one never reaches a review, the Changes view or
+        main. The branch goes back to before the first such commit (the commits are kept
+        under a local ref, to pick from), the file is copied in again, and the round is
+        rejected for it. Returns the rejection, or None."""
+        rec, rnd = self.record, self.ledger.round
+        tip, secrets = self._known().branch, self._secrets()
+        if not secrets or not tip or not rec.branch_name:
+            return None
+        since = self._since()
+        touching = self.repo.commits_touching(since, tip, secrets)
+        if not touching:
+            return None
+        back_to = self.repo.resolve(f"{touching[0]}^") or since
+        named = sorted(secrets & set(self.repo.changed_files_between(back_to, touching[0])))
+        if self.repo.current_branch() == rec.branch_name:  # the reset must not take them
+            tip = self.repo.commit_leftovers(
+                f"chore(anima): uncommitted work of round {rec.rounds + 1}, kept before the "
+                "branch is put back", keep_out=secrets) or tip
+        ref = f"refs/anima/secrets/{rec.id}/{rnd.round if rnd else rec.rounds + 1}"
+        self.repo.keep_ref(ref, tip)
+        self.repo.reset_branch(rec.branch_name, back_to)
+        self.refresh()
+        assert self.worktree is not None
+        self.worktree.copy_secrets_again()
+        note = (f"{touching[0][:7]} committed {', '.join(named)}, copied in from "
+                f".worktreeinclude: a secret, which must never be committed; Anima put "
+                f"{rec.branch_name} back to {back_to[:7]} and kept the commits under {ref} "
+                "(on this machine only)")
+        if rnd is not None:
+            rnd.notes.append(note)
+        self._log(note)
+        return (note + ". Redo the work without those files (they stay in your tree, "
+                       "untracked): `git cherry-pick -n` the commits you need, then "
+                       f"`git rm --cached {' '.join(named)}` before you commit.")
 
     def after_developer_turn(self, findings: TurnFindings) -> None:
         """Undo what a Developer turn may not do, and say so; the round is rejected for it."""

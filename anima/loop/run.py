@@ -135,7 +135,8 @@ class MilestoneRun:
         self.branch = BranchKeeper(record=record, repo=repo, guard=self._guard, ledger=self.ledger,
                                    save=self._save, log_line=self._log,
                                    request_pause=self._request_pause, notice=lambda line:
-                                   bus.publish(Notice(record.id, "held", line)))
+                                   bus.publish(Notice(record.id, "held", line)),
+                                   worktree=self.worktree)
         # Pause before the next round, and why (a main an agent moved, a push past the rules).
         self._pause_request: str | None = None
         store.on_save.append(self._guard.admit_record)  # until `run` ends: Anima's own writes
@@ -362,6 +363,9 @@ class MilestoneRun:
             self._reject(rewritten)
             return None
         self.branch.back_on_branch(fresh=False)
+        if (secret := self.branch.secrets_committed()) is not None:
+            self._reject(secret)
+            return None
         if self.branch.guarded:
             self._reject("")
             return None

@@ -9,13 +9,16 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
 
 from anima import procfs
-from anima.atomic import read_regular
+from anima.atomic import read_regular, write_model_atomic
 from anima.config import Config
 from anima.git import GitRepo
 from anima.git.objects import take_objects
-from anima.git.worktree_include import copy_included
+from anima.git.worktree_include import copy_included, included_paths
 from anima.loop.checks import CheckResult, Confine, display, run_check
 from anima.loop.recovery import stash_changes
 from anima.paths import ProjectPaths
@@ -23,6 +26,17 @@ from anima.store.models import MergeState, MilestoneRecord, MilestoneStatus, now
 
 #: Where the memory notes a worktree started from are kept (see `memory_as_started`).
 _MEMORY_BASE = "memory-base"
+
+
+class CopiedIn(BaseModel):
+    """`.anima/sandbox/<id>/copied.done`: the `.worktreeinclude` files and memory notes were
+    copied into the new worktree (a kill before that copies them at the next start)."""
+
+    model_config = ConfigDict(extra="ignore")
+    schema_version: int = 1
+    at: datetime
+    #: What `.worktreeinclude` listed and git ignored: secrets, never to be committed.
+    secrets: list[str] = []
 
 
 class MilestoneWorktree:
@@ -37,6 +51,7 @@ class MilestoneWorktree:
         self._log = log
         self.path = paths.worktree(milestone_id)
         self.base = ""
+        self._secrets: frozenset[str] | None = None
 
     def open(self, branch: str, main: str, never_started: bool = False) -> GitRepo:
         """The worktree on `branch` (created from `main` when missing), as a repository.
@@ -57,14 +72,27 @@ class MilestoneWorktree:
             self.paths.setup_done(self.id).unlink(missing_ok=True)
             copied_in.unlink(missing_ok=True)
         if not copied_in.exists():
-            included, memory = copy_included(self.project.root, self.path), self._copy_memory()
+            secrets = included_paths(self.project.root)
+            included = copy_included(self.project.root, self.path, secrets)
+            memory = self._copy_memory()
             self._log(f"worktree {self.path.relative_to(self.project.root)} made for {branch}"
                       + (f"; copied from .worktreeinclude: {', '.join(included)}"
                          if included else "")
                       + (f"; your memory notes: {', '.join(memory)}" if memory else ""))
             copied_in.parent.mkdir(parents=True, exist_ok=True)
-            copied_in.write_text(f"{now().isoformat()}\n", encoding="utf-8")
+            write_model_atomic(copied_in, CopiedIn(at=now(), secrets=secrets))
+            self._secrets = frozenset(secrets)
         return GitRepo.open(self.path)
+
+    def secrets(self) -> frozenset[str]:
+        """The paths copied in from `.worktreeinclude` (see `secret_paths`)."""
+        if self._secrets is None:
+            self._secrets = secret_paths(self.paths, self.id)
+        return self._secrets
+
+    def copy_secrets_again(self) -> list[str]:
+        """Put back the copied-in files a reset took away (never over an existing file)."""
+        return copy_included(self.project.root, self.path, sorted(self.secrets()))
 
     def _set_aside(self, branch: str, main: str) -> None:
         stamp = int(time.time())
@@ -125,6 +153,16 @@ class MilestoneWorktree:
             done.parent.mkdir(parents=True, exist_ok=True)
             done.write_text(f"{now().isoformat()}\n", encoding="utf-8")
         return result
+
+
+def secret_paths(paths: ProjectPaths, milestone_id: str) -> frozenset[str]:
+    """The paths copied into the milestone's worktree from `.worktreeinclude` (a `.env`):
+    secrets, which no commit of the milestone may hold and the Changes view never shows."""
+    try:
+        return frozenset(CopiedIn.model_validate_json(
+            read_regular(paths.copied_in(milestone_id))).secrets)
+    except (OSError, ValueError):  # not made yet, or by an Anima that kept no list
+        return frozenset(included_paths(paths.root))
 
 
 def memory_as_started(paths: ProjectPaths, record: MilestoneRecord) -> dict[str, bytes]:

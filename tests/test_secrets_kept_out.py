@@ -1,0 +1,107 @@
+"""A file copied in from `.worktreeinclude` (a `.env`) is a secret: it never ends up in a
+commit that a review, the Changes view or main sees, whether the Developer commits it
+itself or only un-ignores it and leaves it for Anima's commit of its leftovers. The real
+engine, the fake `claude`, real git."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from anima.engine.facade import Engine
+from anima.store.models import MilestoneStatus, Verdict
+from tests.conftest import FakeClaude, run_git
+from tests.helpers import make_project, milestone_md, record, run_engine
+from tests.test_integrity import report
+from tests.test_recovery import wait_until
+
+SECRET = "sk-local-only-0123456789-do-not-commit"
+TWO = milestone_md("Greeter", ["Greet command", "Farewell command"])
+MODES = ["auto", "off"]
+
+
+@pytest.fixture
+def project(git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> Path:
+    fake_claude.use_env(monkeypatch)
+    (git_repo / ".gitignore").write_text(".env\n", encoding="utf-8")
+    (git_repo / ".worktreeinclude").write_text(".env\n", encoding="utf-8")
+    run_git(git_repo, "add", ".gitignore", ".worktreeinclude")
+    run_git(git_repo, "commit", "-qm", "chore: ignore .env")
+    (git_repo / ".env").write_text(f"PAYMENT_KEY={SECRET}\n", encoding="utf-8")
+    return make_project(git_repo, {"m1": TWO})
+
+
+def never_in_main(project: Path) -> None:
+    assert run_git(project, "rev-list", "main", "--", ".env") == ""
+    assert SECRET not in run_git(project, "log", "-p", "main")
+
+
+@pytest.mark.parametrize("sandbox", MODES)
+def test_a_secret_the_developer_commits_is_taken_off_the_branch(
+        project: Path, fake_claude: FakeClaude, sandbox: str) -> None:
+    """Round 1 commits its work and `.env` (forced past the ignore), then more work on top:
+    the branch goes back to before that commit, the commits are kept under a local ref, the
+    round is rejected before any review, and `.env` is back in the tree, untracked."""
+    fake_claude.write_script({"developer": [
+        {"shell": ["echo one > one.txt && git add one.txt && git commit -qm 'feat: one'",
+                   "git add -f .env && echo two > two.txt && git add two.txt && "
+                   "git commit -qm 'feat: two, with the env'",
+                   "echo three > three.txt && git add three.txt && git commit -qm 'feat: three'"],
+         "auto": True}]})
+    run_engine(project, sandbox=sandbox)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert "committed .env, copied in from .worktreeinclude: a secret" in (first.reason or "")
+    assert "git rm --cached .env" in (first.reason or "")
+    kept = run_git(project, "for-each-ref", "--format=%(refname)", "refs/anima/secrets/")
+    assert kept == "refs/anima/secrets/m1/1"
+    assert run_git(project, "show", "refs/anima/secrets/m1/1:.env") == f"PAYMENT_KEY={SECRET}"
+    never_in_main(project)
+    # work before the secret's commit stayed on the branch and was reviewed with round 2
+    assert run_git(project, "show", "main:one.txt") == "one"
+    for prompt in fake_claude.prompts("acceptor"):
+        assert SECRET not in prompt
+
+
+@pytest.mark.parametrize("sandbox", MODES)
+def test_a_secret_left_uncommitted_is_never_committed_for_the_developer(
+        project: Path, fake_claude: FakeClaude, sandbox: str) -> None:
+    """The Developer un-ignores `.env` and leaves everything uncommitted: Anima commits the
+    work, not the secret."""
+    fake_claude.write_script({"developer": [
+        {"shell": ["printf '' > .gitignore && echo work > work.txt"],
+         "text": report(commit="")},
+        {"shell": ["printf '.env\\n' > .gitignore"], "auto": True}]})
+    run_engine(project, sandbox=sandbox)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    assert rec.iterations[0].verdict is Verdict.ACCEPTED and rec.iterations[0].auto_committed
+    assert run_git(project, "show", "main:work.txt") == "work"
+    never_in_main(project)
+
+
+def test_the_changes_view_never_shows_a_secret(project: Path, fake_claude: FakeClaude) -> None:
+    """Committed during a turn, before Anima looks at it, the file is listed, its content
+    not."""
+    committed, go = fake_claude.root / "committed", fake_claude.root / "go"
+    fake_claude.write_script({"developer": [{"shell": [
+        "git add -f .env && git commit -qm 'feat: oops'",
+        f"touch {committed}; while [ ! -e {go} ]; do sleep 0.05; done"], "auto": True}]})
+    engine = Engine(project)
+    runner = threading.Thread(target=engine.run, kwargs={"watch": False, "start_all": True})
+    runner.start()
+    try:
+        wait_until(committed.exists, what="the commit")
+        change = engine.changes("m1").file(".env")
+        assert change is not None and SECRET not in change.patch
+        assert [r.text for r in change.rows] == [
+            "Not shown: .env is copied in from .worktreeinclude: a secret"]
+    finally:
+        go.touch()
+        runner.join(60)
+        engine.shutdown()
+    never_in_main(project)
