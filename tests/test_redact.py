@@ -12,9 +12,11 @@ from anima.text.redact import (
     REDACTED,
     LineRedactor,
     RedactingBus,
+    add_known_secrets,
     is_secret_key,
     redact,
     redact_data,
+    secret_values,
 )
 
 ANT = "sk-ant-api03-" + "a1B2c3D4e5" * 8
@@ -326,3 +328,26 @@ def test_a_long_line_of_near_secrets_does_not_stall_the_reader() -> None:
 ])
 def test_secrets_past_the_bounds_of_one_look_are_still_hidden(raw: str, shown: str) -> None:
     assert redact(raw) == shown
+
+
+def test_the_secret_values_of_a_dotenv_file() -> None:
+    env = "\n".join([
+        "# the payment provider",
+        "STRIPE=stripe_live_Hx83jfk29Dkq01Lmz",  # random-looking, whatever its name
+        "export DB_PASS='hunter22'",  # a secret's name
+        'DATABASE_URL="postgres://app:p4ssw0rd@db.internal:5432/app"',
+        "NODE_ENV=production", "PORT=8080", "DEBUG=true", "APP_NAME=my-cool-app",
+        "API_KEY=${API_KEY}", "LEGACY_TOKEN=<your-token>",
+        "CALLBACK=https://example.com/hook # the webhook",
+    ])
+    assert secret_values(env) == ["stripe_live_Hx83jfk29Dkq01Lmz", "hunter22",
+                                  "postgres://app:p4ssw0rd@db.internal:5432/app"]
+
+
+def test_a_known_secret_is_hidden_verbatim_wherever_it_appears() -> None:
+    value = "zq81-looks-like-nothing-we-know-5521"
+    assert redact(f"the key is {value}.") == f"the key is {value}."
+    add_known_secrets([value, "short"])  # too short to hide everywhere
+    assert redact(f"the key is {value}.") == f"the key is {REDACTED}."
+    assert redact(json.dumps({"out": value * 2})) == json.dumps({"out": REDACTED * 2})
+    assert redact("a short word") == "a short word"

@@ -105,3 +105,30 @@ def test_the_changes_view_never_shows_a_secret(project: Path, fake_claude: FakeC
         runner.join(60)
         engine.shutdown()
     never_in_main(project)
+
+
+def test_what_the_copied_in_files_hold_never_leaves_an_agent(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value no pattern knows (`STRIPE=…`) is hidden because the project copies it into
+    the worktree: the Developer's `cat .env`, its reply quoting it, the record, the log, the
+    transcript and the Acceptor's prompt never hold it."""
+    fake_claude.use_env(monkeypatch)
+    value = "stripe_live_Hx83jfk29Dkq01Lmz"
+    (git_repo / ".gitignore").write_text(".env\n", encoding="utf-8")
+    (git_repo / ".worktreeinclude").write_text(".env\n", encoding="utf-8")
+    run_git(git_repo, "add", ".gitignore", ".worktreeinclude")
+    run_git(git_repo, "commit", "-qm", "chore: ignore .env")
+    (git_repo / ".env").write_text(f"STRIPE={value}\n", encoding="utf-8")
+    project = make_project(git_repo, {"m1": TWO})
+    fake_claude.write_script({"developer": [{"shell": ["cat .env"], "auto": True,
+                                             "say": f"I used {value} to test."}]})
+    run_engine(project)
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+    anima = project / ".anima"
+    written = [p for p in anima.rglob("*") if p.is_file() and "worktrees" not in p.parts
+               and "sandbox" not in p.parts]
+    assert any(p.suffix == ".jsonl" for p in written)  # the transcript is among them
+    for path in written:
+        assert value.encode() not in path.read_bytes(), path
+    for prompt in fake_claude.prompts("acceptor"):
+        assert value not in prompt

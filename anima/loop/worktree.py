@@ -5,6 +5,7 @@ milestones keep theirs."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import time
@@ -23,7 +24,10 @@ from anima.loop.checks import CheckResult, Confine, display, run_check
 from anima.loop.recovery import stash_changes
 from anima.paths import ProjectPaths
 from anima.store.models import MergeState, MilestoneRecord, MilestoneStatus, now
+from anima.text.redact import add_known_secrets, secret_values
 
+#: How much of a copied-in file is read for its secret values (a `.env` is small).
+_SECRET_FILE_BYTES = 1 << 16
 #: Where the memory notes a worktree started from are kept (see `memory_as_started`).
 _MEMORY_BASE = "memory-base"
 
@@ -82,7 +86,18 @@ class MilestoneWorktree:
             copied_in.parent.mkdir(parents=True, exist_ok=True)
             write_model_atomic(copied_in, CopiedIn(at=now(), secrets=secrets))
             self._secrets = frozenset(secrets)
+        self._hide_secret_values()
         return GitRepo.open(self.path)
+
+    def _hide_secret_values(self) -> None:
+        """What the copied-in files hold is hidden from every agent output from now on, as
+        it is (`add_known_secrets`): an agent that prints its `.env` shows none of it."""
+        values: list[str] = []
+        for rel in sorted(self.secrets()):
+            with contextlib.suppress(OSError):
+                text = read_regular(self.project.root / rel, _SECRET_FILE_BYTES)
+                values += secret_values(text.decode("utf-8", errors="replace"))
+        add_known_secrets(values)
 
     def secrets(self) -> frozenset[str]:
         """The paths copied in from `.worktreeinclude` (see `secret_paths`)."""

@@ -33,6 +33,8 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import re
+import threading
+from collections.abc import Iterable
 from typing import Any, Final, TypeVar
 
 from anima.events import (
@@ -45,8 +47,16 @@ from anima.events import (
     ToolResult,
 )
 
-__all__ = ["REDACTED", "LineRedactor", "RedactingBus", "is_secret_key", "redact",
-           "redact_data"]
+__all__ = [
+    "REDACTED",
+    "LineRedactor",
+    "RedactingBus",
+    "add_known_secrets",
+    "is_secret_key",
+    "redact",
+    "redact_data",
+    "secret_values",
+]
 
 REDACTED: Final = "<REDACTED>"
 
@@ -103,6 +113,9 @@ _SECRET_WORD = (
 )
 # Environment names: `DB_PASS`, `MYSQL_PWD`, `STRIPE_KEY`, `APP_KEY`, `GITHUB_AUTH`.
 _ENV_SECRET = r"(?-i:[A-Z0-9_]*_(?:PASS|PWD|AUTH|KEY))"
+# A word of a `.env` name that marks its value a secret (`STRIPE_LIVE_KEY`, `DB_PASS_2`).
+_ENV_SECRET_NAME: Final = re.compile(r"(?:^|_)(?:PASS|PWD|AUTH|KEY|SECRET|TOKEN)(?:_|$)",
+                                     re.IGNORECASE)
 _SECRET_KEY_END: Final = re.compile(
     r"(?:" + _SECRET_WORD + r"|(?<![A-Za-z0-9_])" + _ENV_SECRET + r")\Z", re.IGNORECASE)
 _SECRET_KEY_FULL: Final = re.compile(r"[\w.-]*?" + _SECRET_WORD + "|" + _ENV_SECRET,
@@ -318,6 +331,47 @@ def _lower(text: str) -> str:
     return low if len(low) == len(text) else text.translate(_ASCII_LOWER)
 
 
+# --- the project's own secret values --------------------------------------------------------
+# The values in the files a project copies into each worktree (`.worktreeinclude`: a `.env`)
+# are secrets whatever they look like (a Stripe `sk_live_…`, a database URL with its
+# password): each is hidden verbatim wherever it appears. Process-wide: each engine adds its
+# project's when it opens a worktree.
+_KNOWN_LOCK = threading.Lock()
+_known: tuple[str, ...] = ()  # longest first, so a value inside another goes with it
+_ASSIGNMENT: Final = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][\w.-]*)\s*[=:]\s*(.*?)\s*$")
+
+
+def secret_values(text: str) -> list[str]:
+    """The values of a dotenv-style file's `NAME=value` lines that are secrets: under a
+    secret-looking name (`DB_PASSWORD`), or long and random-looking (a digit and a letter
+    in sixteen characters or more), never a placeholder."""
+    found = []
+    for line in text.splitlines():
+        m = _ASSIGNMENT.match(line)
+        if m is None:
+            continue
+        name, value = m.groups()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.partition(" #")[0].rstrip()
+        if len(value) < 6 or _is_placeholder(value):
+            continue
+        if is_secret_key(name) or _ENV_SECRET_NAME.search(name) or (
+                len(value) >= 16 and any(c.isdigit() for c in value)
+                and any(c.isalpha() for c in value)):
+            found.append(value)
+    return found
+
+
+def add_known_secrets(values: Iterable[str]) -> None:
+    """Hide these values verbatim from now on, wherever `redact` runs in this process."""
+    global _known
+    with _KNOWN_LOCK:
+        _known = tuple(sorted({*_known, *(v for v in values if len(v) >= 6)},
+                              key=lambda v: (-len(v), v)))
+
+
 def redact(text: str) -> str:
     """Return `text` with every recognised secret replaced by `<REDACTED>`, and without
     terminal control sequences: an agent's ESC codes would otherwise drive the terminal of
@@ -327,6 +381,9 @@ def redact(text: str) -> str:
     """
     if not text:
         return text
+    for value in _known:
+        if value in text:
+            text = text.replace(value, REDACTED)
     if _CONTROLS_TRIGGER.search(text):
         if "\r" in text:  # a progress line: what a terminal would show, its last state
             text = _OVERWRITTEN.sub("", text.replace("\r\n", "\n"))

@@ -461,8 +461,9 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
              cost: Cost, own: dict[str, Any] | None = None) -> None:
     """Turn keys: noise, crash, delay, hang, ignore_interrupt, ignore_sigterm, shell (with
     own_session: each command in a session of its own, like the real CLI's Bash), edit_file,
-    hang_after, auto, huge_line_bytes, text, is_error, subtype, cost_usd, usage, stderr,
-    context_tokens (input + cache tokens each assistant line reports), context_window, compact
+    hang_after, auto, say (chatter before the reply), huge_line_bytes, text, is_error, subtype,
+    cost_usd, usage, stderr, context_tokens (input + cache tokens each assistant line
+    reports), context_window, compact
     ({pre_tokens, post_tokens}: a compact_boundary line first, as when the CLI compacts by
     itself), replay (with resets_in, retry_delay), late_interrupted_result."""
     started = time.monotonic()
@@ -526,6 +527,8 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
         reply = turn.auto_developer() if args.role == "developer" else "ACCEPTED"
     if "text" in spec:
         reply = turn.fill(str(spec["text"]))
+    if spec.get("say"):  # chatter before the reply (a secret it read, say)
+        reply = f"{spec['say']}\n\n{reply}"
     if spec.get("huge_line_bytes"):
         size = int(spec["huge_line_bytes"])
         turn.assistant([{"type": "text", "text": "x" * size}])
