@@ -67,6 +67,24 @@ def test_a_secret_the_developer_commits_is_taken_off_the_branch(
         assert SECRET not in prompt
 
 
+def test_a_secret_value_written_into_the_code_is_taken_off_the_branch(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """The Developer copies the key out of `.env` into a source file: the commit is the
+    leak, whatever the file's name."""
+    fake_claude.write_script({"developer": [
+        {"shell": [f"echo 'KEY = \\\"{SECRET}\\\"' > pay.py && git add pay.py && "
+                   "git commit -qm 'feat: pay'"], "auto": True}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert "a value of the files copied in from .worktreeinclude, in pay.py" in first.reason
+    assert "read it at run time" in first.reason
+    assert SECRET not in run_git(project, "log", "-p", "main")
+    assert SECRET in run_git(project, "show", "refs/anima/secrets/m1/1:pay.py")
+
+
 @pytest.mark.parametrize("sandbox", MODES)
 def test_a_secret_left_uncommitted_is_never_committed_for_the_developer(
         project: Path, fake_claude: FakeClaude, sandbox: str) -> None:

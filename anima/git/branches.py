@@ -160,15 +160,6 @@ class BranchOps(RepoBase):
         """Delete `ref`, only while it still points at `expected`."""
         self._run(["update-ref", "-d", ref, expected], what=f"Cannot delete {ref} in {self.root}")
 
-    def commits_touching(self, since: str, tip: str, paths: Collection[str]) -> list[str]:
-        """The commits of `since..tip` that add, change or delete any of `paths`, oldest
-        first."""
-        if not paths:
-            return []
-        return self._text(["--literal-pathspecs", "rev-list", "--reverse", "--full-history",
-                           f"{self._rev_arg(since)}..{self._rev_arg(tip)}", "--",
-                           *sorted(paths)]).split()
-
     def refs_under(self, folder: str) -> list[tuple[str, str]]:
         """(ref, object) of every ref inside `folder` (`refs/heads/x/`)."""
         _, out, _ = self._run(["for-each-ref", "--format=%(refname)%00%(objectname)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from anima.errors import GitError
@@ -128,6 +128,33 @@ class History(RepoBase):
             what=f"Cannot list the files changed between {old} and {new} in {self.root}",
         )
         return [os.fsdecode(p) for p in out.split(b"\0") if p]
+
+    def first_leak(self, since: str, tip: str, paths: Collection[str],
+                   values: Collection[str]) -> tuple[str, str, bool] | None:
+        """The oldest commit of `since..tip` that adds, changes or deletes one of `paths`
+        or adds a line holding one of `values`: (commit, the path it touched or the file
+        it added the value to, whether it was a value), or None. One `git log -p`."""
+        if not paths and not values:
+            return None
+        headers = {f"diff --git a/{p} b/{p}": p for p in paths}
+        _, out, _ = self._run(
+            ["-c", "core.quotepath=false", "log", "--reverse", "--no-renames", "--no-color",
+             "--no-ext-diff", "--no-textconv", "--full-history", "--src-prefix=a/",
+             "--dst-prefix=b/", "--format=%x00%H", "-p",
+             f"{self._rev_arg(since)}..{self._rev_arg(tip)}", "--"],
+            what=f"Cannot read the commits {short_hash(since)}..{short_hash(tip)}")
+        for block in os.fsdecode(out).split("\0")[1:]:
+            commit, _, patch = block.partition("\n")
+            current = ""
+            for line in patch.splitlines():
+                if line.startswith("diff --git "):
+                    current = line
+                    if line in headers:
+                        return commit, headers[line], False
+                elif line.startswith("+") and not line.startswith("+++") and any(
+                        v in line for v in values):
+                    return commit, current.rpartition(" b/")[2], True
+        return None
 
     def diff_bytes(self, old: str, new: str, *options: str) -> bytes:
         """`git diff <options> old new` as raw bytes: the Changes view's numstat and patch.

@@ -36,6 +36,8 @@ from anima.loop.worktree import MilestoneWorktree
 from anima.store.models import FeatureStatus, MilestoneRecord, RoundKind, Verdict
 from anima.text.formats import DeveloperReport
 
+#: The length from which a value of the copied-in files may not be in a commit.
+_COMMITTED_VALUE_CHARS = 12
 # A git the agent left running in the background gets this long to finish before Anima's.
 _GIT_WAIT = 5.0
 
@@ -269,41 +271,46 @@ class BranchKeeper:
         return self.worktree.secrets() if self.worktree is not None else frozenset()
 
     def secrets_committed(self) -> str | None:
-        """A file copied in from `.worktreeinclude` (a `.env`) is a secret: a commit since
-        the last accepted one that holds one never reaches a review, the Changes view or
-        main. The branch goes back to before the first such commit (the commits are kept
-        under a local ref, to pick from), the file is copied in again, and the round is
-        rejected for it. Returns the rejection, or None."""
-        rec, rnd = self.record, self.ledger.round
-        tip, secrets = self._known().branch, self._secrets()
-        if not secrets or not tip or not rec.branch_name:
+        """The files copied in from `.worktreeinclude` (a `.env`) and the values they hold
+        are secrets: a commit since the last accepted one that holds one never reaches a
+        review, the Changes view or main. The branch goes back to before it (the commits are
+        kept under a local ref, to pick from), the files are copied in again, and the round
+        is rejected for it. Returns the rejection, or None."""
+        rec, rnd, wt = self.record, self.ledger.round, self.worktree
+        tip = self._known().branch
+        if wt is None or not tip or not rec.branch_name:
             return None
         since = self._since()
-        touching = self.repo.commits_touching(since, tip, secrets)
-        if not touching:
+        # A short value (`DB_PASS=postgres`) may be in code for other reasons; a long one
+        # is not there by chance.
+        leak = self.repo.first_leak(since, tip, wt.secrets(),
+                                    wt.secret_values(_COMMITTED_VALUE_CHARS))
+        if leak is None:
             return None
-        back_to = self.repo.resolve(f"{touching[0]}^") or since
-        named = sorted(secrets & set(self.repo.changed_files_between(back_to, touching[0])))
+        commit, where, value = leak
+        back_to = self.repo.resolve(f"{commit}^") or since
         if self.repo.current_branch() == rec.branch_name:  # the reset must not take them
             tip = self.repo.commit_leftovers(
                 f"chore(anima): uncommitted work of round {rec.rounds + 1}, kept before the "
-                "branch is put back", keep_out=secrets) or tip
+                "branch is put back", keep_out=wt.secrets()) or tip
         ref = f"refs/anima/secrets/{rec.id}/{rnd.round if rnd else rec.rounds + 1}"
         self.repo.keep_ref(ref, tip)
         self.repo.reset_branch(rec.branch_name, back_to)
         self.refresh()
-        assert self.worktree is not None
-        self.worktree.copy_secrets_again()
-        note = (f"{touching[0][:7]} committed {', '.join(named)}, copied in from "
-                f".worktreeinclude: a secret, which must never be committed; Anima put "
-                f"{rec.branch_name} back to {back_to[:7]} and kept the commits under {ref} "
-                "(on this machine only)")
+        wt.copy_secrets_again()
+        what = (f"a value of the files copied in from .worktreeinclude, in {where}" if value
+                else f"{where}, copied in from .worktreeinclude")
+        note = (f"{commit[:7]} committed {what}: a secret, which must never be committed; "
+                f"Anima put {rec.branch_name} back to {back_to[:7]} and kept the commits "
+                f"under {ref} (on this machine only)")
         if rnd is not None:
             rnd.notes.append(note)
         self._log(note)
-        return (note + ". Redo the work without those files (they stay in your tree, "
-                       "untracked): `git cherry-pick -n` the commits you need, then "
-                       f"`git rm --cached {' '.join(named)}` before you commit.")
+        fix = (f"read it at run time (from the environment or {where}'s source) instead of "
+               "writing it into a file" if value else
+               f"`git rm --cached {where}` before you commit (it stays in your tree)")
+        return (f"{note}. Redo the work without it: `git cherry-pick -n` the commits you "
+                f"need, then {fix}.")
 
     def after_developer_turn(self, findings: TurnFindings) -> None:
         """Undo what a Developer turn may not do, and say so; the round is rejected for it."""

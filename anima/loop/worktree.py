@@ -92,12 +92,17 @@ class MilestoneWorktree:
     def _hide_secret_values(self) -> None:
         """What the copied-in files hold is hidden from every agent output from now on, as
         it is (`add_known_secrets`): an agent that prints its `.env` shows none of it."""
+        add_known_secrets(self.secret_values())
+
+    def secret_values(self, min_length: int = 0) -> list[str]:
+        """The secret values the copied-in files hold (`secret_values`), as the human's
+        checkout has them now, of at least `min_length` characters."""
         values: list[str] = []
         for rel in sorted(self.secrets()):
             with contextlib.suppress(OSError):
                 text = read_regular(self.project.root / rel, _SECRET_FILE_BYTES)
                 values += secret_values(text.decode("utf-8", errors="replace"))
-        add_known_secrets(values)
+        return [v for v in values if len(v) >= min_length]
 
     def secrets(self) -> frozenset[str]:
         """The paths copied in from `.worktreeinclude` (see `secret_paths`)."""
