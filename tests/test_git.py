@@ -793,6 +793,30 @@ def test_merge_waits_for_an_untracked_file_in_the_way(
     assert status(root) == "?? draft.py"
 
 
+def test_merge_waits_for_an_ignored_file_of_the_humans_that_the_branch_adds(
+    root: Path, repo: GitRepo, wt: Path
+) -> None:
+    """The human's local config, which git ignores, and a branch that un-ignores and commits
+    one of its own: git's checkout would overwrite the human's silently (ignored files are
+    expendable to git), and `git status` does not list it."""
+    write(root, ".gitignore", "local.cfg\n")
+    commit_all(root, "chore: ignore local.cfg")
+    write(root, "local.cfg", "the human's settings\n")
+    repo.add_worktree(wt, BRANCH, "main")
+    write(wt, ".gitignore", "")
+    write(wt, "local.cfg", "the Developer's settings\n")
+    commit_all(wt, "feat: a config of its own")
+    base = repo.branch_head("main")
+    outcome = merge(repo)
+    assert not outcome.merged and outcome.retry, outcome.detail
+    assert outcome.waiting == ["local.cfg"] and "local.cfg" in outcome.detail
+    assert (root / "local.cfg").read_text() == "the human's settings\n"
+    assert repo.branch_head("main") == base
+    (root / "local.cfg").rename(root / "local.cfg.mine")  # the human moves it away
+    assert merge(repo).merged
+    assert (root / "local.cfg").read_text() == "the Developer's settings\n"
+
+
 @pytest.mark.parametrize("mine", ["file-where-a-folder-comes", "folder-where-a-file-comes"])
 def test_merge_waits_for_an_untracked_file_or_folder_on_the_path_of_a_new_one(
     root: Path, repo: GitRepo, wt: Path, mine: str

@@ -104,11 +104,12 @@ class Merging(BranchOps, History):
                            what=f"Cannot write the merge of {branch} into {main}")
         on_main = self.current_branch() == main
         touched = set(self.changed_files_between(before, merge)) if on_main else set()
-        if on_main and (waiting := self._in_the_way(touched, merge, replaceable)):
+        if on_main and (waiting := self._in_the_way(touched, before, merge, replaceable)):
             return MergeOutcome(False, f"the merge of {branch} into {main} waits: your "
-                                       f"checkout has changes to {listing(waiting)}, which "
-                                       "the merge changes too; commit or stash them and it "
-                                       "goes on", waiting=waiting, retry=True)
+                                       f"checkout has changes to {listing(waiting)} (or "
+                                       "files of its own there), which the merge changes "
+                                       "too; commit, stash or move them away and it goes on",
+                                waiting=waiting, retry=True)
         if on_main:
             stepping_aside = self._step_aside(touched, replaceable)
             code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
@@ -167,11 +168,17 @@ class Merging(BranchOps, History):
             (self.root / rel).unlink()
         return aside
 
-    def _in_the_way(self, touched: set[str], merge: str,
+    def _in_the_way(self, touched: set[str], before: str, merge: str,
                     replaceable: dict[str, bytes]) -> list[str]:
-        """The human's changed or untracked files that the merge would change, unless the
+        """The human's changed or untracked files that the merge would change, ignored ones
+        too (a local config the branch adds, which the checkout would overwrite), unless the
         file already reads as the merge has it (a kill right after the checkout followed) or
         is a replaceable one as it was."""
-        return [path for path in (e.path for e in self._status().entries if e.path in touched)
+        listed = {e.path for e in self._status().entries if e.path in touched}
+        _, out, _ = self._run(["diff", "--name-only", "--no-renames", "--diff-filter=A", "-z",
+                               before, merge, "--"])
+        added = {os.fsdecode(p) for p in out.split(b"\0") if p}
+        listed |= {p for p in added if os.path.lexists(self.root / p)}  # untracked, ignored
+        return [path for path in sorted(listed)
                 if not self._reads_as(path, replaceable.get(path))
                 and not self._reads_as(path, self.blob(merge, path))]
