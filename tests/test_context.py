@@ -174,6 +174,30 @@ def test_file_cache_missing_file_and_reappearing(tmp_path: Path) -> None:
     assert cache.read(tmp_path) is None  # a directory is not a file
 
 
+def test_file_cache_reads_nothing_through_a_link_inside_its_folder(tmp_path: Path) -> None:
+    """The worktree's memory file, or a folder on its way, linked out of the worktree."""
+    tree, elsewhere = tmp_path / "tree", tmp_path / "elsewhere"
+    (elsewhere / "memory").mkdir(parents=True)
+    (elsewhere / "memory" / "project.md").write_text("not yours", encoding="utf-8")
+    (tree / ".anima").mkdir(parents=True)
+    memory = tree / ".anima" / "memory" / "project.md"
+    cache = FileCache()
+    (tree / ".anima" / "memory").symlink_to(elsewhere / "memory")
+    assert cache.read(memory) == "not yours"  # without `within`, as for the human's files
+    assert cache.read(memory, within=tree) is None
+    (tree / ".anima" / "memory").unlink()
+    memory.parent.mkdir()
+    memory.symlink_to(elsewhere / "memory" / "project.md")
+    assert cache.read(memory, within=tree) is None
+    memory.unlink()
+    memory.write_text("the notes", encoding="utf-8")
+    assert cache.read(memory, within=tree) == "the notes"
+    linked_tree = tmp_path / "via-link"
+    linked_tree.symlink_to(tree)  # a link above the folder is the folder's own business
+    assert cache.read(linked_tree / ".anima" / "memory" / "project.md",
+                      within=linked_tree) == "the notes"
+
+
 # --- optional exact counts ---------------------------------------------------------------
 
 def test_api_token_counter_uses_count_tokens_when_a_key_is_there() -> None:

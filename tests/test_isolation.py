@@ -690,3 +690,22 @@ def test_a_ref_planted_under_a_later_milestones_branch_name_does_not_stop_it(
     kept = run_git(git_repo, "for-each-ref", "--format=%(refname)", "refs/anima/set-aside/")
     assert "-in-the-way/blocker" in kept
     assert run_git(git_repo, "rev-parse", "--verify", "-q", "milestone/m2-x/y")  # not in the way
+
+
+def test_a_link_in_the_worktree_never_reads_a_hidden_file_into_a_prompt(
+        git_repo: Path, fake: FakeClaude, human_home: Path) -> None:
+    """The memory notes are read by Anima, outside the sandbox, into the Developer's next
+    prompt: a link the Developer puts there (to `~/.ssh`, which the sandbox hides from it)
+    must not fetch what it cannot read."""
+    key = human_home / ".ssh" / "project.md"
+    key.parent.mkdir()
+    key.write_text("-----KEY MATERIAL 7f3a9b-----\n", encoding="utf-8")
+    project = project_with(git_repo, "auto")
+    plant = f"ln -sf {key} .anima/memory/project.md"
+    fake.write_script({"developer": [{"shell": [attack(fake, "plant", plant)], "auto": True},
+                                     AUTO]})
+    run_engine(project)
+    assert_allowed(fake, "plant")
+    prompts = fake.prompts("developer")
+    assert len(prompts) >= 2
+    assert all("KEY MATERIAL" not in prompt for prompt in prompts)

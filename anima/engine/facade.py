@@ -438,7 +438,7 @@ class Engine:
         prompts = PromptBuilder(self.paths, budget_tokens=config.context_budget_tokens,
                                 recent_in_full=config.recent_rounds_in_full,
                                 counter=counter,
-                                memory=ProjectPaths(self.paths.worktree(record.id)).memory)
+                                tree=self.paths.worktree(record.id))
         assert self.summarizer is not None
         sandbox = MilestoneSandbox(self.paths, record.id,
                                    active=self._sandbox.active(config.sandbox),

@@ -152,6 +152,15 @@ def fit_to_budget(sections: Sequence[Section], budget_tokens: int) -> list[Secti
     return result
 
 
+def _really_within(path: Path, folder: Path) -> bool:
+    """Whether `path` resolves to itself under `folder` (no link on the way from there)."""
+    try:
+        rel = path.relative_to(folder)
+    except ValueError:
+        return False
+    return os.path.realpath(path) == os.path.join(os.path.realpath(folder), rel)
+
+
 class FileCache:
     """Reads text files, re-reading one only when its (mtime_ns, size) changed.
 
@@ -165,11 +174,17 @@ class FileCache:
         self._lock = threading.Lock()
         self.reads = 0  # how many times a file was actually read (for tests and stats)
 
-    def read(self, path: Path) -> str | None:
+    def read(self, path: Path, within: Path | None = None) -> str | None:
         """The file's text (UTF-8, undecodable bytes replaced, the first `_MAX_READ` bytes), or
         None if it is not a regular file: the Developer writes these files, and a FIFO or a
-        link to /dev/zero in their place would hang Anima or fill its memory."""
+        link to /dev/zero in their place would hang Anima or fill its memory.
+
+        `within`: a folder the file must really be in, reached through no symbolic link
+        from there. Anima reads outside the sandbox: a link the Developer left in its
+        worktree (to `~/.ssh/id_rsa`) would put a file it cannot read into its prompt."""
         path = Path(path)
+        if within is not None and not _really_within(path, within):
+            return None
         try:
             st = os.stat(path)
         except OSError:
@@ -186,6 +201,8 @@ class FileCache:
         try:
             data = read_regular(path, _MAX_READ)
         except OSError:
+            return None
+        if within is not None and not _really_within(path, within):  # swapped meanwhile
             return None
         text = data.decode("utf-8", errors="replace")
         with self._lock:

@@ -178,10 +178,11 @@ class PromptBuilder:
     """
 
     def __init__(self, paths: ProjectPaths, *, budget_tokens: int, recent_in_full: int,
-                 counter: ApiTokenCounter | None = None, memory: Path | None = None) -> None:
+                 counter: ApiTokenCounter | None = None, tree: Path | None = None) -> None:
         self.paths = paths
-        #: The memory notes as the Developer keeps them: in the milestone's worktree.
-        self.memory = memory or paths.memory
+        #: Where the Developer keeps the memory notes: the milestone's worktree.
+        self.tree = tree or paths.root
+        self.memory = ProjectPaths(self.tree).memory
         self.budget_tokens = budget_tokens
         self.recent_in_full = recent_in_full
         self.files = FileCache()
@@ -244,7 +245,7 @@ class PromptBuilder:
             _file_section("milestone", f"Milestone definition (.anima/milestones/{record.id}.md)",
                           self.files.read(self.paths.milestone_md(record.id)), 4),
             _file_section("memory", "Project memory (.anima/memory/project.md)",
-                          self.files.read(self.memory), 1),
+                          self.files.read(self.memory, within=self.tree), 1),
             Section("history", history(record, self.recent_in_full,
                                        self.budget_tokens // HISTORY_REASON_SHARE), 3),
             Section("checklist", checklist(record), None),
