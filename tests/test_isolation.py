@@ -709,3 +709,32 @@ def test_a_link_in_the_worktree_never_reads_a_hidden_file_into_a_prompt(
     prompts = fake.prompts("developer")
     assert len(prompts) >= 2
     assert all("KEY MATERIAL" not in prompt for prompt in prompts)
+
+
+def test_your_own_git_reads_the_branch_while_the_developer_works(
+        git_repo: Path, fake: FakeClaude) -> None:
+    """The branch ref is shared, the commit's objects are in the Developer's own store
+    until Anima takes them in: they are taken in while the turn runs, so a `git log --all`
+    in your checkout works seconds after the commit, not only once the turn ends."""
+    project = project_with(git_repo, "auto")
+    committed, go = fake.root / "committed", fake.root / "go"
+    fake.write_script({"developer": [{"shell": [
+        "echo live > live.txt && git add live.txt && git commit -qm 'feat: live'",
+        f"touch {committed}; while [ ! -e {go} ]; do sleep 0.05; done"], "auto": True}]})
+    engine = Engine(project)
+    runner = threading.Thread(target=engine.run, kwargs={"watch": False, "start_all": True})
+    runner.start()
+
+    def logged() -> bool:
+        done = subprocess.run(["git", "log", "--all", "--format=%s"], cwd=project,
+                              capture_output=True, text=True)
+        return done.returncode == 0 and "feat: live" in done.stdout
+
+    try:
+        wait_until(committed.exists, what="the commit")
+        wait_until(logged, timeout=10, what="git log --all to read the new commit")
+    finally:
+        go.touch()
+        runner.join(60)
+        engine.shutdown()
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED

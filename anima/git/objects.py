@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import stat
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from anima.git_options import NO_AGENT_CODE, git_environment
+
+log = logging.getLogger(__name__)
 
 _TYPES = (b"blob", b"tree", b"commit", b"tag")
 _CHUNK = 1 << 20
@@ -38,6 +41,29 @@ def take_objects(store: Path, common_dir: Path) -> list[str]:
     a turn, the Changes view before it shows the branch."""
     with _TAKING:
         return _take(store, common_dir)
+
+
+@contextlib.contextmanager
+def taking_objects(store: Path, common_dir: Path, every: float = 2.0) -> Iterator[None]:
+    """Take the store's objects in every `every` seconds while the block runs (a Developer
+    turn): the branch ref the agent moves is shared, and your own `git log --all` would
+    otherwise fail on its newest commit ("bad object") until the turn ends."""
+    done = threading.Event()
+
+    def run() -> None:
+        while not done.wait(every):
+            try:
+                take_objects(store, common_dir)
+            except Exception:  # the turn's own take, at its end, says what went wrong
+                log.debug("taking %s's objects in failed", store, exc_info=True)
+
+    taker = threading.Thread(target=run, name="take-objects", daemon=True)
+    taker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        taker.join()
 
 
 def _take(store: Path, common_dir: Path) -> list[str]:

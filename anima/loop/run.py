@@ -35,6 +35,7 @@ from anima.events import (
 )
 from anima.git import GitRepo
 from anima.git.branches import Tips
+from anima.git.objects import taking_objects
 from anima.guard import TurnGuard
 from anima.loop.account import AccountGate
 from anima.loop.branch import BranchKeeper, UnreportedWork
@@ -661,7 +662,9 @@ class MilestoneRun:
         self._guard.begin(self.record.main_branch or self.repo.main_branch(
             self.config.main_branch), tips)
         try:
-            return self.seats.turn(role, prompt)
+            with taking_objects(self.store.paths.agent_objects(self.record.id),
+                                self.project.common_dir):
+                return self.seats.turn(role, prompt)
         finally:
             self._worktree_still_there("the Developer's turn")
             self.branch.after_developer_turn(self._guard.end())
