@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +57,37 @@ def run_engine(repo: Path, **overrides: Any) -> tuple[Engine, Any]:
     finally:
         engine.shutdown()
     return engine, outcome
+
+
+def hold(markers: Path) -> str:
+    """A shell command that ends an agent's tool calls by waiting for `engine_held`'s block
+    to end (the turn is still running meanwhile)."""
+    return f"touch {markers / 'held'}; while [ ! -e {markers / 'go'} ]; do sleep 0.05; done"
+
+
+@contextlib.contextmanager
+def engine_held(repo: Path, markers: Path, timeout: float = 30) -> Iterator[Engine]:
+    """The real engine running on a thread, for the block, from the moment a turn reached
+    `hold(markers)`; the turn then goes on, and the run ends."""
+    engine = Engine(repo)
+    runner = threading.Thread(target=engine.run, kwargs={"watch": False, "start_all": True})
+    runner.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not (markers / "held").exists():
+            assert time.monotonic() < deadline, "no turn reached the hold"
+            time.sleep(0.05)
+        yield engine
+    finally:
+        (markers / "go").touch()
+        runner.join(60)
+        engine.shutdown()
+
+
+def ignored_dotenv(repo: Path, content: str) -> None:
+    """A `.env` the repository ignores and `.worktreeinclude` lists, as projects keep one."""
+    (repo / ".gitignore").write_text(".env\n", encoding="utf-8")
+    (repo / ".worktreeinclude").write_text(".env\n", encoding="utf-8")
+    for args in (["add", ".gitignore", ".worktreeinclude"], ["commit", "-qm", "chore: .env"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    (repo / ".env").write_text(content, encoding="utf-8")

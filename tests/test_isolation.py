@@ -25,14 +25,20 @@ from typing import Any
 import pytest
 
 from anima.config import Config
-from anima.engine.facade import Engine
 from anima.git import GitRepo
 from anima.loop.actions import abort
 from anima.paths import ProjectPaths
 from anima.store.models import MergeState, MilestoneStatus, RoundKind, Verdict
 from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
-from tests.helpers import make_project, milestone_md, record, run_engine
+from tests.helpers import (
+    engine_held,
+    hold,
+    make_project,
+    milestone_md,
+    record,
+    run_engine,
+)
 from tests.test_recovery import (
     AUTO,
     ONE,
@@ -653,21 +659,12 @@ def test_the_changes_view_shows_a_commit_of_the_turn_still_running(
     """The commit's objects are in the Developer's own store until its turn ends; the
     Changes view takes them in (checked) rather than fail to read the branch."""
     project = project_with(git_repo, "auto")
-    committed, go = fake.root / "committed", fake.root / "go"
     fake.write_script({"developer": [{"shell": [
         "echo live > live.txt && git add live.txt && git commit -qm 'feat: live'",
-        f"touch {committed}; while [ ! -e {go} ]; do sleep 0.05; done"], "auto": True}]})
-    engine = Engine(project)
-    runner = threading.Thread(target=engine.run, kwargs={"watch": False, "start_all": True})
-    runner.start()
-    try:
-        wait_until(committed.exists, what="the commit")
+        hold(fake.root)], "auto": True}]})
+    with engine_held(project, fake.root) as engine:
         change = engine.changes("m1").file("live.txt")
         assert change is not None and "+live" in change.patch
-    finally:
-        go.touch()
-        runner.join(60)
-        engine.shutdown()
     assert record(project, "m1").status is MilestoneStatus.COMPLETED
 
 
@@ -717,24 +714,15 @@ def test_your_own_git_reads_the_branch_while_the_developer_works(
     until Anima takes them in: they are taken in while the turn runs, so a `git log --all`
     in your checkout works seconds after the commit, not only once the turn ends."""
     project = project_with(git_repo, "auto")
-    committed, go = fake.root / "committed", fake.root / "go"
     fake.write_script({"developer": [{"shell": [
         "echo live > live.txt && git add live.txt && git commit -qm 'feat: live'",
-        f"touch {committed}; while [ ! -e {go} ]; do sleep 0.05; done"], "auto": True}]})
-    engine = Engine(project)
-    runner = threading.Thread(target=engine.run, kwargs={"watch": False, "start_all": True})
-    runner.start()
+        hold(fake.root)], "auto": True}]})
 
     def logged() -> bool:
         done = subprocess.run(["git", "log", "--all", "--format=%s"], cwd=project,
                               capture_output=True, text=True)
         return done.returncode == 0 and "feat: live" in done.stdout
 
-    try:
-        wait_until(committed.exists, what="the commit")
+    with engine_held(project, fake.root):
         wait_until(logged, timeout=10, what="git log --all to read the new commit")
-    finally:
-        go.touch()
-        runner.join(60)
-        engine.shutdown()
     assert record(project, "m1").status is MilestoneStatus.COMPLETED

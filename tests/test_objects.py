@@ -26,6 +26,17 @@ def agent_git(repo: Path, store: Path, *args: str, stdin: bytes | None = None) -
     return done.stdout.decode().strip()
 
 
+def committed_in_a_store(tmp_path: Path) -> tuple[Path, Path]:
+    """A repository whose HEAD is a commit (of `b.txt`) the agent's git wrote to the store."""
+    repo = init_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    store = tmp_path / "store"
+    store.mkdir()
+    (repo / "b.txt").write_text("b\n")
+    agent_git(repo, store, "add", "b.txt")
+    agent_git(repo, store, "commit", "-q", "-m", "feat: b")
+    return repo, store
+
+
 def loose(store: Path, name: str, compressed: bytes) -> Path:
     path = store / name[:2] / name[2:]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -38,12 +49,7 @@ def object_id(kind: str, body: bytes) -> str:
 
 
 def test_a_commit_made_in_the_store_reaches_the_repository(tmp_path: Path) -> None:
-    repo = init_repo(tmp_path / "repo", {"a.txt": "a\n"})
-    store = tmp_path / "store"
-    store.mkdir()
-    (repo / "b.txt").write_text("b\n")
-    agent_git(repo, store, "add", "b.txt")
-    agent_git(repo, store, "commit", "-q", "-m", "feat: b")
+    repo, store = committed_in_a_store(tmp_path)
     head = run_git(repo, "rev-parse", "HEAD")
     assert subprocess.run(["git", "cat-file", "-e", head], cwd=repo).returncode != 0
     assert take_objects(store, repo / ".git") == []
@@ -92,12 +98,7 @@ def test_an_inflation_bomb_is_read_in_pieces(tmp_path: Path) -> None:
 
 
 def test_a_pack_the_agents_git_made_is_read_by_git(tmp_path: Path) -> None:
-    repo = init_repo(tmp_path / "repo", {"a.txt": "a\n"})
-    store = tmp_path / "store"
-    store.mkdir()
-    (repo / "b.txt").write_text("b\n")
-    agent_git(repo, store, "add", "b.txt")
-    agent_git(repo, store, "commit", "-q", "-m", "feat: b")
+    repo, store = committed_in_a_store(tmp_path)
     agent_git(repo, store, "repack", "-q", "-d", "-l")
     assert list((store / "pack").glob("*.pack"))
     (store / "pack" / "junk.pack").write_bytes(b"PACK garbage")

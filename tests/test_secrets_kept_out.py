@@ -5,17 +5,22 @@ engine, the fake `claude`, real git."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 
-from anima.engine.facade import Engine
 from anima.store.models import MilestoneStatus, Verdict
 from tests.conftest import FakeClaude, run_git
-from tests.helpers import make_project, milestone_md, record, run_engine
+from tests.helpers import (
+    engine_held,
+    hold,
+    ignored_dotenv,
+    make_project,
+    milestone_md,
+    record,
+    run_engine,
+)
 from tests.test_integrity import report
-from tests.test_recovery import wait_until
 
 SECRET = "sk-local-only-0123456789-do-not-commit"
 TWO = milestone_md("Greeter", ["Greet command", "Farewell command"])
@@ -25,11 +30,7 @@ MODES = ["auto", "off"]
 @pytest.fixture
 def project(git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> Path:
     fake_claude.use_env(monkeypatch)
-    (git_repo / ".gitignore").write_text(".env\n", encoding="utf-8")
-    (git_repo / ".worktreeinclude").write_text(".env\n", encoding="utf-8")
-    run_git(git_repo, "add", ".gitignore", ".worktreeinclude")
-    run_git(git_repo, "commit", "-qm", "chore: ignore .env")
-    (git_repo / ".env").write_text(f"PAYMENT_KEY={SECRET}\n", encoding="utf-8")
+    ignored_dotenv(git_repo, f"PAYMENT_KEY={SECRET}\n")
     return make_project(git_repo, {"m1": TWO})
 
 
@@ -105,23 +106,14 @@ def test_a_secret_left_uncommitted_is_never_committed_for_the_developer(
 def test_the_changes_view_never_shows_a_secret(project: Path, fake_claude: FakeClaude) -> None:
     """Committed during a turn, before Anima looks at it, the file is listed, its content
     not."""
-    committed, go = fake_claude.root / "committed", fake_claude.root / "go"
     fake_claude.write_script({"developer": [{"shell": [
-        "git add -f .env && git commit -qm 'feat: oops'",
-        f"touch {committed}; while [ ! -e {go} ]; do sleep 0.05; done"], "auto": True}]})
-    engine = Engine(project)
-    runner = threading.Thread(target=engine.run, kwargs={"watch": False, "start_all": True})
-    runner.start()
-    try:
-        wait_until(committed.exists, what="the commit")
+        "git add -f .env && git commit -qm 'feat: oops'", hold(fake_claude.root)],
+        "auto": True}]})
+    with engine_held(project, fake_claude.root) as engine:
         change = engine.changes("m1").file(".env")
         assert change is not None and SECRET not in change.patch
         assert [r.text for r in change.rows] == [
             "Not shown: .env is copied in from .worktreeinclude: a secret"]
-    finally:
-        go.touch()
-        runner.join(60)
-        engine.shutdown()
     never_in_main(project)
 
 
@@ -132,11 +124,7 @@ def test_what_the_copied_in_files_hold_never_leaves_an_agent(
     transcript and the Acceptor's prompt never hold it."""
     fake_claude.use_env(monkeypatch)
     value = "stripe_live_Hx83jfk29Dkq01Lmz"
-    (git_repo / ".gitignore").write_text(".env\n", encoding="utf-8")
-    (git_repo / ".worktreeinclude").write_text(".env\n", encoding="utf-8")
-    run_git(git_repo, "add", ".gitignore", ".worktreeinclude")
-    run_git(git_repo, "commit", "-qm", "chore: ignore .env")
-    (git_repo / ".env").write_text(f"STRIPE={value}\n", encoding="utf-8")
+    ignored_dotenv(git_repo, f"STRIPE={value}\n")
     project = make_project(git_repo, {"m1": TWO})
     fake_claude.write_script({"developer": [{"shell": ["cat .env"], "auto": True,
                                              "say": f"I used {value} to test."}]})

@@ -20,7 +20,7 @@ from anima.phases import Phase
 from anima.store.models import MilestoneStatus
 from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
-from tests.helpers import make_project, milestone_md, record, run_engine
+from tests.helpers import ignored_dotenv, make_project, milestone_md, record, run_engine
 
 ONE = milestone_md("Greeter", ["Greet command"])
 SANDBOXES = ["auto", "off"]
@@ -29,11 +29,7 @@ SANDBOXES = ["auto", "off"]
 @pytest.fixture
 def project(git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> Path:
     fake_claude.use_env(monkeypatch)
-    (git_repo / ".gitignore").write_text(".env\n", encoding="utf-8")
-    (git_repo / ".worktreeinclude").write_text(".env\n", encoding="utf-8")
-    run_git(git_repo, "add", ".gitignore", ".worktreeinclude")
-    run_git(git_repo, "commit", "-qm", "chore: ignore .env")
-    (git_repo / ".env").write_text("API_TOKEN=local-only\n", encoding="utf-8")
+    ignored_dotenv(git_repo, "API_TOKEN=local-only\n")
     return make_project(git_repo, {"m1": ONE})
 
 
