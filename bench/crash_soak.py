@@ -67,8 +67,10 @@ FEATURES = ["Parse input", "Greet command", "Version flag", "Config file"]
 SCRIPT_TURNS = 400
 
 
-def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=check)
+def git(repo: Path, *args: str, check: bool = True,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=check,
+                          env={**os.environ, **env} if env else None)
 
 
 def milestone_md(title: str, features: list[str] = FEATURES) -> str:
@@ -468,11 +470,14 @@ class Soak:
         if now[:len(before)] != before:
             bad.append("a recorded round was lost or changed")
         self.seen[rec.id] = now
+        # After a kill the newest commit of a confined Developer may still be in its own
+        # object store, which the next start takes in first: the branch is read with it.
+        store = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(self.paths.agent_objects(rec.id))}
         for i in its:
             if i.commit and i.kind is not RoundKind.FINAL and i.verdict is Verdict.ACCEPTED:
                 branch = rec.branch_name or ""
                 if git(self.repo, "merge-base", "--is-ancestor", i.commit, branch,
-                       check=False).returncode != 0:
+                       check=False, env=store).returncode != 0:
                     bad.append(f"round {i.round} commit {i.commit[:7]} not on {branch}")
         self.violations.extend(f"{when}: {rec.id}: {b}" for b in bad)
 
@@ -781,13 +786,14 @@ class ParallelSoak(Soak):
                 self.violations.append(f"{when}: {rec.id}: accepted {newer[:7]} does not "
                                        f"descend from {older[:7]}: a commit between escaped "
                                        "every review")
-        for commit in chain[1:]:
+        store = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(self.paths.agent_objects(rec.id))}
+        for commit in chain[1:]:  # with the Developer's own store, as in `check_record`
             if git(self.repo, "merge-base", "--is-ancestor", commit, tip,
-                   check=False).returncode != 0:
+                   check=False, env=store).returncode != 0:
                 self.violations.append(f"{when}: {rec.id}: accepted {commit[:7]} is no "
                                        f"longer on {branch}")
         if on_main and rec.status is MilestoneStatus.COMPLETED:
-            beyond = git(self.repo, "rev-list", f"{chain[-1]}..{tip}").stdout.split()
+            beyond = git(self.repo, "rev-list", f"{chain[-1]}..{tip}", env=store).stdout.split()
             if beyond:
                 self.violations.append(f"{when}: {rec.id}: completed, with {len(beyond)} "
                                        f"commit(s) on {branch} after the last accepted one")

@@ -226,6 +226,9 @@ class Engine:
                                     self.repo, owns_process):
             self._log(None, line)
         records = self.milestones.read(register=False).records
+        for record in records:  # a killed turn's commits: readable by your git again
+            for line in take_objects(self.paths.agent_objects(record.id), self.repo.common_dir):
+                self._log(record.id, line)
         for line in prune_leftover_worktrees(self.repo, self.paths, records):
             self._log(None, line)
         if owed := list(filter(merge_pending, records)):
