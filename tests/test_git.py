@@ -1017,3 +1017,25 @@ def test_a_merge_never_overwrites_the_humans_untracked_anima_files(
     assert definition.read_text() == "# M1, edited by the human after the commit\n"
     assert (root / ".anima" / ".gitignore").read_text() == GITIGNORE and runtime.exists()
     assert not (root / "src/feature.py").exists() and status(root) == before
+
+
+def test_a_leak_is_looked_for_in_the_branchs_own_commits_not_in_mains(
+    root: Path, repo: GitRepo, wt: Path
+) -> None:
+    """A merge round brings main's commits into the range: a value the human committed to
+    main is not the Developer's leak; the same value in the Developer's commit is."""
+    value = "zq81-looks-like-nothing-5521"
+    base = repo.add_worktree(wt, BRANCH, "main")
+    write(root, "settings.py", f"KEY = '{value}'\n")
+    main = commit_all(root, "chore: the human's own settings")
+    git(wt, "merge", "-q", "--no-edit", "main")
+    write(wt, "a.py", "x = 1\n")
+    tip = commit_all(wt, "feat: a")
+    assert repo.first_leak(base, tip, {".env"}, [value], main) is None
+    assert repo.first_leak(base, tip, {".env"}, [value]) == (main, "settings.py", True)
+    write(wt, "b.py", f"K = '{value}'\n")
+    leaked = commit_all(wt, "feat: b")
+    assert repo.first_leak(base, leaked, {".env"}, [value], main) == (leaked, "b.py", True)
+    write(wt, ".env", "X=1\n")
+    env = commit_all(wt, "feat: env")
+    assert repo.first_leak(leaked, env, {".env"}, [], main) == (env, ".env", False)

@@ -130,10 +130,12 @@ class History(RepoBase):
         return [os.fsdecode(p) for p in out.split(b"\0") if p]
 
     def first_leak(self, since: str, tip: str, paths: Collection[str],
-                   values: Collection[str]) -> tuple[str, str, bool] | None:
-        """The oldest commit of `since..tip` that adds, changes or deletes one of `paths`
-        or adds a line holding one of `values`: (commit, the path it touched or the file
-        it added the value to, whether it was a value), or None. One `git log -p`."""
+                   values: Collection[str], main: str | None = None
+                   ) -> tuple[str, str, bool] | None:
+        """The oldest commit of `since..tip` (and not of `main`: a merge round brings main's
+        in) that adds, changes or deletes one of `paths` or adds a line holding one of
+        `values`: (commit, the path it touched or the file it added the value to, whether it
+        was a value), or None. One `git log -p`."""
         if not paths and not values:
             return None
         headers = {f"diff --git a/{p} b/{p}": p for p in paths}
@@ -141,7 +143,8 @@ class History(RepoBase):
             ["-c", "core.quotepath=false", "log", "--reverse", "--no-renames", "--no-color",
              "--no-ext-diff", "--no-textconv", "--full-history", "--src-prefix=a/",
              "--dst-prefix=b/", "--format=%x00%H", "-p",
-             f"{self._rev_arg(since)}..{self._rev_arg(tip)}", "--"],
+             f"{self._rev_arg(since)}..{self._rev_arg(tip)}",
+             *([f"^{self._rev_arg(main)}"] if main else []), "--"],
             what=f"Cannot read the commits {short_hash(since)}..{short_hash(tip)}")
         for block in os.fsdecode(out).split("\0")[1:]:
             commit, _, patch = block.partition("\n")

@@ -284,7 +284,7 @@ class BranchKeeper:
         # A short value (`DB_PASS=postgres`) may be in code for other reasons; a long one
         # is not there by chance.
         leak = self.repo.first_leak(since, tip, wt.secrets(),
-                                    wt.secret_values(_COMMITTED_VALUE_CHARS))
+                                    wt.secret_values(_COMMITTED_VALUE_CHARS), self._known().main)
         if leak is None:
             return None
         commit, where, value = leak
