@@ -164,3 +164,25 @@ def test_a_forged_operation_left_for_anima_to_abort_never_moves_main(
     assert first.verdict is Verdict.REJECTED
     assert first.reason.startswith("the round left git mid-operation: "), first.reason
     merged(project)
+
+
+#: The worktree's own git folder, written by hand: each would fail Anima's next git command.
+BROKEN_BY_HAND = {
+    "index overwritten": (f"printf garbage > {OWN}/index", "index could not be read"),
+    "HEAD deleted": (f"rm -f {OWN}/HEAD", "HEAD was gone"),
+    "index.lock a folder": (f"mkdir {OWN}/index.lock", "index.lock was left"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(BROKEN_BY_HAND))
+def test_a_worktree_git_folder_broken_by_hand_is_mended_and_the_work_kept(
+        project: Path, fake_claude: FakeClaude, damage: str) -> None:
+    command, said = BROKEN_BY_HAND[damage]
+    fake_claude.write_script({"developer": [{"shell": [
+        *F1, "echo more > notes.txt", command], "text": report()}]})
+    run_engine(project)
+    first = record(project, "m1").iterations[0]
+    assert first.verdict is Verdict.ACCEPTED, first.reason
+    assert any(said in note for note in first.notes), first.notes
+    assert run_git(project, "show", "main:notes.txt") == "more"  # its uncommitted work too
+    merged(project)

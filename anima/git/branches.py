@@ -160,6 +160,10 @@ class BranchOps(RepoBase):
         """Delete `ref`, only while it still points at `expected`."""
         self._run(["update-ref", "-d", ref, expected], what=f"Cannot delete {ref} in {self.root}")
 
+    def rebuild_index(self) -> None:
+        """Make the index again from HEAD; the files in the tree are left as they are."""
+        self._run(["reset", "-q"], what=f"Cannot make the index of {self.root} again")
+
     def refs_under(self, folder: str) -> list[tuple[str, str]]:
         """(ref, object) of every ref inside `folder` (`refs/heads/x/`)."""
         _, out, _ = self._run(["for-each-ref", "--format=%(refname)%00%(objectname)",

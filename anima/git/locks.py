@@ -1,14 +1,18 @@
-"""Git's own lock files that a killed git left behind, and who may remove them.
+"""Git's own files that a killed git or an agent's shell left broken, and who may mend them.
 
 A `git` killed mid-command (with a dead Anima, or by an agent whose turn ended) leaves
 `index.lock`, `HEAD.lock` or a ref's `.lock`; every later git command that writes then fails
-with "File exists". A lock is stale only when no git process works in the repository.
+with "File exists". A lock is stale only when no git process works in the repository. The
+Developer's shell can also write its worktree's own git folder by hand: a HEAD it deleted
+makes git see no repository there at all, an index it overwrote makes every command fail.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -44,6 +48,45 @@ def clear_stale_locks(root: Path, git_dir: Path) -> list[str]:
     if not found or git_processes(root):
         return []
     for lock in found:
+        if lock.is_dir() and not lock.is_symlink():  # made by hand: git never makes one
+            shutil.rmtree(lock, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             lock.unlink()
     return [str(lock.relative_to(git_dir)) for lock in found]
+
+
+def mend_worktree_state(git_dir: Path, branch: str) -> tuple[list[str], bool]:
+    """A worktree's HEAD that is gone is pointed at `branch` again; an index git cannot read
+    is moved aside. Returns what was done, and whether the index must be made again from
+    HEAD (`git reset`: the worktree's files stay as they are, only what was staged is
+    forgotten). Call once no git runs here (`wait_for_git`)."""
+    notes: list[str] = []
+    head = git_dir / "HEAD"
+    if not head.is_file() or head.is_symlink():
+        if head.is_dir() and not head.is_symlink():
+            shutil.rmtree(head)
+        with contextlib.suppress(FileNotFoundError):
+            head.unlink()
+        head.write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
+        notes.append(f"the worktree's HEAD was gone (git saw no repository there); Anima "
+                     f"pointed it at {branch} again")
+    index = git_dir / "index"
+    if os.path.lexists(index) and not _readable_index(index):
+        aside = index.with_name(f"index.broken-{int(time.time())}")
+        index.rename(aside)
+        notes.append(f"the worktree's index could not be read (kept as {aside.name}); Anima "
+                     "made it again from HEAD, the files are as they were")
+        return notes, True
+    return notes, False
+
+
+def _readable_index(path: Path) -> bool:
+    """Whether git can read this index: its signature, a known version and its checksum
+    (SHA-1 or SHA-256; all zeros where git was told to skip it)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    data = path.read_bytes()
+    if len(data) < 32 or data[:4] != b"DIRC" or int.from_bytes(data[4:8], "big") not in (2, 3, 4):
+        return False
+    return any(data[-size:] in (bytes(size), hashlib.new(name, data[:-size]).digest())
+               for name, size in (("sha1", 20), ("sha256", 32)))

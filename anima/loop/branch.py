@@ -28,7 +28,7 @@ from anima.git import GitRepo, TreeSnapshot
 from anima.git.branches import Tips
 from anima.git.check import RawChange, Resolved
 from anima.git.history import Ancestry
-from anima.git.locks import clear_stale_locks, wait_for_git
+from anima.git.locks import clear_stale_locks, mend_worktree_state, wait_for_git
 from anima.git.objects import take_objects
 from anima.guard import TurnFindings, TurnGuard, TurnStart, describe_held, put_back
 from anima.loop.ledger import Ledger
@@ -312,10 +312,11 @@ class BranchKeeper:
         return (f"{note}. Redo the work without it: `git cherry-pick -n` the commits you "
                 f"need, then {fix}.")
 
-    def after_developer_turn(self, findings: TurnFindings) -> None:
-        """Undo what a Developer turn may not do, and say so; the round is rejected for it."""
+    def after_developer_turn(self, findings: TurnFindings, settled: list[str]) -> None:
+        """Undo what a Developer turn may not do, and say so; the round is rejected for it.
+        `settled`: what `settle_git` did first, before the guard read anything."""
         problems: list[str] = []
-        self._note(self._settle_git())
+        self._note(settled)
         if ended := self.repo.end_operations("abort", self.record.branch_name or ""):
             problems.append(f"the round left git mid-operation: {'; '.join(ended)}, which "
                             "put things back as they were before it began; finish or abort "
@@ -389,7 +390,7 @@ class BranchKeeper:
     def undo_changes(self, snapshot: TreeSnapshot, who: str) -> None:
         """A review (or a check run) leaves the tree as it found it, and the round says so;
         main it moved becomes the round's problem (see `_foreign_main`)."""
-        undone = self._settle_git()
+        undone = self.settle_git()
         undone += self.repo.restore(snapshot)
         self._main_moved_during(snapshot.head, who)
         with contextlib.suppress(FileNotFoundError):
@@ -407,8 +408,11 @@ class BranchKeeper:
     def after_restart(self) -> None:
         """A Developer turn, a review or a check run that a kill cut short: what it did to
         main and the definitions is judged now, as it would have been at its end."""
+        settled = self.settle_git()
         if (findings := self.guard.resume_interrupted()) is not None:
-            self.after_developer_turn(findings)
+            self.after_developer_turn(findings, settled)
+        else:
+            self._note(settled)
         path = self.guard.paths.review_guard
         try:
             start = ReviewStart.model_validate(json.loads(read_regular(path)))
@@ -436,10 +440,11 @@ class BranchKeeper:
         if after in visited or any(c in visited for c, _ in commits):
             self.guarded.append(self._foreign_main(who, before, after, commits))
 
-    def _settle_git(self) -> list[str]:
+    def settle_git(self) -> list[str]:
         """A turn or a check may leave git's lock files behind (a git it killed, one it ran in
-        the background): Anima's next git command would fail on them. The objects the
-        confined Developer's git wrote are taken into the repository."""
+        the background), or the worktree's HEAD or index broken: Anima's next git command
+        would fail on them. The objects the confined Developer's git wrote are taken into
+        the repository. Before anything else reads git after a turn."""
         notes = []
         project = self.guard.paths.root  # git in the human's checkout shares the refs' locks
         if busy := wait_for_git(project, _GIT_WAIT):
@@ -451,6 +456,11 @@ class BranchKeeper:
             notes += [f"{git_dir.relative_to(project)}/{lock} was left by a git command "
                       "that no longer runs; removed"
                       for lock in clear_stale_locks(project, git_dir)]
+        if self.repo.git_dir != self.repo.common_dir and self.record.branch_name:
+            mended, reindex = mend_worktree_state(self.repo.git_dir, self.record.branch_name)
+            if reindex:
+                self.repo.rebuild_index()
+            notes += mended
         return notes
 
     def _note(self, notes: list[str]) -> None:

@@ -667,7 +667,8 @@ class MilestoneRun:
                 return self.seats.turn(role, prompt)
         finally:
             self._worktree_still_there("the Developer's turn")
-            self.branch.after_developer_turn(self._guard.end())
+            settled = self.branch.settle_git()
+            self.branch.after_developer_turn(self._guard.end(), settled)
 
     def _worktree_still_there(self, during: str) -> None:
         """Without the sandbox an agent (or the checks) can delete the worktree (`rm -rf
