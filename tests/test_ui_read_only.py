@@ -7,6 +7,7 @@ import os
 import select
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -87,6 +88,26 @@ def test_a_project_run_elsewhere_opens_read_only_then_for_real_when_freed(
         assert window.read_only_holder is None and "(read-only)" not in window.windowTitle()
     finally:
         w.close()
+
+
+def test_a_closed_read_only_window_takes_nothing_over(
+        qtbot, git_repo: Path, held: subprocess.Popen[str], fake_claude: FakeClaude,
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The other Anima stops just after this window was closed: the window, gone for the
+    user, must not open the project and start its agents."""
+    fake_claude.use_env(monkeypatch)
+    w = Window(qtbot, tmp_path)
+    w.window.open_project(git_repo)
+    assert w.window.read_only_holder is not None
+    w.window.close_without_asking()
+    qtbot.waitUntil(lambda: not w.window.isVisible(), timeout=5000)
+    assert held.stdin is not None
+    held.stdin.close()
+    held.wait(10)
+    qtbot.wait(2 * read_only.REFRESH_MS + 300)
+    assert w.window.engine is None
+    assert not [t for t in threading.enumerate() if t.name == "anima-engine"]
+    w.window.deleteLater()
 
 
 HOLDER_WINDOW = """

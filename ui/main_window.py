@@ -540,6 +540,9 @@ class MainWindow(ReadOnlyProject):
                 return
             self._closing = True
             self._save_geometry()
+            # A closing window takes nothing over: were the project's other Anima to stop
+            # now, the read-only watch would open it here and start agents nobody sees.
+            self.leave_read_only()
         if self.engine is None:
             if self.tray is not None:
                 self.tray.hide()
