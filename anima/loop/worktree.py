@@ -181,7 +181,9 @@ def secret_paths(paths: ProjectPaths, milestone_id: str) -> frozenset[str]:
     try:
         return frozenset(CopiedIn.model_validate_json(
             read_regular(paths.copied_in(milestone_id))).secrets)
-    except (OSError, ValueError):  # not made yet, or by an Anima that kept no list
+    except (OSError, ValueError):  # made by an Anima that kept no list, or gone with the tree
+        if not paths.worktree(milestone_id).is_dir():
+            return frozenset()  # what was committed was checked while it ran
         return frozenset(included_paths(paths.root))
 
 
