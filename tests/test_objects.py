@@ -8,11 +8,12 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import time
 import tracemalloc
 import zlib
 from pathlib import Path
 
-from anima.git.objects import take_objects
+from anima.git.objects import take_objects, taking_objects
 from tests.conftest import init_repo, run_git
 
 
@@ -123,3 +124,21 @@ def test_a_link_in_the_store_is_never_followed(tmp_path: Path) -> None:
     take_objects(store, repo / ".git")
     assert run_git(repo, "show", "HEAD:a.txt") == "a"
     assert (repo / ".git" / "objects" / real[:2] / real[2:]).is_file()
+
+
+def test_what_a_take_during_the_turn_refused_is_reported_by_the_next(tmp_path: Path) -> None:
+    """The take every two seconds of a turn, or the Changes view's, reports nothing: the
+    round's own take at the end still names the forged object."""
+    repo = init_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    store = tmp_path / "store"
+    forged = object_id("blob", b"forged\n")
+    loose(store, forged, zlib.compress(b"blob 5\0evil\n"))
+    with taking_objects(store, repo / ".git", every=0.05):
+        deadline = time.monotonic() + 10
+        while any(store.glob("??/*")):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    assert take_objects(store, repo / ".git", report=False) == []
+    notes = take_objects(store, repo / ".git")
+    assert len(notes) == 1 and forged[:12] in notes[0]
+    assert take_objects(store, repo / ".git") == []

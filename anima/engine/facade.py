@@ -669,7 +669,8 @@ class Engine:
         """The milestone's whole change, or one round's commit, for the Changes view. What
         the Developer committed in the turn running now is taken in first (see
         `take_objects`): git could not read it yet."""
-        take_objects(self.paths.agent_objects(milestone_id), self.repo.common_dir)
+        take_objects(self.paths.agent_objects(milestone_id), self.repo.common_dir,
+                     report=False)
         return milestone_changes(self.repo, self.store.load_record(milestone_id), round_no,
                                  secret_paths(self.paths, milestone_id))
 

@@ -33,14 +33,23 @@ _CHUNK = 1 << 20
 #: zlib's best ratio is about 1032:1: a larger declared size is a lie.
 _MAX_RATIO = 1032
 _TAKING = threading.Lock()
+#: What a take that did not report refused, per store, for the next one that does.
+_PENDING: dict[Path, list[str]] = {}
 
 
-def take_objects(store: Path, common_dir: Path) -> list[str]:
+def take_objects(store: Path, common_dir: Path, *, report: bool = True) -> list[str]:
     """Take the objects in `store` into the repository whose git dir is `common_dir`.
-    Returns what was refused, for the round's notes. Thread-safe: the loop takes them after
-    a turn, the Changes view before it shows the branch."""
+    Returns what was refused since the last report, for the round's notes; `report=False`
+    keeps it for the next one (a take during the turn, or for the Changes view). Thread-safe:
+    the loop takes them during and after a turn, the Changes view before it shows the
+    branch."""
     with _TAKING:
-        return _take(store, common_dir)
+        problems = _PENDING.pop(store, []) + _take(store, common_dir)
+        if not report:
+            if problems:
+                _PENDING[store] = problems
+            return []
+        return problems
 
 
 @contextlib.contextmanager
@@ -53,7 +62,7 @@ def taking_objects(store: Path, common_dir: Path, every: float = 2.0) -> Iterato
     def run() -> None:
         while not done.wait(every):
             try:
-                take_objects(store, common_dir)
+                take_objects(store, common_dir, report=False)
             except Exception:  # the turn's own take, at its end, says what went wrong
                 log.debug("taking %s's objects in failed", store, exc_info=True)
 
