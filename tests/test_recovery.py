@@ -432,6 +432,30 @@ def test_a_commit_made_just_before_a_kill_is_found_and_reviewed(
     assert our_processes() == []
 
 
+def test_a_worktree_git_folder_broken_just_before_a_kill_is_mended_at_the_restart(
+        project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    """HEAD deleted and the index overwritten by hand, then Anima killed before it looked:
+    the next start said the worktree "is not a git repository (run `git init` …)" at every
+    start. It is mended; the commit made before the damage is reviewed."""
+    done = fake_claude.root / "damaged"
+    fake_claude.write_script({"developer": [{"shell": [
+        "echo x > x.txt && git add x.txt && git commit -qm 'feat: x, before the damage'",
+        'own="$(git rev-parse --git-dir)" && rm -f "$own/HEAD" && printf garbage > "$own/index"'
+        f" && touch {done}"], "hang_after": True}]})
+    first = Runner(project, fake_claude)
+    wait_until(done.exists, what="the damage")
+    first.kill()
+
+    second = run_to_end(project, fake_claude)
+    assert second.proc.returncode == 0, second.stdout[-2000:] + second.stderr
+    log = (project / ".anima" / "logs" / "m1.log").read_text(encoding="utf-8")
+    assert "HEAD was gone" in log and "index could not be read" in log
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert "feat: x, before the damage" in run_git(project, "log", "--format=%s", "main")
+    assert our_processes() == []
+
+
 def test_an_unresumable_session_is_replaced_and_noted(
         project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
     # Killed in the Developer's very first turn: the session file was never written.

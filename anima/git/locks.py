@@ -55,6 +55,14 @@ def clear_stale_locks(root: Path, git_dir: Path) -> list[str]:
     return [str(lock.relative_to(git_dir)) for lock in found]
 
 
+def worktree_git_dir(worktree: Path) -> Path:
+    """A linked worktree's own git folder (`.git/worktrees/<name>/`), from its `.git` file
+    (Anima wrote it with `git worktree add`; the sandbox keeps it read-only). OSError when
+    there is none."""
+    text = (worktree / ".git").read_text(encoding="utf-8").strip()
+    return Path(os.path.realpath(worktree / text.removeprefix("gitdir:").strip()))
+
+
 def mend_worktree_state(git_dir: Path, branch: str) -> tuple[list[str], bool]:
     """A worktree's HEAD that is gone is pointed at `branch` again; an index git cannot read
     is moved aside. Returns what was done, and whether the index must be made again from

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from anima import sandbox
 from anima.errors import ConfigError, GitError
+from anima.git.locks import worktree_git_dir
 from anima.git_options import human_config
 from anima.loop.checks import Confine
 from anima.paths import ProjectPaths
@@ -99,7 +100,7 @@ class MilestoneSandbox:
         writable: list[Path] = [] if role in _READS_ONLY else [worktree]
         git = sandbox.GitAccess((), (), (), ())
         if role in _COMMITS:
-            admin = _admin_dir(worktree)
+            admin = worktree_git_dir(worktree)
             common = Path(os.path.realpath(admin / (admin / "commondir").read_text(
                 encoding="utf-8").strip()))
             git = sandbox.git_writable(common, admin, f"milestone/{self.id}",
@@ -132,13 +133,6 @@ def _hidden() -> tuple[Path, ...]:
                 if os.path.isabs(os.environ.get(var, ""))]
     return tuple(p for p in (*_HIDDEN, *from_env, *(home / name for name in _HIDDEN_IN_HOME))
                  if p.is_dir())
-
-
-def _admin_dir(worktree: Path) -> Path:
-    """The worktree's folder under `.git/worktrees/`, from its `.git` file (Anima wrote it
-    with `git worktree add`; the sandbox keeps it read-only)."""
-    text = (worktree / ".git").read_text(encoding="utf-8").strip()
-    return Path(os.path.realpath(worktree / text.removeprefix("gitdir:").strip()))
 
 
 class BranchEpoch:

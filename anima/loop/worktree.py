@@ -18,6 +18,7 @@ from anima import procfs
 from anima.atomic import read_regular, write_model_atomic
 from anima.config import Config
 from anima.git import GitRepo
+from anima.git.locks import mend_worktree_state, worktree_git_dir
 from anima.git.objects import take_objects
 from anima.git.worktree_include import copy_included, included_paths
 from anima.loop.checks import CheckResult, Confine, display, run_check
@@ -87,7 +88,14 @@ class MilestoneWorktree:
             write_model_atomic(copied_in, CopiedIn(at=now(), secrets=secrets))
             self._secrets = frozenset(secrets)
         self._hide_secret_values()
-        return GitRepo.open(self.path)
+        # A Developer turn a kill cut short may have left its git folder broken by hand.
+        mended, reindex = mend_worktree_state(worktree_git_dir(self.path), branch)
+        for note in mended:
+            self._log(note)
+        tree = GitRepo.open(self.path)
+        if reindex:
+            tree.rebuild_index()
+        return tree
 
     def _hide_secret_values(self) -> None:
         """What the copied-in files hold is hidden from every agent output from now on, as
