@@ -81,7 +81,7 @@ def test_a_secret_value_written_into_the_code_is_taken_off_the_branch(
     first = rec.iterations[0]
     assert first.verdict is Verdict.REJECTED
     assert "a value of the files copied in from .worktreeinclude, in pay.py" in first.reason
-    assert "read it at run time" in first.reason
+    assert "have pay.py read it at run time" in first.reason
     assert SECRET not in run_git(project, "log", "-p", "main")
     assert SECRET in run_git(project, "show", "refs/anima/secrets/m1/1:pay.py")
 

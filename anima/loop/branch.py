@@ -306,8 +306,8 @@ class BranchKeeper:
         if rnd is not None:
             rnd.notes.append(note)
         self._log(note)
-        fix = (f"read it at run time (from the environment or {where}'s source) instead of "
-               "writing it into a file" if value else
+        fix = (f"have {where} read it at run time (from the environment, or from the file "
+               "it was copied from) instead of holding it" if value else
                f"`git rm --cached {where}` before you commit (it stays in your tree)")
         return (f"{note}. Redo the work without it: `git cherry-pick -n` the commits you "
                 f"need, then {fix}.")
