@@ -247,17 +247,9 @@ class BranchKeeper:
         missing = self._missing(accepted, tip)
         if not missing:
             return None
-        if self.repo.current_branch() == rec.branch_name:
-            self.repo.commit_leftovers(f"chore(anima): uncommitted work of round {rnd.round}, "
-                                       "kept before the branch is put back",
-                                       keep_out=self._secrets())
-            tip = self.repo.head()
         ref = f"refs/anima/rewritten/{rec.id}/{rnd.round}"
-        if tip is not None:
-            self.repo.keep_ref(ref, tip)
         last = accepted[-1]
-        self.repo.reset_branch(rec.branch_name, last)
-        self.refresh()
+        tip = self._put_back(last, ref, tip)
         gone = ", ".join(c[:7] for c in missing)
         note = (f"history was rewritten: accepted commit(s) {gone} are no longer on "
                 f"{rec.branch_name}; Anima put {rec.branch_name} back to {last[:7]}, the last "
@@ -266,6 +258,23 @@ class BranchKeeper:
         self._log(note)
         return (note + f". Accepted commits must stay as they are: add new commits on top "
                        f"of {last[:7]} (you can cherry-pick from {ref}).")
+
+    def _put_back(self, to: str, ref: str, tip: str | None) -> str | None:
+        """Reset the milestone branch to `to`, keeping what it had (`tip`) under `ref`; the
+        uncommitted work in its tree is committed on it first, or the reset would take it.
+        Returns what was kept."""
+        rec, rnd = self.record, self.ledger.round
+        assert rec.branch_name
+        if self.repo.current_branch() == rec.branch_name:
+            self.repo.commit_leftovers(
+                f"chore(anima): uncommitted work of round {rnd.round if rnd else rec.rounds + 1}"
+                ", kept before the branch is put back", keep_out=self._secrets())
+            tip = self.repo.head()
+        if tip is not None:
+            self.repo.keep_ref(ref, tip)
+        self.repo.reset_branch(rec.branch_name, to)
+        self.refresh()
+        return tip
 
     def _secrets(self) -> frozenset[str]:
         return self.worktree.secrets() if self.worktree is not None else frozenset()
@@ -289,14 +298,8 @@ class BranchKeeper:
             return None
         commit, where, value = leak
         back_to = self.repo.resolve(f"{commit}^") or since
-        if self.repo.current_branch() == rec.branch_name:  # the reset must not take them
-            tip = self.repo.commit_leftovers(
-                f"chore(anima): uncommitted work of round {rec.rounds + 1}, kept before the "
-                "branch is put back", keep_out=wt.secrets()) or tip
         ref = f"refs/anima/secrets/{rec.id}/{rnd.round if rnd else rec.rounds + 1}"
-        self.repo.keep_ref(ref, tip)
-        self.repo.reset_branch(rec.branch_name, back_to)
-        self.refresh()
+        self._put_back(back_to, ref, tip)
         wt.copy_secrets_again()
         what = (f"a value of the files copied in from .worktreeinclude, in {where}" if value
                 else f"{where}, copied in from .worktreeinclude")
