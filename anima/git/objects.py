@@ -76,8 +76,11 @@ def taking_objects(store: Path, common_dir: Path, every: float = 2.0) -> Iterato
 
 
 def _take(store: Path, common_dir: Path) -> list[str]:
-    folders = sorted(store.iterdir()) if store.is_dir() else []
-    if not any(f.name == "pack" or (len(f.name) == 2 and _is_hex(f.name)) for f in folders):
+    # Its packs and loose-object folders; `info/` (its alternates) stays, links are skipped.
+    folders = [f for f in (sorted(store.iterdir()) if store.is_dir() else [])
+               if (f.name == "pack" or (len(f.name) == 2 and _is_hex(f.name)))
+               and f.is_dir() and not f.is_symlink()]
+    if not folders:
         return []
     algorithm = _object_format(common_dir)
     id_length = hashlib.new(algorithm).digest_size * 2
@@ -85,11 +88,9 @@ def _take(store: Path, common_dir: Path) -> list[str]:
     problems: list[str] = []
     written: set[Path] = set()
     for folder in folders:
-        if folder.is_symlink() or not folder.is_dir():
-            continue
         if folder.name == "pack":
             problems += _take_packs(folder, common_dir)
-        elif len(folder.name) == 2 and _is_hex(folder.name):
+        else:
             for path in sorted(folder.iterdir()):
                 name = folder.name + path.name
                 if len(name) != id_length or not _is_hex(name):
@@ -98,8 +99,6 @@ def _take(store: Path, common_dir: Path) -> list[str]:
                 if taken is False:
                     refused.append(name)
                 path.unlink(missing_ok=True)
-        else:
-            continue
         with contextlib.suppress(OSError):  # empty now, unless its git wrote more meanwhile
             folder.rmdir()
     for directory in {p.parent for p in written}:
@@ -127,7 +126,7 @@ def _is_hex(text: str) -> bool:
 def _take_loose(path: Path, name: str, algorithm: str, into: Path,
                 written: set[Path]) -> bool | None:
     """Copy one loose object file in, if it holds exactly the object `name`. False: refused;
-    None: gone (taken by another thread)."""
+    None: gone (the agent's git removed it since the folder was listed)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:

@@ -55,7 +55,7 @@ _IN_THE_WAY = frozenset({errno.EEXIST, errno.ELOOP, errno.ENOTDIR, errno.EISDIR}
 def included_paths(source: Path) -> list[str]:
     """The repository-relative paths, sorted, of the files of `source` (the top folder of a
     checkout) that `.worktreeinclude` lists and git ignores: what a new worktree gets, and
-    what no commit may hold. None without a `.worktreeinclude` (or one that is not a regular
+    what no commit may hold. Nothing without a `.worktreeinclude` (or one that is not a regular
     file); nothing under `.git`, `.anima/` or a nested repository. GitError when git cannot
     list the ignored files."""
     if not Path(source).is_dir():
