@@ -64,9 +64,6 @@ class MilestoneWorktree:
         A milestone that never started starts from main: a branch of its name that holds
         commits main lacks is someone else's (another milestone's Developer can create
         branches), so it is kept under a ref and the milestone starts without it."""
-        # A Developer turn a kill cut short: its commits' objects, before git reads them.
-        for note in take_objects(self.paths.agent_objects(self.id), self.project.common_dir):
-            self._log(note)
         if never_started:
             self._set_aside(branch, main)
         known = any(w.path == self.path and not w.half_made
