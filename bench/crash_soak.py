@@ -73,6 +73,13 @@ def git(repo: Path, *args: str, check: bool = True,
                           env={**os.environ, **env} if env else None)
 
 
+def with_developer_store(paths: ProjectPaths, milestone_id: str) -> dict[str, str]:
+    """git's environment to read a milestone's branch as the next start will: after a kill
+    the newest commit of a confined Developer may still be in its own object store, which
+    the start takes in first."""
+    return {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(paths.agent_objects(milestone_id))}
+
+
 def milestone_md(title: str, features: list[str] = FEATURES) -> str:
     lines = [f"# {title}", "", "## Goal", "", f"Deliver {title}.", "", "## Features", ""]
     for i, feature in enumerate(features, 1):
@@ -470,9 +477,7 @@ class Soak:
         if now[:len(before)] != before:
             bad.append("a recorded round was lost or changed")
         self.seen[rec.id] = now
-        # After a kill the newest commit of a confined Developer may still be in its own
-        # object store, which the next start takes in first: the branch is read with it.
-        store = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(self.paths.agent_objects(rec.id))}
+        store = with_developer_store(self.paths, rec.id)
         for i in its:
             if i.commit and i.kind is not RoundKind.FINAL and i.verdict is Verdict.ACCEPTED:
                 branch = rec.branch_name or ""
@@ -786,8 +791,8 @@ class ParallelSoak(Soak):
                 self.violations.append(f"{when}: {rec.id}: accepted {newer[:7]} does not "
                                        f"descend from {older[:7]}: a commit between escaped "
                                        "every review")
-        store = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(self.paths.agent_objects(rec.id))}
-        for commit in chain[1:]:  # with the Developer's own store, as in `check_record`
+        store = with_developer_store(self.paths, rec.id)
+        for commit in chain[1:]:
             if git(self.repo, "merge-base", "--is-ancestor", commit, tip,
                    check=False, env=store).returncode != 0:
                 self.violations.append(f"{when}: {rec.id}: accepted {commit[:7]} is no "
