@@ -57,7 +57,7 @@ from anima.events import (
 )
 from anima.git import GitRepo
 from anima.git.objects import take_objects
-from anima.guard import describe_held, put_back_interrupted
+from anima.guard.restore import describe_held, put_back_interrupted
 from anima.journal import Journal, log_event, read_transcript_tail
 from anima.lock import ProjectLock
 from anima.logsetup import configure_logging

@@ -30,7 +30,8 @@ from anima.git.check import RawChange, Resolved
 from anima.git.history import Ancestry
 from anima.git.locks import clear_stale_locks, mend_worktree_state, wait_for_git
 from anima.git.objects import take_objects
-from anima.guard import TurnFindings, TurnGuard, TurnStart, describe_held, put_back
+from anima.guard.restore import describe_held
+from anima.guard.turns import TurnFindings, TurnGuard, TurnStart
 from anima.loop.ledger import Ledger
 from anima.loop.worktree import MilestoneWorktree
 from anima.store.models import FeatureStatus, MilestoneRecord, RoundKind, Verdict
@@ -380,7 +381,7 @@ class BranchKeeper:
 
     def snapshot(self, who: str) -> TreeSnapshot:
         """Before a review or the project's checks: what `undo_changes` puts back."""
-        self.guard.note_records()
+        self.guard.before_review()
         # main as read after the Developer's turn (or after the last review or check run): a
         # move since then is judged at the end like one during the review
         self._review_began = (time.time(), self._known().main or "")
@@ -398,11 +399,9 @@ class BranchKeeper:
         self._main_moved_during(snapshot.head, who)
         with contextlib.suppress(FileNotFoundError):
             self.guard.paths.review_guard.unlink()
-        if not self.guard.confined:  # in the sandbox they cannot be changed
-            undone += [f"{r} put back" for r in self.guard.restore_records()]
-            done = put_back(self.guard.paths, self.guard.copy, self.guard.mentions.named)
-            self._held(done.held, who)
-            undone += [f"the human's {d} put back" for d in done.changed]
+        put_back = self.guard.after_review()
+        self._held(put_back.held, who)
+        undone += put_back.changed
         if undone and self.ledger.round is not None:
             note = f"{who} changed the repository; undone: " + "; ".join(undone)
             self.ledger.round.notes.append(note)
@@ -493,7 +492,8 @@ class BranchKeeper:
         # every path, not only `.anima/`: the same diff gives the round's changed files
         changes = self.repo.raw_changes(turn_began_at, tips.branch)
         self._turn_changes = (turn_began_at, tips.branch, changes)
-        changed = self.repo.anima_changes(turn_began_at, tips.branch, self.guard.copy, changes)
+        changed = self.repo.anima_changes(turn_began_at, tips.branch, self.guard.definitions,
+                                          changes)
         if not changed:
             return None
         paths = [path for path, _ in changed]
@@ -561,14 +561,14 @@ class BranchKeeper:
             problems = self.repo.check_developer_commit(
                 commit, branch=rec.branch_name or "", base_commit=rec.base_commit or "",
                 main=rec.main_branch or "", main_head=None,
-                definitions=self.guard.copy, since=since)
+                definitions=self.guard.definitions, since=since)
         else:  # everything is read already: only the `.anima/` diff is left to ask git
             problems = self.repo.check_resolved(
                 commit, Resolved(commit=commit, base=rec.base_commit, tip=tip,
                                  main_tip=tips.main, on_path=on_path),
                 branch=rec.branch_name or "", base_commit=rec.base_commit or "",
                 main=rec.main_branch or "", main_head=None,
-                definitions=self.guard.copy, since=since)
+                definitions=self.guard.definitions, since=since)
         if problems:
             return "git check failed: " + "; ".join(problems)
         assert commit is not None

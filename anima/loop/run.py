@@ -36,7 +36,8 @@ from anima.events import (
 from anima.git import GitRepo
 from anima.git.branches import Tips
 from anima.git.objects import taking_objects
-from anima.guard import TurnGuard
+from anima.guard.restore import RestoringGuard
+from anima.guard.turns import TurnGuard
 from anima.loop.account import AccountGate
 from anima.loop.branch import BranchKeeper, UnreportedWork
 from anima.loop.checks import CheckCancelled, display, run_check
@@ -132,7 +133,8 @@ class MilestoneRun:
                            ledger=self.ledger, save=self._save, log_line=self._log,
                            request_pause=self._request_pause, accounts=accounts,
                            branches=branches)
-        self._guard = TurnGuard(store.paths, repo, record.id, confined=self.sandbox.active)
+        self._guard = (TurnGuard if self.sandbox.active else RestoringGuard)(
+            store.paths, repo, record.id)
         self.branch = BranchKeeper(record=record, repo=repo, guard=self._guard, ledger=self.ledger,
                                    save=self._save, log_line=self._log,
                                    request_pause=self._request_pause, notice=lambda line:
@@ -140,10 +142,8 @@ class MilestoneRun:
                                    worktree=self.worktree)
         # Pause before the next round, and why (a main an agent moved, a push past the rules).
         self._pause_request: str | None = None
-        store.on_save.append(self._guard.admit_record)  # until `run` ends: Anima's own writes
-        self._detach: list[Callable[[], None]] = [
-            bus.subscribe(self.seats.on_event), bus.subscribe(self._guard.mentions),
-            lambda: store.on_save.remove(self._guard.admit_record)]
+        self._detach: list[Callable[[], None]] = [  # until `run` ends
+            bus.subscribe(self.seats.on_event), *self._guard.listen(bus.subscribe, store.on_save)]
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Phase:

@@ -1,13 +1,13 @@
-"""What an agent may not change: the human's definitions, main, and its own queue of work.
+"""Putting back what an agent running as the user (`sandbox: "off"`, or no bubblewrap)
+changed that it may not: the human's definitions, the other milestones' records, its own
+queue of work.
 
 Before each Developer turn Anima takes its own copy of the human's definitions
 (`.anima/config.json`, `soul.md`, `.anima/.gitignore`, every milestone `.md`, and `.git/config`
-for the keys that run programs) and notes where main stands. After the turn it compares with
-that copy — never with the files on disk, which may be the Developer's by then — puts the
-human's bytes back, and says what the turn changed and whether it moved main itself (its working
-tree's HEAD was on main's new commits) or someone else did. The copy also goes to
-`.anima/turn_guard.json` (ignored by git) while the turn runs, so a kill during the turn is
-repaired on the next start before the config is read.
+for the keys that run programs). After the turn it compares with that copy — never with the
+files on disk, which may be the Developer's by then — puts the human's bytes back and says what
+the turn changed. The copy also goes to `.anima/turn_guard.json` (ignored by git) while the
+turn runs, so a kill during the turn is repaired on the next start before the config is read.
 A milestone file the agents' tool calls named is held instead of queued (`put_back`).
 """
 
@@ -19,24 +19,24 @@ import json
 import re
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict
 
 from anima.atomic import read_regular, write_model_atomic, write_text_atomic
 from anima.events import Event, ToolUse
 from anima.git import GitRepo
 from anima.git.branches import Tips
 from anima.git_options import NO_AGENT_CODE, git_environment
-from anima.paths import DEFINITION_FILES, ProjectPaths
+from anima.guard.turns import (
+    GIT_CONFIG,
+    PutBack,
+    TurnFindings,
+    TurnGuard,
+    TurnStart,
+    read_definitions,
+)
+from anima.paths import ProjectPaths
 
-#: Git's settings for the repository: a key that names a program (a filter or diff driver
-#: `.gitattributes` can switch on, a signing program, an editor, an included file) would run
-#: it in Anima's git commands, at the merge into main too.
-GIT_CONFIG = ".git/config"
 # Keys that run a program, or change which tree and objects git reads (a bare flag, a
 # worktree elsewhere, sparse or submodule checkouts, repository extensions).
 _UNSAFE_GIT_KEYS = re.compile(
@@ -46,30 +46,6 @@ _UNSAFE_GIT_KEYS = re.compile(
     r"bare|sparsecheckout|sparsecheckoutcone|repositoryformatversion)"
     r"|(commit|tag|push)\.gpgsign",
     re.IGNORECASE)
-
-
-def read_definitions(paths: ProjectPaths) -> dict[str, bytes]:
-    """The human's definitions as they are on disk now, by repository-relative path."""
-    found: dict[str, bytes] = {}
-    files = [paths.root / rel for rel in (*DEFINITION_FILES, GIT_CONFIG)]
-    if paths.milestones.is_dir():
-        files += sorted(paths.milestones.glob("*.md"))
-    for path in files:
-        if path.is_file() and not path.is_symlink():
-            found[path.relative_to(paths.root).as_posix()] = path.read_bytes()
-    return found
-
-
-@dataclass
-class PutBack:
-    """What putting the human's definitions back did."""
-
-    #: "<path> (added|deleted|modified)": what an agent may not change, undone
-    changed: list[str] = field(default_factory=list)
-    #: milestones that arrived meanwhile, and where each one is held (repository-relative)
-    held: list[tuple[str, str]] = field(default_factory=list)
-    #: the running milestone's record, put back as Anima last wrote it (after a kill)
-    record: str | None = None
 
 
 def read_records(paths: ProjectPaths, running: str) -> dict[str, bytes]:
@@ -202,18 +178,6 @@ def describe_held(held: list[tuple[str, str]], who: str) -> str:
             "milestone, or `anima add`)")
 
 
-class TurnStart(BaseModel):
-    """Where main and HEAD stood when an agent's turn (or a check run) began: kept on disk
-    while it runs, so a kill during it is judged at the next start as at its end."""
-
-    model_config = ConfigDict(extra="forbid")
-    schema_version: int = 1
-    milestone: str
-    started: float
-    main_before: str
-    head_before: str
-
-
 class _Saved(TurnStart):
     """`.anima/turn_guard.json`: the copy and the main tip taken before a Developer turn."""
 
@@ -233,59 +197,51 @@ class _Saved(TurnStart):
         return {k: base64.b64decode(v) for k, v in self.definitions.items()}
 
 
-@dataclass
-class TurnFindings:
-    """What one Developer turn did that it may not."""
+class RestoringGuard(TurnGuard):
+    """The guard for agents that run as the user: it also keeps Anima's copy of the human's
+    definitions (on disk while a Developer turn runs) and of the other milestones' records,
+    and puts them back after every turn, review and check run."""
 
-    definitions: list[str] = field(default_factory=list)  # put back in the working tree
-    records: list[str] = field(default_factory=list)  # other milestones' records, put back
-    held: list[tuple[str, str]] = field(default_factory=list)  # milestones that arrived
-    head_before: str = ""  # HEAD when the turn began
-    main_before: str = ""
-    main_after: str = ""
-    #: main's new commits (hash, subject), when main moved during the turn
-    main_commits: list[tuple[str, str]] = field(default_factory=list)
-    #: True when the Developer's own working tree was on main's new commits
-    developer_moved_main: bool = False
-
-
-class TurnGuard:
-    """One milestone's guard: `begin` before each Developer turn, `end` after it.
-
-    `confined`: the agents run in the sandbox, where the definitions, the records and Anima's
-    notes are read-only to them; then nothing needs putting back, no copy goes to disk, and a
-    file that appears meanwhile can only be the human's. What stays is where main stood."""
-
-    def __init__(self, paths: ProjectPaths, repo: GitRepo, milestone: str,
-                 confined: bool = False) -> None:
-        self.paths = paths
-        self.repo = repo
-        self.milestone = milestone
-        self.confined = confined
+    def __init__(self, paths: ProjectPaths, repo: GitRepo, milestone: str) -> None:
+        super().__init__(paths, repo, milestone)
         self.copy: dict[str, bytes] = read_definitions(paths)
         self._saved: _Saved | None = None
         self.mentions = ToolMentions()
-        #: The other milestones' records as Anima left them (see `note_records`).
+        #: The other milestones' records as Anima left them (see `before_review`).
         self.records: dict[str, bytes] = {}
         # `admit…` come from other threads while the worker begins or ends a turn.
         self._lock = threading.RLock()
+
+    @property
+    def definitions(self) -> Mapping[str, bytes]:
+        return self.copy
+
+    def listen(self, subscribe: Callable[[Callable[[Event], None]], Callable[[], None]],
+               on_save: list[Callable[[Path, bytes], None]]) -> list[Callable[[], None]]:
+        on_save.append(self.admit_record)
+        return [subscribe(self.mentions), lambda: on_save.remove(self.admit_record)]
 
     def admit(self, rel: str, content: bytes) -> None:
         """A milestone the human adds through Anima while an agent works is theirs: it joins
         the copy (on disk too) before the file is written, so it is not held."""
         with self._lock:
             self.copy = {**self.copy, rel: content}
-            if self._saved is not None and not self.confined:
+            if self._saved is not None:
                 self._saved.definitions[rel] = base64.b64encode(content).decode()
                 write_model_atomic(self.paths.turn_guard, self._saved)
 
-    def note_records(self) -> None:
+    def before_review(self) -> None:
         """Before an agent or the project's checks run: the other milestones' records, which
         only Anima writes (the running one's it rewrites from memory anyway)."""
-        if self.confined:
-            return
         with self._lock:
             self.records = read_records(self.paths, self.milestone)
+
+    def after_review(self) -> PutBack:
+        records = self._restore_records()  # first: holding an arrival drops its record
+        done = put_back(self.paths, self.copy, self.mentions.named)
+        done.changed = ([f"{r} put back" for r in records]
+                        + [f"the human's {d} put back" for d in done.changed])
+        return done
 
     def admit_record(self, path: Path, content: bytes) -> None:
         """The store's listener, told before each record is written: Anima writes this (a
@@ -293,16 +249,14 @@ class TurnGuard:
         with self._lock:
             if path != self.paths.milestone_record(self.milestone):
                 self.records[path.relative_to(self.paths.root).as_posix()] = content
-            elif self._saved is not None and not self.confined:  # what a kill is repaired from
+            elif self._saved is not None:  # what a kill is repaired from
                 self._saved.record = base64.b64encode(content).decode()
                 write_model_atomic(self.paths.turn_guard, self._saved)
 
-    def restore_records(self) -> list[str]:
+    def _restore_records(self) -> list[str]:
         """Put back every other milestone's record the work changed or deleted, so no agent
         resumes a paused milestone, retries a cancelled one or passes a review by editing a
         file; a new record is left (it never runs without its definition)."""
-        if self.confined:
-            return []
         with self._lock:
             now = read_records(self.paths, self.milestone)
             changed = []
@@ -314,49 +268,36 @@ class TurnGuard:
             return changed
 
     def begin(self, main: str, tips: Tips | None = None) -> None:
-        """Take the copy of the definitions and note main's tip (and HEAD: `tips` when the
-        caller has just read them), on disk too."""
+        """Also take the copy of the definitions, on disk too."""
         with self._lock:
-            self.note_records()
+            self.before_review()
             self.copy = read_definitions(self.paths)
+            super().begin(main, tips)
+            assert self._start is not None
             own = self.paths.milestone_record(self.milestone)
-            if tips is not None and tips.on_branch and tips.main and tips.branch:
-                main_before, head_before = tips.main, tips.branch
-            else:
-                main_before, head_before = self.repo.branch_head(main), self.repo.head()
             self._saved = _Saved(
-                milestone=self.milestone, started=time.time(), main=main,
-                main_before=main_before, head_before=head_before,
+                **self._start.model_dump(), main=main,
                 definitions={k: base64.b64encode(v).decode() for k, v in self.copy.items()},
-                record=base64.b64encode(own.read_bytes()).decode()
-                if own.is_file() and not self.confined else "")
-            if not self.confined:
-                write_model_atomic(self.paths.turn_guard, self._saved)
+                record=base64.b64encode(own.read_bytes()).decode() if own.is_file() else "")
+            write_model_atomic(self.paths.turn_guard, self._saved)
 
     def end(self) -> TurnFindings:
-        """Put the human's definitions back; say what the turn changed, and who moved main."""
+        """Also put the human's definitions back, and say what the turn changed."""
         with self._lock:
+            self._start = None
             return self._end()
 
     def _end(self) -> TurnFindings:
         saved, self._saved = self._saved, None
         if saved is None:
             return TurnFindings()
-        records = self.restore_records()  # first: holding an arrival drops its record
+        records = self._restore_records()  # first: holding an arrival drops its record
         if (own := _restore_own_record(self.paths, saved)) is not None:
             records.append(f"{own} (its own)")
-        done = PutBack() if self.confined else put_back(self.paths, self.copy,
-                                                        self.mentions.named)
-        findings = TurnFindings(definitions=done.changed, records=records, held=done.held,
-                                main_before=saved.main_before, head_before=saved.head_before)
+        done = put_back(self.paths, self.copy, self.mentions.named)
+        findings = TurnFindings(definitions=done.changed, records=records, held=done.held)
         self.copy = read_definitions(self.paths)
-        after = self.repo.resolve(f"refs/heads/{saved.main}")
-        if after is not None and after != saved.main_before:
-            findings.main_after = after
-            findings.main_commits = self.repo.branch_log(saved.main_before, after)
-            visited = self.repo.agent_visits_since(saved.started, saved.main)
-            findings.developer_moved_main = after in visited or any(
-                c in visited for c, _ in findings.main_commits)
+        self._main_findings(saved, saved.main, findings)
         with contextlib.suppress(FileNotFoundError):
             self.paths.turn_guard.unlink()
         return findings
