@@ -4,7 +4,10 @@ add`, no mocks)."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -259,6 +262,30 @@ def test_an_existing_target_file_is_not_overwritten(tmp_path: Path) -> None:
     assert (wt / ".env").read_text(encoding="utf-8") == "MINE=1\n"
     assert outside.read_text(encoding="utf-8") == "untouched\n"
     assert sorted(p.name for p in outside.parent.iterdir()) == ["victim"]
+
+
+def test_a_copy_killed_halfway_leaves_no_short_file_and_the_next_copy_is_whole(
+        tmp_path: Path) -> None:
+    """A kill while a large file is copied (here SIGXFSZ, at the file size limit: a kill at
+    a known byte) leaves nothing at its path, so the copy at the next start is whole; a
+    short `data.db` would be kept there for good (an existing file is never overwritten)."""
+    repo = make_repo(tmp_path, "data.db\n", "data.db\n")
+    (repo / "data.db").write_bytes(os.urandom(4 << 20))
+    wt = worktree(repo, tmp_path / "wt")
+    script = ("import resource, signal, sys\nfrom pathlib import Path\n"
+              "from anima.git.worktree_include import copy_included\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_DFL)\n"  # Python ignores it
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))\n"
+              "copy_included(Path(sys.argv[1]), Path(sys.argv[2]))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(repo), str(wt)], check=False,
+                          capture_output=True)
+    assert done.returncode == -signal.SIGXFSZ
+
+    assert not os.path.lexists(wt / "data.db")
+    assert tree(wt) == tree(repo) - {"data.db"}  # and no partial file under another name
+
+    assert copy_included(repo, wt) == ["data.db"]
+    assert (wt / "data.db").read_bytes() == (repo / "data.db").read_bytes()
 
 
 def test_a_nested_repository_is_not_entered(tmp_path: Path) -> None:

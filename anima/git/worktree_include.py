@@ -28,6 +28,7 @@ import shutil
 import stat
 import subprocess
 from pathlib import Path
+from typing import BinaryIO
 
 import pathspec
 
@@ -73,7 +74,7 @@ def copy_included(source: Path, target: Path, wanted: list[str] | None = None) -
 
     Not a symlink, a FIFO or a device, nor a file reached through a symlinked folder; a file
     that already exists in `target` is kept. A path that cannot be read is skipped; an
-    OSError writing into `target` (a full disk) is raised, the half-written file removed.
+    OSError writing into `target` (a full disk) is raised, nothing half-written left.
     """
     source, target = Path(source), Path(target)
     if not target.is_dir():
@@ -208,20 +209,42 @@ def _copy_one(src: _Folders, dst: _Folders, rel: str) -> bool:
     with os.fdopen(fd, "rb") as fin:
         try:
             dst_dir = dst.get(folder, like=src)
-            out = os.open(name, _CREATE_FLAGS, 0o600, dir_fd=dst_dir)
+            os.stat(name, dir_fd=dst_dir, follow_symlinks=False)
+        except FileNotFoundError:
+            return _write_new(fin, st, dst_dir, name, rel)
         except OSError as exc:
             if exc.errno not in _IN_THE_WAY:
                 raise
-            log.info("%s is already in the worktree (or something is in its way); kept", rel)
-            return False
+        log.info("%s is already in the worktree (or something is in its way); kept", rel)
+        return False
+
+
+def _write_new(fin: BinaryIO, st: os.stat_result, folder: int, name: str, rel: str) -> bool:
+    """Write `fin` as `name` in `folder`, never over anything. The file has no name until it
+    is whole (`O_TMPFILE`, where the file system has it): a kill halfway leaves nothing, and
+    the next start copies it again (a short one would be kept for good)."""
+    named = False
+    try:
         try:
-            with os.fdopen(out, "wb") as fout:
-                shutil.copyfileobj(fin, fout, 1 << 20)
-                fout.flush()
-                os.fchmod(fout.fileno(), stat.S_IMODE(st.st_mode) & 0o777)
-                os.utime(fout.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
-        except BaseException:
+            out = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=folder)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+            out = os.open(name, _CREATE_FLAGS, 0o600, dir_fd=folder)
+            named = True
+        with os.fdopen(out, "wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+            fout.flush()
+            os.fchmod(fout.fileno(), stat.S_IMODE(st.st_mode) & 0o777)
+            os.utime(fout.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
+            if not named:
+                os.link(f"/proc/self/fd/{fout.fileno()}", name, dst_dir_fd=folder)
+    except BaseException as exc:
+        if named:
             with contextlib.suppress(OSError):
-                os.unlink(name, dir_fd=dst_dir)
+                os.unlink(name, dir_fd=folder)
+        if not isinstance(exc, OSError) or exc.errno not in _IN_THE_WAY:
             raise
+        log.info("%s is already in the worktree (or something is in its way); kept", rel)
+        return False
     return True
