@@ -174,8 +174,10 @@ def git_writable(common_dir: Path, admin_dir: Path, branch: str, store: Path,
     (EBUSY). Unbound, hence read-only: config, hooks, packed-refs, every other ref. Also
     protected: the files that say where the repository is (`commondir`, `gitdir`, the
     worktree's `.git`), so git run by Anima in this worktree outside the sandbox reads no
-    repository the agent made up. Packed refs in those folders get a loose copy first, so
-    they can be protected too."""
+    repository the agent made up; and the worktree's own config (`config.worktree`, read
+    where the repository has `extensions.worktreeConfig`), whose `core.worktree` would point
+    Anima's git in this worktree at the human's checkout. Packed refs in those folders get
+    a loose copy first, so they can be protected too."""
     common = Path(_real(common_dir))
     admin = Path(_real(admin_dir))
     _unpack(common, f"refs/heads/{branch}")
@@ -192,7 +194,8 @@ def git_writable(common_dir: Path, admin_dir: Path, branch: str, store: Path,
         # git makes none.
         protected += sorted(p for p in leaf.parent.iterdir()
                             if p.name not in own and not p.is_symlink())
-    protected += [admin / "commondir", admin / "gitdir"]
+    own_file(admin / "config.worktree")
+    protected += [admin / "commondir", admin / "gitdir", admin / "config.worktree"]
     try:
         dot_git = (admin / "gitdir").read_text(encoding="utf-8").strip()
     except OSError:

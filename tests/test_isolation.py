@@ -474,6 +474,34 @@ def test_writes_outside_its_worktree_are_refused_and_the_milestone_completes(
     assert record(project, "m0").status is MilestoneStatus.AWAITING_REVIEW
 
 
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_the_worktrees_own_git_config_cannot_point_animas_git_at_your_checkout(
+        git_repo: Path, fake: FakeClaude, mode: str) -> None:
+    """Where the repository has `extensions.worktreeConfig` (the human's `git sparse-checkout`
+    turns it on), git reads each worktree's `config.worktree`, in the worktree's own git
+    folder, which the Developer's commits need writable. Its `core.worktree` there would make
+    Anima's git in the milestone's worktree work on the human's checkout: their untracked
+    notes committed as the Developer's leftovers, and merged. Confined, the file cannot be
+    written; unconfined, Anima's git names its work tree."""
+    run_git(git_repo, "config", "extensions.worktreeConfig", "true")
+    project = project_with(git_repo, mode)
+    notes = project / "notes" / "private.txt"
+    notes.parent.mkdir()
+    notes.write_text("the human's own notes\n", encoding="utf-8")
+    calls = [attack(fake, "core-worktree", f"git config --worktree core.worktree {project}")]
+    fake.write_script({"developer": [{"shell": calls, "auto": True}]})
+    run_engine(project)
+
+    assert "notes" not in run_git(project, "ls-tree", "-r", "--name-only", "main")
+    assert notes.read_text(encoding="utf-8") == "the human's own notes\n"
+    assert_merged_after_final_acceptance(project)
+    if mode == "off":
+        assert_allowed(fake, "core-worktree")
+    else:
+        assert exits(fake)["core-worktree"] != 0  # git cannot rename its lock onto the mount
+        assert "config.worktree: Device or resource busy" in (fake.root / "errors").read_text()
+
+
 # ------------------------------------------- 7. the human keeps working in their checkout
 
 

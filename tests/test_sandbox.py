@@ -205,6 +205,7 @@ def test_commit_on_own_branch(world: World) -> None:
     "project/.git/worktrees/m1/gitdir",
     "project/.git/worktrees/m2/HEAD",
     "project/.git/worktrees/m1/commondir",
+    "project/.git/worktrees/m1/config.worktree",
     "project/.anima/sandbox/m1/repository-objects/info/alternates",
     "project/.anima/worktrees/m1/.git",
     "project/.anima/worktrees/m2/README.md",

@@ -178,7 +178,9 @@ class RepoBase:
         """Run one git command in the project; return (exit code, stdout bytes, stderr).
 
         With `check`, a non-zero exit raises GitError starting with `what` (or the command)
-        and git's own message. No program named in git's configuration runs (`git_options`).
+        and git's own message. No program named in git's configuration runs (`git_options`),
+        and the work tree is named: a `core.worktree` (or `core.bare`) an agent put in the
+        worktree's own `config.worktree` would point git at another tree.
         """
         overrides = self._human_config().overrides
         with contextlib.ExitStack() as stack:
@@ -189,7 +191,7 @@ class RepoBase:
                 stream.seek(0)
             try:
                 code, out, err = self._repo.git.execute(
-                    ["git", *NO_AGENT_CODE, *overrides, *args],
+                    ["git", *NO_AGENT_CODE, f"--work-tree={self.root}", *overrides, *args],
                     env=ANIMA_GIT_ENV,
                     istream=stream,
                     with_extended_output=True,
