@@ -120,3 +120,17 @@ def test_reset_times_in_other_words() -> None:
                              "(Europe/Berlin)", now)
     assert berlin == datetime(2026, 11, 25, 14, 0, tzinfo=UTC).timestamp()
     assert reset_from_text("no time here", now) is None
+
+
+@pytest.mark.parametrize("shown", ["3:41am", "3am"])
+def test_a_reset_shown_as_the_minute_just_passed_is_now_not_tomorrow(shown: str) -> None:
+    """The CLI shows the reset to the minute (or the hour): a limit hit within that minute,
+    or by a clock a little ahead of the server's, reads as a moment just past. Taken for
+    tomorrow's, it would pause an overnight run for a human (more than the 6 h wait allowed)
+    for a limit that is lifting now."""
+    now = datetime(2026, 11, 26, 3, 41, 25, tzinfo=UTC).timestamp()
+    shown_at = datetime(2026, 11, 26, 3, 0 if shown == "3am" else 41, tzinfo=UTC).timestamp()
+    assert reset_from_text(f"You've hit your 5-hour limit · resets {shown} (UTC)",
+                           now) == shown_at
+    an_hour_ago = reset_from_text("You've hit your limit · resets 2:30am (UTC)", now)
+    assert an_hour_ago == datetime(2026, 11, 27, 2, 30, tzinfo=UTC).timestamp()

@@ -27,6 +27,8 @@ _RESET_TEXT = re.compile(
     r"(?:\s*\((?P<tz>[^)]+)\))?", re.IGNORECASE)
 _TOO_LONG_TEXT = re.compile(r"prompt is too long", re.IGNORECASE)
 _STOPPED_REASONS = {"aborted_streaming", "aborted_tools"}
+#: A reset shown this long ago or less is the one just past (see `reset_from_text`).
+_JUST_PAST = timedelta(hours=1)
 _MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 
 
@@ -68,7 +70,9 @@ def login_advice(message: str) -> str:
 
 def reset_from_text(text: str, now: float | None = None) -> float | None:
     """"… · resets 9:41pm (UTC)" (or "resets Nov 25, 3pm (Europe/Berlin)") as epoch seconds:
-    the next such moment after `now`."""
+    the next such moment after `now`, or one less than an hour ago: the CLI shows it to
+    the minute (or the hour), so a limit hit within that minute, or by a clock a little ahead
+    of the server's, names a moment just past, not tomorrow's."""
     match = _RESET_TEXT.search(text)
     if match is None:
         return None
@@ -83,8 +87,8 @@ def reset_from_text(text: str, now: float | None = None) -> float | None:
     if match["month"] and match["month"].lower() in _MONTHS:
         month = _MONTHS.index(match["month"].lower()) + 1
         candidate = candidate.replace(month=month, day=int(match["day"]))
-        if candidate <= current:
+        if candidate <= current - _JUST_PAST:
             candidate = candidate.replace(year=candidate.year + 1)
-    elif candidate <= current:
+    elif candidate <= current - _JUST_PAST:
         candidate += timedelta(days=1)
     return candidate.timestamp()
