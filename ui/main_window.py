@@ -296,9 +296,6 @@ class MainWindow(ReadOnlyProject):
                     on_error=failed)
 
     # --- the milestone pages ---------------------------------------------------------------
-    def page_of(self, milestone_id: str) -> MilestonePage | None:
-        return self.milestone_pages.get(milestone_id)
-
     @Slot(str)
     def open_page(self, milestone_id: str) -> MilestonePage | None:
         """Show the milestone's page, opening it (and replaying its transcript) if needed."""
