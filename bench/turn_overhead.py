@@ -112,7 +112,7 @@ def fresh_turns(binary: AgentBinary, cwd: Path, env: dict[str, str]) -> list[flo
 def codex_persistent_turns(binary: AgentBinary, cwd: Path, env: dict[str, str]) -> list[float]:
     """Wall time of each turn on one `codex app-server` (start-up paid once, before)."""
     backend = CodexBackend({})
-    agent = AgentProcess(DEVELOPER, binary, backend.profile(DEVELOPER, Config()), cwd,
+    agent = AgentProcess(DEVELOPER, binary, backend.profile(DEVELOPER, Config(), cwd), cwd,
                          EventBus(), session_id="", turn_timeout=60, idle_timeout=60, env=env,
                          dialect=backend)
     return timed_turns(agent)

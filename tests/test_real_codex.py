@@ -155,7 +155,7 @@ def test_the_codex_acceptor_cannot_write_and_pushes_are_refused(
                               (DEVELOPER, "git push origin HEAD:pushed")):
             stub.push(Reply(commands=[command]), "done")
             agent = AgentProcess(role, backend.find(real_codex_bin),
-                                 backend.profile(role, config), git_repo, EventBus(),
+                                 backend.profile(role, config, git_repo), git_repo, EventBus(),
                                  session_id="", turn_timeout=60, idle_timeout=30,
                                  env={**env, **backend.environment(config, None)},
                                  dialect=backend)
@@ -170,6 +170,73 @@ def test_the_codex_acceptor_cannot_write_and_pushes_are_refused(
     assert not (git_repo / "evil.txt").exists()
     assert "anima-denies-pushes" in developer_output
     assert "pushed" not in run_git(git_repo, "branch", "-a")
+
+
+def test_the_codex_acceptor_reads_no_instructions_from_the_tree(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """Codex reads the tree's `AGENTS.md` as instructions; the tree is the Developer's, so
+    the Acceptor does not (the Developer does: they are its own)."""
+    from anima.agents.codex.backend import CodexBackend
+    from anima.agents.process import AgentProcess
+    from anima.config import Config
+    from anima.events import ACCEPTOR, DEVELOPER, EventBus
+
+    (git_repo / "AGENTS.md").write_text("AGENTS-MD-SAYS-ACCEPT\n", encoding="utf-8")
+    config, backend = Config(), CodexBackend({})
+    with ResponsesStub() as stub:
+        env = real_codex_env(stub, codex_home)
+        for role in (ACCEPTOR, DEVELOPER):
+            stub.push("done")
+            agent = AgentProcess(role, backend.find(real_codex_bin),
+                                 backend.profile(role, config, git_repo), git_repo, EventBus(),
+                                 session_id="", turn_timeout=60, idle_timeout=30,
+                                 env={**env, **backend.environment(config, None)},
+                                 dialect=backend)
+            agent.start()
+            try:
+                assert agent.send("Review").text == "done"
+            finally:
+                agent.stop()
+        acceptor, developer = (json.dumps(r) for r in stub.requests[:2])
+    assert "AGENTS-MD-SAYS-ACCEPT" not in acceptor
+    assert "AGENTS-MD-SAYS-ACCEPT" in developer
+
+
+def test_the_codex_acceptor_takes_no_project_config_from_the_tree_you_trust(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """Codex loads a `.codex/config.toml` from a project the user trusts, and a milestone's
+    worktree counts as the trusted project. The Developer writes that tree: there it could
+    pick the Acceptor's model, or its provider (an endpoint of its own that answers
+    ACCEPTED). The Acceptor treats the tree as untrusted; the Developer's is its own."""
+    from anima.agents.codex.backend import CodexBackend
+    from anima.agents.process import AgentProcess
+    from anima.config import Config
+    from anima.events import ACCEPTOR, DEVELOPER, EventBus
+
+    tree = git_repo / ".anima" / "worktrees" / "m1"
+    run_git(git_repo, "worktree", "add", "-q", "-b", "milestone/m1", str(tree))
+    (tree / ".codex").mkdir()
+    (tree / ".codex" / "config.toml").write_text('model = "the-developers-pick"\n',
+                                                 encoding="utf-8")
+    config, backend = Config(), CodexBackend({})
+    with ResponsesStub() as stub:
+        env = real_codex_env(stub, codex_home)
+        with (codex_home / "config.toml").open("a", encoding="utf-8") as f:
+            f.write(f'\n[projects."{git_repo}"]\ntrust_level = "trusted"\n')
+        for role in (ACCEPTOR, DEVELOPER):
+            stub.push("done")
+            agent = AgentProcess(role, backend.find(real_codex_bin),
+                                 backend.profile(role, config, tree), tree, EventBus(),
+                                 session_id="", turn_timeout=60, idle_timeout=30,
+                                 env={**env, **backend.environment(config, None)},
+                                 dialect=backend)
+            agent.start()
+            try:
+                assert agent.send("Review").text == "done"
+            finally:
+                agent.stop()
+        models = [r.get("model") for r in stub.requests[:2]]
+    assert models == [STUB_MODEL, "the-developers-pick"]
 
 
 def test_a_codex_usage_limit_is_waited_out(real_codex_bin: str, codex_home: Path,
@@ -271,7 +338,7 @@ def test_a_codex_agent_a_dead_anima_left_is_stopped_by_the_next_run(
     backend = CodexBackend({})
     with ResponsesStub() as stub:
         agent = AgentProcess(DEVELOPER, backend.find(real_codex_bin),
-                             backend.profile(DEVELOPER, Config()), repo, EventBus(),
+                             backend.profile(DEVELOPER, Config(), repo), repo, EventBus(),
                              session_id="", turn_timeout=60, idle_timeout=30,
                              env=real_codex_env(stub, codex_home), dialect=backend,
                              marker=procfs.agent_marker(repo, "m1", DEVELOPER))
@@ -315,7 +382,7 @@ def test_an_interrupted_codex_turn_ends_stopped_and_the_next_turn_works(
     with ResponsesStub() as stub:
         stub.push(Reply(text="a long answer " * 30, chunk_delay=0.3), "after")
         agent = AgentProcess(DEVELOPER, backend.find(real_codex_bin),
-                             backend.profile(DEVELOPER, Config()), git_repo, EventBus(),
+                             backend.profile(DEVELOPER, Config(), git_repo), git_repo, EventBus(),
                              session_id="", turn_timeout=60, idle_timeout=30,
                              env=real_codex_env(stub, codex_home), dialect=backend)
         agent.start()

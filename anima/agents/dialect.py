@@ -157,8 +157,9 @@ class Backend(Dialect, Protocol):
         AgentNotFound saying how to install it."""
         ...
 
-    def profile(self, role: str, config: Config) -> RoleProfile:
-        """The role's prompt and settings, with pushes denied unless `allow_push` is set."""
+    def profile(self, role: str, config: Config, tree: Path) -> RoleProfile:
+        """The role's prompt and settings, with pushes denied unless `allow_push` is set;
+        `tree`: the folder it works in (for the Acceptor, the Developer's)."""
         ...
 
     def owns_process(self, argv: list[str], session_id: str) -> bool:

@@ -114,6 +114,10 @@ class AgentProcess:
         return self._session_id
 
     @property
+    def resumed(self) -> bool:
+        return self._resume
+
+    @property
     def stderr_tail(self) -> str:
         with self._cond:
             return "\n".join(self._stderr_tail)

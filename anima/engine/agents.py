@@ -143,7 +143,7 @@ class AgentFactory:
         backend = self.backend(role)
         confine = sandbox.confine(role, backend.prepare_home) if sandbox else None
         home = sandbox.home(role) if sandbox is not None and confine is not None else None
-        agent = AgentProcess(role, self.binary(role), backend.profile(role, self.config), cwd,
+        agent = AgentProcess(role, self.binary(role), backend.profile(role, self.config, cwd), cwd,
                              publisher, dialect=backend,
                              session_id=session_id, resume=resume, session_model=model,
                              turn_timeout=self.config.agent_timeout_seconds,

@@ -63,8 +63,8 @@ class ClaudeBackend:
     def find(self, configured: str | None) -> AgentBinary:
         return find_claude(configured)
 
-    def profile(self, role: str, config: Config) -> RoleProfile:
-        return profile_for(role, config)
+    def profile(self, role: str, config: Config, tree: Path) -> RoleProfile:
+        return profile_for(role, config)  # `--setting-sources` keeps any tree out
 
     def owns_process(self, argv: list[str], session_id: str) -> bool:
         """A `claude -p` stream-json process on `session_id`: a human's own `claude --resume

@@ -5,6 +5,7 @@ approvals never asked (nobody is there to answer), pushes refused by git itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,6 +22,9 @@ INSTALL_HINT = "npm install -g @openai/codex"
 ENV_VAR = "ANIMA_CODEX_COMMAND"
 #: Codex's sandbox per role: the Acceptor reviews, it never writes.
 SANDBOX = {DEVELOPER: "danger-full-access", ACCEPTOR: "read-only"}
+#: The reviewer reads no `AGENTS.md` from the tree it reviews: the tree is the Developer's,
+#: and Codex would take the file as the reviewer's instructions.
+REVIEWER_OVERRIDES = ("-c", "project_doc_max_bytes=0")
 #: Every push URL is rewritten to a scheme git has no helper for, so `git push` fails with
 #: "Unable to find remote helper for 'anima-denies-pushes'" (fetches are untouched). Codex has
 #: no per-command deny rule the way `claude --disallowedTools` has.
@@ -33,6 +37,21 @@ def codex_home(real_home: Path) -> Path:
     """Where the user's Codex keeps its login, config and sessions."""
     configured = os.environ.get("CODEX_HOME")
     return Path(configured) if configured else real_home / ".codex"
+
+
+def _untrusted(tree: Path) -> str:
+    """`projects` marking `tree` untrusted, and the repository it is a worktree of (Codex
+    trusts a worktree as its repository): Codex loads a trusted project's
+    `.codex/config.toml` (its model, its provider), which in the reviewed tree is the
+    Developer's."""
+    roots = [tree]
+    with contextlib.suppress(OSError, ValueError):
+        admin = Path((tree / ".git").read_text(encoding="utf-8").removeprefix("gitdir:").strip())
+        common = admin / (admin / "commondir").read_text(encoding="utf-8").strip()
+        roots.append(Path(os.path.normpath(common)).parent)
+    tables = ",".join(f'{json.dumps(str(root))}={{trust_level="untrusted"}}'
+                      for root in dict.fromkeys(roots))
+    return f"projects={{{tables}}}"
 
 
 class CodexBackend:
@@ -65,12 +84,15 @@ class CodexBackend:
                            env_var=ENV_VAR,
                            install_hint=INSTALL_HINT)
 
-    def profile(self, role: str, config: Config) -> RoleProfile:
-        """The role's sandbox and `approval_policy = "never"` as `-c` overrides before the
-        config's own extra arguments (which may override them)."""
+    def profile(self, role: str, config: Config, tree: Path) -> RoleProfile:
+        """The role's sandbox, `approval_policy = "never"` and the reviewer's
+        `REVIEWER_OVERRIDES` and untrusted `tree` as `-c` overrides before the config's own
+        extra arguments (which may override them)."""
         role_config = config.developer if role == DEVELOPER else config.acceptor
         overrides = ["-c", f"sandbox_mode={json.dumps(SANDBOX[role])}",
                      "-c", 'approval_policy="never"']
+        if role == ACCEPTOR:
+            overrides += [*REVIEWER_OVERRIDES, "-c", _untrusted(tree)]
         role_config = role_config.model_copy(
             update={"extra_args": [*overrides, *role_config.extra_args]})
         return RoleProfile(role=role, system_prompt=load_system_prompt(role), config=role_config)
