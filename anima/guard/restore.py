@@ -30,6 +30,7 @@ from anima.git_options import NO_AGENT_CODE, git_environment
 from anima.guard.turns import (
     GIT_CONFIG,
     PutBack,
+    ReviewStart,
     TurnFindings,
     TurnGuard,
     TurnStart,
@@ -230,13 +231,31 @@ class RestoringGuard(TurnGuard):
                 self._saved.definitions[rel] = base64.b64encode(content).decode()
                 write_model_atomic(self.paths.turn_guard, self._saved)
 
-    def before_review(self) -> None:
+    def _note_records(self) -> None:
         """Before an agent or the project's checks run: the other milestones' records, which
         only Anima writes (the running one's it rewrites from memory anyway)."""
         with self._lock:
             self.records = read_records(self.paths, self.milestone)
 
+    def before_review(self, start: ReviewStart) -> None:
+        """Also kept on disk (`.anima/review_guard.json`): a kill during the review still
+        tells main the reviewer moved from main someone else moved."""
+        self._note_records()
+        write_model_atomic(self.paths.review_guard, start)
+
+    def interrupted_review(self) -> ReviewStart | None:
+        try:
+            start = ReviewStart.model_validate(json.loads(read_regular(self.paths.review_guard)))
+        except (OSError, ValueError):
+            return None
+        if start.milestone != self.milestone:  # another's waits for its own restart
+            return None
+        self.paths.review_guard.unlink()
+        return start
+
     def after_review(self) -> PutBack:
+        with contextlib.suppress(FileNotFoundError):
+            self.paths.review_guard.unlink()
         records = self._restore_records()  # first: holding an arrival drops its record
         done = put_back(self.paths, self.copy, self.mentions.named)
         done.changed = ([f"{r} put back" for r in records]
@@ -270,7 +289,7 @@ class RestoringGuard(TurnGuard):
     def begin(self, main: str, tips: Tips | None = None) -> None:
         """Also take the copy of the definitions, on disk too."""
         with self._lock:
-            self.before_review()
+            self._note_records()
             self.copy = read_definitions(self.paths)
             super().begin(main, tips)
             assert self._start is not None

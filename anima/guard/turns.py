@@ -49,6 +49,12 @@ class TurnStart(BaseModel):
     head_before: str
 
 
+class ReviewStart(TurnStart):
+    """The same before a review or a check run, and whose it is."""
+
+    who: str
+
+
 @dataclass
 class TurnFindings:
     """What one Developer turn did that it may not."""
@@ -103,12 +109,17 @@ class TurnGuard:
     def admit(self, rel: str, content: bytes) -> None:
         """The human adds a milestone through Anima while an agent works."""
 
-    def before_review(self) -> None:
-        """Before an Acceptor review or the project's checks."""
+    def before_review(self, start: ReviewStart) -> None:
+        """Before an Acceptor review or the project's checks (confined, neither can move
+        main: nothing to keep for after a kill)."""
 
     def after_review(self) -> PutBack:
         """After them: what they changed that they may not, put back."""
         return PutBack()
+
+    def interrupted_review(self) -> ReviewStart | None:
+        """This milestone's review or check run that a kill cut short."""
+        return None
 
     def begin(self, main: str, tips: Tips | None = None) -> None:
         """Note main's tip and HEAD (`tips`, when the caller has just read them)."""

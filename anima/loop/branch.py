@@ -13,16 +13,11 @@ the review's list of commits. The refs are read once before a turn and once afte
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
-from anima.atomic import read_regular, write_model_atomic
 from anima.errors import GitError
 from anima.git import GitRepo, TreeSnapshot
 from anima.git.branches import Tips
@@ -31,7 +26,7 @@ from anima.git.history import Ancestry
 from anima.git.locks import clear_stale_locks, mend_worktree_state, wait_for_git
 from anima.git.objects import take_objects
 from anima.guard.restore import describe_held
-from anima.guard.turns import TurnFindings, TurnGuard, TurnStart
+from anima.guard.turns import ReviewStart, TurnFindings, TurnGuard
 from anima.loop.ledger import Ledger
 from anima.loop.worktree import MilestoneWorktree
 from anima.store.models import FeatureStatus, MilestoneRecord, RoundKind, Verdict
@@ -51,13 +46,6 @@ class UnreportedWork:
     since: str  # the last accepted commit (or the base): where that round began
     tip: str
     commits: tuple[tuple[str, str], ...]  # (hash, subject), oldest first
-
-
-class ReviewStart(TurnStart):
-    """`.anima/review_guard.json`: a kill during a review or a check run still tells main the
-    reviewer moved from main someone else moved."""
-
-    who: str
 
 
 class BranchKeeper:
@@ -381,12 +369,11 @@ class BranchKeeper:
 
     def snapshot(self, who: str) -> TreeSnapshot:
         """Before a review or the project's checks: what `undo_changes` puts back."""
-        self.guard.before_review()
         # main as read after the Developer's turn (or after the last review or check run): a
         # move since then is judged at the end like one during the review
         self._review_began = (time.time(), self._known().main or "")
         snapshot = self.repo.snapshot()
-        write_model_atomic(self.guard.paths.review_guard, ReviewStart(
+        self.guard.before_review(ReviewStart(
             milestone=self.record.id, who=who, started=self._review_began[0],
             main_before=self._review_began[1], head_before=snapshot.head))
         return snapshot
@@ -397,8 +384,6 @@ class BranchKeeper:
         undone = self.settle_git()
         undone += self.repo.restore(snapshot)
         self._main_moved_during(snapshot.head, who)
-        with contextlib.suppress(FileNotFoundError):
-            self.guard.paths.review_guard.unlink()
         put_back = self.guard.after_review()
         self._held(put_back.held, who)
         undone += put_back.changed
@@ -415,16 +400,10 @@ class BranchKeeper:
             self.after_developer_turn(findings, settled)
         else:
             self._note(settled)
-        path = self.guard.paths.review_guard
-        try:
-            start = ReviewStart.model_validate(json.loads(read_regular(path)))
-        except (OSError, ValueError, ValidationError):
-            return
-        if start.milestone == self.record.id:  # another's waits for its own restart
+        if (start := self.guard.interrupted_review()) is not None:
             self._review_began = (start.started, start.main_before)
             self._main_moved_during(start.head_before, start.who)
             self.guarded.clear()  # no round to reject: the pause request says it
-            path.unlink()
 
     def _main_moved_during(self, reviewed: str, who: str) -> None:
         """Only the reviewed tree's own HEAD tells the reviewer's moves from someone else's:
