@@ -21,6 +21,8 @@ class Tips:
     branch: str | None  # the branch's commit; None: it does not exist
     main: str | None
     on_branch: bool
+    #: the ref the branch names when an agent made it a symbolic ref (None: a branch)
+    symbolic: str | None = None
 
 
 class BranchOps(RepoBase):
@@ -34,22 +36,24 @@ class BranchOps(RepoBase):
         if not all(self._checked_rev(n) for n in names):
             raise GitError(f"{names!r} are not valid branch names in {self.root}")
         _, out, _ = self._run(
-            ["for-each-ref", "--format=%(HEAD)%00%(objecttype)%00%(objectname)%00%(refname)",
-             *names],
+            ["for-each-ref", "--format=%(HEAD)%00%(objecttype)%00%(objectname)%00%(symref)"
+             "%00%(refname)", *names],
             what=f"Cannot read the branches {listing(names)} in {self.root}",
         )
         found: dict[str, str | None] = {}
-        head = None
+        head = symbolic = None
         for line in os.fsdecode(out).splitlines():
-            star, kind, oid, ref = [*line.split("\0", 3), "", "", ""][:4]
+            star, kind, oid, target, ref = [*line.split("\0", 4), "", "", "", ""][:5]
             if ref not in names:  # a pattern also matches refs below it (main/x)
                 continue
             found[ref] = oid if kind == "commit" else self.resolve(ref)
             if star == "*":
                 head = ref
+            if ref == names[0] and target:
+                symbolic = target
         return Tips(branch=found.get(names[0]),
                     main=found.get(f"refs/heads/{main}") if main else None,
-                    on_branch=head == names[0])
+                    on_branch=head == names[0], symbolic=symbolic)
 
     def switch(self, branch: str) -> None:
         """Check out an existing branch (local changes are carried over when git allows).
@@ -173,8 +177,10 @@ class BranchOps(RepoBase):
 
     def keep_ref(self, ref: str, commit: str) -> None:
         """Point `ref` at `commit`: a ref of Anima's under refs/anima/ (it stays reachable),
-        or a branch an agent deleted, put back."""
-        self._run(["update-ref", ref, commit], what=f"Cannot create {ref} in {self.root}")
+        a branch an agent deleted, put back, or one it made a symbolic ref, made a branch
+        again (`--no-deref`: the ref itself, never the one it names)."""
+        self._run(["update-ref", "--no-deref", ref, commit],
+                  what=f"Cannot create {ref} in {self.root}")
 
     def commit_anima_revert(self, base: str, paths: Sequence[str], message: str) -> str:
         """Commit `paths` back to how `base` has them (absent if it lacks them), and make the

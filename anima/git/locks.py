@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import time
 from pathlib import Path
 
 from anima import procfs
+from anima.atomic import read_regular
 
 # Lock files git writes directly in its directory (refs' locks live under refs/).
 _TOP_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "config.lock", "packed-refs.lock",
@@ -86,6 +88,27 @@ def mend_worktree_state(git_dir: Path, branch: str) -> tuple[list[str], bool]:
                      "made it again from HEAD, the files are as they were")
         return notes, True
     return notes, False
+
+
+_REF_FILE = re.compile(rb"([0-9a-f]{40}|[0-9a-f]{64})\n?|ref: refs/\S+\n?")
+
+
+def mend_branch_ref(common_dir: Path, branch: str) -> bool:
+    """A branch's loose ref file that git cannot read (empty, say: a write stopped halfway,
+    or garbage written by hand) makes every git command that reads the branch fail; a link
+    there is none git makes. Such a file is removed (git then reads the branch from
+    `packed-refs`, or as missing); returns whether it was. A symbolic ref is readable: the
+    caller deals with it."""
+    path = common_dir / "refs" / "heads" / branch
+    if path.is_symlink() or path.is_file():
+        try:
+            data = read_regular(path, 200)
+        except OSError:
+            data = b""
+        if _REF_FILE.fullmatch(data) is None:
+            path.unlink()
+            return True
+    return False
 
 
 def _readable_index(path: Path) -> bool:

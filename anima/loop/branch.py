@@ -23,7 +23,12 @@ from anima.git import GitRepo, TreeSnapshot
 from anima.git.branches import Tips
 from anima.git.check import RawChange, Resolved
 from anima.git.history import Ancestry
-from anima.git.locks import clear_stale_locks, mend_worktree_state, wait_for_git
+from anima.git.locks import (
+    clear_stale_locks,
+    mend_branch_ref,
+    mend_worktree_state,
+    wait_for_git,
+)
 from anima.git.objects import take_objects
 from anima.guard.restore import describe_held
 from anima.guard.turns import ReviewStart, TurnFindings, TurnGuard
@@ -79,15 +84,22 @@ class BranchKeeper:
 
     def take_guarded(self) -> list[str]:
         """The problems found since the last rejection, which then starts with them."""
-        guarded, self.guarded = self.guarded, []
+        guarded, self.guarded = list(dict.fromkeys(self.guarded)), []  # a turn's twice: once
         return guarded
 
     def refresh(self) -> Tips:
         """Read where the branch, main and HEAD are (one git call): before a round, after a
-        Developer turn, and after Anima moved something in a way it does not just note."""
+        Developer turn, and after Anima moved something in a way it does not just note.
+        A branch made a symbolic ref is made a branch again first (`_made_symbolic`)."""
         rec = self.record
-        self._tips = self.repo.tips(rec.branch_name or "", rec.main_branch)
-        return self._tips
+        tips = self.repo.tips(rec.branch_name or "", rec.main_branch)
+        if tips.symbolic is not None:
+            self.guarded.append(self._branch_mended(
+                f"made a symbolic ref to {tips.symbolic}, so that commits on it would move "
+                f"{tips.symbolic}"))
+            tips = self.repo.tips(rec.branch_name or "", rec.main_branch)
+        self._tips = tips
+        return tips
 
     def _known(self) -> Tips:
         return self._tips if self._tips is not None else self.refresh()
@@ -442,7 +454,28 @@ class BranchKeeper:
             if reindex:
                 self.repo.rebuild_index()
             notes += mended
+            if mend_branch_ref(self.repo.common_dir, self.record.branch_name):
+                self.guarded.append(self._branch_mended(
+                    "left unreadable (its ref file held no commit)"))
+        before = self._tips
+        self.refresh()  # before Anima's own git writes anything: an abort, a commit
+        self._tips = before  # as the turn found them, for what compares with them
         return notes
+
+    def _branch_mended(self, how: str) -> str:
+        """The Developer writes its branch's ref file (it must, to commit). Made a symbolic
+        ref (`ref: refs/heads/main`), the branch is main to git, and every commit Anima makes
+        on it (the leftovers, a put-back, an abort) would move main, with Anima's unconfined
+        git; left unreadable, every git command reading it fails. It is made a branch again
+        where it stood before the turn; returns the round's problem. `how`: what it was."""
+        branch = self.record.branch_name or ""
+        back_to = (self._tips.branch if self._tips else None) or self._since()
+        self.repo.keep_ref(f"refs/heads/{branch}", back_to)
+        self._moved(branch=back_to)
+        problem = (f"{branch} was {how}; Anima made it a branch again at {back_to[:7]}, "
+                   "where it stood before the turn (its commits since are dropped from it)")
+        self._log(problem)
+        return problem
 
     def _note(self, notes: list[str]) -> None:
         for note in notes:
