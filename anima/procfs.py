@@ -148,6 +148,75 @@ def marked(prefix: str) -> list[int]:
             and value.startswith(prefix) and alive(pid)]
 
 
+def descendants(root: int) -> list[int]:
+    """Every live process below `root` (children, theirs, ...), from one scan of /proc."""
+    children: dict[int, list[int]] = {}
+    for pid in pids():
+        if (ppid := parent(pid)) is not None:
+            children.setdefault(ppid, []).append(pid)
+    found, todo = [], list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, ())
+    return [pid for pid in found if alive(pid)]
+
+
+# --------------------------------------------------------------------------- holding
+
+#: A process held between an agent's turns: (pid, start time), so that a pid reused since is
+#: never continued.
+Held = tuple[int, int]
+
+
+def _state(pid: int) -> str:
+    fields = _stat(pid)
+    return fields[0] if fields else "X"
+
+
+def stdin_of(pid: int) -> tuple[int, int] | None:
+    """(device, inode) of what `pid` reads as its standard input."""
+    try:
+        st = os.stat(f"/proc/{pid}/fd/0")
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def hold(root: int, marker: str | None, program: tuple[int, int],
+         rounds: int = 100) -> list[Held]:
+    """SIGSTOP every process below `root` and every one carrying `marker` (what left the
+    tree keeps it) but the program itself: `root` and what below it reads `program` (the
+    CLI's input: a wrapper, a launcher, the CLI; its tools read none of it). Rescans until a
+    scan finds none running, so what a process forked just before it stopped is held too.
+    `release` continues them."""
+    held: dict[int, int] = {}
+    spared = _ancestry() | {root}
+    for _ in range(rounds):
+        found = {*descendants(root), *(marked(marker) if marker else ())} - spared
+        spared |= {pid for pid in found if stdin_of(pid) == program}
+        found -= spared
+        fresh = [pid for pid in found if pid not in held]
+        if not fresh:
+            break
+        for pid in fresh:
+            if (started := start_time(pid)) is not None:
+                held[pid] = started
+                _signal(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + _GRACE  # stopped once its fork, if any, has returned
+        while any(_state(pid) not in ("T", "t", "Z", "X") for pid in fresh) \
+                and time.monotonic() < deadline:
+            time.sleep(0.001)
+    return list(held.items())
+
+
+def release(held: list[Held]) -> None:
+    """SIGCONT what `hold` stopped, where it is still the same process."""
+    for pid, started in held:
+        if start_time(pid) == started:
+            _signal(pid, signal.SIGCONT)
+
+
 # --------------------------------------------------------------------------- stopping
 
 

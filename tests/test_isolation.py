@@ -539,6 +539,60 @@ def test_a_branch_made_a_symbolic_ref_never_moves_the_branch_it_names(
     assert run_git(project, "rev-parse", "main^1") == main_before
 
 
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_nothing_the_developer_left_running_acts_between_its_turns(
+        git_repo: Path, fake: FakeClaude, mode: str) -> None:
+    """A job the Developer leaves in the background outlives its turn. One that rewrites its
+    branch into a symbolic ref to main over and over would undo every mending and turn
+    Anima's own commits on the branch (the uncommitted work's, a put-back) into commits on
+    main; another could change the tree while it is reviewed. Between the Developer's turns
+    nothing it started runs: each of its turns ends with the branch made a branch again and
+    rejected, three of them pause the milestone, and main stays where it was. (Unconfined,
+    the Developer's own commit lands on main through the link: detected as its move.)"""
+    project = project_with(git_repo, mode)
+    main_before = run_git(project, "rev-parse", "main")
+    ref_file = project / ".git" / "refs" / "heads" / "milestone" / "m1"
+    ticks = fake.root / "ticks"
+    loop = (f"( while :; do echo 'ref: refs/heads/main' > {ref_file} 2>/dev/null; "
+            f"echo . >> {ticks}; sleep 0.01; done ) > /dev/null 2>&1 &")
+    calls = [loop, "sleep 0.3", "mkdir -p features && echo leftover > features/left.txt"]
+    fake.write_script({"developer": [{"shell": calls}, AUTO, AUTO, AUTO, AUTO]})
+    _, outcome = run_engine(project)
+
+    assert outcome.paused == ("m1",)
+    rec = record(project, "m1")
+    assert "chore(anima)" not in run_git(project, "log", "--format=%s", "main")
+    assert all(i.verdict is Verdict.REJECTED for i in rec.iterations)
+    assert "made a symbolic ref to refs/heads/main" in (rec.iterations[0].reason or "")
+    if mode == "off":
+        assert "the Developer moved main" in (rec.pause_reason or "")
+    else:
+        assert len(rec.iterations) == 3
+        assert run_git(project, "rev-parse", "main") == main_before
+    count = len(ticks.read_text())
+    time.sleep(0.3)
+    assert len(ticks.read_text()) == count  # the job ended with the Developer
+
+
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_the_tree_holds_still_while_it_is_reviewed(
+        git_repo: Path, fake: FakeClaude, mode: str) -> None:
+    """A job the Developer left running would go on changing its tree while the Acceptor
+    reviews it. It is held from the end of the Developer's turn to the start of its next."""
+    project = project_with(git_repo, mode)
+    ticks = fake.root / "ticks"
+    job = f"( while :; do echo . >> {ticks}; sleep 0.01; done ) > /dev/null 2>&1 &"
+    seen = [fake.root / "seen-before", fake.root / "seen-after"]
+    look = [f"wc -c < {ticks} > {seen[0]}", "sleep 0.5", f"wc -c < {ticks} > {seen[1]}"]
+    fake.write_script({"developer": [{"shell": [job, "sleep 0.2"], "auto": True}],
+                       "acceptor": [{"shell": look, "auto": True}]})
+    run_engine(project)
+
+    before, after = (int(path.read_text()) for path in seen)
+    assert before > 0 and after == before
+    assert_merged_after_final_acceptance(project)
+
+
 # ------------------------------------------- 7. the human keeps working in their checkout
 
 

@@ -96,6 +96,9 @@ class AgentProcess:
         self._turn_done = threading.Event()
         self._interrupt_sent = False
         self._turns_sent = 0
+        self._held: list[procfs.Held] = []  # stopped between turns (see `_hold`)
+        self._hold_lock = threading.Lock()  # `stop` (another thread) vs. a turn's end
+        self._stopping = False
         self._exit_published = False
         self.outcome: ProcessOutcome | None = None  # how the last process ended
 
@@ -189,12 +192,16 @@ class AgentProcess:
         self._turns_sent = 0
         self._exit_published = False
         self._interrupt_sent = False
+        self._stopping = False
 
     def stop(self, grace: float = 5.0) -> None:
         """End the process in steps and reap it (see `PtyProcess.stop`)."""
         proc = self._io.proc
         if proc is None:
             return
+        with self._hold_lock:  # held processes would only take SIGKILL
+            self._stopping = True
+            self._release()
         self._io.stop(grace)
         self._publish_exit(expected=True)
         log.info("%s agent stopped (exit %s)", self.role, proc.returncode)
@@ -280,6 +287,8 @@ class AgentProcess:
         if not self._turn_lock.acquire(blocking=False):
             raise AgentError(f"{self.role} agent: a turn is already in flight")
         try:
+            with self._hold_lock:
+                self._release()
             self._turn_done.clear()
             self._interrupt_sent = False
             self._turn_active.set()
@@ -296,8 +305,29 @@ class AgentProcess:
             return result
         finally:
             self._turn_active.clear()
+            self._hold()
             self._turn_done.set()
             self._turn_lock.release()
+
+    def _hold(self) -> None:
+        """Between its turns nothing the agent started runs: a job it left in the background
+        would otherwise go on writing the tree while it is checked and reviewed, or its
+        branch's ref while Anima commits on the branch. The CLI itself runs on (it writes its
+        session file after the result). The next turn (or the stop) continues them."""
+        proc = self._io.proc
+        with self._hold_lock:
+            if proc is None or proc.poll() is not None or self._stopping or proc.stdin is None:
+                return
+            with contextlib.suppress(OSError, ValueError):
+                st = os.fstat(proc.stdin.fileno())
+                # Confined, nothing leaves the sandbox's process tree; unconfined, what left
+                # it (a daemon) still carries the marker.
+                self._held = procfs.hold(proc.pid, None if self._confine else self._marker,
+                                         (st.st_dev, st.st_ino))
+
+    def _release(self) -> None:
+        held, self._held = self._held, []
+        procfs.release(held)
 
     def _run_turn(self, prompt: str) -> TurnResult:
         started = time.monotonic()
