@@ -90,25 +90,26 @@ def mend_worktree_state(git_dir: Path, branch: str) -> tuple[list[str], bool]:
     return notes, False
 
 
-_REF_FILE = re.compile(rb"([0-9a-f]{40}|[0-9a-f]{64})\n?|ref: refs/\S+\n?")
+_REF_FILE = re.compile(rb"(?:[0-9a-f]{40}|[0-9a-f]{64})\n?|ref: (refs/\S+)\n?")
 
 
-def mend_branch_ref(common_dir: Path, branch: str) -> bool:
-    """A branch's loose ref file that git cannot read (empty, say: a write stopped halfway,
-    or garbage written by hand) makes every git command that reads the branch fail; a link
-    there is none git makes. Such a file is removed (git then reads the branch from
-    `packed-refs`, or as missing); returns whether it was. A symbolic ref is readable: the
-    caller deals with it."""
+def mend_branch_ref(common_dir: Path, branch: str) -> str | None:
+    """How the Developer left its branch's loose ref file, when not as a commit: "" when git
+    could not read it (empty, say: a write stopped halfway, or garbage written by hand; a
+    link there is none git makes), and it is removed (git then reads the branch from
+    `packed-refs`, or as missing); the ref it names when it is a symbolic ref, for the
+    caller to deal with. None: a commit, or no loose file. No git runs."""
     path = common_dir / "refs" / "heads" / branch
-    if path.is_symlink() or path.is_file():
-        try:
-            data = read_regular(path, 200)
-        except OSError:
-            data = b""
-        if _REF_FILE.fullmatch(data) is None:
-            path.unlink()
-            return True
-    return False
+    if not (path.is_symlink() or path.is_file()):
+        return None
+    try:
+        data = read_regular(path, 200)
+    except OSError:
+        data = b""
+    if (found := _REF_FILE.fullmatch(data)) is None:
+        path.unlink()
+        return ""
+    return found.group(1).decode() if found.group(1) else None
 
 
 def _readable_index(path: Path) -> bool:

@@ -94,9 +94,7 @@ class BranchKeeper:
         rec = self.record
         tips = self.repo.tips(rec.branch_name or "", rec.main_branch)
         if tips.symbolic is not None:
-            self.guarded.append(self._branch_mended(
-                f"made a symbolic ref to {tips.symbolic}, so that commits on it would move "
-                f"{tips.symbolic}"))
+            self.guarded.append(self._made_symbolic(tips.symbolic))
             tips = self.repo.tips(rec.branch_name or "", rec.main_branch)
         self._tips = tips
         return tips
@@ -454,13 +452,17 @@ class BranchKeeper:
             if reindex:
                 self.repo.rebuild_index()
             notes += mended
-            if mend_branch_ref(self.repo.common_dir, self.record.branch_name):
+            # before Anima's own git reads or writes the branch (an abort, a commit)
+            if (target := mend_branch_ref(self.repo.common_dir, self.record.branch_name)) == "":
                 self.guarded.append(self._branch_mended(
                     "left unreadable (its ref file held no commit)"))
-        before = self._tips
-        self.refresh()  # before Anima's own git writes anything: an abort, a commit
-        self._tips = before  # as the turn found them, for what compares with them
+            elif target is not None:
+                self.guarded.append(self._made_symbolic(target))
         return notes
+
+    def _made_symbolic(self, target: str) -> str:
+        return self._branch_mended(f"made a symbolic ref to {target}, so that commits on it "
+                                   f"would move {target}")
 
     def _branch_mended(self, how: str) -> str:
         """The Developer writes its branch's ref file (it must, to commit). Made a symbolic
