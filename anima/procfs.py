@@ -151,15 +151,18 @@ def marked(prefix: str) -> list[int]:
 def descendants(root: int) -> list[int]:
     """Every live process below `root` (children, theirs, ...), from one scan of /proc."""
     children: dict[int, list[int]] = {}
+    live = set()
     for pid in pids():
-        if (ppid := parent(pid)) is not None:
-            children.setdefault(ppid, []).append(pid)
+        if (fields := _stat(pid)) is not None and len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(pid)
+            if fields[0] not in ("Z", "X"):
+                live.add(pid)
     found, todo = [], list(children.get(root, ()))
     while todo:
         pid = todo.pop()
         found.append(pid)
         todo += children.get(pid, ())
-    return [pid for pid in found if alive(pid)]
+    return [pid for pid in found if pid in live]
 
 
 # --------------------------------------------------------------------------- holding
