@@ -593,6 +593,36 @@ def test_the_tree_holds_still_while_it_is_reviewed(
     assert_merged_after_final_acceptance(project)
 
 
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_links_in_gits_folder_never_make_animas_git_write_your_files(
+        git_repo: Path, fake: FakeClaude, human_home: Path, mode: str) -> None:
+    """Git writes some files of its folder by opening them: a commit's message
+    (`COMMIT_EDITMSG`, truncated and rewritten) and the reflogs (appended to). The Developer
+    writes its worktree's git folder and its branch's reflog (it must, to commit): links
+    there made Anima's own commit of its leftovers, unconfined, write your `~/.bashrc` and
+    config; a FIFO would have hung it. They are removed first, and the round rejected."""
+    project = project_with(git_repo, mode)
+    victims = {name: human_home / name for name in (".bashrc", ".profile", ".zshrc")}
+    for path in victims.values():
+        path.write_text("# yours\n", encoding="utf-8")
+    admin = project / ".git" / "worktrees" / "m1"
+    reflog = project / ".git" / "logs" / "refs" / "heads" / "milestone" / "m1"
+    calls = [attack(fake, "links", f"ln -sf {victims['.bashrc']} {admin}/COMMIT_EDITMSG && "
+                                   f"ln -sf {victims['.profile']} {admin}/logs/HEAD && "
+                                   f"ln -sf {victims['.zshrc']} {reflog} && "
+                                   f"mkfifo {admin}/MERGE_MSG"),
+             "mkdir -p features && echo leftover > features/left.txt"]
+    fake.write_script({"developer": [{"shell": calls}, AUTO, AUTO]})
+    run_engine(project)
+
+    assert_allowed(fake, "links")
+    assert all(path.read_text(encoding="utf-8") == "# yours\n" for path in victims.values())
+    rec = record(project, "m1")
+    assert rec.iterations[0].verdict is Verdict.REJECTED
+    assert "worktrees/m1/COMMIT_EDITMSG" in (rec.iterations[0].reason or "")
+    assert_merged_after_final_acceptance(project)
+
+
 # ------------------------------------------- 7. the human keeps working in their checkout
 
 

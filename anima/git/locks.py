@@ -14,6 +14,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -63,6 +64,32 @@ def worktree_git_dir(worktree: Path) -> Path:
     there is none."""
     text = (worktree / ".git").read_text(encoding="utf-8").strip()
     return Path(os.path.realpath(worktree / text.removeprefix("gitdir:").strip()))
+
+
+def remove_links(common_dir: Path, git_dir: Path | None, branch: str) -> list[str]:
+    """Remove every symbolic link and special file in the parts of git's folder a confined
+    Developer writes (its worktree's own `git_dir`, its branch's ref and reflog folders);
+    returns them, relative to `common_dir`. Git makes neither there, and it writes some files
+    by opening them: a commit's message (`COMMIT_EDITMSG`, truncated), the reflogs (appended
+    to). Through a link, Anima's unconfined git would write the file it names, outside the
+    sandbox (`~/.bashrc`); a FIFO would hang it."""
+    parent = branch.rpartition("/")[0]
+    folders = [common_dir / "refs" / "heads" / parent,
+               common_dir / "logs" / "refs" / "heads" / parent]
+    worktrees = Path(os.path.realpath(common_dir / "worktrees"))
+    if git_dir is not None and Path(os.path.realpath(git_dir)).parent == worktrees:
+        folders.append(git_dir)  # (where a forged `.git` file points, nothing is removed)
+    found = []
+    for folder in folders:
+        for dirpath, dirnames, filenames in os.walk(folder):  # a link to a folder: not entered
+            for name in [*dirnames, *filenames]:
+                path = Path(dirpath, name)
+                with contextlib.suppress(FileNotFoundError):
+                    mode = path.lstat().st_mode
+                    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                        path.unlink()
+                        found.append(os.path.relpath(path, common_dir))
+    return found
 
 
 def mend_worktree_state(git_dir: Path, branch: str) -> tuple[list[str], bool]:

@@ -27,6 +27,7 @@ from anima.git.locks import (
     clear_stale_locks,
     mend_branch_ref,
     mend_worktree_state,
+    remove_links,
     wait_for_git,
 )
 from anima.git.objects import take_objects
@@ -443,6 +444,12 @@ class BranchKeeper:
                          f"{', '.join(map(str, busy))}); its locks are left alone")
         notes += take_objects(self.guard.paths.agent_objects(self.record.id),
                               self.repo.common_dir)
+        if self.record.branch_name and (links := remove_links(
+                self.repo.common_dir, self.repo.git_dir, self.record.branch_name)):
+            self.guarded.append(
+                f"the round left links (or special files) in git's own folder: "
+                f"{', '.join(links)}; through them Anima's git would have written the files "
+                "they name, outside the sandbox; removed")
         for git_dir in dict.fromkeys([self.repo.git_dir, self.repo.common_dir]):
             notes += [f"{git_dir.relative_to(project)}/{lock} was left by a git command "
                       "that no longer runs; removed"

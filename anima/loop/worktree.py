@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,7 +19,7 @@ from anima import procfs
 from anima.atomic import read_regular, write_model_atomic
 from anima.config import Config
 from anima.git import GitRepo
-from anima.git.locks import mend_worktree_state, worktree_git_dir
+from anima.git.locks import mend_worktree_state, remove_links, worktree_git_dir
 from anima.git.objects import take_objects
 from anima.git.worktree_include import copy_included, included_paths
 from anima.loop.checks import CheckResult, Confine, display, run_check
@@ -64,6 +65,13 @@ class MilestoneWorktree:
         A milestone that never started starts from main: a branch of its name that holds
         commits main lacks is someone else's (another milestone's Developer can create
         branches), so it is kept under a ref and the milestone starts without it."""
+        try:
+            admin: Path | None = worktree_git_dir(self.path)
+        except OSError:
+            admin = None
+        for link in remove_links(self.project.common_dir, admin, branch):
+            self._log(f".git/{link} was a link (or a special file) in git's own folder, through "
+                      "which git would write the file it names; removed")
         if never_started:
             self._set_aside(branch, main)
         known = any(w.path == self.path and not w.half_made
