@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from anima.events import clock
+from anima.events import ACCEPTOR, DEVELOPER, clock
 from anima.store.models import MilestoneStatus, Verdict
 from tests.conftest import real_codex_env, run_git
 from tests.fakes.api_stub import ApiStub
@@ -139,31 +139,37 @@ def test_claude_develops_and_codex_reviews(real_codex_bin: str, real_claude_bin:
     assert (rec.agents["developer"].agent, rec.agents["acceptor"].agent) == ("claude", "codex")
 
 
-def test_the_codex_acceptor_cannot_write_and_pushes_are_refused(
-        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
-    """Codex's own read-only sandbox for the Acceptor; git refuses the Developer's push."""
+def one_turn_each(stub: ResponsesStub, codex: str, env: dict[str, str], tree: Path,
+                  turns: list[tuple[str, tuple[Any, ...]]]) -> None:
+    """A real Codex agent per role in `tree`, started, given one turn answered by its
+    replies (the last one "done"), and stopped."""
     from anima.agents.codex.backend import CodexBackend
     from anima.agents.process import AgentProcess
     from anima.config import Config
-    from anima.events import ACCEPTOR, DEVELOPER, EventBus
+    from anima.events import EventBus
 
     config, backend = Config(), CodexBackend({})
+    for role, replies in turns:
+        stub.push(*replies)
+        agent = AgentProcess(role, backend.find(codex), backend.profile(role, config, tree),
+                             tree, EventBus(), session_id="", turn_timeout=60,
+                             idle_timeout=30, env={**env, **backend.environment(config, None)},
+                             dialect=backend)
+        agent.start()
+        try:
+            assert agent.send("go").text == "done"
+        finally:
+            agent.stop()
+
+
+def test_the_codex_acceptor_cannot_write_and_pushes_are_refused(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """Codex's own read-only sandbox for the Acceptor; git refuses the Developer's push."""
     run_git(git_repo, "remote", "add", "origin", str(git_repo))
     with ResponsesStub() as stub:
-        env = real_codex_env(stub, codex_home)
-        for role, command in ((ACCEPTOR, "git log --format=%s -1; echo x > evil.txt"),
-                              (DEVELOPER, "git push origin HEAD:pushed")):
-            stub.push(Reply(commands=[command]), "done")
-            agent = AgentProcess(role, backend.find(real_codex_bin),
-                                 backend.profile(role, config, git_repo), git_repo, EventBus(),
-                                 session_id="", turn_timeout=60, idle_timeout=30,
-                                 env={**env, **backend.environment(config, None)},
-                                 dialect=backend)
-            agent.start()
-            try:
-                assert agent.send("go").text == "done"
-            finally:
-                agent.stop()
+        one_turn_each(stub, real_codex_bin, real_codex_env(stub, codex_home), git_repo, [
+            (ACCEPTOR, (Reply(commands=["git log --format=%s -1; echo x > evil.txt"]), "done")),
+            (DEVELOPER, (Reply(commands=["git push origin HEAD:pushed"]), "done"))])
         acceptor_output, developer_output = (
             stub.requests[i]["input"][-1]["output"] for i in (1, 3))
     assert "init" in acceptor_output and "Read-only file system" in acceptor_output
@@ -176,27 +182,10 @@ def test_the_codex_acceptor_reads_no_instructions_from_the_tree(
         real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
     """Codex reads the tree's `AGENTS.md` as instructions; the tree is the Developer's, so
     the Acceptor does not (the Developer does: they are its own)."""
-    from anima.agents.codex.backend import CodexBackend
-    from anima.agents.process import AgentProcess
-    from anima.config import Config
-    from anima.events import ACCEPTOR, DEVELOPER, EventBus
-
     (git_repo / "AGENTS.md").write_text("AGENTS-MD-SAYS-ACCEPT\n", encoding="utf-8")
-    config, backend = Config(), CodexBackend({})
     with ResponsesStub() as stub:
-        env = real_codex_env(stub, codex_home)
-        for role in (ACCEPTOR, DEVELOPER):
-            stub.push("done")
-            agent = AgentProcess(role, backend.find(real_codex_bin),
-                                 backend.profile(role, config, git_repo), git_repo, EventBus(),
-                                 session_id="", turn_timeout=60, idle_timeout=30,
-                                 env={**env, **backend.environment(config, None)},
-                                 dialect=backend)
-            agent.start()
-            try:
-                assert agent.send("Review").text == "done"
-            finally:
-                agent.stop()
+        one_turn_each(stub, real_codex_bin, real_codex_env(stub, codex_home), git_repo,
+                      [(ACCEPTOR, ("done",)), (DEVELOPER, ("done",))])
         acceptor, developer = (json.dumps(r) for r in stub.requests[:2])
     assert "AGENTS-MD-SAYS-ACCEPT" not in acceptor
     assert "AGENTS-MD-SAYS-ACCEPT" in developer
@@ -208,33 +197,17 @@ def test_the_codex_acceptor_takes_no_project_config_from_the_tree_you_trust(
     worktree counts as the trusted project. The Developer writes that tree: there it could
     pick the Acceptor's model, or its provider (an endpoint of its own that answers
     ACCEPTED). The Acceptor treats the tree as untrusted; the Developer's is its own."""
-    from anima.agents.codex.backend import CodexBackend
-    from anima.agents.process import AgentProcess
-    from anima.config import Config
-    from anima.events import ACCEPTOR, DEVELOPER, EventBus
-
     tree = git_repo / ".anima" / "worktrees" / "m1"
     run_git(git_repo, "worktree", "add", "-q", "-b", "milestone/m1", str(tree))
     (tree / ".codex").mkdir()
     (tree / ".codex" / "config.toml").write_text('model = "the-developers-pick"\n',
                                                  encoding="utf-8")
-    config, backend = Config(), CodexBackend({})
     with ResponsesStub() as stub:
         env = real_codex_env(stub, codex_home)
         with (codex_home / "config.toml").open("a", encoding="utf-8") as f:
             f.write(f'\n[projects."{git_repo}"]\ntrust_level = "trusted"\n')
-        for role in (ACCEPTOR, DEVELOPER):
-            stub.push("done")
-            agent = AgentProcess(role, backend.find(real_codex_bin),
-                                 backend.profile(role, config, tree), tree, EventBus(),
-                                 session_id="", turn_timeout=60, idle_timeout=30,
-                                 env={**env, **backend.environment(config, None)},
-                                 dialect=backend)
-            agent.start()
-            try:
-                assert agent.send("Review").text == "done"
-            finally:
-                agent.stop()
+        one_turn_each(stub, real_codex_bin, env, tree,
+                      [(ACCEPTOR, ("done",)), (DEVELOPER, ("done",))])
         models = [r.get("model") for r in stub.requests[:2]]
     assert models == [STUB_MODEL, "the-developers-pick"]
 
@@ -330,7 +303,7 @@ def test_a_codex_agent_a_dead_anima_left_is_stopped_by_the_next_run(
     from anima.agents.codex.backend import CodexBackend
     from anima.agents.process import AgentProcess
     from anima.config import Config
-    from anima.events import DEVELOPER, EventBus
+    from anima.events import EventBus
     from anima.loop.recovery import AgentRegistry
     from anima.paths import ProjectPaths
 
@@ -376,7 +349,7 @@ def test_an_interrupted_codex_turn_ends_stopped_and_the_next_turn_works(
     from anima.agents.dialect import FaultKind
     from anima.agents.process import AgentProcess
     from anima.config import Config
-    from anima.events import DEVELOPER, EventBus
+    from anima.events import EventBus
 
     backend = CodexBackend({})
     with ResponsesStub() as stub:
