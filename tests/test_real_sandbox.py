@@ -184,3 +184,20 @@ def test_writes_outside_the_worktree_fail_and_change_nothing(
     assert not (root / "planted.txt").exists()
     assert not (milestone.paths.milestones / "planted.md").exists()
     assert run_git(root, "rev-parse", "main") == milestone.main
+
+
+def test_what_the_confined_cli_left_running_is_held_between_its_turns(
+        make_confined: Factory, api_stub: ApiStub, milestone: Milestone) -> None:
+    """The real CLI's Bash tools and what they leave in the background are held between the
+    agent's turns, the CLI itself is not (it answers the next turn in the same session)."""
+    ticks = milestone.worktree / "ticks.txt"
+    job = f"(while :; do echo . >> {ticks}; sleep 0.02; done) > /dev/null 2>&1 & echo started"
+    api_stub.push(bash(job), "Started.")
+    agent = make_confined()
+    assert agent.send("Start the ticker").text == "Started."
+    held = ticks.stat().st_size
+    time.sleep(0.5)
+    assert ticks.stat().st_size == held
+    api_stub.push(bash("sleep 0.5; echo waited"), "Waited.")
+    assert agent.send("Wait a little").text == "Waited."
+    assert ticks.stat().st_size > held
