@@ -239,6 +239,7 @@ def stop_marked(prefix: str, grace: float = _GRACE) -> list[int]:
         for pid in left:
             if kill or pid not in signalled:
                 _signal(pid, signal.SIGKILL if kill else signal.SIGTERM)
+                _signal(pid, signal.SIGCONT)  # one held between turns takes it now
         signalled.update(left)
         time.sleep(_POLL)
     return sorted(signalled)
@@ -281,6 +282,7 @@ def _stop(send: Callable[[signal.Signals], None], remaining: Callable[[], bool],
         if not remaining():
             return
         send(sig)
+        send(signal.SIGCONT)  # one held between turns takes the SIGTERM now
         deadline = time.monotonic() + grace
         while remaining() and time.monotonic() < deadline:
             time.sleep(_POLL)

@@ -4,7 +4,10 @@ stopped when the agent stops, when the milestone ends and when a killed run is r
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -144,3 +147,26 @@ def test_a_restart_after_a_kill_stops_what_the_dead_runs_agents_left(
     else:
         assert "leftover tool process" not in again.stdout
     assert record(git_repo, "m1").status is MilestoneStatus.COMPLETED
+
+
+def test_a_process_held_between_turns_still_ends_as_asked(tmp_path: Path) -> None:
+    """What an agent left running is held (stopped) between its turns; a stop asked then, by
+    this run or by the next start after a kill, lets it end as asked (its SIGTERM handler
+    runs, a server closes its files), not only by SIGKILL."""
+    marker = procfs.agent_marker(tmp_path, "m1", DEVELOPER)
+    ready, ended = tmp_path / "ready", tmp_path / "ended"
+    script = ("import pathlib, signal, sys, time\n"
+              "signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path(sys.argv[2]).touch(),"
+              " sys.exit(0)))\n"
+              "pathlib.Path(sys.argv[1]).touch()\n"
+              "while True: time.sleep(0.05)\n")
+    child = subprocess.Popen([sys.executable, "-c", script, str(ready), str(ended)],
+                             env={**os.environ, procfs.AGENT_VAR: marker})
+    try:
+        wait_until(ready.exists, what="the server's handler")
+        os.kill(child.pid, signal.SIGSTOP)
+        assert procfs.stop_marked(marker, grace=2.0) == [child.pid]
+        assert ended.exists()
+    finally:
+        child.kill()
+        child.wait()
