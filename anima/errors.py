@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 
@@ -74,3 +75,12 @@ class SessionLost(AgentError):
 
 class ActionError(AnimaError):
     """The action does not apply to the milestone in its current status."""
+
+
+def unexpected(error: Exception) -> str:
+    """The sentence for an error nothing expected; a full disk says so, and what to do."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = f" (writing {error.filename})" if error.filename else ""
+        return (f"the disk is full{where}: free some space, then start Anima again; what was "
+                "saved before stays as it was, and the milestones go on from there")
+    return f"unexpected error: {error!r}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import sys
 import threading
 from pathlib import Path
 
@@ -20,6 +21,19 @@ _MAX_BYTES = 2_000_000
 _BACKUPS = 3
 _lock = threading.Lock()
 _handler: logging.handlers.RotatingFileHandler | None = None
+
+
+class _LogFile(logging.handlers.RotatingFileHandler):
+    """The log file, which may fail to write (a full disk): that is said once on stderr, not
+    as a traceback per line logged, and the run goes on."""
+
+    _failed = False
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if not self._failed:
+            self._failed = True
+            print(f"[anima] cannot write {self.baseFilename}; its lines are lost until it "
+                  "can be written again", file=sys.stderr)
 
 
 class _RedactingFormatter(logging.Formatter):
@@ -44,8 +58,7 @@ def configure_logging(paths: ProjectPaths) -> Path:
         if _handler is not None and Path(_handler.baseFilename) == path.absolute():
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.handlers.RotatingFileHandler(
-            path, maxBytes=_MAX_BYTES, backupCount=_BACKUPS, encoding="utf-8")
+        handler = _LogFile(path, maxBytes=_MAX_BYTES, backupCount=_BACKUPS, encoding="utf-8")
         handler.setLevel(logging.INFO)
         handler.setFormatter(_RedactingFormatter(
             "%(asctime)s %(levelname)s %(name)s [%(process)d %(threadName)s] %(message)s"))

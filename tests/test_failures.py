@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -183,3 +183,41 @@ def test_a_paused_project_stays_paused_and_exits_3_whatever_its_definitions(
     status = json.loads(anima("status", str(git_repo), "--json").stdout)
     assert [m["status"] for m in status["milestones"]] == ["paused"]
     assert our_processes() == []
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 48 MB file system of its own (tmpfs), to fill up."""
+    where = tmp_path / "small"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(where)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_full_disk_is_named_and_the_records_keep_their_last_state(
+        small_disk: Path, fake_claude: FakeClaude) -> None:
+    """A Developer that fills the disk (a build's output, a runaway log): the run stops
+    saying the disk is full and what to do, once, without a traceback per line logged, and
+    every record on disk is still whole."""
+    repo = small_disk / "repo"
+    run_git(small_disk, "init", "-q", "-b", "main", str(repo))
+    (repo / "README.md").write_text("# small\n", encoding="utf-8")
+    run_git(repo, "add", "-A")
+    run_git(repo, "-c", "user.name=T", "-c", "user.email=t@example.invalid", "commit", "-qm",
+            "init")
+    make_project(repo, {"m1": ONE})
+    fill = "dd if=/dev/zero of=big.bin bs=1M count=100 2>/dev/null; true"
+    fake_claude.write_script({"developer": [{"shell": [fill], "auto": True}]})
+    runner = run_to_end(repo, fake_claude)
+
+    assert runner.proc.returncode != 0
+    said = runner.stdout + runner.stderr
+    assert "the disk is full" in said and "free some space" in said, said[-2000:]
+    assert "Traceback" not in said and said.count("cannot write") <= 1
+    assert record(repo, "m1").id == "m1"  # whole, as last written

@@ -44,6 +44,7 @@ from anima.errors import (
     LockError,
     MilestoneError,
     ProjectError,
+    unexpected,
 )
 from anima.events import (
     ROLES,
@@ -313,7 +314,7 @@ class Engine:
             session.error = e
         except Exception as e:
             log.exception("milestone %s: unexpected error", record.id)
-            session.error = AnimaError(f"unexpected error: {e!r}")
+            session.error = AnimaError(unexpected(e))
         finally:
             self._wake.set()
 
@@ -389,7 +390,7 @@ class Engine:
                 self.bus.publish(EngineError(str(e)))
             except Exception as e:
                 log.exception("engine worker failed")
-                self.bus.publish(EngineError(f"unexpected error: {e!r}"))
+                self.bus.publish(EngineError(unexpected(e)))
         self._thread = threading.Thread(target=work, name="anima-engine", daemon=True)
         self._thread.start()
 
