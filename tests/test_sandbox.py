@@ -215,8 +215,9 @@ def test_commit_on_own_branch(world: World) -> None:
 ])
 def test_writes_outside_the_worktree_fail(untouched: World, target: str) -> None:
     path = untouched.root / target
+    c = untouched.confine()  # (it makes the files it binds read-only, `config.worktree`)
     before = path.read_bytes() if path.exists() else None
-    done = untouched.run('echo evil >> "$1"', None, str(path))
+    done = untouched.run('echo evil >> "$1"', c, str(path))
     assert done.returncode != 0
     assert "Read-only file system" in done.stderr
     assert (path.read_bytes() if path.exists() else None) == before
