@@ -85,7 +85,8 @@ class BranchKeeper:
 
     def take_guarded(self) -> list[str]:
         """The problems found since the last rejection, which then starts with them."""
-        guarded, self.guarded = list(dict.fromkeys(self.guarded)), []  # a turn's twice: once
+        # a problem found after each of a round's turns (a report asked again) is said once
+        guarded, self.guarded = list(dict.fromkeys(self.guarded)), []
         return guarded
 
     def refresh(self) -> Tips:
@@ -435,8 +436,10 @@ class BranchKeeper:
     def settle_git(self) -> list[str]:
         """A turn or a check may leave git's lock files behind (a git it killed, one it ran in
         the background), or the worktree's HEAD or index broken: Anima's next git command
-        would fail on them. The objects the confined Developer's git wrote are taken into
-        the repository. Before anything else reads git after a turn."""
+        would fail on them. Links it left in git's folder, or its branch made a symbolic ref,
+        would have Anima's git write outside the sandbox, or move main: those reject the
+        round. The objects the confined Developer's git wrote are taken into the repository.
+        Before anything else reads git after a turn."""
         notes = []
         project = self.guard.paths.root  # git in the human's checkout shares the refs' locks
         if busy := wait_for_git(project, _GIT_WAIT):
