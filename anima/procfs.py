@@ -177,6 +177,11 @@ def _state(pid: int) -> str:
     return fields[0] if fields else "X"
 
 
+def stopped(pid: int) -> bool:
+    """Stopped by a signal (held between an agent's turns, a terminal's Ctrl-Z)."""
+    return _state(pid) in ("T", "t")
+
+
 def stdin_of(pid: int) -> tuple[int, int] | None:
     """(device, inode) of what `pid` reads as its standard input."""
     try:

@@ -9,14 +9,20 @@ common `.git/`."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from anima.git.locks import git_processes, wait_for_git
+from anima.procfs import stopped
 from anima.store.models import MilestoneStatus, Verdict
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, record, run_engine
 from tests.test_integrity import TWO, log_text, report
+from tests.test_recovery import wait_until
 
 F1 = ["mkdir -p features && echo F1 > features/F1.txt", "git add -A && git commit -qm 'feat: F1'"]
 #: Where git keeps the worktree's own state, and the shared refs, seen from the worktree.
@@ -186,3 +192,19 @@ def test_a_worktree_git_folder_broken_by_hand_is_mended_and_the_work_kept(
     assert any(said in note for note in first.notes), first.notes
     assert run_git(project, "show", "main:notes.txt") == "more"  # its uncommitted work too
     merged(project)
+
+
+@pytest.mark.timeout(15)
+def test_a_stopped_git_is_not_waited_for(git_repo: Path) -> None:
+    """A git command held with the agent that left it running (or stopped by a terminal's
+    Ctrl-Z) cannot finish while Anima waits: it is named at once, not after the wait."""
+    git = subprocess.Popen(["git", "hash-object", "--stdin"], cwd=git_repo,
+                           stdin=subprocess.PIPE)
+    try:
+        wait_until(lambda: git.pid in git_processes(git_repo), what="the git command")
+        os.kill(git.pid, signal.SIGSTOP)
+        wait_until(lambda: stopped(git.pid), what="it stopped")
+        assert wait_for_git(git_repo, timeout=30) == [git.pid]
+    finally:
+        git.kill()
+        git.wait()

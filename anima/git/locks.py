@@ -34,12 +34,15 @@ def git_processes(root: Path) -> list[int]:
 
 
 def wait_for_git(root: Path, timeout: float) -> list[int]:
-    """Let git commands still running in the repository finish; returns those still running
-    after `timeout` (a human's long git command, most likely), which are left alone."""
+    """Let git commands still running in the repository finish; returns those still there
+    after `timeout` (a human's long git command, most likely), which are left alone. One
+    that is stopped (held with the agent that started it, or by a terminal's Ctrl-Z) cannot
+    finish meanwhile, and is not waited for."""
     deadline = time.monotonic() + timeout
-    while (running := git_processes(root)) and time.monotonic() < deadline:
+    while (found := git_processes(root)) and time.monotonic() < deadline \
+            and not all(procfs.stopped(pid) for pid in found):
         time.sleep(0.05)
-    return running
+    return found
 
 
 def clear_stale_locks(root: Path, git_dir: Path) -> list[str]:

@@ -443,8 +443,9 @@ class BranchKeeper:
         notes = []
         project = self.guard.paths.root  # git in the human's checkout shares the refs' locks
         if busy := wait_for_git(project, _GIT_WAIT):
-            notes.append(f"git still running in the project after {_GIT_WAIT:g}s (pids "
-                         f"{', '.join(map(str, busy))}); its locks are left alone")
+            notes.append(f"git still at work in the project (pids {', '.join(map(str, busy))}"
+                         f"; stopped or still running after {_GIT_WAIT:g}s); its locks are "
+                         "left alone")
         notes += take_objects(self.guard.paths.agent_objects(self.record.id),
                               self.repo.common_dir)
         if self.record.branch_name and (links := remove_links(
