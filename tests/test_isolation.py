@@ -503,18 +503,20 @@ def test_the_worktrees_own_git_config_cannot_point_animas_git_at_your_checkout(
         assert "config.worktree: Device or resource busy" in (fake.root / "errors").read_text()
 
 
-@pytest.mark.parametrize(("content", "said"), [
-    ("ref: refs/heads/main", "a symbolic ref to refs/heads/main"),
-    ("ref: refs/heads/milestone/m0", "a symbolic ref to refs/heads/milestone/m0"),
-    ("garbage", "left unreadable"), ("", "left unreadable")])
+@pytest.mark.parametrize(("write", "said"), [
+    ("printf 'ref: refs/heads/main' >", "a symbolic ref to refs/heads/main"),
+    ("printf 'ref: refs/heads/milestone/m0' >", "a symbolic ref to refs/heads/milestone/m0"),
+    ("printf garbage >", "left unreadable"), ("printf '' >", "left unreadable"),
+    ("ln -sfn ../main", "left unreadable")])
 @pytest.mark.parametrize("mode", ["auto", "off"])
 def test_a_branch_made_a_symbolic_ref_never_moves_the_branch_it_names(
-        git_repo: Path, fake: FakeClaude, mode: str, content: str, said: str) -> None:
+        git_repo: Path, fake: FakeClaude, mode: str, write: str, said: str) -> None:
     """The Developer writes its own branch's ref file (the sandbox must let it, to commit).
     Made `ref: refs/heads/main`, the branch is main to git: Anima's own commit of the
     uncommitted work, unconfined, landed on main, and the milestone completed with main
     moved outside any merge. Left unreadable, the milestone failed at Anima's next git
-    command. It is made a branch again, and the round rejected."""
+    command; a link there, removed, left no branch at all. It is made a branch again, and the
+    round rejected."""
     project = project_with(git_repo, mode, {"m0": milestone_md("Earlier", ["Base"])})
     fake.write_script({})
     run_engine(project, requires_human_review=True)  # m0 waits for review, its branch kept
@@ -522,7 +524,7 @@ def test_a_branch_made_a_symbolic_ref_never_moves_the_branch_it_names(
     main_before = run_git(project, "rev-parse", "main")
     m0_before = run_git(project, "rev-parse", "milestone/m0")
     ref_file = project / ".git" / "refs" / "heads" / "milestone" / "m1"
-    calls = [attack(fake, "symref", f"printf '{content}' > {ref_file}"),
+    calls = [attack(fake, "symref", f"{write} {ref_file}"),
              "mkdir -p features && echo leftover > features/left.txt"]
     # run 1 used Developer turns 0-1 (m0); m1 gets 2 (the attack) and then works.
     fake.write_script({"developer": [AUTO, AUTO, {"shell": calls}, AUTO, AUTO]})

@@ -133,7 +133,7 @@ def mend_branch_ref(common_dir: Path, branch: str) -> str | None:
     if not (path.is_symlink() or path.is_file()):
         return None
     try:
-        data = read_regular(path, 200)
+        data = b"" if path.is_symlink() else read_regular(path, 200)
     except OSError:
         data = b""
     if (found := _REF_FILE.fullmatch(data)) is None:

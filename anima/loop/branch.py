@@ -448,8 +448,10 @@ class BranchKeeper:
                          "left alone")
         notes += take_objects(self.guard.paths.agent_objects(self.record.id),
                               self.repo.common_dir)
-        if self.record.branch_name and (links := remove_links(
-                self.repo.common_dir, self.repo.git_dir, self.record.branch_name)):
+        branch = self.record.branch_name or ""
+        # First what needs no git: git would fail on (or write through) what these mend.
+        ref_file = mend_branch_ref(self.repo.common_dir, branch) if branch else None
+        if branch and (links := remove_links(self.repo.common_dir, self.repo.git_dir, branch)):
             self.guarded.append(
                 f"the round left links (or special files) in git's own folder: "
                 f"{', '.join(links)}; through them Anima's git would have written the files "
@@ -458,17 +460,18 @@ class BranchKeeper:
             notes += [f"{git_dir.relative_to(project)}/{lock} was left by a git command "
                       "that no longer runs; removed"
                       for lock in clear_stale_locks(project, git_dir)]
-        if self.repo.git_dir != self.repo.common_dir and self.record.branch_name:
-            mended, reindex = mend_worktree_state(self.repo.git_dir, self.record.branch_name)
-            if reindex:
-                self.repo.rebuild_index()
+        reindex = False
+        if self.repo.git_dir != self.repo.common_dir and branch:
+            mended, reindex = mend_worktree_state(self.repo.git_dir, branch)
             notes += mended
-            # before Anima's own git reads or writes the branch (an abort, a commit)
-            if (target := mend_branch_ref(self.repo.common_dir, self.record.branch_name)) == "":
-                self.guarded.append(self._branch_mended(
-                    "left unreadable (its ref file held no commit)"))
-            elif target is not None:
-                self.guarded.append(self._made_symbolic(target))
+        # Then the branch, before any git of Anima's reads or writes it (an abort, a commit).
+        if ref_file == "":
+            self.guarded.append(self._branch_mended(
+                "left unreadable (its ref file held no commit)"))
+        elif ref_file is not None:
+            self.guarded.append(self._made_symbolic(ref_file))
+        if reindex:
+            self.repo.rebuild_index()
         return notes
 
     def _made_symbolic(self, target: str) -> str:
