@@ -48,10 +48,24 @@ def _stat(pid: int) -> list[str] | None:
     return raw[raw.rfind(b")") + 2:].decode(errors="replace").split()
 
 
+#: /proc states: gone (a zombie waiting for its parent, or dead), and stopped by a signal.
+_GONE = ("Z", "X")
+_STOPPED = ("T", "t")
+
+
+def _state(pid: int) -> str:
+    fields = _stat(pid)
+    return fields[0] if fields else "X"
+
+
 def alive(pid: int) -> bool:
     """Running (or stopped), not a zombie waiting for its parent."""
-    fields = _stat(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
+    return _state(pid) not in _GONE
+
+
+def stopped(pid: int) -> bool:
+    """Stopped by a signal (held between an agent's turns, a terminal's Ctrl-Z)."""
+    return _state(pid) in _STOPPED
 
 
 def parent(pid: int) -> int | None:
@@ -155,7 +169,7 @@ def descendants(root: int) -> list[int]:
     for pid in pids():
         if (fields := _stat(pid)) is not None and len(fields) > 1:
             children.setdefault(int(fields[1]), []).append(pid)
-            if fields[0] not in ("Z", "X"):
+            if fields[0] not in _GONE:
                 live.add(pid)
     found, todo = [], list(children.get(root, ()))
     while todo:
@@ -170,16 +184,6 @@ def descendants(root: int) -> list[int]:
 #: A process held between an agent's turns: (pid, start time), so that a pid reused since is
 #: never continued.
 Held = tuple[int, int]
-
-
-def _state(pid: int) -> str:
-    fields = _stat(pid)
-    return fields[0] if fields else "X"
-
-
-def stopped(pid: int) -> bool:
-    """Stopped by a signal (held between an agent's turns, a terminal's Ctrl-Z)."""
-    return _state(pid) in ("T", "t")
 
 
 def stdin_of(pid: int) -> tuple[int, int] | None:
@@ -212,7 +216,7 @@ def hold(root: int, marker: str | None, program: tuple[int, int],
                 held[pid] = started
                 _signal(pid, signal.SIGSTOP)
         deadline = time.monotonic() + _GRACE  # stopped once its fork, if any, has returned
-        while any(_state(pid) not in ("T", "t", "Z", "X") for pid in fresh) \
+        while any(_state(pid) not in (*_STOPPED, *_GONE) for pid in fresh) \
                 and time.monotonic() < deadline:
             time.sleep(0.001)
     return list(held.items())
