@@ -69,6 +69,12 @@ def worktree_git_dir(worktree: Path) -> Path:
     return Path(os.path.realpath(worktree / text.removeprefix("gitdir:").strip()))
 
 
+def worktree_common_dir(git_dir: Path) -> Path:
+    """The repository's shared git folder, from a worktree's own (`worktree_git_dir`)."""
+    text = (git_dir / "commondir").read_text(encoding="utf-8").strip()
+    return Path(os.path.realpath(git_dir / text))
+
+
 def remove_links(common_dir: Path, git_dir: Path | None, branch: str) -> list[str]:
     """Remove every symbolic link and special file in the parts of git's folder a confined
     Developer writes (its worktree's own `git_dir`, its branch's ref and reflog folders);

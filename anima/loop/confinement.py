@@ -17,7 +17,7 @@ from pathlib import Path
 
 from anima import sandbox
 from anima.errors import ConfigError, GitError
-from anima.git.locks import worktree_git_dir
+from anima.git.locks import worktree_common_dir, worktree_git_dir
 from anima.git_options import human_config
 from anima.loop.checks import Confine
 from anima.paths import ProjectPaths
@@ -101,8 +101,7 @@ class MilestoneSandbox:
         git = sandbox.GitAccess((), (), (), ())
         if role in _COMMITS:
             admin = worktree_git_dir(worktree)
-            common = Path(os.path.realpath(admin / (admin / "commondir").read_text(
-                encoding="utf-8").strip()))
+            common = worktree_common_dir(admin)
             git = sandbox.git_writable(common, admin, f"milestone/{self.id}",
                                        self.paths.agent_objects(self.id),
                                        self.paths.repository_objects_view(self.id))

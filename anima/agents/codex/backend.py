@@ -17,6 +17,7 @@ from anima.agents.dialect import AgentBinary, Fault, RoleProfile, load_system_pr
 from anima.agents.discovery import find_binary
 from anima.config import Config, ModelPrice, RoleConfig
 from anima.events import ACCEPTOR, DEVELOPER, RateLimitChanged, TurnResult
+from anima.git.locks import worktree_common_dir, worktree_git_dir
 
 INSTALL_HINT = "npm install -g @openai/codex"
 ENV_VAR = "ANIMA_CODEX_COMMAND"
@@ -46,9 +47,7 @@ def _untrusted(tree: Path) -> str:
     Developer's."""
     roots = [tree]
     with contextlib.suppress(OSError, ValueError):
-        admin = Path((tree / ".git").read_text(encoding="utf-8").removeprefix("gitdir:").strip())
-        common = admin / (admin / "commondir").read_text(encoding="utf-8").strip()
-        roots.append(Path(os.path.normpath(common)).parent)
+        roots.append(worktree_common_dir(worktree_git_dir(tree)).parent)
     tables = ",".join(f'{json.dumps(str(root))}={{trust_level="untrusted"}}'
                       for root in dict.fromkeys(roots))
     return f"projects={{{tables}}}"
