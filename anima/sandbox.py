@@ -6,7 +6,8 @@ Why each flag: `--cap-drop ALL`, because bwrap run by root keeps every capabilit
 could simply remount `/` read-write; `--unshare-pid` with `--die-with-parent`, so killing the
 sandbox (or Anima) kills everything started in it, background jobs included; `--new-session`,
 so nothing inside can push keystrokes into the terminal Anima was started from. The network
-stays shared: agents need their API.
+stays shared: agents need their API. What the mounts cannot stop (abstract Unix sockets, which
+have no file; signals) the Landlock scopes of `anima.landlock` stop where the kernel has them.
 """
 
 from __future__ import annotations
@@ -15,30 +16,43 @@ import os
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from anima import landlock
 from anima.atomic import write_text_atomic
 
 #: Names another bubblewrap binary (the tests point it at a missing one).
 BWRAP_VAR = "ANIMA_BWRAP"
 NOT_INSTALLED = "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+#: What confined processes can still reach where they are not scoped (`unscoped`).
+UNSCOPED = ("abstract Unix sockets outside the sandbox (an X display, which can type into your "
+            "terminal) stay reachable")
 
 # The base every sandbox (and the probe) starts from.
 _BASE = ("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc")
 _FLAGS = ("--unshare-pid", "--die-with-parent", "--new-session", "--cap-drop", "ALL")
 
 _probe_lock = threading.Lock()
-_probed: dict[str, str | None] = {}
+_probed: dict[str, _Probe] = {}
+
+
+@dataclass(frozen=True)
+class _Probe:
+    #: Why bubblewrap cannot confine a process here (None: it can).
+    problem: str | None
+    #: Why confined processes are not also scoped by Landlock (`anima.landlock`; None: they are).
+    unscoped: str | None
 
 
 def _binary() -> str:
     return os.environ.get(BWRAP_VAR) or "bwrap"
 
 
-def unavailable() -> str | None:
-    """None when bubblewrap can make a sandbox here, else one sentence saying why not. Probed
-    once per binary: a desktop app asks often, and the answer does not change while it runs."""
+def _probed_once() -> _Probe:
+    """Probed once per binary: a desktop app asks often, and the answer does not change while
+    it runs."""
     name = _binary()
     with _probe_lock:
         if name not in _probed:
@@ -46,14 +60,41 @@ def unavailable() -> str | None:
         return _probed[name]
 
 
-def _probe(name: str) -> str | None:
+def unavailable() -> str | None:
+    """None when bubblewrap can make a sandbox here, else one sentence saying why not."""
+    return _probed_once().problem
+
+
+def unscoped() -> str | None:
+    """None when confined processes are also scoped (no abstract socket or signal outside the
+    sandbox, `anima.landlock`), else one sentence saying why not."""
+    return _probed_once().unscoped
+
+
+def before_exec() -> Callable[[], None] | None:
+    """What the child of a confined process runs between fork and exec (asked in the parent:
+    the child may only call it)."""
+    probe = _probed_once()
+    return landlock.restrict if probe.problem is None and probe.unscoped is None else None
+
+
+def _probe(name: str) -> _Probe:
     path = shutil.which(name)
     if path is None:
-        return NOT_INSTALLED
+        return _Probe(NOT_INSTALLED, NOT_INSTALLED)
+    unscoped = landlock.unavailable()
+    problem = _try(path, None if unscoped is not None else landlock.restrict)
+    if problem is not None and unscoped is None and _try(path, None) is None:
+        # A set-uid bubblewrap loses its privileges under Landlock's no_new_privs.
+        return _Probe(None, f"bubblewrap does not start under Landlock here ({problem})")
+    return _Probe(problem, unscoped if problem is None else problem)
+
+
+def _try(path: str, child: Callable[[], None] | None) -> str | None:
     try:
         done = subprocess.run([path, *_BASE, *_FLAGS, "true"], capture_output=True, text=True,
                               timeout=30, stdin=subprocess.DEVNULL,
-                              start_new_session=True)
+                              start_new_session=True, preexec_fn=child)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bubblewrap cannot create a sandbox here: {exc}"
     if done.returncode != 0:

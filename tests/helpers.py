@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import subprocess
 import threading
 import time
@@ -91,3 +92,16 @@ def ignored_dotenv(repo: Path, content: str) -> None:
     for args in (["add", ".gitignore", ".worktreeinclude"], ["commit", "-qm", "chore: .env"]):
         subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
     (repo / ".env").write_text(content, encoding="utf-8")
+
+
+def setuid_like_bwrap(folder: Path) -> Path:
+    """A bubblewrap that, like a set-uid build, cannot start once no_new_privs is set (which
+    Landlock needs)."""
+    path = folder / "setuid-bwrap"
+    path.write_text("#!/bin/sh\n"
+                    "if grep -q 'NoNewPrivs:[[:space:]]*1' /proc/self/status; then\n"
+                    "  echo 'bwrap: Creating new namespace failed: Operation not permitted' >&2\n"
+                    "  exit 1\nfi\n"
+                    f"exec {shutil.which('bwrap')} \"$@\"\n", encoding="utf-8")
+    path.chmod(0o755)
+    return path

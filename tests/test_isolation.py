@@ -14,17 +14,20 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from anima import landlock
 from anima.config import Config
 from anima.git import GitRepo
 from anima.loop.actions import abort
@@ -39,6 +42,7 @@ from tests.helpers import (
     milestone_md,
     record,
     run_engine,
+    setuid_like_bwrap,
 )
 from tests.test_recovery import (
     AUTO,
@@ -475,6 +479,87 @@ def test_writes_outside_its_worktree_are_refused_and_the_milestone_completes(
     assert record(project, "m0").status is MilestoneStatus.AWAITING_REVIEW
 
 
+#: Connects to the abstract Unix socket argv[1] and sends argv[2]; with argv[1] "-", serves
+#: one of its own and talks to it (what a project's test of a local server does).
+REACH = r'''
+import socket, sys, uuid
+
+name, message = sys.argv[1], sys.argv[2].encode()
+if name == "-":
+    name = "inside-" + uuid.uuid4().hex
+    server = socket.socket(socket.AF_UNIX)
+    server.bind("\0" + name)
+    server.listen()
+client = socket.socket(socket.AF_UNIX)
+client.connect("\0" + name)
+client.sendall(message)
+client.close()
+if sys.argv[1] == "-":
+    conn, _ = server.accept()
+    assert conn.recv(100) == message
+    print("own socket answered")
+'''
+
+
+@pytest.fixture
+def desktop_socket() -> Iterator[tuple[str, list[bytes]]]:
+    """A daemon of the human's session on an abstract Unix socket that acts for any process
+    of the user that connects (an X display with `xhost +si:localuser`, which types into the
+    human's terminal): its name, and what it was sent."""
+    name = f"anima-test-display-{uuid.uuid4().hex}"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind("\0" + name)
+    server.listen()
+    server.settimeout(0.1)
+    got: list[bytes] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                got.append(conn.recv(1000))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield name, got
+    stop.set()
+    thread.join(5)
+    server.close()
+
+
+@pytest.mark.skipif(landlock.unavailable() is not None, reason=str(landlock.unavailable()))
+def test_no_confined_process_reaches_a_socket_of_your_session(
+        git_repo: Path, fake: FakeClaude, desktop_socket: tuple[str, list[bytes]]) -> None:
+    """An abstract socket has no file, so no mount hides it, and the network namespace is
+    shared. Neither the Developer nor the checks it wrote reach one outside the sandbox;
+    their own sockets inside it still work."""
+    name, got = desktop_socket
+    reach = fake.root / "reach.py"
+    reach.write_text(REACH, encoding="utf-8")
+    outside = fake.root / "outside.log"
+    check = (f"{PY} {reach} {name} 'touch escaped-by-the-checks' 2>> {outside}; "
+             f"echo \"checks $?\" >> {outside}; {PY} {reach} - hello")
+    project = project_with(git_repo, "auto", check_command=check)
+    fake.write_script({"developer": [{"shell": [
+        attack(fake, "developer", f"{PY} {reach} {name} 'touch escaped-by-the-developer'"),
+        attack(fake, "own-socket", f"{PY} {reach} - hello")], "auto": True}]})
+    run_engine(project)
+
+    assert got == []
+    assert exits(fake)["developer"] != 0 and exits(fake)["own-socket"] == 0
+    assert "Operation not permitted" in (fake.root / "errors").read_text(encoding="utf-8")
+    log = outside.read_text(encoding="utf-8")
+    assert "checks 0" not in log and "Operation not permitted" in log, log
+    rec = record(project, "m1")
+    checks = [i.check for i in rec.iterations if i.check]
+    assert checks and all(c.passed and "own socket answered" in c.tail for c in checks)
+    assert_merged_after_final_acceptance(project)
+
+
 @pytest.mark.parametrize("mode", ["auto", "off"])
 def test_the_worktrees_own_git_config_cannot_point_animas_git_at_your_checkout(
         git_repo: Path, fake: FakeClaude, mode: str) -> None:
@@ -736,6 +821,30 @@ def test_auto_without_bubblewrap_runs_unconfined_and_says_so_once(
     assert said.count("agents run unconfined") == 1, said
     assert "bubblewrap" in said
     assert outside.exists()  # it really ran without the sandbox
+    for milestone in ("m1", "m2"):
+        assert record(project, milestone).status is MilestoneStatus.COMPLETED
+
+
+@pytest.mark.skipif(landlock.unavailable() is not None, reason=str(landlock.unavailable()))
+def test_a_bubblewrap_landlock_stops_confines_without_it_and_says_so_once(
+        git_repo: Path, fake: FakeClaude, tmp_path: Path, desktop_socket: tuple[str, list[bytes]],
+        our_processes: Callable[[], list[int]]) -> None:
+    """Where bubblewrap cannot start under Landlock, the agents are still confined by it
+    (a write outside fails), and what that leaves open is said once."""
+    project = project_with(git_repo, "auto", {"m1": ONE, "m2": milestone_md("Two", ["Hi"])})
+    name, got = desktop_socket
+    reach = fake.root / "reach.py"
+    reach.write_text(REACH, encoding="utf-8")
+    fake.write_script({"developer": [{"shell": [
+        attack(fake, "outside", f"echo x > {project}/outside-the-worktree.txt"),
+        attack(fake, "socket", f"{PY} {reach} {name} hello")], "auto": True}]})
+    runner = Runner(project, fake, env={"ANIMA_BWRAP": str(setuid_like_bwrap(tmp_path))})
+    assert runner.wait(60) == 0, runner.stdout[-2000:] + runner.stderr
+    said = runner.stdout + runner.stderr
+    assert said.count("abstract Unix sockets outside the sandbox") == 1, said
+    assert "bubblewrap does not start under Landlock here" in said
+    assert_refused(fake, "outside")
+    assert exits(fake)["socket"] == 0 and got  # what the note warns of
     for milestone in ("m1", "m2"):
         assert record(project, milestone).status is MilestoneStatus.COMPLETED
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from anima import sandbox
-from tests.helpers import milestone_md
+from anima import landlock, sandbox
+from tests.helpers import milestone_md, setuid_like_bwrap
 from tests.test_cli import anima
 
 MISSING = {sandbox.BWRAP_VAR: "/nonexistent/bwrap"}
@@ -125,3 +125,16 @@ def test_a_poll_from_the_cache_is_never_stale_and_never_loads_pydantic(
         third, loaded = poll({})
         assert loaded == "[]" and third["sandbox"] == {
             "mode": "auto", "confined": True, "problem": None}
+
+
+@needs_bwrap
+@pytest.mark.skipif(landlock.unavailable() is not None, reason=str(landlock.unavailable()))
+def test_agents_confined_without_landlock_are_said_to_reach_sockets_outside(
+        project: Path, tmp_path: Path) -> None:
+    env = {sandbox.BWRAP_VAR: str(setuid_like_bwrap(tmp_path))}
+    line = agents_line(status_text(project, env))
+    assert line.startswith("agents: confined by bubblewrap (sandbox auto); abstract Unix "
+                           "sockets outside the sandbox"), line
+    assert "bubblewrap does not start under Landlock here" in line
+    assert status_json(project, env)["sandbox"] == {
+        "mode": "auto", "confined": True, "problem": None}

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from anima import procfs
+from anima import procfs, sandbox
 from anima.agents.dialect import AgentBinary, Conversation, Dialect, RoleProfile, clean_text
 from anima.agents.transport import ProcessOutcome, PtyProcess
 from anima.errors import AgentCrashed, AgentError, SessionLost, TurnTimeout
@@ -148,10 +148,12 @@ class AgentProcess:
             raise AgentError(f"{self.role} agent is already running (pid {self.pid})")
         self._reset_state()
         argv, env = self.argv(), self.child_env()
+        before_exec = None
         if self._confine is not None:
             argv, extra = self._confine(argv)
             env.update(extra)
-        self._io.start(argv, self.cwd, env)
+            before_exec = sandbox.before_exec()
+        self._io.start(argv, self.cwd, env, before_exec)
         self._open()
         log.info("%s agent started: pid %s, session %s%s", self.role, self._io.pid,
                  self._session_id, " (resume)" if self._resume else "")

@@ -131,6 +131,16 @@ class ProcessOutcome:
 LineHandler = Callable[[bool, bytes], None]
 
 
+def _child_setup(before_exec: Callable[[], None] | None) -> Callable[[], None]:
+    if before_exec is None:
+        return _die_with_anima
+
+    def both() -> None:
+        _die_with_anima()
+        before_exec()
+    return both
+
+
 class PtyProcess:
     """Owns one child process and its reader thread. `cond` is shared with the owner: the
     reader sets `eof` and `last_activity` under it and notifies it."""
@@ -161,8 +171,10 @@ class PtyProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
-        """Spawn the process in its own session (so one signal reaches it and all its tools)."""
+    def start(self, argv: list[str], cwd: Path, env: dict[str, str],
+              before_exec: Callable[[], None] | None = None) -> None:
+        """Spawn the process in its own session (so one signal reaches it and all its tools);
+        its child runs `before_exec` last before exec (`anima.sandbox.before_exec`)."""
         with self.cond:
             self.eof = False
         self.stopping = False
@@ -180,9 +192,9 @@ class PtyProcess:
                 close_fds=True,
                 # The signal follows the thread that forks: the engine's worker (or the
                 # headless main thread), which lives as long as the agents it drives.
-                preexec_fn=_die_with_anima,
+                preexec_fn=_child_setup(before_exec),
             )
-        except OSError as e:
+        except (OSError, subprocess.SubprocessError) as e:  # the latter: `before_exec` failed
             for fd in (out_master, out_slave, err_master, err_slave):
                 os.close(fd)
             raise AgentCrashed(f"{self.name} agent could not start: {e}", None, "") from e

@@ -133,7 +133,9 @@ def sandbox_line(status: dict[str, Any]) -> str:
     """The plain line `anima status` prints about it."""
     mode, problem = status["mode"], status["problem"]
     if status["confined"]:
-        return f"agents: confined by bubblewrap (sandbox {mode})"
+        unscoped = sandbox.unscoped()
+        caveat = "" if unscoped is None else f"; {sandbox.UNSCOPED}: {unscoped}"
+        return f"agents: confined by bubblewrap (sandbox {mode}){caveat}"
     if mode == "off":
         return "agents: not confined (sandbox off)"
     if mode == "required":

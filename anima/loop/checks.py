@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from anima import procfs
+from anima import procfs, sandbox
 from anima.git_options import AGENT_GIT_ENV
 from anima.text.redact import redact
 
@@ -112,16 +112,19 @@ def run_check(command: str | list[str], cwd: Path, *, timeout: float, marker: st
     started = time.monotonic()
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
     env = check_environment(marker)
+    before_exec = None
     if confine is not None:
         argv, extra = confine(argv)
         env.update(extra)
+        before_exec = sandbox.before_exec()
     try:
         proc = subprocess.Popen(
             argv, cwd=cwd, env=env,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True)
-    except OSError as e:  # argv form: missing or not executable
-        return CheckResult(shown, None, 0.0, "", error=f"`{shown}`: {e.strerror or e}")
+            start_new_session=True, preexec_fn=before_exec)
+    except (OSError, subprocess.SubprocessError) as e:  # argv form: missing or not executable
+        why = getattr(e, "strerror", None) or e
+        return CheckResult(shown, None, 0.0, "", error=f"`{shown}`: {why}")
     assert proc.stdout is not None
     output = bytearray()
     timed_out = cancelled = False

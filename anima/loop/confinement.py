@@ -65,11 +65,17 @@ class SandboxPolicy:
         if mode == "off":
             return False
         problem = sandbox_problem(mode)
-        if problem is not None and not self._said:
-            self._said = True
-            self._say(f"agents run unconfined: {problem}; they can write anything you can "
-                      "(sandbox \"auto\" in .anima/config.json; \"off\" to hide this)")
+        if problem is not None:
+            self._say_once(f"agents run unconfined: {problem}; they can write anything you "
+                           "can (sandbox \"auto\" in .anima/config.json; \"off\" to hide this)")
+        elif (unscoped := sandbox.unscoped()) is not None:
+            self._say_once(f"agents run confined, but {sandbox.UNSCOPED}: {unscoped}")
         return problem is None
+
+    def _say_once(self, text: str) -> None:
+        if not self._said:
+            self._said = True
+            self._say(text)
 
 
 class MilestoneSandbox:
