@@ -147,6 +147,16 @@ def test_framer_handles_a_5mb_line_in_small_reads() -> None:
     assert events == [AssistantText(role="developer", text=text)]
 
 
+def test_framer_drops_a_line_over_its_limit_and_goes_on() -> None:
+    framer = LineFramer(limit=10)
+    assert framer.feed(b"short\n" + b"x" * 8) == [b"short"]
+    assert framer.feed(b"y" * 8) == [] and framer.pending_bytes == 0
+    lines = framer.feed(b"z" * 1000 + b"\nnext\n")
+    assert lines[0] == b"(Anima dropped a line of 1,016 bytes here: over its limit of 10)"
+    assert lines[1:] == [b"next"]
+    assert framer.feed(b"w" * 11) == [] and framer.flush() is not None
+
+
 # --- parsing ------------------------------------------------------------------------------
 
 

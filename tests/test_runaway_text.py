@@ -4,11 +4,14 @@ output, the log, the record and the pause line stay readable and bounded."""
 
 from __future__ import annotations
 
+import resource
 from pathlib import Path
 
+import pytest
+
 from anima.store.models import MilestoneStatus, Verdict
-from tests.conftest import FakeClaude
-from tests.helpers import make_project, milestone_md, record
+from tests.conftest import FakeClaude, run_git
+from tests.helpers import make_project, milestone_md, record, run_engine
 from tests.test_recovery import run_to_end
 
 ONE = milestone_md("Greeter", ["Greet command"], ["greet prints hello"])
@@ -34,3 +37,23 @@ def test_a_runaway_rejection_is_clean_and_bounded_everywhere(
     for shown in (runner.stdout, log, first.reason, rec.pause_reason):
         assert not any(c in shown for c in "\x1b\x00\x07\r"), repr(shown[:300])
     assert len(log) < 200_000 and len(runner.stdout) < 400_000
+
+
+def test_a_tool_that_floods_its_cli_output_cannot_exhaust_animas_memory(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool can write to the CLI's own output (`/proc/<cli>/fd/1`, from inside the
+    sandbox too): 400 MB without a newline is not held in Anima's memory, and the run
+    goes on."""
+    fake_claude.use_env(monkeypatch)
+    project = make_project(git_repo, {"m1": ONE})
+    flood = "head -c 400000000 /dev/zero > /proc/$PPID/fd/1; echo done > flood.txt"
+    fake_claude.write_script({"developer": [{"shell": [flood], "auto": True}]})
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    run_engine(project)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
+    assert grown_mb < 256, f"Anima's memory grew by {grown_mb:.0f} MB"
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert "flood.txt" in run_git(project, "ls-tree", "--name-only", "main").split()
+    said = (project / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+    assert "Anima dropped a line of 400,000," in said  # (and what the CLI wrote after it)

@@ -68,15 +68,25 @@ def _open_raw_pty() -> tuple[int, int]:
     return master, slave
 
 
+#: The longest line kept (the CLI's own lines stay far below: an image it read is a few MB).
+MAX_LINE_BYTES = 32 << 20
+
+
 class LineFramer:
     """Splits a byte stream into lines on `\\n` only, whatever the read boundaries.
 
     Bytes are joined once per completed line, so a multi-MB line arriving in 64 KB reads costs
-    linear time, not quadratic.
+    linear time, not quadratic. A line over `limit` is not kept: a tool can write to the
+    CLI's output itself (`/proc/<cli>/fd/1`), and a gigabyte without a newline would
+    otherwise sit in Anima's memory, several times over once parsed. A short note stands in
+    its place.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_LINE_BYTES) -> None:
         self._parts: list[bytes] = []
+        self._size = 0
+        self._limit = limit
+        self._dropped = 0  # bytes of the current line over the limit, thrown away
 
     def feed(self, data: bytes) -> list[bytes]:
         """Return the lines completed by `data` (without their `\\n`; a trailing `\\r` kept)."""
@@ -86,25 +96,39 @@ class LineFramer:
             nl = data.find(b"\n", start)
             if nl < 0:
                 break
-            self._parts.append(data[start:nl])
-            lines.append(b"".join(self._parts))
-            self._parts.clear()
+            self._add(data[start:nl])
+            lines.append(self._take())
             start = nl + 1
         if start < len(data):
-            self._parts.append(data[start:])
+            self._add(data[start:])
         return lines
 
     def flush(self) -> bytes | None:
         """The unterminated tail at end of stream, if any."""
-        if not self._parts:
-            return None
-        tail = b"".join(self._parts)
-        self._parts.clear()
-        return tail
+        return self._take() if self._parts or self._dropped else None
 
     @property
     def pending_bytes(self) -> int:
-        return sum(len(p) for p in self._parts)
+        return self._size
+
+    def _add(self, part: bytes) -> None:
+        if self._dropped or self._size + len(part) > self._limit:
+            self._dropped += self._size + len(part)
+            self._parts.clear()
+            self._size = 0
+        elif part:
+            self._parts.append(part)
+            self._size += len(part)
+
+    def _take(self) -> bytes:
+        if self._dropped:
+            line = (f"(Anima dropped a line of {self._dropped:,} bytes here: over its limit of "
+                    f"{self._limit:,})").encode()
+        else:
+            line = b"".join(self._parts)
+        self._parts.clear()
+        self._size = self._dropped = 0
+        return line
 
 
 @dataclass(frozen=True)
