@@ -228,6 +228,17 @@ def test_what_a_check_leaves_in_the_tree_is_undone(project: Path,
     assert "junk" not in run_git(project, "log", "--stat", "--format=%s", "milestone/m1")
 
 
+def test_a_huge_file_a_check_leaves_is_undone_without_reading_it_whole(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """A test of large files may leave one (sparse: no disk used): Anima fingerprints it in
+    pieces, as a file bigger than its memory."""
+    run_engine(project, check_command="truncate -s 100G big.img")
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.pause_reason
+    assert "untracked big.img removed" in " ".join(rec.iterations[0].notes)
+    assert "big.img" not in run_git(project, "ls-tree", "--name-only", "main").split()
+
+
 @pytest.mark.parametrize("mode", SANDBOXES)
 def test_a_check_that_cannot_start_pauses_the_milestone(
         git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,

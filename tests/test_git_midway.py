@@ -175,6 +175,9 @@ def test_a_forged_operation_left_for_anima_to_abort_never_moves_main(
 #: The worktree's own git folder, written by hand: each would fail Anima's next git command.
 BROKEN_BY_HAND = {
     "index overwritten": (f"printf garbage > {OWN}/index", "index could not be read"),
+    # (sparse: no disk used; read whole, more memory than the machine has)
+    "index made huge": (f"printf DIRC > {OWN}/index && truncate -s 100G {OWN}/index",
+                        "index could not be read"),
     "HEAD deleted": (f"rm -f {OWN}/HEAD", "HEAD was gone"),
     "index.lock a folder": (f"mkdir {OWN}/index.lock", "index.lock was left"),
 }

@@ -148,13 +148,33 @@ def mend_branch_ref(common_dir: Path, branch: str) -> str | None:
     return found.group(1).decode() if found.group(1) else None
 
 
+#: Larger than any index git writes (one of millions of files is a few hundred MB). A bigger
+#: one is made by hand, perhaps sparse: read whole, it would take all Anima's memory.
+_MAX_INDEX_BYTES = 2 << 30
+
+
 def _readable_index(path: Path) -> bool:
     """Whether git can read this index: its signature, a known version and its checksum
-    (SHA-1 or SHA-256; all zeros where git was told to skip it)."""
-    if path.is_symlink() or not path.is_file():
+    (SHA-1 or SHA-256; all zeros where git was told to skip it), hashed as it is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return False
-    data = path.read_bytes()
-    if len(data) < 32 or data[:4] != b"DIRC" or int.from_bytes(data[4:8], "big") not in (2, 3, 4):
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not 32 <= st.st_size <= _MAX_INDEX_BYTES:
+            return False
+        header = fh.read(8)
+        if header[:4] != b"DIRC" or int.from_bytes(header[4:8], "big") not in (2, 3, 4):
+            return False
+        sha1, sha256 = hashlib.sha1(), hashlib.sha256()
+        held = header  # the last 32 bytes read are held back: the checksum is in them
+        while chunk := fh.read(1 << 20):
+            data = held + chunk
+            held = data[-32:]
+            sha1.update(data[:-32])
+            sha256.update(data[:-32])
+    if len(held) < 32:
         return False
-    return any(data[-size:] in (bytes(size), hashlib.new(name, data[:-size]).digest())
-               for name, size in (("sha1", 20), ("sha256", 32)))
+    sha1.update(held[:12])
+    return held[12:] in (bytes(20), sha1.digest()) or held in (bytes(32), sha256.digest())

@@ -56,6 +56,12 @@ def listing(paths: Sequence[str], limit: int = _MAX_LISTED) -> str:
 
 
 
+#: Files up to this size are fingerprinted by content (rewritten as they were, they compare
+#: equal); a bigger one (a test's sparse 100 GB image) by its inode's times, or reading it
+#: would take minutes and more memory than the machine has.
+_HASHED_BYTES = 64 << 20
+
+
 def _digest(path: Path) -> str:
     """A content fingerprint of a working-tree entry ("-" when it is gone)."""
     try:
@@ -68,6 +74,8 @@ def _digest(path: Path) -> str:
         return "d"
     if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read
         return f"s:{stat.S_IFMT(st.st_mode):o}"
+    if st.st_size > _HASHED_BYTES:  # ctime: no program can set it back
+        return f"{st.st_mode & 0o111:o}:{st.st_size}:{st.st_ino}:{st.st_mtime_ns}:{st.st_ctime_ns}"
     try:
         data = path.read_bytes()
     except OSError as exc:
