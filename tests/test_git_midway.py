@@ -211,3 +211,46 @@ def test_a_stopped_git_is_not_waited_for(git_repo: Path) -> None:
     finally:
         git.kill()
         git.wait()
+
+
+def test_a_reading_git_of_yours_neither_slows_anima_nor_keeps_a_stale_lock(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """An editor keeps `git cat-file --batch` running in your checkout (a `git log` in its
+    pager does the same): it reads, it holds no lock. Anima does not wait for it after
+    every turn, and a lock a killed git left (here, in the Developer's worktree) is still
+    cleared."""
+    ide = subprocess.Popen(["git", "cat-file", "--batch"], cwd=project,
+                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        fake_claude.write_script({"developer": [{"shell": [
+            *F1, "echo more > notes.txt", f"touch {OWN}/index.lock"], "text": report()}]})
+        run_engine(project)
+    finally:
+        ide.kill()
+        ide.wait()
+    first = record(project, "m1").iterations[0]
+    assert first.verdict is Verdict.ACCEPTED, first.reason
+    assert any("index.lock was left" in note for note in first.notes), first.notes
+    assert "git still at work" not in log_text(project)
+    assert run_git(project, "show", "main:notes.txt") == "more"
+    merged(project)
+
+
+def test_only_gits_that_may_write_are_waited_for(git_repo: Path) -> None:
+    readers = [["git", "-c", "core.pager=cat", "-C", ".", "cat-file", "--batch"],
+               ["git", "--git-dir", ".git", "--no-pager", "cat-file", "--batch-check"]]
+    writers = [["git", "-c", "x.y=log", "hash-object", "-w", "--stdin"]]
+    procs = {tuple(argv): subprocess.Popen(argv, cwd=git_repo, stdin=subprocess.PIPE,
+                                           stdout=subprocess.DEVNULL)
+             for argv in readers + writers}
+    try:
+        writer = procs[tuple(writers[0])].pid
+        wait_until(lambda: writer in git_processes(git_repo), what="the writing git")
+        found = git_processes(git_repo)
+        assert [procs[tuple(argv)].pid in found for argv in readers + writers] == [
+            False, False, True]
+        assert all(proc.poll() is None for proc in procs.values())  # all still there
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()

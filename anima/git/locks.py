@@ -26,15 +26,39 @@ _TOP_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "config.lock", "packe
               "shallow.lock")
 
 
+#: Git's options before the command that take the next word as their value.
+_VALUE_OPTIONS = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace",
+                            "--config-env", "--super-prefix"})
+#: Commands that only read, so they hold no lock: an editor keeps `cat-file --batch` running
+#: in your checkout, a `git log` waits in its pager, the fsmonitor daemon runs for hours.
+_READERS = frozenset({"cat-file", "log", "show", "diff", "blame", "grep", "rev-list",
+                      "rev-parse", "ls-files", "ls-tree", "for-each-ref", "shortlog", "describe",
+                      "name-rev", "merge-base", "show-ref", "check-ignore", "check-attr",
+                      "fsmonitor--daemon", "credential-cache--daemon", "help", "version"})
+
+
+def _command(argv: list[str]) -> str:
+    """The git command an argv runs (`git -C x -c k=v log` runs `log`)."""
+    words = iter(argv[1:])
+    for word in words:
+        if word in _VALUE_OPTIONS:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return ""
+
+
 def git_processes(root: Path) -> list[int]:
-    """Live `git` processes working in this repository (cwd inside it)."""
+    """Live `git` processes working in this repository (cwd inside it) that may write it:
+    not those that only read."""
     return [pid for pid in procfs.pids()
             if (argv := procfs.cmdline(pid)) and os.path.basename(argv[0]) == "git"
+            and _command(argv) not in _READERS
             and procfs.alive(pid) and procfs.in_tree(pid, root)]
 
 
 def wait_for_git(root: Path, timeout: float) -> list[int]:
-    """Let git commands still running in the repository finish; returns those still there
+    """Let git commands still writing the repository finish; returns those still there
     after `timeout` (a human's long git command, most likely), which are left alone. One
     that is stopped (held with the agent that started it, or by a terminal's Ctrl-Z) cannot
     finish meanwhile, and is not waited for."""

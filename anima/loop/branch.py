@@ -456,10 +456,13 @@ class BranchKeeper:
                 f"the round left links (or special files) in git's own folder: "
                 f"{', '.join(links)}; through them Anima's git would have written the files "
                 "they name, outside the sandbox; removed")
-        for git_dir in dict.fromkeys([self.repo.git_dir, self.repo.common_dir]):
+        # The worktree's own locks only a git in the worktree holds (not another milestone's,
+        # at work in its own worktree meanwhile); the shared ones any git in the project.
+        for git_dir, where in dict.fromkeys([(self.repo.git_dir, self.repo.root),
+                                             (self.repo.common_dir, project)]):
             notes += [f"{git_dir.relative_to(project)}/{lock} was left by a git command "
                       "that no longer runs; removed"
-                      for lock in clear_stale_locks(project, git_dir)]
+                      for lock in clear_stale_locks(where, git_dir)]
         reindex = False
         if self.repo.git_dir != self.repo.common_dir and branch:
             mended, reindex = mend_worktree_state(self.repo.git_dir, branch)
