@@ -26,11 +26,24 @@ from anima import procfs, sandbox
 from anima.agents.dialect import AgentBinary, Conversation, Dialect, RoleProfile, clean_text
 from anima.agents.transport import ProcessOutcome, PtyProcess
 from anima.errors import AgentCrashed, AgentError, SessionLost, TurnTimeout
-from anima.events import AgentExited, Publisher, RawOutput, SessionStarted, TurnResult
+from anima.events import (
+    AgentExited,
+    AssistantText,
+    Publisher,
+    RawOutput,
+    SessionStarted,
+    Thinking,
+    ToolResult,
+    ToolUse,
+    TurnResult,
+)
 from anima.git_options import AGENT_GIT_ENV
 from anima.text.redact import AgentRedactor
 
 log = logging.getLogger(__name__)
+
+#: What only a turn in flight produces.
+_WORK = (AssistantText, Thinking, ToolUse, ToolResult, TurnResult)
 
 _STDERR_TAIL_LINES = 40
 _POLL_SECONDS = 0.05
@@ -195,6 +208,7 @@ class AgentProcess:
         self._exit_published = False
         self._interrupt_sent = False
         self._stopping = False
+        self._went_on = False
 
     def stop(self, grace: float = 5.0) -> None:
         """End the process in steps and reap it (see `PtyProcess.stop`)."""
@@ -254,11 +268,24 @@ class AgentProcess:
                 # close the next turn.
                 log.info("%s agent: ignored a late interrupted result", self.role)
                 continue
+            if isinstance(event, _WORK) and self._turns_sent and not self._turn_active.is_set() \
+                    and not self._went_on:
+                self._went_on = True
+                log.warning("%s agent: went on working after its turn had ended", self.role)
             self.bus.publish(event)
             if isinstance(event, TurnResult):
                 with self._cond:
                     self._results.append(event)
                     self._cond.notify_all()
+
+    @property
+    def went_on(self) -> bool:
+        """Whether the CLI worked (spoke, called a tool, gave a result) after a turn had
+        ended. Only a result it did not give ends a turn early: one of its own tools can
+        write to its output (`/proc/<cli>/fd/1`, from inside the sandbox too). The CLI then
+        goes on with that turn (its edits are its own: no process to hold) while Anima
+        checks and reviews the tree."""
+        return self._went_on
 
     def _with_turn_cost(self, result: TurnResult) -> TurnResult:
         """Fill in what the turn spent: `total_cost_usd` is cumulative for the process.

@@ -477,6 +477,11 @@ class BranchKeeper:
             self.repo.rebuild_index()
         return notes
 
+    def settle(self) -> None:
+        """`settle_git` outside a turn's end (an agent stopped for working past its turn:
+        its commits' objects taken in), its notes on the round."""
+        self._note(self.settle_git())
+
     def _made_symbolic(self, target: str) -> str:
         return self._branch_mended(f"made a symbolic ref to {target}, so that commits on it "
                                    f"would move {target}")

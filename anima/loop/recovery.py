@@ -141,6 +141,10 @@ class TrackedAgent:
     def pid(self) -> int | None:
         return self._agent.pid  # type: ignore[no-any-return]
 
+    @property
+    def went_on(self) -> bool:
+        return bool(self._agent.went_on)
+
     def send(self, prompt: str) -> Any:
         return self._agent.send(prompt)
 

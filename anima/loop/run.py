@@ -429,6 +429,7 @@ class MilestoneRun:
         except CheckCancelled as e:
             raise Stopped from e
         finally:
+            self._developer_went_on("the checks")
             self._worktree_still_there("the checks")
             self.branch.undo_changes(snapshot, "the checks")
             if refs is not None:  # they run the Developer's code
@@ -511,6 +512,7 @@ class MilestoneRun:
                 if verdict is None:
                     verdict = parse_verdict(self._turn(ACCEPTOR, render("acceptor_restate")))
             finally:
+                self._developer_went_on("the review")
                 if snapshot is not None:
                     self.branch.undo_changes(snapshot, "the Acceptor")
         except (TurnTimeout, AgentCrashed) as e:
@@ -669,6 +671,21 @@ class MilestoneRun:
             self._worktree_still_there("the Developer's turn")
             settled = self.branch.settle_git()
             self.branch.after_developer_turn(self._guard.end(), settled)
+
+    def _developer_went_on(self, during: str) -> None:
+        """A Developer turn that ended on a result its CLI did not give (one of its tools
+        can write to the CLI's output) goes on: the tree may have changed while `during`
+        looked at it. The Developer is stopped (it resumes its session next turn) and the
+        round rejected."""
+        if not self.seats.went_on(DEVELOPER):
+            return
+        self.seats.drop(DEVELOPER)
+        self.branch.settle()
+        problem = (f"the Developer went on working after its turn had ended, during {during} "
+                   "(the result that ended it was not its CLI's: one its tools wrote?), so "
+                   "the tree may have changed while it was looked at; Anima stopped it")
+        self._log(problem)
+        self.branch.guarded.append(problem)
 
     def _worktree_still_there(self, during: str) -> None:
         """Without the sandbox an agent (or the checks) can delete the worktree (`rm -rf

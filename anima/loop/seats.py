@@ -45,6 +45,9 @@ class Agent(Protocol):
     @property
     def session_id(self) -> str: ...
 
+    @property
+    def went_on(self) -> bool: ...
+
     def send(self, prompt: str) -> TurnResult: ...
 
     def interrupt(self, timeout: float = 10.0) -> None: ...
@@ -173,6 +176,11 @@ class Seats:
         self.record.notes.append(note)
         self._log(note)
         self.drop(role)
+
+    def went_on(self, role: str) -> bool:
+        """Whether `role`'s agent worked after its turn had ended (`AgentProcess.went_on`)."""
+        agent = self._agents.get(role)
+        return agent is not None and agent.went_on
 
     def drop(self, role: str) -> None:
         agent = self._agents.pop(role, None)

@@ -460,7 +460,8 @@ def replay(turn: Turn, spec: dict[str, Any], inp: Input) -> bool:
 def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Input,
              cost: Cost, own: dict[str, Any] | None = None) -> None:
     """Turn keys: noise, crash, delay, hang, ignore_interrupt, ignore_sigterm, shell (with
-    own_session: each command in a session of its own, like the real CLI's Bash), edit_file,
+    own_session: each command in a session of its own, like the real CLI's Bash), think
+    (seconds before edit_file), edit_file,
     hang_after, auto, say (chatter before the reply), huge_line_bytes, text, is_error, subtype,
     cost_usd, usage, stderr, context_tokens (input + cache tokens each assistant line
     reports), context_window, compact
@@ -517,6 +518,8 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
               "uuid": str(uuid.uuid4())})
     for command in spec.get("shell", []):
         turn.bash(command, own_session=bool(spec.get("own_session")))
+    if spec.get("think"):  # the model's next step takes a while (no process runs meanwhile)
+        time.sleep(float(spec["think"]))
     if spec.get("edit_file"):
         edit = spec["edit_file"]
         turn.write_file(edit["path"], edit.get("content", ""))
