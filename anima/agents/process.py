@@ -268,10 +268,16 @@ class AgentProcess:
                 # close the next turn.
                 log.info("%s agent: ignored a late interrupted result", self.role)
                 continue
-            if isinstance(event, _WORK) and self._turns_sent and not self._turn_active.is_set() \
-                    and not self._went_on:
+            if isinstance(event, _WORK) and self._turns_sent and not self._turn_active.is_set():
+                if not self._went_on:
+                    log.warning("%s agent: went on working after its turn had ended",
+                                self.role)
                 self._went_on = True
-                log.warning("%s agent: went on working after its turn had ended", self.role)
+                if isinstance(event, TurnResult):
+                    # It would answer the next prompt before it is sent; unconfined, another
+                    # agent can write it (the Developer an ACCEPTED into the Acceptor's).
+                    log.warning("%s agent: a result outside any turn, not taken", self.role)
+                    continue
             self.bus.publish(event)
             if isinstance(event, TurnResult):
                 with self._cond:
