@@ -162,8 +162,8 @@ def marked(prefix: str) -> list[int]:
             and value.startswith(prefix) and alive(pid)]
 
 
-def descendants(root: int) -> list[int]:
-    """Every live process below `root` (children, theirs, ...), from one scan of /proc."""
+def _children() -> tuple[dict[int, list[int]], set[int]]:
+    """Each process's children, and the live processes, from one scan of /proc."""
     children: dict[int, list[int]] = {}
     live = set()
     for pid in pids():
@@ -171,12 +171,30 @@ def descendants(root: int) -> list[int]:
             children.setdefault(int(fields[1]), []).append(pid)
             if fields[0] not in _GONE:
                 live.add(pid)
+    return children, live
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below `root` (children, theirs, ...), from one scan of /proc."""
+    children, live = _children()
     found, todo = [], list(children.get(root, ()))
     while todo:
         pid = todo.pop()
         found.append(pid)
         todo += children.get(pid, ())
     return [pid for pid in found if pid in live]
+
+
+def _program(root: int, program: tuple[int, int]) -> set[int]:
+    """`root` and the line of processes below it that runs the program: at each step the
+    first-started child reading `program` (a wrapper, a launcher, the CLI). Any process can
+    open the CLI's input through /proc and read it too; only the first of its siblings, in
+    that line, is the program's (a process that left its parent joins the line's top)."""
+    children, _ = _children()
+    line = [root]
+    while kids := [pid for pid in children.get(line[-1], ()) if stdin_of(pid) == program]:
+        line.append(min(kids, key=lambda pid: start_time(pid) or 0))
+    return set(line)
 
 
 # --------------------------------------------------------------------------- holding
@@ -198,16 +216,14 @@ def stdin_of(pid: int) -> tuple[int, int] | None:
 def hold(root: int, marker: str | None, program: tuple[int, int],
          rounds: int = 100) -> list[Held]:
     """SIGSTOP every process below `root` and every one carrying `marker` (what left the
-    tree keeps it) but the program itself: `root` and what below it reads `program` (the
-    CLI's input: a wrapper, a launcher, the CLI; its tools read none of it). Rescans until a
+    tree keeps it) but the program itself (`_program`: the line below `root` reading
+    `program`, the CLI's input; its tools read none of it). Rescans until a
     scan finds none running, so what a process forked just before it stopped is held too.
     `release` continues them."""
     held: dict[int, int] = {}
-    spared = _ancestry() | {root}
+    spared = _ancestry() | _program(root, program)
     for _ in range(rounds):
         found = {*descendants(root), *(marked(marker) if marker else ())} - spared
-        spared |= {pid for pid in found if stdin_of(pid) == program}
-        found -= spared
         fresh = [pid for pid in found if pid not in held]
         if not fresh:
             break

@@ -663,13 +663,19 @@ def test_nothing_the_developer_left_running_acts_between_its_turns(
 
 
 @pytest.mark.parametrize("mode", ["auto", "off"])
+@pytest.mark.parametrize("disguise", ["", "< /proc/$PPID/fd/0", "double fork"])
 def test_the_tree_holds_still_while_it_is_reviewed(
-        git_repo: Path, fake: FakeClaude, mode: str) -> None:
+        git_repo: Path, fake: FakeClaude, mode: str, disguise: str) -> None:
     """A job the Developer left running would go on changing its tree while the Acceptor
-    reviews it. It is held from the end of the Developer's turn to the start of its next."""
+    reviews it. It is held from the end of the Developer's turn to the start of its next;
+    also one that reads the CLI's own input (as the CLI does, which is not held), alone
+    or after leaving the CLI's process tree."""
     project = project_with(git_repo, mode)
     ticks = fake.root / "ticks"
-    job = f"( while :; do echo . >> {ticks}; sleep 0.01; done ) > /dev/null 2>&1 &"
+    loop = f"while :; do echo . >> {ticks}; sleep 0.01; done"
+    job = {"": f"( {loop} ) > /dev/null 2>&1 &",
+           "< /proc/$PPID/fd/0": f"( {loop} ) < /proc/$PPID/fd/0 > /dev/null 2>&1 &",
+           "double fork": f"( ( {loop} ) < /proc/$PPID/fd/0 > /dev/null 2>&1 & ) &"}[disguise]
     seen = [fake.root / "seen-before", fake.root / "seen-after"]
     look = [f"wc -c < {ticks} > {seen[0]}", "sleep 0.5", f"wc -c < {ticks} > {seen[1]}"]
     fake.write_script({"developer": [{"shell": [job, "sleep 0.2"], "auto": True}],
