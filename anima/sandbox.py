@@ -132,11 +132,13 @@ class Confinement:
     #: although it could only read it, e.g. the real HOME (ssh keys, tokens) or /run/user
     #: (the session bus and `systemd-run --user` would run a command outside the sandbox).
     hidden: tuple[Path, ...] = ()
+    #: Files read as empty (`/dev/null` in their place): tokens no build needs.
+    hidden_files: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         files = [p for pair in (*self.rebound, *self.rebound_ro) for p in pair]
         for path in (self.cwd, self.home, self.tmp, *self.writable, *self.protected, *files,
-                     *self.visible, *self.hidden):
+                     *self.visible, *self.hidden, *self.hidden_files):
             if not path.is_absolute():
                 raise ValueError(f"sandbox paths must be absolute: {path}")
 
@@ -155,6 +157,9 @@ def wrap(argv: list[str], c: Confinement) -> list[str]:
     for path in c.hidden:
         if path.is_dir():
             args += ["--tmpfs", _real(path)]
+    for path in c.hidden_files:
+        if path.is_file():
+            args += ["--ro-bind", os.devnull, _real(path)]
     for path in c.visible:
         if path.exists():
             args += ["--ro-bind", _real(path), _real(path)]

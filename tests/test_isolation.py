@@ -1075,3 +1075,40 @@ def test_a_verdict_the_developer_writes_into_the_acceptors_output_is_not_taken(
     second = record(project, "m1").iterations[1]
     assert second.verdict is Verdict.REJECTED and second.reason == "F2 is not done"
     assert_merged_after_final_acceptance(project)  # the next final acceptance, a real one
+
+
+#: Secrets in the human's home that no build needs: browser profiles, password stores,
+#: publishing tokens. Each holds SECRET; the toolchain file beside them must stay readable.
+HOME_SECRETS = (".ssh/id_ed25519", ".mozilla/firefox/abc.default/cookies.sqlite",
+                ".config/google-chrome/Default/Cookies", ".password-store/github.gpg",
+                ".local/share/keyrings/login.keyring", ".var/app/org.mozilla.firefox/x",
+                ".pypirc", ".gem/credentials", ".cargo/credentials.toml", ".vault-token")
+
+
+@pytest.fixture
+def visible_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The human's HOME outside /tmp (which the sandbox replaces): what agents see of it."""
+    home = Path(tempfile.mkdtemp(prefix="anima-home-", dir="/var/tmp"))
+    monkeypatch.setenv("HOME", str(home))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_agents_read_no_secret_of_your_home_but_your_toolchains(
+        git_repo: Path, fake: FakeClaude, visible_home: Path) -> None:
+    human_home = visible_home
+    for rel in HOME_SECRETS:
+        (human_home / rel).parent.mkdir(parents=True, exist_ok=True)
+        (human_home / rel).write_text("SECRET\n", encoding="utf-8")
+    tool = human_home / ".local" / "bin" / "tool"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("a toolchain\n", encoding="utf-8")
+    project = project_with(git_repo, "auto")
+    seen = fake.root / "seen"
+    reads = [f"cat {human_home / rel} >> {seen} 2>/dev/null; true" for rel in HOME_SECRETS]
+    fake.write_script({"developer": [{"shell": [*reads, f"cat {tool} >> {seen}"],
+                                      "auto": True}]})
+    run_engine(project)
+
+    assert seen.read_text(encoding="utf-8") == "a toolchain\n"
+    assert_merged_after_final_acceptance(project)

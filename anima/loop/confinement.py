@@ -38,7 +38,16 @@ _HIDDEN = (Path("/run/user"),)
 #: connect needs no write access; a socket there stops or approves milestones).
 _HIDDEN_FROM_ENV = (("XDG_RUNTIME_DIR", "anima"),)
 _HIDDEN_IN_HOME = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config/gh",
-                   ".config/gcloud")
+                   ".config/gcloud",
+                   # browsers' profiles (their cookies are your sessions) and password stores:
+                   # no build reads them, and the network is open
+                   ".mozilla", ".thunderbird", ".config/google-chrome", ".config/chromium",
+                   ".config/BraveSoftware", ".config/microsoft-edge", ".config/vivaldi",
+                   "snap/firefox", "snap/chromium", ".var/app", ".password-store",
+                   ".local/share/keyrings", ".config/op")
+#: Files read as empty: tokens that only publishing uses (a build fetches without them).
+_HIDDEN_FILES_IN_HOME = (".pypirc", ".gem/credentials", ".cargo/credentials.toml",
+                         ".cargo/credentials", ".vault-token")
 
 
 def sandbox_problem(mode: str) -> str | None:
@@ -119,7 +128,9 @@ class MilestoneSandbox:
             cwd=worktree, home=home, tmp=state / "tmp",
             writable=(*writable, *git.writable, *extra), protected=git.protected,
             rebound=(*rw_files, *git.rebound), rebound_ro=git.rebound_ro,
-            visible=self._visible, hidden=_hidden())
+            visible=self._visible, hidden=_hidden(),
+            hidden_files=tuple(p for p in (Path.home() / name for name in _HIDDEN_FILES_IN_HOME)
+                               if p.is_file()))
         return lambda argv: (sandbox.wrap(argv, c), sandbox.environment(c))
 
     def _user_identity(self) -> tuple[str | None, str | None]:
