@@ -157,6 +157,10 @@ class TurnResult(AgentEvent):
         return self.terminal_reason in ("aborted_streaming", "aborted_tools")
 
 
+#: What only an agent's turn in flight produces (its words, its tool calls, its result).
+TURN_WORK = (AssistantText, Thinking, ToolUse, ToolResult, TurnResult)
+
+
 @dataclass(frozen=True)
 class ApiRetry(AgentEvent):
     """The CLI retries a failed API call by itself (`system/api_retry`)."""

@@ -26,24 +26,11 @@ from anima import procfs, sandbox
 from anima.agents.dialect import AgentBinary, Conversation, Dialect, RoleProfile, clean_text
 from anima.agents.transport import ProcessOutcome, PtyProcess
 from anima.errors import AgentCrashed, AgentError, SessionLost, TurnTimeout
-from anima.events import (
-    AgentExited,
-    AssistantText,
-    Publisher,
-    RawOutput,
-    SessionStarted,
-    Thinking,
-    ToolResult,
-    ToolUse,
-    TurnResult,
-)
+from anima.events import TURN_WORK, AgentExited, Publisher, RawOutput, SessionStarted, TurnResult
 from anima.git_options import AGENT_GIT_ENV
 from anima.text.redact import AgentRedactor
 
 log = logging.getLogger(__name__)
-
-#: What only a turn in flight produces.
-_WORK = (AssistantText, Thinking, ToolUse, ToolResult, TurnResult)
 
 _STDERR_TAIL_LINES = 40
 _POLL_SECONDS = 0.05
@@ -268,7 +255,7 @@ class AgentProcess:
                 # close the next turn.
                 log.info("%s agent: ignored a late interrupted result", self.role)
                 continue
-            if isinstance(event, _WORK) and self._turns_sent and not self._turn_active.is_set():
+            if isinstance(event, TURN_WORK) and self._turns_sent and not self._turn_active.is_set():
                 if not self._went_on:
                     log.warning("%s agent: went on working after its turn had ended",
                                 self.role)
