@@ -21,7 +21,11 @@ def resource(*parts: str) -> Traversable:
 
 ANIMA_DIR = ".anima"
 #: The human's definitions under `.anima/`, repository-relative, besides milestones/*.md.
-DEFINITION_FILES = (".anima/config.json", ".anima/soul.md", ".anima/.gitignore")
+#: Which of the human's ignored files (`.env` and the like) every milestone's worktree gets.
+WORKTREE_INCLUDE = ".worktreeinclude"
+#: The human's files Anima keeps as they wrote them: an agent that changed the list above
+#: would hand their secrets to every later milestone's agents.
+DEFINITION_FILES = (".anima/config.json", ".anima/soul.md", ".anima/.gitignore", WORKTREE_INCLUDE)
 _MILESTONE_MD = re.compile(r"\.anima/milestones/[^/]+\.md")
 _MEMORY_PREFIX = ".anima/memory/"
 #: What `.anima/.gitignore` must hold so Anima's runtime files never dirty the tree, and
@@ -44,7 +48,8 @@ def is_memory_path(path: str) -> bool:
 
 
 def is_definition_path(path: str) -> bool:
-    """Files the human writes under `.anima/` and may track; committing them as-is is fine."""
+    """Files the human writes (under `.anima/`, and `.worktreeinclude`) and may track;
+    committing them as-is is fine."""
     return path in DEFINITION_FILES or _MILESTONE_MD.fullmatch(path) is not None
 
 

@@ -12,6 +12,7 @@ puts it back, as it always did).
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from pathlib import Path
 
@@ -186,6 +187,34 @@ def test_definitions_the_developer_commits_in_its_worktree_never_reach_main(
     assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
     assert run_git(project, "show", "main:.anima/config.json") == config.decode().strip()
     assert run_git(project, "show", "main:.anima/soul.md") == soul.decode().strip()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("yours", ["", ".env\n"])
+def test_the_developer_cannot_hand_your_ignored_files_to_later_milestones(
+        project: Path, fake_claude: FakeClaude, mode: str, yours: str) -> None:
+    """`.worktreeinclude` says which of your ignored files (secrets, most often) every new
+    worktree gets: a Developer that adds one, or a line to yours, would give later
+    milestones' agents `.env.production`. The round is rejected and main never gets it."""
+    use_sandbox(project, mode)
+    if yours:
+        (project / ".worktreeinclude").write_text(yours, encoding="utf-8")
+        run_git(project, "add", ".worktreeinclude")
+        run_git(project, "commit", "-qm", "chore: copy .env into worktrees")
+    fake_claude.write_script({"developer": [{"shell": [
+        "mkdir -p features && echo F1 > features/F1.txt",
+        "echo .env.production >> .worktreeinclude",
+        "git add -A && git commit -qm 'feat: F1 and a dev setup'"],
+        "text": report()}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert ".worktreeinclude" in first.reason
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    merged = subprocess.run(["git", "show", "main:.worktreeinclude"], cwd=project,
+                            capture_output=True, text=True, check=False).stdout
+    assert merged == yours
 
 
 @pytest.mark.parametrize("mode", MODES)

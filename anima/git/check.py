@@ -9,7 +9,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from anima.git.repo import RepoBase, blob_id, listing, short_hash
-from anima.paths import ANIMA_DIR, is_definition_path, is_memory_path, is_under_anima
+from anima.paths import (
+    ANIMA_DIR,
+    WORKTREE_INCLUDE,
+    is_definition_path,
+    is_memory_path,
+    is_under_anima,
+)
 
 
 @dataclass(frozen=True)
@@ -163,10 +169,12 @@ class CommitCheck(RepoBase):
             return []
         words = {"A": "added", "D": "deleted", "M": "modified", "T": "type changed"}
         named = [f"{p} ({words.get(letter, 'changed')})" for p, letter in offending]
+        where = "under .anima/ " if any(is_under_anima(p) for p, _ in offending) else ""
         return [
-            f"Commit {commit} changes files under .anima/ that belong to Anima or the human: "
-            f"{listing(named)}. Only .anima/memory/ may be committed (a milestone, soul.md "
-            "or config.json only exactly as the human wrote it)."
+            f"Commit {commit} changes files {where}that belong to Anima or the human: "
+            f"{listing(named)}. Only .anima/memory/ may be committed (a milestone, soul.md, "
+            f"config.json or {WORKTREE_INCLUDE}, which says which of the human's ignored "
+            "files every milestone gets, only exactly as the human wrote it)."
         ]
 
     def raw_changes(self, base: str, commit: str, *paths: str) -> list[RawChange]:
@@ -188,16 +196,17 @@ class CommitCheck(RepoBase):
         self, base: str, commit: str, definitions: Mapping[str, bytes] | None = None,
         changes: Sequence[RawChange] | None = None,
     ) -> list[tuple[str, str]]:
-        """(path, git status letter) of each path under `.anima/` that base..commit may not
-        change, sorted: memory/ is free; a definition may be committed only byte for byte
-        as in `definitions` (Anima's copy of the human's files; None: as on disk now).
-        `changes`: base..commit's `raw_changes` when they were read already (no git call)."""
+        """(path, git status letter) of each path under `.anima/` (and `.worktreeinclude`)
+        that base..commit may not change, sorted: memory/ is free; a definition may be
+        committed only byte for byte as in `definitions` (Anima's copy of the human's files;
+        None: as on disk now). `changes`: base..commit's `raw_changes` when they were read
+        already (no git call)."""
         if changes is None:
-            changes = self.raw_changes(base, commit, ANIMA_DIR)
+            changes = self.raw_changes(base, commit, ANIMA_DIR, WORKTREE_INCLUDE)
         offending: list[tuple[str, str]] = []
         for change in changes:
             path, letter = change.path, change.letter
-            if not is_under_anima(path) or is_memory_path(path) or (
+            if not (is_under_anima(path) or is_definition_path(path)) or is_memory_path(path) or (
                 is_definition_path(path)
                 and self._as_written(path, letter, change.blob, definitions)
             ):

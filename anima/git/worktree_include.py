@@ -34,12 +34,10 @@ import pathspec
 
 from anima.errors import GitError
 from anima.git_options import NO_AGENT_CODE
-from anima.paths import is_under_anima
+from anima.paths import WORKTREE_INCLUDE, is_under_anima
 
 log = logging.getLogger(__name__)
 
-#: The list, at the repository root.
-INCLUDE_FILE = ".worktreeinclude"
 
 #: Every untracked file git ignores, one by one (see the module's docstring).
 LS_IGNORED = ("ls-files", "--others", "--ignored", "--exclude-standard", "-z")
@@ -93,14 +91,14 @@ def copy_included(source: Path, target: Path, wanted: list[str] | None = None) -
         src.close()
         dst.close()
     if copied:
-        log.info("Copied %d file(s) listed in %s into %s: %s", len(copied), INCLUDE_FILE,
+        log.info("Copied %d file(s) listed in %s into %s: %s", len(copied), WORKTREE_INCLUDE,
                  target, ", ".join(copied))
     return copied
 
 
 def _read_spec(source: Path) -> pathspec.GitIgnoreSpec | None:
     """The compiled list, or None when there is none or nothing in it can match."""
-    path = source / INCLUDE_FILE
+    path = source / WORKTREE_INCLUDE
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             log.info("%s is not a regular file; nothing is copied into worktrees", path)
