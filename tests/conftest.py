@@ -80,7 +80,9 @@ class FakeClaude:
         """Every logged prompt entry (role, session_id, resume, prompt, argv, pid, turn)."""
         if not self.log_path.exists():
             return []
-        lines = self.log_path.read_text(encoding="utf-8").splitlines()
+        text = self.log_path.read_text(encoding="utf-8")
+        # Only whole lines: a fake may be writing the next one while a test polls.
+        lines = text.splitlines()[:text.count("\n")]
         found = [json.loads(line) for line in lines if line.strip()]
         return [e for e in found if role is None or e["role"] == role]
 
