@@ -191,14 +191,12 @@ def _readable_index(path: Path) -> bool:
         header = fh.read(8)
         if header[:4] != b"DIRC" or int.from_bytes(header[4:8], "big") not in (2, 3, 4):
             return False
-        sha1, sha256 = hashlib.sha1(), hashlib.sha256()
-        held = header  # the last 32 bytes read are held back: the checksum is in them
-        while chunk := fh.read(1 << 20):
-            data = held + chunk
-            held = data[-32:]
-            sha1.update(data[:-32])
-            sha256.update(data[:-32])
-    if len(held) < 32:
-        return False
-    sha1.update(held[:12])
-    return held[12:] in (bytes(20), sha1.digest()) or held in (bytes(32), sha256.digest())
+        for algorithm, width in (("sha1", 20), ("sha256", 32)):
+            fh.seek(0)
+            digest, left = hashlib.new(algorithm), st.st_size - width
+            while left > 0 and (chunk := fh.read(min(left, 1 << 20))):
+                digest.update(chunk)
+                left -= len(chunk)
+            if fh.read(width) in (bytes(width), digest.digest()):
+                return True
+    return False
