@@ -176,7 +176,10 @@ def _children() -> tuple[dict[int, list[int]], set[int]]:
 
 def descendants(root: int) -> list[int]:
     """Every live process below `root` (children, theirs, ...), from one scan of /proc."""
-    children, live = _children()
+    return _below(root, *_children())
+
+
+def _below(root: int, children: dict[int, list[int]], live: set[int]) -> list[int]:
     found, todo = [], list(children.get(root, ()))
     while todo:
         pid = todo.pop()
@@ -185,12 +188,11 @@ def descendants(root: int) -> list[int]:
     return [pid for pid in found if pid in live]
 
 
-def _program(root: int, program: tuple[int, int]) -> set[int]:
+def _program(root: int, program: tuple[int, int], children: dict[int, list[int]]) -> set[int]:
     """`root` and the line of processes below it that runs the program: at each step the
     first-started child reading `program` (a wrapper, a launcher, the CLI). Any process can
     open the CLI's input through /proc and read it too; only the first of its siblings, in
     that line, is the program's (a process that left its parent joins the line's top)."""
-    children, _ = _children()
     line = [root]
     while kids := [pid for pid in children.get(line[-1], ()) if stdin_of(pid) == program]:
         line.append(min(kids, key=lambda pid: start_time(pid) or 0))
@@ -221,9 +223,10 @@ def hold(root: int, marker: str | None, program: tuple[int, int],
     scan finds none running, so what a process forked just before it stopped is held too.
     `release` continues them."""
     held: dict[int, int] = {}
-    spared = _ancestry() | _program(root, program)
+    children, live = _children()
+    spared = _ancestry() | _program(root, program, children)
     for _ in range(rounds):
-        found = {*descendants(root), *(marked(marker) if marker else ())} - spared
+        found = {*_below(root, children, live), *(marked(marker) if marker else ())} - spared
         fresh = [pid for pid in found if pid not in held]
         if not fresh:
             break
@@ -235,6 +238,7 @@ def hold(root: int, marker: str | None, program: tuple[int, int],
         while any(_state(pid) not in (*_STOPPED, *_GONE) for pid in fresh) \
                 and time.monotonic() < deadline:
             time.sleep(0.001)
+        children, live = _children()
     return list(held.items())
 
 
