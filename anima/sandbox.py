@@ -132,7 +132,8 @@ class Confinement:
     #: although it could only read it, e.g. the real HOME (ssh keys, tokens) or /run/user
     #: (the session bus and `systemd-run --user` would run a command outside the sandbox).
     hidden: tuple[Path, ...] = ()
-    #: Files read as empty (`/dev/null` in their place): tokens no build needs.
+    #: Files read as empty, sockets no connect reaches (`/dev/null` in their place): tokens
+    #: no build needs, daemons that act as root.
     hidden_files: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
@@ -158,7 +159,7 @@ def wrap(argv: list[str], c: Confinement) -> list[str]:
         if path.is_dir():
             args += ["--tmpfs", _real(path)]
     for path in c.hidden_files:
-        if path.is_file():
+        if path.exists() and not path.is_dir():
             args += ["--ro-bind", os.devnull, _real(path)]
     for path in c.visible:
         if path.exists():

@@ -12,7 +12,10 @@ worktree, and Anima's git ignores the global config. Those variants assert exact
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -1111,4 +1114,73 @@ def test_the_agents_read_no_secret_of_your_home_but_your_toolchains(
     run_engine(project)
 
     assert seen.read_text(encoding="utf-8") == "a toolchain\n"
+    assert_merged_after_final_acceptance(project)
+
+
+#: Connects to the Unix socket argv[1] (a daemon's) and says whether it could.
+REACH_PATH = r'''
+import socket, sys
+
+client = socket.socket(socket.AF_UNIX)
+try:
+    client.connect(sys.argv[1])
+except OSError as e:
+    print("refused:", e.strerror)
+else:
+    print("connected")
+'''
+
+
+def _listening(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX) as probe:
+        return probe.connect_ex(str(path)) == 0
+
+
+@pytest.fixture
+def docker_socket() -> Iterator[Path]:
+    """A daemon listening where Docker's does (it would run a container with `/` mounted):
+    this machine's own if it has one, else a stand-in (root only: `/run` is root's)."""
+    path = Path("/run/docker.sock")
+    with open(Path(tempfile.gettempdir()) / "anima-test-docker-sock.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one stand-in at a time across the test workers
+        if path.exists() and _listening(path):
+            yield path
+            return
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            path.unlink()  # a stand-in an earlier, killed run left
+        if os.geteuid() != 0:
+            pytest.skip("no Docker socket here, and only root may make one in /run")
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+        server.listen()
+        try:
+            yield path
+        finally:
+            server.close()
+            path.unlink()
+
+
+@pytest.mark.parametrize("let_in", [False, True])
+def test_a_daemon_that_acts_as_root_is_out_of_the_sandboxs_reach(
+        git_repo: Path, fake: FakeClaude, docker_socket: Path, let_in: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only mount does not stop a connect: Docker's socket (root's reach, for
+    whoever is in its group) is made unconnectable, unless the project lets it in."""
+    if let_in:
+        monkeypatch.setenv("ANIMA_SANDBOX_WRITABLE", os.pathsep.join(
+            [os.environ.get("ANIMA_SANDBOX_WRITABLE", ""), str(docker_socket)]))
+    reach = fake.root / "reach_path.py"
+    reach.write_text(REACH_PATH, encoding="utf-8")
+    seen = fake.root / "seen"
+    project = project_with(git_repo, "auto", check_command=f"{PY} {reach} {docker_socket}")
+    fake.write_script({"developer": [{"shell": [f"{PY} {reach} {docker_socket} > {seen}"],
+                                      "auto": True}]})
+    run_engine(project)
+
+    said = seen.read_text(encoding="utf-8")
+    check = next(i.check for i in record(project, "m1").iterations if i.check)
+    if let_in:
+        assert said == "connected\n" and "connected" in check.tail
+    else:
+        assert said.startswith("refused") and check.tail.startswith("refused"), check.tail
     assert_merged_after_final_acceptance(project)

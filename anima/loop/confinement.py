@@ -48,6 +48,12 @@ _HIDDEN_IN_HOME = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".con
 #: Files read as empty: tokens that only publishing uses (a build fetches without them).
 _HIDDEN_FILES_IN_HOME = (".pypirc", ".gem/credentials", ".cargo/credentials.toml",
                          ".cargo/credentials", ".vault-token")
+#: Sockets of daemons that run whatever their caller asks, as root (a container with `/`
+#: mounted): a read-only mount does not stop a connect. Made unconnectable; a project whose
+#: checks need one lists it in ANIMA_SANDBOX_WRITABLE, and gives them root's reach.
+_HIDDEN_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock",
+                   "/run/containerd/containerd.sock", "/var/run/libvirt/libvirt-sock",
+                   "/var/snap/lxd/common/lxd/unix.socket", "/var/lib/incus/unix.socket")
 
 
 def sandbox_problem(mode: str) -> str | None:
@@ -129,8 +135,7 @@ class MilestoneSandbox:
             writable=(*writable, *git.writable, *extra), protected=git.protected,
             rebound=(*rw_files, *git.rebound), rebound_ro=git.rebound_ro,
             visible=self._visible, hidden=_hidden(),
-            hidden_files=tuple(p for p in (Path.home() / name for name in _HIDDEN_FILES_IN_HOME)
-                               if p.is_file()))
+            hidden_files=_hidden_files())
         return lambda argv: (sandbox.wrap(argv, c), sandbox.environment(c))
 
     def _user_identity(self) -> tuple[str | None, str | None]:
@@ -141,6 +146,12 @@ class MilestoneSandbox:
         except GitError:
             found = {}
         return found.get("user.name"), found.get("user.email")
+
+
+def _hidden_files() -> tuple[Path, ...]:
+    home = [Path.home() / name for name in _HIDDEN_FILES_IN_HOME]
+    return tuple(p for p in (*home, *map(Path, _HIDDEN_SOCKETS))
+                 if p.exists() and not p.is_dir())
 
 
 def _hidden() -> tuple[Path, ...]:
