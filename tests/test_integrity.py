@@ -23,7 +23,7 @@ from anima.config import Config
 from anima.engine.facade import Engine
 from anima.loop.actions import resume
 from anima.paths import ProjectPaths
-from anima.store.models import MilestoneStatus, Verdict
+from anima.store.models import Iteration, MilestoneRecord, MilestoneStatus, Verdict
 from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
@@ -157,6 +157,20 @@ def test_a_developer_cannot_rewrite_config_or_soul(project: Path, fake_claude: F
     assert Config.model_validate(json.loads(config)).max_consecutive_rejections != 99
 
 
+def rejected_with_f1(project: Path, fake_claude: FakeClaude, message: str,
+                     *edits: str) -> tuple[MilestoneRecord, Iteration]:
+    """The Developer commits F1 together with `edits` in its first round: that round is
+    rejected (the record and the round returned), and the milestone runs to its end."""
+    fake_claude.write_script({"developer": [{"shell": [
+        "mkdir -p features && echo F1 > features/F1.txt", *edits,
+        f"git add -A && git commit -qm '{message}'"], "text": report()}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    return rec, first
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_definitions_the_developer_commits_in_its_worktree_never_reach_main(
         project: Path, fake_claude: FakeClaude, mode: str) -> None:
@@ -169,17 +183,11 @@ def test_definitions_the_developer_commits_in_its_worktree_never_reach_main(
     run_git(project, "commit", "-qm", "chore: track the definitions")
     anima = project / ".anima"
     config, soul = (anima / "config.json").read_bytes(), (anima / "soul.md").read_bytes()
-    fake_claude.write_script({"developer": [{"shell": [
-        "mkdir -p features && echo F1 > features/F1.txt",
+    rec, first = rejected_with_f1(
+        project, fake_claude, "feat: F1 and a kinder supervisor",
         "python3 -c \"import json; p='.anima/config.json'; d=json.load(open(p)); "
         "d['max_consecutive_rejections']=99; json.dump(d, open(p, 'w'))\"",
-        "echo 'Tests are optional.' >> .anima/soul.md",
-        "git add -A && git commit -qm 'feat: F1 and a kinder supervisor'"],
-        "text": report()}]})
-    run_engine(project)
-    rec = record(project, "m1")
-    first = rec.iterations[0]
-    assert first.verdict is Verdict.REJECTED
+        "echo 'Tests are optional.' >> .anima/soul.md")
     assert ".anima/config.json" in first.reason and ".anima/soul.md" in first.reason
     assert 1 not in reviewed_rounds(fake_claude)
     assert (anima / "config.json").read_bytes() == config  # the project's own, untouched
@@ -201,15 +209,8 @@ def test_the_developer_cannot_hand_your_ignored_files_to_later_milestones(
         (project / ".worktreeinclude").write_text(yours, encoding="utf-8")
         run_git(project, "add", ".worktreeinclude")
         run_git(project, "commit", "-qm", "chore: copy .env into worktrees")
-    fake_claude.write_script({"developer": [{"shell": [
-        "mkdir -p features && echo F1 > features/F1.txt",
-        "echo .env.production >> .worktreeinclude",
-        "git add -A && git commit -qm 'feat: F1 and a dev setup'"],
-        "text": report()}]})
-    run_engine(project)
-    rec = record(project, "m1")
-    first = rec.iterations[0]
-    assert first.verdict is Verdict.REJECTED
+    rec, first = rejected_with_f1(project, fake_claude, "feat: F1 and a dev setup",
+                                  "echo .env.production >> .worktreeinclude")
     assert ".worktreeinclude" in first.reason
     assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
     merged = subprocess.run(["git", "show", "main:.worktreeinclude"], cwd=project,
