@@ -15,11 +15,11 @@ and everything started in the sandbox; no process may lift it. Linux only.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
-import platform
 import struct
+
+from anima.libc import LIBC
 
 #: The Landlock system calls: one number on every architecture (the unified table).
 _CREATE_RULESET, _RESTRICT_SELF = 444, 446
@@ -31,21 +31,7 @@ _PR_SET_NO_NEW_PRIVS = 38
 #: `struct landlock_ruleset_attr`: no file-system or network access handled, scopes only (the
 #: mounts already decide the files; the network stays open).
 _ATTR = struct.pack("=QQQ", 0, 0, _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL)
-
-
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name, use_errno=True) if name and platform.system() == "Linux" else None
-    except OSError:
-        return None
-
-
-# Loaded (and the attribute buffer made) in the parent: between fork and exec the child only
-# calls them.
-_LIBC = _libc()
-if _LIBC is not None:
-    _LIBC.syscall.restype = ctypes.c_long
+# The attribute buffer is made in the parent: between fork and exec the child only uses it.
 _ATTR_BUF = ctypes.create_string_buffer(_ATTR, len(_ATTR))
 
 
@@ -56,9 +42,9 @@ def _long(value: int) -> ctypes.c_long:
 
 def unavailable() -> str | None:
     """None when confined processes are scoped here, else why not (one sentence)."""
-    if _LIBC is None:
+    if LIBC is None:
         return "Landlock needs Linux"
-    abi = _LIBC.syscall(_long(_CREATE_RULESET), None, _long(0), _long(_CREATE_RULESET_VERSION))
+    abi = LIBC.syscall(_long(_CREATE_RULESET), None, _long(0), _long(_CREATE_RULESET_VERSION))
     if abi < 0:
         err = ctypes.get_errno()
         why = "not enabled in this kernel" if err in (errno.ENOSYS, errno.EOPNOTSUPP) else \
@@ -73,14 +59,14 @@ def restrict() -> None:
     """In the child before exec: scope it and everything it starts. Raises OSError when the
     kernel refuses (the spawn then fails: a process is never started less confined than
     Anima said it would be)."""
-    assert _LIBC is not None
-    if _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, _long(1), _long(0), _long(0), _long(0)) != 0:
+    assert LIBC is not None
+    if LIBC.prctl(_PR_SET_NO_NEW_PRIVS, _long(1), _long(0), _long(0), _long(0)) != 0:
         raise OSError(ctypes.get_errno(), "cannot set no_new_privs")
-    fd = _LIBC.syscall(_long(_CREATE_RULESET), _ATTR_BUF, _long(len(_ATTR)), _long(0))
+    fd = LIBC.syscall(_long(_CREATE_RULESET), _ATTR_BUF, _long(len(_ATTR)), _long(0))
     if fd < 0:
         raise OSError(ctypes.get_errno(), "cannot create a Landlock ruleset")
     try:
-        if _LIBC.syscall(_long(_RESTRICT_SELF), _long(fd), _long(0)) != 0:
+        if LIBC.syscall(_long(_RESTRICT_SELF), _long(fd), _long(0)) != 0:
             raise OSError(ctypes.get_errno(), "cannot enter the Landlock domain")
     finally:
         os.close(fd)

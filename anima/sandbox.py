@@ -42,7 +42,8 @@ _probed: dict[str, _Probe] = {}
 class _Probe:
     #: Why bubblewrap cannot confine a process here (None: it can).
     problem: str | None
-    #: Why confined processes are not also scoped by Landlock (`anima.landlock`; None: they are).
+    #: Why confined processes are not also scoped by Landlock (`anima.landlock`; None: they
+    #: are, so they are confined at all).
     unscoped: str | None
 
 
@@ -74,8 +75,7 @@ def unscoped() -> str | None:
 def before_exec() -> Callable[[], None] | None:
     """What the child of a confined process runs between fork and exec (asked in the parent:
     the child may only call it)."""
-    probe = _probed_once()
-    return landlock.restrict if probe.problem is None and probe.unscoped is None else None
+    return landlock.restrict if _probed_once().unscoped is None else None
 
 
 def _probe(name: str) -> _Probe:

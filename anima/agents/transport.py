@@ -12,8 +12,6 @@ would deadlock the CLI.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import fcntl
 import logging
@@ -32,22 +30,13 @@ from pathlib import Path
 
 from anima import procfs
 from anima.errors import AgentCrashed
+from anima.libc import LIBC
 
 log = logging.getLogger(__name__)
 
 _READ_SIZE = 1 << 16
 
 
-def _load_prctl() -> Callable[..., int] | None:
-    """libc's prctl, loaded in the parent: the child between fork and exec may only call it."""
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name, use_errno=True).prctl if name else None
-    except (OSError, AttributeError):  # not Linux
-        return None
-
-
-_PRCTL = _load_prctl()
 _PR_SET_PDEATHSIG = 1
 
 
@@ -55,8 +44,8 @@ def _die_with_anima() -> None:
     """In the child before exec: SIGTERM when Anima dies, even by SIGKILL, so an agent never
     goes on working (committing!) with nobody reading it. Linux only; elsewhere the next
     start stops leftovers (anima.loop.recovery)."""
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    if LIBC is not None:
+        LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
 def _open_raw_pty() -> tuple[int, int]:
