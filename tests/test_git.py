@@ -740,6 +740,45 @@ def test_merge_on_main_keeps_the_humans_unrelated_edits(
     assert (root / "notes.txt").read_text() == "untracked\n"
 
 
+def test_merge_into_main_checked_out_in_a_worktree_of_the_humans_elsewhere(
+    root: Path, repo: GitRepo, milestone: dict[str, str], tmp_path: Path
+) -> None:
+    """The human works on a branch here and keeps main in a worktree of their own: that
+    tree shows the merge, with their edits kept; left on the old main, its index would read
+    as undoing the milestone, and their next commit would."""
+    git(root, "switch", "-q", "-c", "mine")
+    theirs = tmp_path / "main-tree"
+    git(root, "worktree", "add", "-q", str(theirs), "main")
+    write(theirs, "README.md", "# edited in their main tree\n")
+    write(theirs, "notes.txt", "untracked\n")
+    before = status(theirs)
+    outcome = merge(repo)
+    assert outcome.merged, outcome.detail
+    assert parents(root) == [milestone["base_commit"], milestone["commit"]]
+    assert (theirs / "src/feature.py").read_text() == "x = 1\n"
+    assert status(theirs) == before  # nothing staged that undoes the merge
+    assert (theirs / "README.md").read_text() == "# edited in their main tree\n"
+    assert repo.current_branch() == "mine" and status(root) == ""
+
+
+def test_merge_waits_for_a_file_changed_in_a_worktree_of_the_humans_on_main(
+    root: Path, repo: GitRepo, milestone: dict[str, str], tmp_path: Path
+) -> None:
+    git(root, "switch", "-q", "-c", "mine")
+    theirs = tmp_path / "main-tree"
+    git(root, "worktree", "add", "-q", str(theirs), "main")
+    write(theirs, "src/feature.py", "the human's own draft\n")
+    outcome = merge(repo)
+    assert not outcome.merged and outcome.retry
+    assert outcome.waiting == ["src/feature.py"]
+    assert str(theirs) in outcome.detail and "src/feature.py" in outcome.detail
+    assert repo.branch_head("main") == milestone["base_commit"]
+    assert (theirs / "src/feature.py").read_text() == "the human's own draft\n"
+    (theirs / "src/feature.py").unlink()
+    assert merge(repo).merged
+    assert (theirs / "src/feature.py").read_text() == "x = 1\n" and status(theirs) == ""
+
+
 LINES = "".join(f"line {i}\n" for i in range(1, 11))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Self
 
 from anima.errors import GitError
 from anima.git.branches import BranchOps
@@ -14,6 +15,8 @@ from anima.git.repo import (
     listing,
     short_hash,
 )
+from anima.git.worktrees import Worktrees
+from anima.paths import is_under_anima
 
 
 @dataclass(frozen=True)
@@ -31,8 +34,23 @@ class MergeOutcome:
 
 
 
-class Merging(BranchOps, History):
+class Merging(BranchOps, History, Worktrees):
     """Merging a milestone into main (call on the human's checkout)."""
+
+    def checkout_on(self, branch: str) -> Self | None:
+        """The human's checkout that has `branch` checked out (git lets one have it): this
+        one, or a worktree of theirs elsewhere; None when none has (a milestone's worktree
+        under `.anima/` is not the human's)."""
+        if self.current_branch() == branch:
+            return self
+        for tree in self.worktrees():
+            if tree.branch != branch or tree.prunable or not tree.path.is_dir():
+                continue
+            if tree.path.is_relative_to(self.root) and \
+                    is_under_anima(tree.path.relative_to(self.root).as_posix()):
+                continue
+            return type(self).open(tree.path)
+        return None
 
     def merge_of(self, commit: str, into: str) -> str | None:
         """The merge commit on `into` whose second parent is `commit` (the milestone's merge)."""
@@ -75,10 +93,11 @@ class Merging(BranchOps, History):
         anything out: whatever branch the human's checkout is on, main gets the merge.
 
         The merge is computed in git's object store (`merge-tree`): a conflict leaves every
-        branch and file as it was and names the files. When the human's checkout is on main,
-        its files follow main (`read-tree -m -u`, which refuses, all or nothing, to touch a
-        file the human changed or an untracked one in the way): then the merge waits, naming
-        them (`MergeOutcome.waiting`). main moves last, only from where it was read.
+        branch and file as it was and names the files. When the human's checkout (or a
+        worktree of theirs elsewhere) is on main, its files follow main (`read-tree -m -u`,
+        which refuses, all or nothing, to touch a file the human changed or an untracked one
+        in the way): then the merge waits, naming them (`MergeOutcome.waiting`). main moves
+        last, only from where it was read.
         `replaceable`: untracked files of the human's that the merge may replace while they
         hold exactly these bytes (memory notes the Developer started from).
         """
@@ -102,38 +121,45 @@ class Merging(BranchOps, History):
         merge = self._text([*self._identity_args(), "commit-tree", tree, "-p", before,
                             "-p", tip, "-m", message],
                            what=f"Cannot write the merge of {branch} into {main}")
-        on_main = self.current_branch() == main
-        touched = set(self.changed_files_between(before, merge)) if on_main else set()
-        if on_main and (waiting := self._in_the_way(touched, before, merge, replaceable)):
-            return MergeOutcome(False, f"the merge of {branch} into {main} waits: your "
-                                       f"checkout has changes to {listing(waiting)} (or "
-                                       "files of its own there), which the merge changes "
-                                       "too; commit, stash or move them away and it goes on",
-                                waiting=waiting, retry=True)
-        if on_main:
-            stepping_aside = self._step_aside(touched, replaceable)
-            code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
-            if code != 0 and (written := self._written_as_merged(touched, before, merge)):
-                # A checkout of the merge that a kill cut short: the files it wrote already
-                # read as the merge has them; staged, the same all-or-nothing checkout ends.
-                self._run(["update-index", "--add", "--remove", "--", *written], check=False)
-                code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
-            if code != 0:
-                for rel, content in stepping_aside.items():
-                    (self.root / rel).write_bytes(content)
-                files = [line.split("'")[1] for line in err.splitlines() if line.count("'") >= 2]
-                return MergeOutcome(False, f"the merge of {branch} into {main} waits: "
-                                           f"{err.strip().splitlines()[0]}",
+        checkout = self.checkout_on(main)
+        if checkout is not None:
+            where = "your checkout" + ("" if checkout is self else f" at {checkout.root}")
+            if (waits := checkout._checkout_merge(before, merge, replaceable, where)):
+                files, why = waits
+                return MergeOutcome(False, f"the merge of {branch} into {main} waits: {why}",
                                     waiting=files, retry=True)
         code, _, err = self._run(["update-ref", "-m", f"anima: {message}", f"refs/heads/{main}",
                                   merge, before], check=False)
         if code != 0:  # main moved meanwhile: put the checkout back, try again later
-            if on_main:
-                self._run(["read-tree", "-m", "-u", merge, before], check=False)
+            if checkout is not None:
+                checkout._run(["read-tree", "-m", "-u", merge, before], check=False)
             return MergeOutcome(False, f"{main} moved while {branch} was merged into it "
                                        f"({err.strip()}); the merge is tried again",
                                 retry=True)
         return MergeOutcome(True, f"merged {branch} into {main} as {short_hash(merge)}")
+
+    def _checkout_merge(self, before: str, merge: str, replaceable: dict[str, bytes],
+                        where: str) -> tuple[list[str], str] | None:
+        """Make this checkout (`where`, on main at `before`) show `merge`'s files, all or
+        nothing; or the files in the way and why not."""
+        touched = set(self.changed_files_between(before, merge))
+        if waiting := self._in_the_way(touched, before, merge, replaceable):
+            return waiting, (f"{where} has changes to {listing(waiting)} (or "
+                             "files of its own there), which the merge changes too; commit, "
+                             "stash or move them away and it goes on")
+        stepping_aside = self._step_aside(touched, replaceable)
+        code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
+        if code != 0 and (written := self._written_as_merged(touched, before, merge)):
+            # A checkout of the merge that a kill cut short: the files it wrote already
+            # read as the merge has them; staged, the same all-or-nothing checkout ends.
+            self._run(["update-index", "--add", "--remove", "--", *written], check=False)
+            code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
+        if code == 0:
+            return None
+        for rel, content in stepping_aside.items():
+            (self.root / rel).write_bytes(content)
+        files = [line.split("'")[1] for line in err.splitlines() if line.count("'") >= 2]
+        return files, f"in {where}, {err.strip().splitlines()[0]}"
 
     def _reads_as(self, rel: str, content: bytes | None) -> bool:
         """Whether the human's `rel` is a regular file holding exactly `content`."""
