@@ -50,6 +50,11 @@ PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx8nR\nq0ZmFh2Z3k==\n"
     ("proxy-authorization: token9f8e7d6c", f"proxy-authorization: {REDACTED}"),
     ("sent Bearer 9f8e7d6c5b4a39281706", f"sent Bearer {REDACTED}"),
     (f"jwt {JWT} end", f"jwt {REDACTED} end"),
+    # right after an escape: a JSON-escaped newline, colour codes of every length
+    (f"a\\n{JWT}", f"a\\n{REDACTED}"),
+    (f"\x1b[m{JWT}\x1b[0m", REDACTED),
+    (f"\x1b[1;33m{JWT}", REDACTED),
+    (f"\x1b[38;5;208m{JWT}", REDACTED),
     (f"before\n{PEM}\nafter", f"before\n{REDACTED}\nafter"),
     ("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkq", REDACTED),
     ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbg==\n-----END OPENSSH PRIVATE KEY-----", REDACTED),
@@ -297,7 +302,8 @@ def test_terminal_controls_in_agent_text_are_removed(raw: str, shown: str) -> No
 #: pattern that scans on from each of the line's many matches takes quadratic time: a
 #: megabyte of them took Anima's reader thread minutes to hours.
 REPEATED = ["sk-", "sk-a", "password=", "password:", "api_key=", "X_KEY=", "key=",
-            "--password=", "curl -u ", "curl ", "mysql ", "sshpass ", "token: "]
+            "--password=", "curl -u ", "curl ", "mysql ", "sshpass ", "token: ",
+            "eyJ", "eyJabcdefghi."]
 
 
 def test_a_long_line_of_near_secrets_does_not_stall_the_reader() -> None:

@@ -84,7 +84,10 @@ _TOKENS: Final = re.compile(
     r"|xapp-\d-[A-Za-z0-9-]{20,}"
     r"|AIza[0-9A-Za-z_-]{30,}"
     # header.payload.signature; header and payload are base64 JSON objects ("{"" -> "eyJ").
-    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"
+    # Tried only where a JWT can stand (see `_replace_token`): not inside a run of its own
+    # characters, or every "eyJ" of a line of them would scan the rest of it for the dot.
+    r"|(?:(?<![A-Za-z0-9_-])|(?<=\\[A-Za-z])|(?<=\[m)|(?<=[\[;]\dm)|(?<=[\[;]\d\dm)"
+    r"|(?<=[\[;]\d\d\dm))eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"
 )
 
 # --- PEM private keys ---------------------------------------------------------------------
