@@ -353,6 +353,33 @@ def test_stop_one_milestone_while_another_goes_on(
     assert run.proc.poll() is None
 
 
+def test_stop_before_the_milestone_took_its_first_step_pauses_it(
+        git_repo: Path, fake_claude: FakeClaude, fake_env: dict[str, str],
+        tmp_path: Path) -> None:
+    """A stop that lands while Anima still reads the CLI's version (a second for some
+    versions): the milestone pauses, the others go on, and resume starts it."""
+    slow = tmp_path / "slow-claude"
+    slow.write_text(f'#!/bin/sh\ncase "$1" in --version) sleep 2;; esac\n'
+                    f'exec {fake_claude.command} "$@"\n')
+    slow.chmod(0o755)
+    make_project(git_repo, {"m1": milestone_md("One", ["Alpha"]),
+                            "m2": milestone_md("Two", ["Beta"])},
+                 config={"max_parallel_milestones": 2})
+    run = Headless(git_repo, {**fake_env, "ANIMA_CLAUDE_COMMAND": str(slow)},
+                   tmp_path / "run.log")
+    try:
+        wait_for(lambda: anima("stop", str(git_repo), "m1").returncode == 0)
+        wait_for(lambda: status(git_repo, "m1") is MilestoneStatus.PAUSED
+                 and status(git_repo, "m2") is MilestoneStatus.COMPLETED, timeout=60)
+        assert record(git_repo, "m1").pause_reason == "stopped by you"
+        assert "illegal" not in run.output() and run.proc.poll() is None, run.output()
+        assert anima("resume", str(git_repo), "m1").returncode == 0
+        wait_for(lambda: status(git_repo, "m1") is MilestoneStatus.COMPLETED, timeout=60)
+        assert "feat: F1" in run_git(git_repo, "log", "--format=%s", "main")
+    finally:
+        run.stop()
+
+
 def test_approve_and_abort_reach_the_running_anima(
         git_repo: Path, headless: Callable[[], Headless]) -> None:
     review = "---\nrequires_human_review: true\n---\n"

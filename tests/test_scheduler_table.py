@@ -9,6 +9,7 @@ from anima.phases import Phase
 
 LEGAL = [
     (Phase.IDLE, Phase.STARTING), (Phase.IDLE, Phase.RECOVERING),
+    (Phase.IDLE, Phase.PAUSED),  # stopped by you before its first step
     (Phase.STARTING, Phase.DEVELOPER), (Phase.RECOVERING, Phase.DEVELOPER),
     (Phase.DEVELOPER, Phase.ACCEPTOR), (Phase.DEVELOPER, Phase.FINAL_ACCEPTANCE),
     (Phase.DEVELOPER, Phase.DEVELOPER),  # a rejected round (git check, timeout) goes round

@@ -11,8 +11,10 @@ STOPS = frozenset({Phase.PAUSED, Phase.FAILED})
 
 #: Which phase may follow which. Anything else is a bug and raises IllegalTransition.
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    Phase.IDLE: frozenset({Phase.STARTING, Phase.RECOVERING, Phase.FAILED,
-                           Phase.CANCELLED}),  # IDLE is also a pending milestone's phase
+    # IDLE is also a pending milestone's phase, and a run's before its first step: you may
+    # stop it there (while the CLI's version is read), and it pauses.
+    Phase.IDLE: frozenset({Phase.STARTING, Phase.RECOVERING, Phase.PAUSED, Phase.FAILED,
+                           Phase.CANCELLED}),
     Phase.STARTING: frozenset({Phase.DEVELOPER}) | STOPS,
     Phase.RECOVERING: frozenset({Phase.DEVELOPER, Phase.MERGING}) | STOPS,
     Phase.DEVELOPER: frozenset({Phase.DEVELOPER, Phase.ACCEPTOR, Phase.FINAL_ACCEPTANCE})
