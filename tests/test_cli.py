@@ -242,6 +242,37 @@ def test_headless_run_pause_resume_with_note_and_approve(
     assert wrong.returncode == 2 and "completed" in wrong.stderr
 
 
+def anima_to_a_reader_gone(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """`anima ARGS | head -1` with `head` long gone: stdout is a pipe nobody reads."""
+    command = [ANIMA] if ANIMA else [sys.executable, "-m", "anima"]
+    reader, writer = os.pipe()
+    os.close(reader)
+    with subprocess.Popen([*command, *args], stdout=writer, stderr=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL, text=True,
+                          env={**os.environ, **(env or {})}) as proc:
+        os.close(writer)
+        _, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
+def test_output_to_a_reader_that_went_away_does_not_change_the_outcome(
+        git_repo: Path, fake_env: dict[str, str]) -> None:
+    """`anima status | head -1` is a success that writes nothing; `anima run --headless |
+    head` runs to its end and exits with the run's code (the headless lines are dropped)."""
+    make_project(git_repo, {"m1": milestone_md("M", ["A"]),
+                            "m2": "---\nrequires_human_review: true\n---\n"
+                                  + milestone_md("N", ["B"])})
+    for args in (["status", str(git_repo)], ["status", str(git_repo), "--json"]):
+        code, err = anima_to_a_reader_gone(*args)
+        assert (code, err) == (0, ""), args
+    assert not (git_repo / ".anima" / "logs" / "anima.log").exists()  # status writes nothing
+    code, err = anima_to_a_reader_gone("run", str(git_repo), "--headless", env=fake_env)
+    assert code == 0, err
+    assert "Broken pipe" not in err and "unexpected" not in err, err
+    assert record(git_repo, "m1").status.value == "completed"
+    assert record(git_repo, "m2").status.value == "awaiting_review"
+
+
 def test_usage_errors_exit_2() -> None:
     assert anima("run").returncode == 2
     assert anima("resume", "/nonexistent", "x").returncode == 2

@@ -307,6 +307,13 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:
         return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
+    from anima.cli.pipes import reader_may_go
+
+    with reader_may_go():
+        return _command(args, argv)
+
+
+def _command(args: argparse.Namespace, argv: list[str]) -> int:
     # `status`, which scripts poll, opens the log only when it fails.
     logfile = None if args.command == "status" else _configure_logging(args)
     try:
