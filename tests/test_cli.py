@@ -162,6 +162,22 @@ def test_add_refuses_a_bad_name_and_a_malformed_file(tmp_path: Path) -> None:
     assert not (tmp_path / ".anima" / "milestones" / "empty.md").exists()
 
 
+def test_a_name_too_long_for_a_file_is_refused_and_the_others_run(
+        git_repo: Path, fake_env: dict[str, str]) -> None:
+    long = "b" * 240  # fine for the pattern; `.<id>.json.<random>.tmp` is over 255 bytes
+    make_project(git_repo, {"m1": milestone_md("M", ["A"])})
+    source = git_repo.parent / f"{long}.md"
+    source.write_text(milestone_md("Long", ["A"]), encoding="utf-8")
+    added = anima("add", str(git_repo), str(source))
+    assert added.returncode == 2 and "at most 100" in added.stderr, added.stderr
+    assert not (git_repo / ".anima" / "milestones" / source.name).exists()
+    (git_repo / ".anima" / "milestones" / source.name).write_bytes(source.read_bytes())
+    result = anima("run", str(git_repo), "--headless", env=fake_env)
+    assert "at most 100" in result.stderr, result.stdout[-2000:] + result.stderr
+    assert record(git_repo, "m1").status.value == "completed"
+    assert (git_repo / ".anima" / "milestones" / source.name).is_file()  # left as it was
+
+
 def test_invalid_config_names_the_file_and_key(tmp_path: Path) -> None:
     assert anima("init", "--git-init", str(tmp_path)).returncode == 0
     config = tmp_path / ".anima" / "config.json"

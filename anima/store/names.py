@@ -12,6 +12,9 @@ from pathlib import Path
 from anima.errors import MilestoneError
 
 MILESTONE_ID_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
+#: Longest id: it names files (`.<id>.json.<random>.tmp` while a record is written) and a
+#: folder of each agent's home, and a file name has at most 255 bytes.
+MAX_ID_LENGTH = 100
 
 
 def _suggest_id(stem: str) -> str:
@@ -26,8 +29,13 @@ def is_milestone_name(name: str) -> bool:
 
 def validate_milestone_id(stem: str, path: Path) -> str:
     """Return `stem` if it is a safe milestone id (it becomes a branch name and file names)."""
-    if MILESTONE_ID_RE.fullmatch(stem):
+    if MILESTONE_ID_RE.fullmatch(stem) and len(stem) <= MAX_ID_LENGTH:
         return stem
+    if MILESTONE_ID_RE.fullmatch(stem):
+        raise MilestoneError(path, f"milestone name of {len(stem)} characters: the file name "
+                                   f"(without .md) has at most {MAX_ID_LENGTH}, because it "
+                                   "becomes file names and the branch milestone/<id>; rename "
+                                   "it to a shorter one")
     detail = (
         f"bad milestone name {stem!r}: the file name (without .md) must match "
         f"{MILESTONE_ID_RE.pattern} (lower-case letters, digits, '-' and '_', starting with a "
