@@ -219,6 +219,59 @@ def test_a_dependency_on_a_cancelled_milestone_is_reported_not_waited_for(
     assert says in done.stderr and "waiting for a" not in done.stdout
 
 
+def register(repo: Path) -> None:
+    """What a run's first scan does: every definition gets its pending record."""
+    Store(ProjectPaths(repo)).scan(max_iterations=20, requires_human_review=False)
+
+
+def test_a_pending_milestone_is_what_its_md_says_now(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registered, then edited before it starts: b now depends on a (it waits for a's merge,
+    it used to start beside a), and c's dependency on a milestone that does not exist is
+    fixed (it used to stay pending for ever)."""
+    project(git_repo, ["a", "b", "c"], texts=with_deps({"a": [], "b": [], "c": ["ghost"]}))
+    register(git_repo)
+    milestones = git_repo / ".anima" / "milestones"
+    (milestones / "b.md").write_text(with_deps({"b": ["a"]})["b"], encoding="utf-8")
+    (milestones / "c.md").write_text(with_deps({"c": []})["c"], encoding="utf-8")
+    status = subprocess.run([sys.executable, "-m", "anima", "status", str(git_repo)],
+                            capture_output=True, text=True, timeout=60)
+    assert "waiting for a\n" in status.stdout and "ghost" not in status.stderr, status
+    own_dirs(fake_claude, ["a", "b", "c"], a={"developer_default": {"auto": True, "delay": 1}})
+    fake_claude.use_env(monkeypatch)
+    _, outcome = run_engine(git_repo)
+    assert not outcome.problems
+    times = spans(fake_claude)
+    assert times["a"][1] < times["b"][0]
+    b = record(git_repo, "b")
+    assert b.depends_on == ["a"] and b.status is MilestoneStatus.COMPLETED
+    assert run_git(git_repo, "merge-base", "--is-ancestor", "milestone/a",
+                   b.base_commit or "") == ""
+    assert record(git_repo, "c").status is MilestoneStatus.COMPLETED
+
+
+def test_a_pending_milestone_whose_md_no_longer_reads_is_reported_and_waits_for_the_fix(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It used to be started anyway, and failed as an unexpected error."""
+    project(git_repo, ["a", "b"], texts=with_deps({"a": [], "b": []}))
+    register(git_repo)
+    md = git_repo / ".anima" / "milestones" / "b.md"
+    md.write_bytes(b"\xff\xfe not UTF-8")
+    status = subprocess.run([sys.executable, "-m", "anima", "status", str(git_repo)],
+                            capture_output=True, text=True, timeout=60)
+    assert f"{md}: not valid UTF-8" in status.stderr, status
+    own_dirs(fake_claude, ["a", "b"])
+    fake_claude.use_env(monkeypatch)
+    _, outcome = run_engine(git_repo)
+    assert any(str(md) in p and "UTF-8" in p for p in outcome.problems), outcome.problems
+    b = record(git_repo, "b")
+    assert b.status is MilestoneStatus.PENDING and b.branch_name is None and b.error is None
+    assert record(git_repo, "a").status is MilestoneStatus.COMPLETED
+    md.write_text(with_deps({"b": []})["b"], encoding="utf-8")  # the human fixes it
+    _, outcome = run_engine(git_repo)
+    assert not outcome.problems and record(git_repo, "b").status is MilestoneStatus.COMPLETED
+
+
 def test_waiting_for_a_dependency_is_shown(git_repo: Path) -> None:
     project(git_repo, ["a", "b"], texts=with_deps({"a": [], "b": ["a"]}))
     anima = [sys.executable, "-m", "anima", "status", str(git_repo)]

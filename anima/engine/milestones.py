@@ -102,7 +102,7 @@ class MilestoneQueue:
         self._report_orphans(scan)
         deps = scan.dependencies
         records = [r for r in scan.records if r.id not in self.broken | scan.orphans | running
-                   and r.id not in deps.broken]
+                   and r.id not in deps.broken and r.id not in scan.unreadable]
         slots = limit - len(running)
         if slots <= 0:
             return []

@@ -20,7 +20,7 @@ from pathlib import Path
 from anima import procfs
 from anima.agents.dialect import Dialect
 from anima.config import Config
-from anima.errors import AgentCrashed, ProjectError, TurnTimeout
+from anima.errors import AgentCrashed, MilestoneError, ProjectError, TurnTimeout
 from anima.events import (
     ACCEPTOR,
     DEVELOPER,
@@ -87,6 +87,11 @@ class _ConfigurationProblem(Exception):
     """Internal: `check_command` cannot run at all, or `worktree_setup_command` failed (a
     configuration error, not the Developer's fault): pause without recording the round,
     which is redone on resume."""
+
+
+class _NotNow(Exception):
+    """Internal: a pending milestone's `.md`, read again as it starts, no longer reads, or
+    now depends on other milestones: it stays pending, and the queue looks again."""
 
 
 class MilestoneRun:
@@ -182,6 +187,9 @@ class MilestoneRun:
             self._save()
             self._log(f"stopped during {self.phase}: {why}")
             return self.phase
+        except _NotNow as e:
+            self._log(str(e))
+            return self.phase
         except (_ConfigurationProblem, AgentFault) as e:  # not the agent's doing
             phase = self.pause_now(str(e))
             if isinstance(e, NotLoggedIn):  # this machine's set-up: an error, shown as one
@@ -219,11 +227,8 @@ class MilestoneRun:
     def _begin(self) -> None:
         """The seed's "自动触发" for a new milestone, or its "重启恢复" for one in progress."""
         rec = self.record
-        if rec.status is MilestoneStatus.PENDING and (changed := self.store.retake_definition(
-                rec, max_iterations=self.config.max_iterations_per_milestone,
-                requires_human_review=self.config.requires_human_review)):
-            self._log(f"{', '.join(changed)} taken from its definition and the config as they "
-                      "are now (the record said otherwise)")
+        if rec.status is MilestoneStatus.PENDING:
+            self._retake_definition()
         if rec.status is MilestoneStatus.PENDING or rec.base_commit is None:
             self._start_branch()
         else:
@@ -242,6 +247,21 @@ class MilestoneRun:
             # Finally accepted, and commits on top that no review saw (a merge round that was
             # rejected, or cut short by a kill): a merge round goes on with them.
             self._owe_merge_round(tip)
+
+    def _retake_definition(self) -> None:
+        """The `.md` as it is now, which the human may have edited since the queue read it."""
+        try:
+            changed = self.store.retake_definition(
+                self.record, max_iterations=self.config.max_iterations_per_milestone,
+                requires_human_review=self.config.requires_human_review)
+        except MilestoneError as e:
+            raise _NotNow(f"not started: {e}") from e
+        if changed:
+            self._log(f"{', '.join(changed)} taken from its definition and the config as they "
+                      "are now (the record said otherwise)")
+        if "depends_on" in changed and self.record.depends_on:
+            self._save()
+            raise _NotNow(f"not started: it now depends on {', '.join(self.record.depends_on)}")
 
     def _start_branch(self) -> None:
         """Create `milestone/<id>` from main in the milestone's own worktree. Also finishes a

@@ -29,6 +29,7 @@ from anima.store.models import (
     STATE_SCHEMA_VERSION,
     Feature,
     MilestoneRecord,
+    MilestoneStatus,
     State,
     now,
 )
@@ -96,6 +97,9 @@ class Scan:
     orphans: set[str] = field(default_factory=set)
     #: What the records' `depends_on` say: who waits for whom, and who never can start.
     dependencies: Dependencies = field(default_factory=Dependencies)
+    #: Pending milestones whose definition cannot be read as it is now (among `problems`):
+    #: not started until the file is fixed.
+    unreadable: set[str] = field(default_factory=set)
 
 
 class Store:
@@ -107,6 +111,9 @@ class Store:
         #: Told of every record about to be written (path, bytes): the guard of a running
         #: milestone keeps the records as Anima wrote them (anima.guard).
         self.on_save: list[Callable[[Path, bytes], None]] = []
+        #: Each pending milestone's definition as last read, by id, with what its file was
+        #: then (inode, size, mtime): a scan every second parses only what changed.
+        self._read_definitions: dict[str, tuple[tuple[int, int, int], MilestoneDef]] = {}
 
     # --- state.json ---------------------------------------------------------------------
     def load_state(self) -> State:
@@ -173,7 +180,19 @@ class Store:
                 if MILESTONE_ID_RE.fullmatch(p.stem)]
 
     def definition(self, milestone_id: str) -> MilestoneDef:
-        return load_milestone(self.paths.milestone_md(milestone_id))
+        """The milestone's `.md` as it is now (parsed again only when the file changed)."""
+        path = self.paths.milestone_md(milestone_id)
+        try:
+            st = path.stat()
+        except OSError:
+            return load_milestone(path)  # says why it cannot be read
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        kept = self._read_definitions.get(milestone_id)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        definition = load_milestone(path)
+        self._read_definitions[milestone_id] = (key, definition)
+        return definition
 
     def new_record(self, definition: MilestoneDef, milestone_id: str, created_at: datetime,
                    *, max_iterations: int, requires_human_review: bool) -> MilestoneRecord:
@@ -203,6 +222,17 @@ class Store:
         for name in changed:
             setattr(record, name, getattr(fresh, name))
         return changed
+
+    def _as_defined_now(self, record: MilestoneRecord, result: Scan) -> None:
+        """A pending milestone waits for what its `.md` says now, not when it was registered
+        (the human may edit it until it starts; the rest of it is taken as it starts,
+        `retake_definition`). One whose file no longer reads is reported, and not started
+        until it is fixed."""
+        try:
+            record.depends_on = list(self.definition(record.id).depends_on)
+        except MilestoneError as e:
+            result.problems.append(e)
+            result.unreadable.add(record.id)
 
     def register(self, md: Path, created_at: datetime, *, max_iterations: int,
                  requires_human_review: bool) -> MilestoneRecord | None:
@@ -240,7 +270,10 @@ class Store:
             try:
                 validate_milestone_id(milestone_id, md)
                 if self.paths.milestone_record(milestone_id).exists():
-                    result.records.append(self.load_record(milestone_id))
+                    known = self.load_record(milestone_id)
+                    result.records.append(known)
+                    if known.status is MilestoneStatus.PENDING:
+                        self._as_defined_now(known, result)
                     continue
                 if ready is not None and not ready(md):
                     continue
