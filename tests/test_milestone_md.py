@@ -258,6 +258,11 @@ def test_front_matter_scalars_and_comments() -> None:
     assert m.requires_human_review is None
 
 
+def test_front_matter_after_blank_lines_still_counts() -> None:
+    m = parse_milestone("\n\n---\nrequires_human_review: true\n---\n" + MINIMAL, Path("t.md"))
+    assert m.requires_human_review is True and m.title == "T"
+
+
 def test_horizontal_rule_later_is_not_front_matter() -> None:
     m = parse_milestone(MINIMAL + "\n---\n\nmore\n", Path("t.md"))
     assert m.front_matter == {} and m.title == "T"
@@ -298,6 +303,13 @@ def test_parse_is_fast_enough() -> None:
         ("---\nrequires_human_review: 1\n---\n" + MINIMAL, "true or false"),
         ("---\nthis is not a pair\n---\n" + MINIMAL, "line 2"),
         ("---\n  indented: x\n---\n" + MINIMAL, "simple 'key: value'"),
+        # a misspelt key would be ignored: merged without the review it asks for
+        ("---\nrequires_human_reveiw: true\n---\n" + MINIMAL,
+         "did you mean 'requires_human_review'"),
+        ("---\nRequires-Human-Review: true\n---\n" + MINIMAL, "unknown key"),
+        ("---\nhuman_review: true\n---\n" + MINIMAL, "unknown key 'human_review'"),
+        ("---\ndepend_on: [a]\n---\n" + MINIMAL, "did you mean 'depends_on'"),
+        ("---\ndependencies: a\n---\n" + MINIMAL, "unknown key 'dependencies'"),
         ("---\na: 1\na: 2\n---\n" + MINIMAL, "duplicate key 'a'"),
         ("---\na: 1\n" + MINIMAL, "never closed"),
     ],

@@ -11,6 +11,7 @@ enough to be re-run on every scan of the milestones folder.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -72,18 +73,41 @@ def _scalar(raw: str) -> FrontMatterValue:
     return value
 
 
+#: The keys Anima reads. Any other is the human's own (kept, not acted on), unless it reads
+#: like a misspelling of one of these: `requires_human_reveiw: true` ignored would merge the
+#: milestone without the review it asks for.
+_KNOWN_KEYS = ("requires_human_review", "depends_on")
+_NEAR_KNOWN = re.compile(r"review|depend|require", re.IGNORECASE)
+
+
+def _check_key(key: str, line: int, path: Path) -> None:
+    if key in _KNOWN_KEYS:
+        return
+    near = difflib.get_close_matches(key.lower().replace("-", "_"), _KNOWN_KEYS, n=1,
+                                     cutoff=0.7)
+    if near or _NEAR_KNOWN.search(key):
+        meant = f"did you mean {near[0]!r}? " if near else ""
+        raise MilestoneError(path, f"front matter line {line}: unknown key {key!r}; {meant}"
+                                   f"Anima reads {' and '.join(_KNOWN_KEYS)} (a misspelt key "
+                                   "would be ignored)")
+
+
 def _split_front_matter(
     lines: list[str], path: Path
 ) -> tuple[dict[str, FrontMatterValue], int]:
-    """Parse a leading `---` … `---` block; return it and how many lines it spans."""
-    if not lines or lines[0].strip() != "---":
+    """Parse a leading `---` … `---` block (blank lines before it are allowed); return it
+    and how many lines it spans, the blank ones included."""
+    first = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+    if first == len(lines) or lines[first].strip() != "---":
         return {}, 0
-    end = next((i for i in range(1, len(lines)) if lines[i].strip() in ("---", "...")), None)
+    end = next((i for i in range(first + 1, len(lines))
+                if lines[i].strip() in ("---", "...")), None)
     if end is None:
-        raise MilestoneError(path, "front matter opened with '---' on line 1 is never closed "
-                                   "(add a '---' line after the last 'key: value' line)")
+        raise MilestoneError(path, f"front matter opened with '---' on line {first + 1} is "
+                                   "never closed (add a '---' line after the last 'key: value' "
+                                   "line)")
     data: dict[str, FrontMatterValue] = {}
-    for lineno in range(1, end):
+    for lineno in range(first + 1, end):
         line = lines[lineno]
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -95,6 +119,7 @@ def _split_front_matter(
                       f"got {line.strip()!r}")
         if key in data:
             raise MilestoneError(path, f"front matter line {lineno + 1}: duplicate key {key!r}")
+        _check_key(key, lineno + 1, path)
         data[key] = _scalar(value)
     review = data.get("requires_human_review")
     if review is not None and not isinstance(review, bool):
