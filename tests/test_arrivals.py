@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -152,6 +155,34 @@ def test_one_written_with_the_write_tool_is_held_while_the_watcher_is_on(
     refused = "Read-only file system" in (project / ".anima" / "transcripts" / "m1" /
                                           "events.jsonl").read_text(encoding="utf-8")
     assert refused is confined(mode)
+
+
+def test_a_running_milestone_whose_md_you_take_away_pauses_before_its_next_step(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """It used to go on to completion and be merged into main."""
+    md = folder(project) / "m1.md"
+    text = md.read_bytes()
+    main = run_git(project, "rev-parse", "main")
+    fake_claude.write_script({"developer": [{"delay": 1.0, "auto": True}]})
+    engine = Engine(project)
+    worker = threading.Thread(target=engine.run, kwargs={"watch": False, "start_all": True})
+    worker.start()
+    try:
+        wait_until(lambda: fake_claude.entries("developer"), what="the first Developer turn")
+        md.unlink()
+        worker.join(60)
+    finally:
+        engine.shutdown()
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.PAUSED, rec.status
+    assert rec.pause_reason and ".anima/milestones/m1.md is gone" in rec.pause_reason
+    assert run_git(project, "rev-parse", "main") == main
+    md.write_bytes(text)  # put back, and resumed
+    assert subprocess.run([sys.executable, "-m", "anima", "resume", str(project), "m1"],
+                          capture_output=True, timeout=60).returncode == 0
+    run_engine(project)
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+    assert run_git(project, "rev-parse", "main") != main
 
 
 def forge_record_from(project: Path, source: str, target: str) -> str:

@@ -166,6 +166,8 @@ class MilestoneRun:
                 self.ledger.apply_summaries()
                 if self.control.stop.is_set():
                     return self.phase
+                if (gone := self._definition_gone()) is not None:
+                    return self._pause(gone)
                 # Finally accepted work merges first: no limit stands between it and main.
                 if self._ready_to_merge() and (phase := self._merge()) is not None:
                     return phase
@@ -553,6 +555,15 @@ class MilestoneRun:
                                    reason="; ".join(r for r in [*guarded, reason] if r)))
 
     # ------------------------------------------------------------------ endings
+    def _definition_gone(self) -> str | None:
+        """A milestone never goes on without its definition: you took the `.md` away (to
+        stop it, or to rework it) while it ran."""
+        md = self.store.paths.milestone_md(self.record.id)
+        if md.is_file():
+            return None
+        return (f"{md.relative_to(self.store.paths.root)} is gone, and a milestone does not go "
+                "on without its definition: put the file back, then resume it (or abort it)")
+
     def _pause_reason(self) -> str | None:
         """Why the loop must pause before another round (the seed's three stops, a main an
         agent moved, a push that got past the tool rules), or None."""
