@@ -40,6 +40,11 @@ class GitError(ProjectError):
     """A git precondition or operation failed."""
 
 
+class InTheWay(GitError):
+    """Something of the human's stands where a milestone must work (its branch checked out
+    in a checkout of theirs): the milestone pauses until they move it."""
+
+
 class LockError(ProjectError):
     """Another Anima holds the project's lock."""
 

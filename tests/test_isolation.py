@@ -808,6 +808,37 @@ def test_the_human_edits_their_checkout_while_a_milestone_runs(
 SHARED = "".join(f"line {n}\n" for n in range(1, 31))
 
 
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_a_milestone_branch_you_have_checked_out_is_yours_until_you_switch_away(
+        git_repo: Path, fake: FakeClaude, tmp_path: Path, mode: str) -> None:
+    """Your worktree on `milestone/m1`, with a commit of yours: the milestone pauses and
+    says where, your worktree and its commit stay as they are (Anima used to move the
+    branch under it, then fail); once you switch away, resume starts it from main."""
+    project = project_with(git_repo, mode)
+    mine = tmp_path / "mine"
+    run_git(project, "worktree", "add", "-q", "-b", "milestone/m1", str(mine))
+    (mine / "human.txt").write_text("my work in progress\n", encoding="utf-8")
+    run_git(mine, "add", "human.txt")
+    run_git(mine, "commit", "-qm", "wip: mine")
+    commit = run_git(mine, "rev-parse", "HEAD")
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.PAUSED, (rec.status, rec.error)
+    assert rec.pause_reason and f"milestone/m1 is checked out in {mine}" in rec.pause_reason
+    assert run_git(mine, "rev-parse", "HEAD") == commit == run_git(project, "rev-parse",
+                                                                    "milestone/m1")
+    assert run_git(mine, "status", "--porcelain") == ""
+    assert fake.entries() == []  # no agent started
+
+    run_git(mine, "switch", "-q", "-c", "mine")
+    assert subprocess.run([PY, "-m", "anima", "resume", str(project), "m1"],
+                          capture_output=True, timeout=60).returncode == 0
+    run_engine(project)
+    assert_merged_after_final_acceptance(project)
+    assert subprocess.run(["git", "merge-base", "--is-ancestor", commit, "main"],
+                          cwd=project).returncode == 1  # yours never reached main
+
+
 @pytest.mark.parametrize("then", ["commit", "revert"])
 @pytest.mark.parametrize("mode", ["auto", "off"])
 def test_a_merge_waits_for_a_file_the_human_changed_too(

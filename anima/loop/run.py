@@ -20,7 +20,13 @@ from pathlib import Path
 from anima import procfs
 from anima.agents.dialect import Dialect
 from anima.config import Config
-from anima.errors import AgentCrashed, MilestoneError, ProjectError, TurnTimeout
+from anima.errors import (
+    AgentCrashed,
+    InTheWay,
+    MilestoneError,
+    ProjectError,
+    TurnTimeout,
+)
 from anima.events import (
     ACCEPTOR,
     DEVELOPER,
@@ -192,7 +198,7 @@ class MilestoneRun:
         except _NotNow as e:
             self._log(str(e))
             return self.phase
-        except (_ConfigurationProblem, AgentFault) as e:  # not the agent's doing
+        except (_ConfigurationProblem, AgentFault, InTheWay) as e:  # not the agent's doing
             phase = self.pause_now(str(e))
             if isinstance(e, NotLoggedIn):  # this machine's set-up: an error, shown as one
                 self.bus.publish(EngineError(str(e)))
@@ -267,16 +273,16 @@ class MilestoneRun:
 
     def _start_branch(self) -> None:
         """Create `milestone/<id>` from main in the milestone's own worktree. Also finishes a
-        start cut short by a kill (status in_progress, no base commit yet): the branch and
-        the worktree are reused if they exist."""
+        start cut short (by a kill, or a pause before it: no base commit yet): the branch and
+        the worktree are reused if they exist, unless the branch holds commits main lacks,
+        which no round of this milestone made (no agent ran before the base commit)."""
         rec = self.record
-        never_started = rec.status is MilestoneStatus.PENDING
         main = self.project.main_branch(self.config.main_branch)
         self.enter(Phase.STARTING, f"creating milestone/{rec.id} from {main} in its worktree")
         rec.branch_name = f"milestone/{rec.id}"
         rec.main_branch = main
         rec.main_head = self.project.branch_head(main)
-        rec.base_commit = self._enter_worktree(never_started)
+        rec.base_commit = self._enter_worktree(never_started=True)
         if self.sandbox.active:  # the other milestones' Developers are confined again
             self.seats.branches.bump()
         rec.started_at = rec.started_at or now()

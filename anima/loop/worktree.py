@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from anima import procfs
 from anima.atomic import read_regular, write_model_atomic
 from anima.config import Config
+from anima.errors import InTheWay
 from anima.git import GitRepo
 from anima.git.locks import mend_worktree_state, remove_links, worktree_git_dir
 from anima.git.objects import take_objects
@@ -72,6 +73,7 @@ class MilestoneWorktree:
         for link in remove_links(self.project.common_dir, admin, branch):
             self._log(f".git/{link} was a link (or a special file) in git's own folder, through "
                       "which git would write the file it names; removed")
+        self._not_checked_out_elsewhere(branch)
         if never_started:
             self._set_aside(branch, main)
         known = any(w.path == self.path and not w.half_made
@@ -126,6 +128,19 @@ class MilestoneWorktree:
     def copy_secrets_again(self) -> list[str]:
         """Put back the copied-in files a reset took away (never over an existing file)."""
         return copy_included(self.project.root, self.path, sorted(self.secrets()))
+
+    def _not_checked_out_elsewhere(self, branch: str) -> None:
+        """The branch is the milestone's worktree's alone: one the human has checked out
+        (here or in a worktree of theirs) is theirs to move, not Anima's."""
+        mine = self.path.resolve()
+        holder = next((w.path for w in self.project.worktrees()
+                       if w.branch == branch and w.path.resolve() != mine), None)
+        if holder is None and self.project.current_branch() == branch:
+            holder = self.project.root
+        if holder is not None:
+            raise InTheWay(f"{branch} is checked out in {holder}: the milestone works on it in "
+                           f"its own worktree; switch {holder} to another branch, then resume "
+                           f"{self.id}")
 
     def _set_aside(self, branch: str, main: str) -> None:
         stamp = int(time.time())
