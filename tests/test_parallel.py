@@ -29,7 +29,7 @@ from anima import sandbox
 from anima.engine.facade import Engine
 from anima.events import Event, Notice, UsageLimitWait
 from anima.paths import ProjectPaths
-from anima.store.models import MergeState, MilestoneStatus, RoundKind, Verdict
+from anima.store.models import MergeInfo, MergeState, MilestoneStatus, RoundKind, Verdict
 from anima.store.store import Store
 
 pytestmark = pytest.mark.skipif(sandbox.unavailable() is not None,
@@ -270,6 +270,29 @@ def test_a_pending_milestone_whose_md_no_longer_reads_is_reported_and_waits_for_
     md.write_text(with_deps({"b": []})["b"], encoding="utf-8")  # the human fixes it
     _, outcome = run_engine(git_repo)
     assert not outcome.problems and record(git_repo, "b").status is MilestoneStatus.COMPLETED
+
+
+def test_a_dependency_whose_merge_failed_is_reported_not_waited_for(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Completed, never merged (its branch moved past what its final acceptance judged): the
+    one built on it used to wait for ever, `anima status` saying "not merged yet"."""
+    project(git_repo, ["a", "b"], texts=with_deps({"a": [], "b": ["a"]}))
+    register(git_repo)
+    store = Store(ProjectPaths(git_repo))
+    a = store.load_record("a")
+    a.status = MilestoneStatus.COMPLETED
+    a.merge = MergeInfo(state=MergeState.FAILED, merged=False,
+                        detail="no final acceptance is on record; main is unchanged")
+    store.save_record(a)
+    fake_claude.use_env(monkeypatch)
+    _, outcome = run_engine(git_repo)
+    assert record(git_repo, "b").status is MilestoneStatus.PENDING
+    assert fake_claude.entries() == []
+    says = "depends_on names a, completed but never merged into main"
+    assert any(says in p for p in outcome.problems), outcome.problems
+    done = subprocess.run([sys.executable, "-m", "anima", "status", str(git_repo)],
+                          capture_output=True, text=True, timeout=60)
+    assert says in done.stderr and "waiting for a" not in done.stdout
 
 
 def test_waiting_for_a_dependency_is_shown(git_repo: Path) -> None:

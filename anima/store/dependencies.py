@@ -1,11 +1,11 @@
 """`depends_on`: which milestones wait for others, and which never can start (a dependency
-that names no milestone or a cancelled one, or a cycle)."""
+that names no milestone, a cancelled one or one whose merge failed, or a cycle)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from anima.store.models import MilestoneRecord, MilestoneStatus
+from anima.store.models import MergeState, MilestoneRecord, MilestoneStatus
 
 
 @dataclass
@@ -21,6 +21,12 @@ def done(record: MilestoneRecord) -> bool:
     """Completed and in main (or completed where nothing is merged: merge_on_complete off)."""
     return record.status is MilestoneStatus.COMPLETED and (
         record.merge is None or record.merge.merged)
+
+
+def _not_merged(record: MilestoneRecord) -> bool:
+    """Completed, and its merge failed for good (no merge round is coming)."""
+    return record.status is MilestoneStatus.COMPLETED and record.merge is not None \
+        and record.merge.state is MergeState.FAILED
 
 
 def dependencies(records: list[MilestoneRecord]) -> Dependencies:
@@ -41,6 +47,12 @@ def dependencies(records: list[MilestoneRecord]) -> Dependencies:
                 f"depends_on names {', '.join(cancelled)}, which "
                 f"{'was' if len(cancelled) == 1 else 'were'} cancelled: it can never start "
                 "unless you remove it from depends_on")
+        elif unmerged := [d for d in record.depends_on if _not_merged(by_id[d])]:
+            found.broken[record.id] = (
+                f"depends_on names {', '.join(unmerged)}, completed but never merged into "
+                "main (`anima status` says why): it can never start unless you merge "
+                f"{'it' if len(unmerged) == 1 else 'them'} yourself and remove "
+                f"{'it' if len(unmerged) == 1 else 'them'} from depends_on")
         elif waiting := [d for d in record.depends_on if not done(by_id[d])]:
             found.waiting[record.id] = waiting
     return found
