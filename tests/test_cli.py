@@ -70,6 +70,10 @@ def test_init_creates_the_example_and_never_overwrites(tmp_path: Path) -> None:
     for name in ("config.json", "soul.md", "state.json", ".gitignore", "memory/project.md"):
         assert (anima_dir / name).is_file(), name
     assert list((anima_dir / "milestones").glob("*.md")) == []  # never scheduled by itself
+    from anima.store.models import STATE_SCHEMA_VERSION, State
+    state = json.loads((anima_dir / "state.json").read_text(encoding="utf-8"))
+    assert state == json.loads(State().model_dump_json())  # today's shape, as documented
+    assert state["schema_version"] == STATE_SCHEMA_VERSION
     assert "anima add" in result.stdout and "hello-cli.md" in result.stdout
     soul = (anima_dir / "soul.md").read_bytes()
     (anima_dir / "soul.md").write_text("mine", encoding="utf-8")
