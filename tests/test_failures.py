@@ -141,6 +141,10 @@ def test_abort_cancels_a_paused_milestone_and_removes_its_worktree(
     assert "removed the worktree .anima/worktrees/m1" in out.stdout
     rec = record(git_repo, "m1")
     assert rec.status is MilestoneStatus.CANCELLED and rec.phase == "cancelled"
+    # It is not paused any more: why it was is a note now.
+    assert rec.pause_reason is None
+    assert any(n.startswith("paused before it was cancelled: ") for n in rec.notes)
+    assert "paused:" not in anima("status", str(git_repo)).stdout
     # The worktree is gone, the branch is kept, main did not move.
     assert not worktree.exists()
     assert "worktrees/m1" not in run_git(git_repo, "worktree", "list")

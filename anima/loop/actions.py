@@ -160,6 +160,9 @@ def abort(store: Store, repo: GitRepo, config: Config, milestone_id: str,
     record.completed_at = now()  # when it ended: the window says when it was cancelled
     record.interrupted = False
     record.comments = []  # never sent: nobody will read them
+    if record.pause_reason:  # it is not paused any more; why it was stays in its notes
+        record.notes.append(f"paused before it was cancelled: {record.pause_reason}")
+        record.pause_reason = None
     # Cancelled on record first: a removal cut short (Ctrl+C kills git with it) leaves a
     # half-deleted tree, which a restart removes for a cancelled milestone; for a paused
     # one it would be kept, and its missing files read as the Developer's deletions.
