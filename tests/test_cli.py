@@ -293,6 +293,20 @@ def test_output_to_a_reader_that_went_away_does_not_change_the_outcome(
     assert record(git_repo, "m2").status.value == "awaiting_review"
 
 
+def test_each_headless_turn_line_says_what_that_turn_cost(
+        git_repo: Path, fake_claude: FakeClaude, fake_env: dict[str, str]) -> None:
+    """The CLI reports a running total per process; the line is about one turn."""
+    fake_claude.write_script({"developer_default": {"auto": True, "cost_usd": 0.01},
+                              "acceptor_default": {"auto": True, "cost_usd": 0.01}})
+    make_project(git_repo, {"m1": milestone_md("M", ["A", "B"])})
+    result = anima("run", str(git_repo), "--headless", env=fake_env)
+    assert result.returncode == 0, result.stderr
+    developer = [line for line in result.stdout.splitlines()
+                 if line.startswith("[developer] — turn done")]
+    assert len(developer) == 3  # F1, F2, then all features complete
+    assert all(line.endswith(", $0.0100") for line in developer), developer
+
+
 def test_usage_errors_exit_2() -> None:
     assert anima("run").returncode == 2
     assert anima("resume", "/nonexistent", "x").returncode == 2

@@ -77,8 +77,9 @@ class HeadlessPrinter:
             return (event.role, f"  ✗ {event.content[:200]}") if event.is_error else ("", None)
         if isinstance(event, TurnResult):
             how = "stopped" if event.stopped else "done"
-            return event.role, (f"— turn {how} in {event.duration_ms / 1000:.1f} s, "
-                                f"${event.cost_usd:.4f}"
+            spent = event.turn_cost_usd  # what this turn cost, not the process's total
+            return event.role, (f"— turn {how} in {event.duration_ms / 1000:.1f} s"
+                                + (f", ${spent:.4f}" if spent is not None else "")
                                 + (" (error)" if event.is_error and not event.stopped else ""))
         if isinstance(event, RawOutput):
             return event.role, f"(raw) {event.text}"
