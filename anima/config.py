@@ -180,7 +180,15 @@ def load_config(path: Path) -> Config:
         raise ConfigError(f"{path}: not valid JSON ({where}): {e.msg}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object at the top level")
+    version = data.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) \
+            and version > CONFIG_SCHEMA_VERSION:
+        raise ConfigError(f"{path}: schema_version {version} is newer than this Anima reads "
+                          f"({CONFIG_SCHEMA_VERSION}); update Anima")
     try:
-        return Config.model_validate(data)
+        # Strict: `"max_iterations_per_milestone": "20"` or `"merge_on_complete": "no"` is a
+        # mistake to name, not a value to guess at ("no" would have read as false, `true` as
+        # a parallel limit of 1).
+        return Config.model_validate(data, strict=True)
     except ValidationError as e:
         raise ConfigError(describe_validation_error(path, e)) from e

@@ -51,8 +51,14 @@ def test_a_partial_file_overrides_only_its_keys(tmp_path: Path) -> None:
     ({"summarizer": {"enabled": "yes please"}}, ["key 'summarizer.enabled'"]),
     ([1, 2], ["expected a JSON object"]),
     ("{not json", ["not valid JSON", "line 1"]),
+    # values of the wrong type are named, not guessed at
+    ({"max_parallel_milestones": True}, ["key 'max_parallel_milestones'", "integer"]),
+    ({"max_iterations_per_milestone": "20"}, ["key 'max_iterations_per_milestone'"]),
+    ({"merge_on_complete": "no"}, ["key 'merge_on_complete'", "boolean"]),
+    ({"schema_version": 99}, ["schema_version 99 is newer", "update Anima"]),
 ], ids=["typo", "wrong-type", "negative-timeout", "zero-rejections", "nested-typo",
-        "list-expected", "nested-type", "not-an-object", "not-json"])
+        "list-expected", "nested-type", "not-an-object", "not-json", "bool-for-int",
+        "str-for-int", "str-for-bool", "newer-schema"])
 def test_every_error_names_the_file_the_key_and_what_was_expected(
         tmp_path: Path, data: object, words: list[str]) -> None:
     path = write(tmp_path, data)
