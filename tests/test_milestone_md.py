@@ -13,6 +13,7 @@ from anima.config import Config
 from anima.errors import MilestoneError
 from anima.store.definitions import FeatureDef, MilestoneDef
 from anima.store.milestone_md import load_milestone, parse_milestone
+from anima.store.models import State
 from anima.store.names import MILESTONE_ID_RE, validate_milestone_id
 
 DATA = Path(__file__).parent / "data"
@@ -402,7 +403,7 @@ def test_example_readme_documents_every_key() -> None:
 
 def test_example_state_and_gitignore() -> None:
     state = json.loads((EXAMPLE / "state.json").read_text(encoding="utf-8"))
-    assert state == {"schema_version": 1, "status": "sleeping", "current_milestone": None}
+    assert state == json.loads(State().model_dump_json())  # today's schema, all defaults
     patterns = {ln.strip() for ln in (EXAMPLE / ".gitignore").read_text().splitlines()
                 if ln.strip() and not ln.startswith("#")}
     assert {"milestones/*.json", "state.json", "logs/", "transcripts/", "anima.lock",
