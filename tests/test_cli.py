@@ -182,6 +182,19 @@ def test_a_name_too_long_for_a_file_is_refused_and_the_others_run(
     assert (git_repo / ".anima" / "milestones" / source.name).is_file()  # left as it was
 
 
+def test_adding_the_md_of_a_milestone_that_has_a_record_says_where_it_stands(
+        git_repo: Path, fake_env: dict[str, str]) -> None:
+    make_project(git_repo, {"m1": milestone_md("M", ["A"])})
+    assert anima("run", str(git_repo), "--headless", env=fake_env).returncode == 0
+    md = git_repo / ".anima" / "milestones" / "m1.md"
+    kept = git_repo.parent / "m1.md"
+    md.rename(kept)
+    added = anima("add", str(git_repo), str(kept))
+    assert added.returncode == 0, added.stderr
+    assert "m1 is completed" in added.stdout and "pending" not in added.stdout
+    assert record(git_repo, "m1").status.value == "completed"
+
+
 def test_invalid_config_names_the_file_and_key(tmp_path: Path) -> None:
     assert anima("init", "--git-init", str(tmp_path)).returncode == 0
     config = tmp_path / ".anima" / "config.json"

@@ -419,6 +419,8 @@ def test_with_no_anima_running_the_commands_act_on_the_files(
 
     nothing = anima("stop", str(git_repo), "m1")
     assert nothing.returncode == 2 and "nothing to stop" in nothing.stderr, nothing
+    unknown = anima("stop", str(git_repo), "nosuch")
+    assert unknown.returncode == 2 and "there is no milestone 'nosuch'" in unknown.stderr
     resumed = anima("resume", str(git_repo), "m1")
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed m1: in_progress" in resumed.stdout

@@ -67,7 +67,12 @@ def cmd_add(args: argparse.Namespace) -> int:
     engine = Engine(paths.root)
     engine.config = load_config(paths.config)
     milestone_id = engine.add_milestone(Path(args.file))
-    print(f"added milestone {milestone_id} (pending)")
+    status = engine.store.load_record(milestone_id).status.value
+    if status == "pending":
+        print(f"added milestone {milestone_id} (pending)")
+    else:  # its `.md` put back: the record still says where the milestone stands
+        print(f"added {milestone_id}.md back: milestone {milestone_id} is {status}, as its "
+              "record says")
     return EXIT_OK
 
 
@@ -182,12 +187,13 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if (code := _ask_running(paths, "stop", args.id)) is not None:
         return code
     from anima.engine.read_only import driven_elsewhere
+    from anima.loop.actions import load
     from anima.store.store import Store
 
     if (holder := driven_elsewhere(paths.root)) is not None:
         raise ProjectError(f"the Anima running {paths.root} ({holder.describe()}) does not "
                            "answer on its control socket: stop the milestone in that Anima")
-    record = Store(paths).load_record(args.id)  # an unknown id is named
+    record = load(Store(paths), args.id)  # an unknown id is named as such
     raise ActionError(f"nothing to stop: no Anima is running {paths.root} "
                       f"({record.id} is {record.status.value})")
 

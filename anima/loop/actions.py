@@ -25,7 +25,7 @@ from anima.store.store import Store
 from anima.text.redact import redact
 
 
-def _load(store: Store, milestone_id: str, config: Config | None = None) -> MilestoneRecord:
+def load(store: Store, milestone_id: str, config: Config | None = None) -> MilestoneRecord:
     """The milestone's record. A definition that no Anima has registered yet (none ran since
     it was added, or `auto_start` is off) is registered first when `config` is known: the
     human may cancel a milestone before it ever starts."""
@@ -74,7 +74,7 @@ def resume(store: Store, config: Config, milestone_id: str, note: str = "",
     A milestone paused at its round limit gets another `max_iterations_per_milestone` rounds.
     """
     with comments.LOCK:
-        record = _load(store, milestone_id, config)
+        record = load(store, milestone_id, config)
         _require(record, Phase.RECOVERING, MilestoneStatus.PAUSED, MilestoneStatus.FAILED)
         note = _clean_note(comments.take_comments(record, note))
         return _resume(store, config, record, note, bus)
@@ -98,7 +98,7 @@ def request_changes(store: Store, milestone_id: str, note: str,
                     bus: EventBus | None = None) -> MilestoneRecord:
     """awaiting_review → in_progress with the human's note (and line comments) as feedback."""
     with comments.LOCK:
-        record = _load(store, milestone_id)
+        record = load(store, milestone_id)
         _require(record, Phase.RECOVERING, MilestoneStatus.AWAITING_REVIEW)
         note = _clean_note(comments.take_comments(record, note))
         if not note:
@@ -118,7 +118,7 @@ def approve(store: Store, repo: GitRepo, config: Config, milestone_id: str,
     When main moved meanwhile and the branch no longer merges into it cleanly, the approval
     sends it through the merge queue instead (in_progress): its Developer merges main in a
     merge round, its Acceptor reviews that, and then it merges and completes."""
-    record = _load(store, milestone_id, config)
+    record = load(store, milestone_id, config)
     with merging():  # no other merge between the conflict check and this one
         _approve(store, repo, config, record, bus)
     return record
@@ -152,7 +152,7 @@ def abort(store: Store, repo: GitRepo, config: Config, milestone_id: str,
           bus: EventBus | None = None) -> MilestoneRecord:
     """paused / awaiting_review / pending / failed → cancelled. Its worktree goes (changes
     left in it to a named stash); the branch is kept for the human."""
-    record = _load(store, milestone_id, config)
+    record = load(store, milestone_id, config)
     _require(record, Phase.CANCELLED, MilestoneStatus.PAUSED, MilestoneStatus.AWAITING_REVIEW,
              MilestoneStatus.PENDING, MilestoneStatus.FAILED)
     record.status = MilestoneStatus.CANCELLED
