@@ -305,6 +305,10 @@ def test_parse_is_fast_enough() -> None:
         ("---\nthis is not a pair\n---\n" + MINIMAL, "line 2"),
         ("---\n  indented: x\n---\n" + MINIMAL, "simple 'key: value'"),
         # a misspelt key would be ignored: merged without the review it asks for
+        # a second section of features or criteria would be dropped unread
+        (MINIMAL + "\n## Features\n\n### Two\n\nAlso.\n", "line 9: a second 'Features'"),
+        (MINIMAL + "\n## Acceptance Criteria\n- [ ] a\n\n## 验收标准\n- [ ] b\n",
+         "a second 'Acceptance Criteria'"),
         ("---\nrequires_human_reveiw: true\n---\n" + MINIMAL,
          "did you mean 'requires_human_review'"),
         ("---\nRequires-Human-Review: true\n---\n" + MINIMAL, "unknown key"),

@@ -408,6 +408,12 @@ def _acceptance_criteria(tokens: Sequence[Token], start: int, end: int) -> list[
 # ------------------------------------------------------------------------ parse
 
 
+#: Sections of which a second would be dropped unread: its features never built, its
+#: criteria never checked.
+_ONE_ONLY: dict[SectionKind | None, str] = {"features": "Features",
+                                            "acceptance": "Acceptance Criteria"}
+
+
 class _Section:
     __slots__ = ("end", "end_line", "kind", "start", "start_line")
 
@@ -455,6 +461,10 @@ def parse_milestone(text: str, path: Path) -> MilestoneDef:
 
     found: dict[SectionKind, _Section] = {}
     for sec in sections:
+        if sec.kind in _ONE_ONLY and sec.kind in found:  # its features would be dropped
+            raise MilestoneError(path, f"line {sec.start_line}: a second "
+                                       f"'{_ONE_ONLY[sec.kind]}' section; Anima reads one: "
+                                       "move what it lists into the first")
         if sec.kind is not None and sec.kind not in found:  # the first one of a kind wins
             found[sec.kind] = sec
 
