@@ -761,6 +761,33 @@ def test_merge_into_main_checked_out_in_a_worktree_of_the_humans_elsewhere(
     assert repo.current_branch() == "mine" and status(root) == ""
 
 
+@pytest.mark.parametrize("where", ["here", "elsewhere"])
+def test_merge_waits_while_the_human_rebases_main(
+    root: Path, repo: GitRepo, milestone: dict[str, str], tmp_path: Path, where: str
+) -> None:
+    """Their rebase of main, stopped at a commit to edit (HEAD detached meanwhile): main
+    moved under it, `git rebase --continue` failed at the end ("cannot lock ref")."""
+    checkout = root
+    if where == "elsewhere":
+        git(root, "switch", "-q", "-c", "mine")
+        checkout = tmp_path / "main-tree"
+        git(root, "worktree", "add", "-q", str(checkout), "main")
+    write(checkout, "a.txt", "one\n")
+    commit_all(checkout, "one")
+    write(checkout, "b.txt", "two\n")
+    main = commit_all(checkout, "two")
+    subprocess.run(["git", "rebase", "-q", "-i", "HEAD~2"], cwd=checkout, check=True,
+                   env={**os.environ, "GIT_SEQUENCE_EDITOR": "sed -i 1s/pick/edit/"})
+    outcome = merge(repo)
+    assert not outcome.merged and outcome.retry
+    assert f"{checkout} is in the middle of a rebase of main" in outcome.detail
+    assert repo.branch_head("main") == main
+    subprocess.run(["git", "rebase", "--continue"], cwd=checkout, check=True,
+                   capture_output=True, env={**os.environ, "GIT_EDITOR": "true"})
+    assert merge(repo).merged
+    assert parents(root) == [main, milestone["commit"]]
+
+
 def test_merge_waits_for_a_file_changed_in_a_worktree_of_the_humans_on_main(
     root: Path, repo: GitRepo, milestone: dict[str, str], tmp_path: Path
 ) -> None:

@@ -4,18 +4,22 @@ merge, never half of one."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Self
 
 from anima.errors import GitError
 from anima.git.branches import BranchOps
 from anima.git.history import History
+from anima.git.locks import worktree_git_dir
 from anima.git.repo import (
     listing,
     short_hash,
 )
-from anima.git.worktrees import Worktrees
+from anima.git.worktrees import Worktree, Worktrees
 from anima.paths import is_under_anima
 
 
@@ -37,19 +41,36 @@ class MergeOutcome:
 class Merging(BranchOps, History, Worktrees):
     """Merging a milestone into main (call on the human's checkout)."""
 
+    def _humans_worktrees(self) -> Iterator[Worktree]:
+        """The worktrees of the human's elsewhere (a milestone's under `.anima/` is not)."""
+        for tree in self.worktrees():
+            if tree.prunable or not tree.path.is_dir() or (
+                    tree.path.is_relative_to(self.root)
+                    and is_under_anima(tree.path.relative_to(self.root).as_posix())):
+                continue
+            yield tree
+
     def checkout_on(self, branch: str) -> Self | None:
         """The human's checkout that has `branch` checked out (git lets one have it): this
-        one, or a worktree of theirs elsewhere; None when none has (a milestone's worktree
-        under `.anima/` is not the human's)."""
+        one, or a worktree of theirs elsewhere; None when none has."""
         if self.current_branch() == branch:
             return self
-        for tree in self.worktrees():
-            if tree.branch != branch or tree.prunable or not tree.path.is_dir():
-                continue
-            if tree.path.is_relative_to(self.root) and \
-                    is_under_anima(tree.path.relative_to(self.root).as_posix()):
-                continue
-            return type(self).open(tree.path)
+        tree = next((t for t in self._humans_worktrees() if t.branch == branch), None)
+        return None if tree is None else type(self).open(tree.path)
+
+    def _rebasing(self, branch: str) -> Path | None:
+        """A checkout of the human's in the middle of a rebase of `branch` (its HEAD is
+        detached meanwhile): moving the branch under it would fail the rebase at its end."""
+        git_dirs = [(self.root, Path(self._repo.git_dir))]
+        for tree in self._humans_worktrees():
+            with contextlib.suppress(OSError):
+                git_dirs.append((tree.path, worktree_git_dir(tree.path)))
+        for where, git_dir in git_dirs:
+            for state in ("rebase-merge", "rebase-apply"):
+                with contextlib.suppress(OSError):
+                    head = (git_dir / state / "head-name").read_text(encoding="utf-8")
+                    if head.strip() == f"refs/heads/{branch}":
+                        return where
         return None
 
     def merge_of(self, commit: str, into: str) -> str | None:
@@ -108,6 +129,11 @@ class Merging(BranchOps, History, Worktrees):
         before, tip = self.branch_head(main), self.branch_head(branch)
         if self.is_ancestor(tip, before):
             return MergeOutcome(True, f"{main} already contains {branch}; nothing to merge")
+        if (rebasing := self._rebasing(main)) is not None:
+            return MergeOutcome(False, f"the merge of {branch} into {main} waits: {rebasing} "
+                                       f"is in the middle of a rebase of {main}; finish it "
+                                       "(`git rebase --continue`) or abort it and the merge "
+                                       "goes on", retry=True)
         code, tree, conflicts, err = self._merge_tree(before, tip)
         if code != 0:
             if code == 1 and conflicts:
