@@ -209,13 +209,17 @@ def test_a_dependency_on_a_cancelled_milestone_is_reported_not_waited_for(
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     fake_claude.use_env(monkeypatch)
-    _, outcome = run_engine(git_repo)
-    assert record(git_repo, "b").status is MilestoneStatus.PENDING
-    assert fake_claude.entries() == []
-    says = "depends_on names a, which was cancelled"
+    b_never_starts(git_repo, fake_claude, "depends_on names a, which was cancelled")
+
+
+def b_never_starts(repo: Path, fake: FakeClaude, says: str) -> None:
+    """b, built on a, is reported (the run's problems, `anima status`), never started."""
+    _, outcome = run_engine(repo)
+    assert record(repo, "b").status is MilestoneStatus.PENDING
+    assert fake.entries() == []
     assert any(says in p for p in outcome.problems), outcome.problems
-    done = subprocess.run([*anima, "status", str(git_repo)], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run([sys.executable, "-m", "anima", "status", str(repo)],
+                          capture_output=True, text=True, timeout=60)
     assert says in done.stderr and "waiting for a" not in done.stdout
 
 
@@ -285,14 +289,7 @@ def test_a_dependency_whose_merge_failed_is_reported_not_waited_for(
                         detail="no final acceptance is on record; main is unchanged")
     store.save_record(a)
     fake_claude.use_env(monkeypatch)
-    _, outcome = run_engine(git_repo)
-    assert record(git_repo, "b").status is MilestoneStatus.PENDING
-    assert fake_claude.entries() == []
-    says = "depends_on names a, completed but never merged into main"
-    assert any(says in p for p in outcome.problems), outcome.problems
-    done = subprocess.run([sys.executable, "-m", "anima", "status", str(git_repo)],
-                          capture_output=True, text=True, timeout=60)
-    assert says in done.stderr and "waiting for a" not in done.stdout
+    b_never_starts(git_repo, fake_claude, "depends_on names a, completed but never merged")
 
 
 def test_waiting_for_a_dependency_is_shown(git_repo: Path) -> None:
