@@ -8,12 +8,15 @@ the lock goes on excluding a second Anima. The real engine, the fake `claude`.""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from anima.store.models import MilestoneStatus
+from anima.engine.facade import Engine
+from anima.store.models import MilestoneStatus, Verdict
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, record, run_engine
 from tests.test_integrity import (
@@ -27,6 +30,7 @@ from tests.test_integrity import (
     report,
     use_sandbox,
 )
+from tests.test_recovery import wait_until
 
 
 def try_lock(project: Path) -> str:
@@ -83,3 +87,26 @@ def test_what_a_wipe_of_anima_files_deletes_comes_back(project: Path, fake_claud
     assert ended == len(fake_claude.prompts()) >= 6
     # no second Anima could take the project in round 2
     assert run_git(project, "show", "main:lock.txt") == "refused"
+
+
+def test_the_worktree_you_delete_while_the_developer_works_is_made_again(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """Its CLI dies without a folder to work in, and its restart cannot be confined to one:
+    the round is rejected for what was lost, the worktree made again from the branch, and
+    the milestone goes on (it used to fail: "No such file … worktrees/m1/.git")."""
+    fake_claude.write_script({"developer": [{"delay": 2.0, "auto": True}],
+                              "developer_default": {"auto": True}})
+    engine = Engine(project)
+    worker = threading.Thread(target=engine.run, kwargs={"watch": False, "start_all": True})
+    worker.start()
+    try:
+        wait_until(lambda: fake_claude.entries("developer"), what="the first Developer turn")
+        shutil.rmtree(project / ".anima" / "worktrees" / "m1")
+        worker.join(90)
+    finally:
+        engine.shutdown()
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.error is None, rec.error
+    assert rec.iterations[0].verdict is Verdict.REJECTED
+    assert "the milestone's worktree was deleted during the Developer's turn" in \
+        (rec.iterations[0].reason or "")

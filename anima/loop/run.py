@@ -695,7 +695,7 @@ class MilestoneRun:
         read (none: the guard reads them)."""
         if role != DEVELOPER:
             try:
-                return self.seats.turn(role, prompt)
+                return self._seated_turn(role, prompt)
             finally:
                 self._worktree_still_there(f"the {role}'s turn")
         self._guard.begin(self.record.main_branch or self.repo.main_branch(
@@ -703,11 +703,26 @@ class MilestoneRun:
         try:
             with taking_objects(self.store.paths.agent_objects(self.record.id),
                                 self.project.common_dir):
-                return self.seats.turn(role, prompt)
+                return self._seated_turn(role, prompt)
         finally:
             self._worktree_still_there("the Developer's turn")
             settled = self.branch.settle_git()
             self.branch.after_developer_turn(self._guard.end(), settled)
+
+    def _seated_turn(self, role: str, prompt: str) -> str:
+        """The agent's answer; none when its worktree went away under it (its CLI crashes
+        without a folder to work in, and its restart cannot be confined to one): the turn is
+        over, and `_worktree_still_there` makes the worktree again."""
+        try:
+            return self.seats.turn(role, prompt)
+        except Stopped:
+            raise
+        except Exception:
+            if (self.worktree.path / ".git").exists():
+                raise
+            log.warning("%s: the %s's turn ended with its worktree gone", self.record.id,
+                        role, exc_info=True)
+            return ""
 
     def _developer_went_on(self, during: str) -> None:
         """A Developer turn that ended on a result its CLI did not give (one of its tools
