@@ -710,19 +710,17 @@ class MilestoneRun:
             self.branch.after_developer_turn(self._guard.end(), settled)
 
     def _seated_turn(self, role: str, prompt: str) -> str:
-        """The agent's answer; none when its worktree went away under it (its CLI crashes
-        without a folder to work in, and its restart cannot be confined to one): the turn is
-        over, and `_worktree_still_there` makes the worktree again."""
+        """The agent's answer. With its worktree gone from under it (its CLI dies without a
+        folder to work in, and a restart cannot be confined to one) the turn ends as a
+        crash, and `_worktree_still_there` makes the worktree again."""
         try:
             return self.seats.turn(role, prompt)
-        except Stopped:
+        except (Stopped, TurnTimeout, AgentCrashed):
             raise
-        except Exception:
+        except Exception as e:
             if (self.worktree.path / ".git").exists():
                 raise
-            log.warning("%s: the %s's turn ended with its worktree gone", self.record.id,
-                        role, exc_info=True)
-            return ""
+            raise AgentCrashed(f"{role} could not go on: its worktree was deleted") from e
 
     def _developer_went_on(self, during: str) -> None:
         """A Developer turn that ended on a result its CLI did not give (one of its tools
