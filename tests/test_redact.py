@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import urllib.parse
 
 import pytest
 
@@ -72,6 +74,9 @@ PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx8nR\nq0ZmFh2Z3k==\n"
     ("GITHUB_TOKEN=foo123", f"GITHUB_TOKEN={REDACTED}"),
     ("refresh_token: r-9f8e7d", f"refresh_token: {REDACTED}"),
     ("--password hunter2 --api-key=abc123", f"--password {REDACTED} --api-key={REDACTED}"),
+    ('run --password "a b c" --next', f'run --password "{REDACTED}" --next'),
+    ("run --password 'hunter2' x", f"run --password '{REDACTED}' x"),
+    ("curl -ubot:Qpw2secret https://x", f"curl -ubot:{REDACTED} https://x"),
     ("postgres://admin:hunter2@db:5432/app", f"postgres://admin:{REDACTED}@db:5432/app"),
     ("PASSWORD = 'x y z'", f"PASSWORD = '{REDACTED}'"),
     ("token password=hunter2", f"token password={REDACTED}"),
@@ -345,9 +350,27 @@ def test_the_secret_values_of_a_dotenv_file() -> None:
         "NODE_ENV=production", "PORT=8080", "DEBUG=true", "APP_NAME=my-cool-app",
         "API_KEY=${API_KEY}", "LEGACY_TOKEN=<your-token>",
         "CALLBACK=https://example.com/hook # the webhook",
+        'QUIK="qk_live_9f8e7d6c5b4a3928" # quoted, then a comment',
     ])
     assert secret_values(env) == ["stripe_live_Hx83jfk29Dkq01Lmz", "hunter22",
-                                  "postgres://app:p4ssw0rd@db.internal:5432/app"]
+                                  "postgres://app:p4ssw0rd@db.internal:5432/app",
+                                  "qk_live_9f8e7d6c5b4a3928"]
+
+
+def test_the_secret_values_of_a_json_file() -> None:
+    """A `credentials.json` listed in `.worktreeinclude`: its values at any depth."""
+    text = json.dumps({"service": "svc_live_1a2b3c4d5e6f7a8b", "region": "eu-west-1",
+                       "db": {"password": "hunter22", "hosts": ["db1", "db2"]}})
+    assert sorted(secret_values(text)) == ["hunter22", "svc_live_1a2b3c4d5e6f7a8b"]
+
+
+def test_a_known_secret_is_hidden_in_the_forms_a_shell_writes_it() -> None:
+    value = "kk_live_7d6c5b4a39281706ff"
+    add_known_secrets([value])
+    encoded = base64.b64encode(f"{value}\n".encode()).decode()  # `echo $KEY | base64`
+    assert redact(encoded).startswith(REDACTED) and len(redact(encoded)) < len(REDACTED) + 5
+    assert redact(f"?key={urllib.parse.quote(value + '/', safe='')}") == f"?key={REDACTED}%2F"
+    assert redact(f"{value[:8]}\x01{value[8:]}") == REDACTED  # a control char inside it
 
 
 def test_a_known_secret_is_hidden_verbatim_wherever_it_appears() -> None:

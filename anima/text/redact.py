@@ -30,10 +30,13 @@ and the words in prose ("the password: it must be long").
 
 from __future__ import annotations
 
+import base64
 import bisect
 import dataclasses
+import json
 import re
 import threading
+import urllib.parse
 from collections.abc import Iterable
 from typing import Any, Final, TypeVar
 
@@ -137,7 +140,9 @@ _KV_TAIL: Final = re.compile(
     re.IGNORECASE,
 )
 # `--password hunter2` (a command-line flag followed by its value).
-_FLAG: Final = re.compile(r"(?<![\w-])--[\w-]*?" + _SECRET_WORD + r"[ \t]+(?P<val>[^\s\"'-]\S*)",
+# A quoted value runs to its closing quote, which stays.
+_FLAG: Final = re.compile(r"(?<![\w-])--[\w-]*?" + _SECRET_WORD
+                          + r"[ \t]+[\"']?(?P<val>(?<=[\"'])[^\"'\n]+|[^\s\"'-]\S*)",
                           re.IGNORECASE)
 # `Bearer <token>` outside a header: a token has a digit or is long; English words are not.
 _BEARER_TAIL: Final = re.compile(
@@ -152,7 +157,7 @@ _CLI_COMMAND: Final = re.compile(r"\b(?:curl|mysql(?:dump|admin)?|sshpass)\b")
 # Their password flags, found first (then the command before each, in the same command):
 # a pattern from each command word to its flag would scan on from every word of a long line.
 _CLI_FLAG: Final = re.compile(
-    r"[ \t](?:(?P<user>(?:-u|--user)[ \t=]+[\"']?[^\s:\"']*:)|-p(?P<spaced>[ \t]*)[\"']?)"
+    r"[ \t](?:(?P<user>(?:-u|--user)[ \t=]*[\"']?[^\s:\"']*:)|-p(?P<spaced>[ \t]*)[\"']?)"
     r"(?P<val>[^\s\"']+)")
 _COMMAND_BREAK: Final = re.compile(r"[\n|;&]")
 # The rest of a `NAME=value` assignment's value, up to white space.
@@ -325,7 +330,8 @@ def _replace_token(m: re.Match[str]) -> str:
 def _replace_flag(m: re.Match[str]) -> str:
     if _is_placeholder(m.group("val")):
         return m.group(0)
-    return m.group(0)[: m.start("val") - m.start()] + REDACTED
+    start, end = m.start("val") - m.start(), m.end("val") - m.start()
+    return m.group(0)[:start] + REDACTED + m.group(0)[end:]
 
 
 def _lower(text: str) -> str:
@@ -345,19 +351,12 @@ _ASSIGNMENT: Final = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][\w.-]*)\s*[=:]\s*
 
 
 def secret_values(text: str) -> list[str]:
-    """The values of a dotenv-style file's `NAME=value` lines that are secrets: under a
-    secret-looking name (`DB_PASSWORD`), or long and random-looking (a digit and a letter
-    in sixteen characters or more), never a placeholder."""
+    """The values of a dotenv-style file's `NAME=value` lines (or of a JSON file's keys, at
+    any depth) that are secrets: under a secret-looking name (`DB_PASSWORD`), or long and
+    random-looking (a digit and a letter in sixteen characters or more), never a
+    placeholder."""
     found = []
-    for line in text.splitlines():
-        m = _ASSIGNMENT.match(line)
-        if m is None:
-            continue
-        name, value = m.groups()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.partition(" #")[0].rstrip()
+    for name, value in _json_pairs(text) or _assignments(text):
         if len(value) < 6 or _is_placeholder(value):
             continue
         if is_secret_key(name) or _ENV_SECRET_NAME.search(name) or (
@@ -367,12 +366,54 @@ def secret_values(text: str) -> list[str]:
     return found
 
 
+def _assignments(text: str) -> Iterable[tuple[str, str]]:
+    """`NAME=value` and `name: value` lines; a value's quotes and a comment after it go."""
+    for line in text.splitlines():
+        m = _ASSIGNMENT.match(line)
+        if m is None:
+            continue
+        name, value = m.groups()
+        if value[:1] in ("'", '"'):  # `"v" # a comment`: up to the closing quote
+            end = value.find(value[0], 1)
+            value = value[1:end] if end > 0 else value[1:]
+        else:
+            value = value.partition(" #")[0].rstrip()
+        yield name, value
+
+
+def _json_pairs(text: str) -> list[tuple[str, str]]:
+    """Every (key, string value) of a JSON document, nested ones too ([] if it is none)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    pairs: list[tuple[str, str]] = []
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        name, value = stack.pop()
+        if isinstance(value, str):
+            pairs.append((name, value))
+        elif isinstance(value, dict):
+            stack += [(str(k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(name, v) for v in value]
+    return pairs
+
+
 def add_known_secrets(values: Iterable[str]) -> None:
-    """Hide these values verbatim from now on, wherever `redact` runs in this process."""
+    """Hide these values verbatim from now on, wherever `redact` runs in this process, and
+    as base64 and URL-encoding write them (`echo $KEY | base64`, a query string). Base64 by
+    its whole groups of three bytes: they read the same whatever follows the value (the
+    newline `echo` adds)."""
     global _known
+    forms = set()
+    for value in values:
+        if len(value) >= 6:
+            raw = value.encode()
+            forms |= {value, urllib.parse.quote(value, safe=""),
+                      base64.b64encode(raw[:len(raw) // 3 * 3]).decode()}
     with _KNOWN_LOCK:
-        _known = tuple(sorted({*_known, *(v for v in values if len(v) >= 6)},
-                              key=lambda v: (-len(v), v)))
+        _known = tuple(sorted({*_known, *forms}, key=lambda v: (-len(v), v)))
 
 
 def redact(text: str) -> str:
@@ -384,13 +425,13 @@ def redact(text: str) -> str:
     """
     if not text:
         return text
-    for value in _known:
-        if value in text:
-            text = text.replace(value, REDACTED)
-    if _CONTROLS_TRIGGER.search(text):
+    if _CONTROLS_TRIGGER.search(text):  # first: a control inside a value would hide it
         if "\r" in text:  # a progress line: what a terminal would show, its last state
             text = _OVERWRITTEN.sub("", text.replace("\r\n", "\n"))
         text = _CONTROLS.sub("", text)
+    for value in _known:
+        if value in text:
+            text = text.replace(value, REDACTED)
     low = _lower(text)
     if "private key" in low:
         text = _PEM.sub(REDACTED, text)
