@@ -1105,3 +1105,27 @@ def test_a_leak_is_looked_for_in_the_branchs_own_commits_not_in_mains(
     write(wt, ".env", "X=1\n")
     env = commit_all(wt, "feat: env")
     assert repo.first_leak(leaked, env, {".env"}, [], main) == (env, ".env", False)
+
+
+@pytest.mark.parametrize("where", ["message", "binary", "name"])
+def test_a_copied_in_value_is_found_beyond_the_lines_a_commit_adds(
+    root: Path, repo: GitRepo, wt: Path, where: str
+) -> None:
+    """Its message, a binary file (git prints no lines of it) and a file's name reach main
+    as much as a line does."""
+    value = "zq81-looks-like-nothing-5521"
+    base = repo.add_worktree(wt, BRANCH, "main")
+    if where == "message":
+        write(wt, "a.py", "x = 1\n")
+        tip = commit_all(wt, f"feat: tested with {value}")
+        found = "its commit message"
+    elif where == "binary":
+        (wt / "blob.bin").write_bytes(b"\0\1" + value.encode() + b"\0")
+        tip = commit_all(wt, "feat: a blob")
+        found = "blob.bin"
+    else:
+        write(wt, f"cfg-{value}.txt", "x\n")
+        tip = commit_all(wt, "feat: a config")
+        found = "a file's name"
+    assert repo.first_leak(base, tip, {".env"}, [value]) == (tip, found, True)
+    assert repo.first_leak(base, tip, {".env"}, ["something-else-entirely"]) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -133,31 +134,44 @@ class History(RepoBase):
                    values: Collection[str], main: str | None = None
                    ) -> tuple[str, str, bool] | None:
         """The oldest commit of `since..tip` (and not of `main`: a merge round brings main's
-        in) that adds, changes or deletes one of `paths` or adds a line holding one of
-        `values`: (commit, the path it touched or the file it added the value to, whether it
-        was a value), or None. One `git log -p`."""
+        in) that adds, changes or deletes one of `paths` or holds one of `values` (in a line
+        it adds, a binary file it writes, a file's name or its own message): (commit, the
+        path it touched or the place of the value, whether it was a value), or None. One
+        `git log -p`, and a read of each binary file it writes."""
         if not paths and not values:
             return None
         headers = {f"diff --git a/{p} b/{p}": p for p in paths}
+        mark = uuid.uuid4().hex  # no commit can hold it: it ends the message, not a NUL
         _, out, _ = self._run(
             ["-c", "core.quotepath=false", "log", "--reverse", "--no-renames", "--no-color",
              "--no-ext-diff", "--no-textconv", "--full-history", "--src-prefix=a/",
-             "--dst-prefix=b/", "--format=%x00%H", "-p",
+             "--dst-prefix=b/", f"--format=%x00{mark}%H%n%B%x00{mark}", "-p",
              f"{self._rev_arg(since)}..{self._rev_arg(tip)}",
              *([f"^{self._rev_arg(main)}"] if main else []), "--"],
             what=f"Cannot read the commits {short_hash(since)}..{short_hash(tip)}")
-        for block in os.fsdecode(out).split("\0")[1:]:
-            commit, _, patch = block.partition("\n")
+        blocks = os.fsdecode(out).split(f"\0{mark}")[1:]
+        for head, patch in zip(blocks[::2], blocks[1::2], strict=False):
+            commit, _, message = head.partition("\n")
+            if any(v in message for v in values):
+                return commit, "its commit message", True
             current = ""
             for line in patch.splitlines():
                 if line.startswith("diff --git "):
                     current = line
                     if line in headers:
                         return commit, headers[line], False
-                elif line.startswith("+") and not line.startswith("+++") and any(
-                        v in line for v in values):
+                    if any(v in line for v in values):
+                        return commit, "a file's name", True
+                elif (line.startswith("+") and not line.startswith("+++") and any(
+                        v in line for v in values)) or (
+                        line.startswith("Binary files ") and self._blob_holds(
+                            commit, current.rpartition(" b/")[2], values)):
                     return commit, current.rpartition(" b/")[2], True
         return None
+
+    def _blob_holds(self, commit: str, path: str, values: Collection[str]) -> bool:
+        code, data, _ = self._run(["cat-file", "blob", f"{commit}:{path}"], check=False)
+        return code == 0 and any(v.encode() in data for v in values)
 
     def diff_bytes(self, old: str, new: str, *options: str) -> bytes:
         """`git diff <options> old new` as raw bytes: the Changes view's numstat and patch.
