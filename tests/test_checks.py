@@ -191,6 +191,21 @@ def test_a_passing_check_reaches_the_acceptor_and_the_final_acceptance(
     assert f"Anima ran `{shown}`: passed in " in final and "F2.txt" in final
 
 
+def test_a_secret_in_the_check_command_is_not_shown(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """`DB_PASSWORD=… pytest` in the config: the record, the log and the prompts show the
+    command without it."""
+    secret = "ghp_" + "a1B2c3D4e5" * 4
+    run_engine(project, check_command=f"DB_PASSWORD={secret} ls features")
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert all(i.check is not None and "DB_PASSWORD=<REDACTED>" in i.check.command
+               for i in rec.iterations)
+    for text in [(project / ".anima" / "milestones" / "m1.json").read_text(),
+                 (project / ".anima" / "logs" / "m1.log").read_text(), *fake_claude.prompts()]:
+        assert secret not in text
+
+
 def test_the_final_acceptance_runs_the_check_and_a_failure_goes_back(
         project: Path, fake_claude: FakeClaude, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

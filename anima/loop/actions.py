@@ -131,6 +131,7 @@ def _approve(store: Store, repo: GitRepo, config: Config, record: MilestoneRecor
                 f"refs/heads/{record.branch_name}", record.main_branch)):
         _require(record, Phase.RECOVERING, MilestoneStatus.AWAITING_REVIEW)
         record.status = MilestoneStatus.IN_PROGRESS
+        conflicts = [redact(c) for c in conflicts]  # file names an agent chose
         record.notes.append(f"approved by you at {now():%Y-%m-%d %H:%M}; "
                             f"{record.main_branch} had moved and conflicts in "
                             f"{', '.join(conflicts)}: a merge round resolves it first")

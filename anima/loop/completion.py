@@ -42,6 +42,7 @@ from anima.store.models import (
     now,
 )
 from anima.store.store import Store
+from anima.text.redact import redact
 
 #: Held by every merge into main in this process, from the check that it merges cleanly to
 #: the merge itself: a merge of another milestone in between would make it conflict after all.
@@ -155,9 +156,9 @@ def _back_for_a_merge_round(record: MilestoneRecord, store: Store, bus: EventBus
     record.status, record.phase = MilestoneStatus.IN_PROGRESS, Phase.RECOVERING
     record.merge = None
     record.completed_at = None
-    text = (f"{record.main_branch} moved before {record.branch_name} was merged into it, "
-            f"and they now conflict in {', '.join(conflicts)}: a merge round resolves it "
-            "first, reviewed like any other, then the merge is tried again")
+    text = redact(f"{record.main_branch} moved before {record.branch_name} was merged into "
+                  f"it, and they now conflict in {', '.join(conflicts)}: a merge round "
+                  "resolves it first, reviewed like any other, then the merge is tried again")
     record.notes.append(text)
     store.save_record(record)
     reconcile_state(store, store.load_records())

@@ -444,7 +444,7 @@ class MilestoneRun:
         command = self.config.check_command
         if command is None or rnd is None:
             return False
-        shown, timeout = display(command), self.config.check_timeout_seconds
+        shown, timeout = redact(display(command)), self.config.check_timeout_seconds
         self._log(f"checks: running `{shown}` on {(rnd.commit or 'HEAD')[:7]}")
         self.bus.publish(CheckStarted(self.record.id, rnd.round, shown, time.time(), timeout))
         snapshot = self.branch.snapshot("the checks")
