@@ -153,8 +153,9 @@ class TurnResult(AgentEvent):
 
     @property
     def stopped(self) -> bool:
-        """The turn was ended by an interrupt (Anima's Stop, pause, a closed window)."""
-        return self.terminal_reason in ("aborted_streaming", "aborted_tools")
+        """The turn was ended by an interrupt (Anima's Stop, pause, a closed window): claude
+        says "aborted_…", codex "interrupted"."""
+        return self.terminal_reason in ("aborted_streaming", "aborted_tools", "interrupted")
 
 
 #: What only an agent's turn in flight produces (its words, its tool calls, its result).

@@ -376,6 +376,7 @@ def test_an_interrupted_codex_turn_ends_stopped_and_the_next_turn_works(
             assert time.monotonic() - started < 10
             fault = backend.classify(stopped, None)
             assert fault is not None and fault.kind is FaultKind.STOPPED
+            assert stopped.stopped  # shown as stopped, not as a failure
             assert agent.send("go on").text == "after"
         finally:
             agent.stop()
