@@ -3,6 +3,7 @@ the Responses stub (tests/fixtures/cli_lines/codex-*): events, cost, and what ea
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 
@@ -54,6 +55,26 @@ def test_a_turn_with_a_command_reads_as_tool_use_result_and_cost() -> None:
     expected = (usage["input_tokens"] * PRICE.input + usage["cache_read_input_tokens"]
                 * PRICE.cached_input + usage["output_tokens"] * PRICE.output) / 1e6
     assert result.turn_cost_usd == pytest.approx(expected) and expected > 0
+
+
+def test_a_resumed_threads_repeat_of_its_last_turns_usage_is_not_counted_again() -> None:
+    """On `thread/resume` codex sends the previous turn's usage again, which can arrive once
+    the next turn was asked for: counted, it charged that turn for both."""
+    lines = (LINES / "codex-tool-0.169.0.jsonl").read_bytes().splitlines()
+    usage = next(json.loads(line) for line in lines if b"tokenUsage/updated" in line)
+    usage["params"]["turnId"] = "the-turn-before-the-restart"
+    usage["params"]["tokenUsage"]["last"]["inputTokens"] = 1_000_000
+    started = next(i for i, line in enumerate(lines) if b'"turn/started"' in line)
+    backend = CodexBackend({"gpt-stub": PRICE})
+    conversation = backend.conversation(DEVELOPER, session_id="", resume=False,
+                                        system_prompt="x", role_config=Config().developer)
+    events: list[Event] = []
+    for i, line in enumerate(lines):
+        if i == started:  # the turn asked for, the repeat arrives, then codex starts it
+            conversation.user_message("go")
+            events += conversation.parse(json.dumps(usage).encode())
+        events += conversation.parse(line)
+    assert result_of(events).usage == result_of(replay("tool")).usage
 
 
 def test_a_model_without_a_price_costs_nothing_and_says_so() -> None:

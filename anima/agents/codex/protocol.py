@@ -158,6 +158,7 @@ class CodexConversation:
     def user_message(self, prompt: str) -> bytes:
         self._next_id += 1
         self._turn_text = ""
+        self._turn_id = ""  # until codex names the new one (`turn/started`)
         self._spend = _Spend()
         return _line({"method": "turn/start", "id": f"anima-turn-{self._next_id}", "params": {
             "threadId": self.thread_id, "input": [{"type": "text", "text": prompt}]}})
@@ -217,7 +218,8 @@ class CodexConversation:
             return self._tool_use(item)
         elif method == "item/completed":
             return self._item_done(item)
-        elif method == "thread/tokenUsage/updated":
+        elif method == "thread/tokenUsage/updated" and params.get("turnId") in (
+                None, "", self._turn_id):  # a resumed thread repeats its last turn's first
             self._usage(params.get("tokenUsage"))
         elif method == "error" and params.get("willRetry"):
             error = params.get("error")
