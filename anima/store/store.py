@@ -227,7 +227,13 @@ class Store:
         """A pending milestone waits for what its `.md` says now, not when it was registered
         (the human may edit it until it starts; the rest of it is taken as it starts,
         `retake_definition`). One whose file no longer reads is reported, and not started
-        until it is fixed."""
+        until it is fixed. Read only when the file changed after its record was written."""
+        try:
+            md = self.paths.milestone_md(record.id).stat()
+            if md.st_mtime_ns <= self.paths.milestone_record(record.id).stat().st_mtime_ns:
+                return
+        except OSError:
+            pass  # `definition` says why it cannot be read
         try:
             record.depends_on = list(self.definition(record.id).depends_on)
         except MilestoneError as e:
