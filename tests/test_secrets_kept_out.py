@@ -23,6 +23,7 @@ from tests.helpers import (
 from tests.test_integrity import report
 
 SECRET = "sk-local-only-0123456789-do-not-commit"
+AUTO = {"auto": True}
 TWO = milestone_md("Greeter", ["Greet command", "Farewell command"])
 MODES = ["auto", "off"]
 
@@ -138,3 +139,25 @@ def test_what_the_copied_in_files_hold_never_leaves_an_agent(
         assert value.encode() not in path.read_bytes(), path
     for prompt in fake_claude.prompts("acceptor"):
         assert value not in prompt
+
+
+@pytest.mark.parametrize("left", ["value", "worktreeinclude"])
+def test_what_the_final_turn_leaves_uncommitted_is_checked_before_the_final_acceptance(
+        project: Path, fake_claude: FakeClaude, left: str) -> None:
+    """The turn that says ALL_FEATURES_COMPLETE leaves a file holding the key, or a line
+    added to `.worktreeinclude`, uncommitted: Anima commits it for the Developer, and used
+    to do so after the checks, so main got it with the final acceptance."""
+    leftover = f"echo 'KEY = {SECRET}' > notes.txt" if left == "value" \
+        else "printf '.env\\n*.key\\n' > .worktreeinclude"
+    fake_claude.write_script({"developer": [AUTO, AUTO, {"shell": [leftover], "auto": True}],
+                              "developer_default": AUTO})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    claimed = rec.iterations[2]  # it said ALL_FEATURES_COMPLETE: rejected before review
+    assert claimed.verdict is Verdict.REJECTED
+    assert ("notes.txt" if left == "value" else ".worktreeinclude") in (claimed.reason or "")
+    assert rec.iterations[-1].kind.value == "final"
+    assert len(fake_claude.prompts("acceptor")) == 3  # the rejected final was never reviewed
+    never_in_main(project)
+    assert ".key" not in run_git(project, "show", "main:.worktreeinclude")

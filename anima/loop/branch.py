@@ -180,6 +180,15 @@ class BranchKeeper:
         return commit != rnd.previous_head and (
             not rnd.previous_head or self.repo.is_ancestor(rnd.previous_head, commit))
 
+    def commit_final_work(self) -> None:
+        """The final round's uncommitted work, committed before it is checked: a value of
+        the copied-in files in it, or a change to the human's definitions (a line added to
+        `.worktreeinclude`), is caught as in any commit of the round, not merged unseen."""
+        before = self._known().branch
+        if self._commit_leftovers(" (final)") and before and \
+                (reverted := self._revert_branch_definitions(before)) is not None:
+            self.guarded.append(reverted)
+
     def final_tip(self) -> str | None:
         """What the final acceptance judges is what gets merged: the milestone branch's
         tip, with the Developer's uncommitted work committed."""

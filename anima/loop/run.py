@@ -392,6 +392,8 @@ class MilestoneRun:
             self._reject(rewritten)
             return None
         self.branch.back_on_branch(fresh=False)
+        if report.kind is ReportKind.ALL_COMPLETE:
+            self.branch.commit_final_work()
         if (secret := self.branch.secrets_committed()) is not None:
             self._reject(secret)
             return None
