@@ -225,3 +225,26 @@ def test_a_full_disk_is_named_and_the_records_keep_their_last_state(
     assert "the disk is full" in said and "free some space" in said, said[-2000:]
     assert "Traceback" not in said and said.count("cannot write") <= 1
     assert record(repo, "m1").id == "m1"  # whole, as last written
+
+
+def test_worktrees_a_restart_finds_are_kept_for_their_milestone_or_removed_and_named(
+        git_repo: Path, fake_claude: FakeClaude) -> None:
+    """A kill can leave a worktree behind: one whose milestone is over (a removal cut short)
+    and one no milestone has go, each named; a paused milestone's stays for its resume."""
+    make_project(git_repo, {"m1": ONE, "m2": OTHER}, config={"max_parallel_milestones": 1})
+    fake_claude.write_script({"milestones": {"m2": {"acceptor": [NO, NO, NO]}}})
+    first = run_to_end(git_repo, fake_claude)
+    assert first.proc.returncode == 3, first.stdout[-2000:]  # m1 merged, m2 paused
+    worktrees = git_repo / ".anima" / "worktrees"
+    assert sorted(p.name for p in worktrees.iterdir()) == ["m2"]
+    run_git(git_repo, "worktree", "add", "-q", str(worktrees / "m1"), "milestone/m1")
+    (worktrees / "m1" / "draft.txt").write_text("left in it\n", encoding="utf-8")
+    (worktrees / "zz").mkdir()
+    (worktrees / "zz" / "x.txt").write_text("x\n", encoding="utf-8")
+    second = run_to_end(git_repo, fake_claude)
+    said = second.stdout + (git_repo / ".anima" / "logs" / "anima.log").read_text()
+    assert "found after a restart; its milestone is completed" in said, said[-3000:]
+    assert "found after a restart; no milestone has it" in said
+    assert sorted(p.name for p in worktrees.iterdir()) == ["m2"]
+    assert "worktrees/m1" not in run_git(git_repo, "worktree", "list")
+    assert record(git_repo, "m2").status is MilestoneStatus.PAUSED

@@ -238,7 +238,8 @@ def remove_worktree(project: GitRepo, paths: ProjectPaths, record: MilestoneReco
         tree = GitRepo.open(path)
         if tree.dirty_paths():
             stash_changes(record, tree, log, f"uncommitted changes in the worktree when {why}")
-    if project.remove_worktree(path) or path.exists():
+    there = path.exists()  # a folder git does not know is removed too: said all the same
+    if project.remove_worktree(path) or there:
         log(f"removed the worktree {path.relative_to(paths.root)} ({why}); "
             f"{record.branch_name or 'the branch'} is kept")
     shutil.rmtree(paths.sandbox(record.id), ignore_errors=True)
