@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -24,8 +25,10 @@ from tests.test_recovery import (
     AUTO,
     ONE,
     TWO,
+    Runner,
     our_processes_fixture,  # noqa: F401 - the fixture `our_processes`
     run_to_end,
+    wait_until,
 )
 
 OTHER = milestone_md("Other", ["Farewell command"])
@@ -225,6 +228,67 @@ def test_a_full_disk_is_named_and_the_records_keep_their_last_state(
     assert "the disk is full" in said and "free some space" in said, said[-2000:]
     assert "Traceback" not in said and said.count("cannot write") <= 1
     assert record(repo, "m1").id == "m1"  # whole, as last written
+
+
+@pytest.mark.parametrize("at", ["read-tree", "update-ref"])
+def test_a_disk_that_fills_during_the_merge_is_named_and_the_next_start_merges(
+        small_disk: Path, fake_claude: FakeClaude, tmp_path: Path, at: str) -> None:
+    """Your checkout on main takes the merge's files (`read-tree`), then main moves
+    (`update-ref`): the disk filling at either left files half written that later read as
+    your changes (the merge waited for ever), emptied your memory notes, or read as "main
+    moved" (exit 0, the merge not done). Now the run stops naming the full disk, your files
+    are as they were, and once there is room the next start merges."""
+    repo = small_disk / "repo"
+    run_git(small_disk, "init", "-q", "-b", "main", str(repo))
+    (repo / "README.md").write_text("# small\n", encoding="utf-8")
+    run_git(repo, "add", "-A")
+    run_git(repo, "-c", "user.name=T", "-c", "user.email=t@example.invalid", "commit", "-qm",
+            "init")
+    make_project(repo, {"m1": ONE}, config={"sandbox": "off"})
+    notes = repo / ".anima" / "memory" / "project.md"
+    mine = notes.read_bytes()
+    armed, filler = tmp_path / "armed", small_disk / "filler"
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(  # fills the disk as Anima's merge runs that command
+        f'#!/bin/sh\nif [ -e {armed} ]; then case " $* " in *" {at} "*) rm -f {armed}; '
+        f"dd if=/dev/zero of={filler} bs=64k 2>/dev/null;; esac; fi\n"
+        f'exec {shutil.which("git")} "$@"\n', encoding="utf-8")
+    (shim / "git").chmod(0o755)
+    env = {"PATH": f"{shim}:{os.environ['PATH']}"}
+    fake_claude.write_script({"acceptor": [AUTO, {"shell": [f"touch {armed}"], "auto": True}]})
+    main = run_git(repo, "rev-parse", "main")
+    first = Runner(repo, fake_claude, env=env)
+    assert first.wait(60) == 1, first.stdout[-2000:]
+    assert "the disk is full" in first.stdout + first.stderr
+    assert run_git(repo, "rev-parse", "main") == main
+    assert notes.read_bytes() == mine and not (repo / "features").exists()
+    filler.unlink()
+    second = Runner(repo, fake_claude, env=env)
+    assert second.wait(60) == 0, second.stdout[-2000:]
+    rec = record(repo, "m1")
+    assert rec.merge is not None and rec.merge.merged, rec.merge
+    assert (repo / "features" / "F1.txt").read_text().strip() == run_git(
+        repo, "show", "main:features/F1.txt")
+    assert run_git(repo, "status", "--porcelain", "--", "features") == ""
+
+
+@pytest.mark.parametrize("lock", ["index.lock", "HEAD.lock", "refs/heads/main.lock"])
+def test_a_stale_lock_in_the_projects_git_does_not_keep_main_from_the_merge(
+        git_repo: Path, fake_claude: FakeClaude, lock: str) -> None:
+    """A git of yours killed during the final acceptance leaves its lock: the merge used to
+    wait for the next start ("main moved while …", exit 0, nothing merged)."""
+    make_project(git_repo, {"m1": ONE})
+    fake_claude.write_script({"acceptor_default": {"auto": True, "delay": 1.5}})
+    runner = Runner(git_repo, fake_claude)
+    wait_until(lambda: len(fake_claude.entries("acceptor")) >= 2, what="the final acceptance")
+    (git_repo / ".git" / lock).write_text("", encoding="utf-8")
+    assert runner.wait(60) == 0, runner.stdout[-2000:]
+    rec = record(git_repo, "m1")
+    assert rec.merge is not None and rec.merge.merged, rec.merge
+    assert f".git/{lock} was left by a git command that no longer runs; removed" in \
+        runner.stdout
+    assert not (git_repo / ".git" / lock).exists()
 
 
 def test_worktrees_a_restart_finds_are_kept_for_their_milestone_or_removed_and_named(

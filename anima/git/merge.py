@@ -5,7 +5,9 @@ merge, never half of one."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,32 +150,46 @@ class Merging(BranchOps, History, Worktrees):
                             "-p", tip, "-m", message],
                            what=f"Cannot write the merge of {branch} into {main}")
         checkout = self.checkout_on(main)
+        aside: dict[Path, Path] = {}
         if checkout is not None:
             where = "your checkout" + ("" if checkout is self else f" at {checkout.root}")
-            if (waits := checkout._checkout_merge(before, merge, replaceable, where)):
+            waits, aside = checkout._checkout_merge(before, merge, replaceable, where)
+            if waits is not None:
                 files, why = waits
                 return MergeOutcome(False, f"the merge of {branch} into {main} waits: {why}",
                                     waiting=files, retry=True)
         code, _, err = self._run(["update-ref", "-m", f"anima: {message}", f"refs/heads/{main}",
                                   merge, before], check=False)
-        if code != 0:  # main moved meanwhile: put the checkout back, try again later
+        if code != 0:  # put the checkout back, try again later
             if checkout is not None:
                 checkout._run(["read-tree", "-m", "-u", merge, before], check=False)
+            _put_back(aside)
+            _raise_if_full(err, self.root, f"{main} could not be moved to the merge of {branch}")
+            if self.branch_head(main) == before:  # a lock, most likely
+                return MergeOutcome(False, f"{main} could not be moved to the merge of "
+                                           f"{branch} ({err.strip()}); the merge is tried "
+                                           "again", retry=True)
             return MergeOutcome(False, f"{main} moved while {branch} was merged into it "
                                        f"({err.strip()}); the merge is tried again",
                                 retry=True)
+        for held in aside.values():
+            held.unlink(missing_ok=True)
         return MergeOutcome(True, f"merged {branch} into {main} as {short_hash(merge)}")
 
     def _checkout_merge(self, before: str, merge: str, replaceable: dict[str, bytes],
-                        where: str) -> tuple[list[str], str] | None:
+                        where: str) -> tuple[tuple[list[str], str] | None, dict[Path, Path]]:
         """Make this checkout (`where`, on main at `before`) show `merge`'s files, all or
-        nothing; or the files in the way and why not."""
+        nothing: the files in the way and why not, or None; and the replaceable files set
+        aside for it (each under a name of its own, until main has the merge)."""
         touched = set(self.changed_files_between(before, merge))
         if waiting := self._in_the_way(touched, before, merge, replaceable):
-            return waiting, (f"{where} has changes to {listing(waiting)} (or "
-                             "files of its own there), which the merge changes too; commit, "
-                             "stash or move them away and it goes on")
-        stepping_aside = self._step_aside(touched, replaceable)
+            return (waiting, f"{where} has changes to {listing(waiting)} (or files of its own "
+                             "there), which the merge changes too; commit, stash or move them "
+                             "away and it goes on"), {}
+        present = {rel for rel in touched if os.path.lexists(self.root / rel)}
+        folders = {str(d) for rel in touched for d in Path(rel).parents
+                   if (self.root / d).is_dir()}
+        aside = self._step_aside(touched, replaceable)
         code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
         if code != 0 and (written := self._written_as_merged(touched, before, merge)):
             # A checkout of the merge that a kill cut short: the files it wrote already
@@ -181,11 +197,31 @@ class Merging(BranchOps, History, Worktrees):
             self._run(["update-index", "--add", "--remove", "--", *written], check=False)
             code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
         if code == 0:
-            return None
-        for rel, content in stepping_aside.items():
-            (self.root / rel).write_bytes(content)
+            return None, aside
+        if _full(err, self.root):  # it wrote part of the merge's files before it failed
+            self._undo_checkout(touched - present, present, folders, before)
+        _put_back(aside)
+        _raise_if_full(err, self.root, f"{where} could not take the merge's files")
         files = [line.split("'")[1] for line in err.splitlines() if line.count("'") >= 2]
-        return files, f"in {where}, {err.strip().splitlines()[0]}"
+        return (files, f"in {where}, {err.strip().splitlines()[0]}"), {}
+
+    def _undo_checkout(self, created: set[str], present: set[str], folders: set[str],
+                       before: str) -> None:
+        """What a checkout that failed half way (a full disk) wrote: the files it made go
+        (and the folders it made for them), the tracked ones it began to rewrite read as
+        main has them again. Left, they would read as the human's changes, and the merge
+        would wait for them for ever."""
+        for rel in sorted(created):
+            path = self.root / rel
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+            for folder in Path(rel).parents:
+                if str(folder) in folders or not (self.root / folder).is_dir():
+                    break
+                with contextlib.suppress(OSError):  # not empty: something else is there
+                    (self.root / folder).rmdir()
+        if tracked := [rel for rel in sorted(present) if self.blob(before, rel) is not None]:
+            self._run(["checkout", "-q", before, "--", *tracked], check=False)
 
     def _reads_as(self, rel: str, content: bytes | None) -> bool:
         """Whether the human's `rel` is a regular file holding exactly `content`."""
@@ -211,13 +247,15 @@ class Merging(BranchOps, History, Worktrees):
                 written.append(path)
         return written
 
-    def _step_aside(self, touched: set[str], replaceable: dict[str, bytes]) -> dict[str, bytes]:
-        """Remove the replaceable untracked files the merge brings, so that the checkout can
-        take the merge's; returns them, to put back if it cannot."""
-        aside = {rel: content for rel, content in replaceable.items()
-                 if rel in touched and self._reads_as(rel, content)}
-        for rel in aside:
-            (self.root / rel).unlink()
+    def _step_aside(self, touched: set[str], replaceable: dict[str, bytes]) -> dict[Path, Path]:
+        """Rename the replaceable untracked files the merge brings out of its way (a rename
+        needs no free space, a rewrite would); returns where each went."""
+        aside = {}
+        for rel, content in replaceable.items():
+            if rel in touched and self._reads_as(rel, content):
+                path = self.root / rel
+                aside[path] = path.with_name(f".{path.name}.anima-aside")
+                os.replace(path, aside[path])
         return aside
 
     def _in_the_way(self, touched: set[str], before: str, merge: str,
@@ -234,3 +272,31 @@ class Merging(BranchOps, History, Worktrees):
         return [path for path in sorted(listed)
                 if not self._reads_as(path, replaceable.get(path))
                 and not self._reads_as(path, self.blob(merge, path))]
+
+
+def _put_back(aside: dict[Path, Path]) -> None:
+    """The files `_step_aside` moved, back where they were."""
+    for path, held in aside.items():
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(held, path)
+
+
+#: Free bytes below which a git that failed to write is taken to have met a full disk (its
+#: message may only say "unable to write file").
+_FULL_BELOW = 1 << 20
+
+
+def _full(err: str, root: Path) -> bool:
+    if "No space left on device" in err or "Disk quota exceeded" in err:
+        return True
+    try:
+        return shutil.disk_usage(root).free < _FULL_BELOW
+    except OSError:
+        return False
+
+
+def _raise_if_full(err: str, root: Path, what: str) -> None:
+    """A git that could not write for want of space: the disk is full, which Anima stops
+    for and names (not a merge that waits for the human's files, nor main that moved)."""
+    if _full(err, root):
+        raise OSError(errno.ENOSPC, f"{what}: {err.strip().splitlines()[-1]}")

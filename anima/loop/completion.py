@@ -26,6 +26,7 @@ from anima.config import Config
 from anima.errors import AnimaError
 from anima.events import EventBus, LogLine, MilestoneChanged, Notice
 from anima.git import GitRepo
+from anima.git.locks import clear_stale_locks
 from anima.git.merge import MergeOutcome
 from anima.loop.phases import check_transition
 from anima.loop.state import reconcile_state
@@ -119,7 +120,7 @@ def finish_completed(record: MilestoneRecord, store: Store, repo: GitRepo, confi
     if merge_pending(record):
         assert record.merge is not None
         before = record.merge.detail
-        outcome = _merge(record, repo, config, store.paths)
+        outcome = _merge(record, repo, config, store.paths, bus)
         if outcome.retry:
             record.merge.detail = outcome.detail
             if outcome.detail != before:
@@ -167,7 +168,7 @@ def _back_for_a_merge_round(record: MilestoneRecord, store: Store, bus: EventBus
 
 
 def _merge(record: MilestoneRecord, repo: GitRepo, config: Config,
-           paths: ProjectPaths) -> MergeOutcome:
+           paths: ProjectPaths, bus: EventBus) -> MergeOutcome:
     """Merge the finally accepted branch into main (or say why not), one merge at a time."""
     branch, main = record.branch_name or "", record.main_branch or ""
     if not config.merge_on_complete:
@@ -177,6 +178,11 @@ def _merge(record: MilestoneRecord, repo: GitRepo, config: Config,
         return MergeOutcome(False, f"{unaccepted}; {main} is unchanged and {branch} is kept")
     try:
         with _MERGING:
+            # A lock a killed git left in the project's git folder (yours, or one of the
+            # run's) would keep main from moving until the next start.
+            for lock in clear_stale_locks(repo.root, repo.common_dir):
+                bus.publish(LogLine(record.id, f".git/{lock} was left by a git command that "
+                                               "no longer runs; removed"))
             return repo.merge_branch(branch, main, f"Merge {branch}: {record.title}",
                                      replaceable=memory_as_started(paths, record))
     except AnimaError as e:
