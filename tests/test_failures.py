@@ -230,6 +230,23 @@ def test_a_full_disk_is_named_and_the_records_keep_their_last_state(
     assert record(repo, "m1").id == "m1"  # whole, as last written
 
 
+def test_a_command_that_meets_a_full_disk_says_so(small_disk: Path, tmp_path: Path) -> None:
+    repo = small_disk / "repo"
+    run_git(small_disk, "init", "-q", "-b", "main", str(repo))
+    (repo / "README.md").write_text("# small\n", encoding="utf-8")
+    run_git(repo, "add", "-A")
+    run_git(repo, "-c", "user.name=T", "-c", "user.email=t@example.invalid", "commit", "-qm",
+            "init")
+    make_project(repo, {})
+    subprocess.run(["dd", "if=/dev/zero", f"of={small_disk / 'filler'}", "bs=64k"],
+                   capture_output=True, check=False)
+    source = tmp_path / "m2.md"
+    source.write_text(ONE, encoding="utf-8")
+    added = anima("add", str(repo), str(source))
+    assert added.returncode == 1 and "the disk is full" in added.stderr, added.stderr
+    assert "unexpected error" not in added.stderr
+
+
 @pytest.mark.parametrize("at", ["read-tree", "update-ref"])
 def test_a_disk_that_fills_during_the_merge_is_named_and_the_next_start_merges(
         small_disk: Path, fake_claude: FakeClaude, tmp_path: Path, at: str) -> None:

@@ -21,6 +21,7 @@ from anima.errors import (
     MilestoneError,
     ProjectError,
     RecordError,
+    unexpected,
 )
 from anima.paths import ProjectPaths
 
@@ -340,7 +341,7 @@ def _command(args: argparse.Namespace, argv: list[str]) -> int:
         logfile = logfile or _configure_logging(args)
         log.exception("unexpected error in `anima %s`", " ".join(argv))
         where = f"; the traceback is in {logfile}" if logfile else ""
-        print(redact(f"anima: unexpected error: {e!r}{where}"), file=sys.stderr)
+        print(redact(f"anima: {unexpected(e)}{where}"), file=sys.stderr)
         return EXIT_ERROR
 
 
