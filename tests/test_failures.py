@@ -207,17 +207,23 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(where)], check=False)
 
 
-def test_a_full_disk_is_named_and_the_records_keep_their_last_state(
-        small_disk: Path, fake_claude: FakeClaude) -> None:
-    """A Developer that fills the disk (a build's output, a runaway log): the run stops
-    saying the disk is full and what to do, once, without a traceback per line logged, and
-    every record on disk is still whole."""
+def small_repo(small_disk: Path) -> Path:
+    """A repository with one commit on the small file system."""
     repo = small_disk / "repo"
     run_git(small_disk, "init", "-q", "-b", "main", str(repo))
     (repo / "README.md").write_text("# small\n", encoding="utf-8")
     run_git(repo, "add", "-A")
     run_git(repo, "-c", "user.name=T", "-c", "user.email=t@example.invalid", "commit", "-qm",
             "init")
+    return repo
+
+
+def test_a_full_disk_is_named_and_the_records_keep_their_last_state(
+        small_disk: Path, fake_claude: FakeClaude) -> None:
+    """A Developer that fills the disk (a build's output, a runaway log): the run stops
+    saying the disk is full and what to do, once, without a traceback per line logged, and
+    every record on disk is still whole."""
+    repo = small_repo(small_disk)
     make_project(repo, {"m1": ONE})
     fill = "dd if=/dev/zero of=big.bin bs=1M count=100 2>/dev/null; true"
     fake_claude.write_script({"developer": [{"shell": [fill], "auto": True}]})
@@ -231,12 +237,7 @@ def test_a_full_disk_is_named_and_the_records_keep_their_last_state(
 
 
 def test_a_command_that_meets_a_full_disk_says_so(small_disk: Path, tmp_path: Path) -> None:
-    repo = small_disk / "repo"
-    run_git(small_disk, "init", "-q", "-b", "main", str(repo))
-    (repo / "README.md").write_text("# small\n", encoding="utf-8")
-    run_git(repo, "add", "-A")
-    run_git(repo, "-c", "user.name=T", "-c", "user.email=t@example.invalid", "commit", "-qm",
-            "init")
+    repo = small_repo(small_disk)
     make_project(repo, {})
     subprocess.run(["dd", "if=/dev/zero", f"of={small_disk / 'filler'}", "bs=64k"],
                    capture_output=True, check=False)
@@ -255,12 +256,7 @@ def test_a_disk_that_fills_during_the_merge_is_named_and_the_next_start_merges(
     your changes (the merge waited for ever), emptied your memory notes, or read as "main
     moved" (exit 0, the merge not done). Now the run stops naming the full disk, your files
     are as they were, and once there is room the next start merges."""
-    repo = small_disk / "repo"
-    run_git(small_disk, "init", "-q", "-b", "main", str(repo))
-    (repo / "README.md").write_text("# small\n", encoding="utf-8")
-    run_git(repo, "add", "-A")
-    run_git(repo, "-c", "user.name=T", "-c", "user.email=t@example.invalid", "commit", "-qm",
-            "init")
+    repo = small_repo(small_disk)
     make_project(repo, {"m1": ONE}, config={"sandbox": "off"})
     notes = repo / ".anima" / "memory" / "project.md"
     mine = notes.read_bytes()
