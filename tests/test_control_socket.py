@@ -358,14 +358,15 @@ def test_stop_before_the_milestone_took_its_first_step_pauses_it(
         tmp_path: Path) -> None:
     """A stop that lands while Anima still reads the CLI's version (a second for some
     versions): the milestone pauses, the others go on, and resume starts it."""
-    slow = tmp_path / "slow-claude"
-    slow.write_text(f'#!/bin/sh\ncase "$1" in --version) sleep 2;; esac\n'
-                    f'exec {fake_claude.command} "$@"\n')
+    slow = tmp_path / "slow"  # runs its arguments, slowly when they ask for a version
+    slow.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = --version ] && sleep 2; done\n'
+                    'exec "$@"\n')
     slow.chmod(0o755)
     make_project(git_repo, {"m1": milestone_md("One", ["Alpha"]),
                             "m2": milestone_md("Two", ["Beta"])},
                  config={"max_parallel_milestones": 2})
-    run = Headless(git_repo, {**fake_env, "ANIMA_CLAUDE_COMMAND": str(slow)},
+    # The fake's whole command line after it: what a sandbox must let the agent see.
+    run = Headless(git_repo, {**fake_env, "ANIMA_CLAUDE_COMMAND": f"{slow} {fake_claude.command}"},
                    tmp_path / "run.log")
     try:
         wait_for(lambda: anima("stop", str(git_repo), "m1").returncode == 0)
