@@ -8,7 +8,6 @@ import contextlib
 import errno
 import os
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
@@ -43,28 +42,27 @@ class MergeOutcome:
 class Merging(BranchOps, History, Worktrees):
     """Merging a milestone into main (call on the human's checkout)."""
 
-    def _humans_worktrees(self) -> Iterator[Worktree]:
+    def _humans_worktrees(self) -> list[Worktree]:
         """The worktrees of the human's elsewhere (a milestone's under `.anima/` is not)."""
-        for tree in self.worktrees():
-            if tree.prunable or not tree.path.is_dir() or (
+        return [tree for tree in self.worktrees()
+                if not tree.prunable and tree.path.is_dir() and not (
                     tree.path.is_relative_to(self.root)
-                    and is_under_anima(tree.path.relative_to(self.root).as_posix())):
-                continue
-            yield tree
+                    and is_under_anima(tree.path.relative_to(self.root).as_posix()))]
 
-    def checkout_on(self, branch: str) -> Self | None:
+    def _checkout_on(self, branch: str, humans: list[Worktree]) -> Self | None:
         """The human's checkout that has `branch` checked out (git lets one have it): this
-        one, or a worktree of theirs elsewhere; None when none has."""
+        one, or one of their worktrees `humans`; None when none has."""
         if self.current_branch() == branch:
             return self
-        tree = next((t for t in self._humans_worktrees() if t.branch == branch), None)
+        tree = next((t for t in humans if t.branch == branch), None)
         return None if tree is None else type(self).open(tree.path)
 
-    def _rebasing(self, branch: str) -> Path | None:
-        """A checkout of the human's in the middle of a rebase of `branch` (its HEAD is
-        detached meanwhile): moving the branch under it would fail the rebase at its end."""
-        git_dirs = [(self.root, Path(self._repo.git_dir))]
-        for tree in self._humans_worktrees():
+    def _rebasing(self, branch: str, humans: list[Worktree]) -> Path | None:
+        """A checkout of the human's (this one, or one of their worktrees `humans`) in the
+        middle of a rebase of `branch` (its HEAD is detached meanwhile): moving the branch
+        under it would fail the rebase at its end."""
+        git_dirs = [(self.root, self.git_dir)]
+        for tree in humans:
             with contextlib.suppress(OSError):
                 git_dirs.append((tree.path, worktree_git_dir(tree.path)))
         for where, git_dir in git_dirs:
@@ -131,7 +129,8 @@ class Merging(BranchOps, History, Worktrees):
         before, tip = self.branch_head(main), self.branch_head(branch)
         if self.is_ancestor(tip, before):
             return MergeOutcome(True, f"{main} already contains {branch}; nothing to merge")
-        if (rebasing := self._rebasing(main)) is not None:
+        humans = self._humans_worktrees()
+        if (rebasing := self._rebasing(main, humans)) is not None:
             return MergeOutcome(False, f"the merge of {branch} into {main} waits: {rebasing} "
                                        f"is in the middle of a rebase of {main}; finish it "
                                        "(`git rebase --continue`) or abort it and the merge "
@@ -149,7 +148,7 @@ class Merging(BranchOps, History, Worktrees):
         merge = self._text([*self._identity_args(), "commit-tree", tree, "-p", before,
                             "-p", tip, "-m", message],
                            what=f"Cannot write the merge of {branch} into {main}")
-        checkout = self.checkout_on(main)
+        checkout = self._checkout_on(main, humans)
         aside: dict[Path, Path] = {}
         if checkout is not None:
             where = "your checkout" + ("" if checkout is self else f" at {checkout.root}")
