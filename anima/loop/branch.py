@@ -181,18 +181,18 @@ class BranchKeeper:
             not rnd.previous_head or self.repo.is_ancestor(rnd.previous_head, commit))
 
     def commit_final_work(self) -> None:
-        """The final round's uncommitted work, committed before it is checked: a value of
-        the copied-in files in it, or a change to the human's definitions (a line added to
-        `.worktreeinclude`), is caught as in any commit of the round, not merged unseen."""
+        """The final round's uncommitted work, committed before it is checked (what the final
+        acceptance judges is what gets merged): a value of the copied-in files in it, or a
+        change to the human's definitions (a line added to `.worktreeinclude`), is caught as
+        in any commit of the round, not merged unseen."""
         before = self._known().branch
         if self._commit_leftovers(" (final)") and before and \
                 (reverted := self._revert_branch_definitions(before)) is not None:
             self.guarded.append(reverted)
 
     def final_tip(self) -> str | None:
-        """What the final acceptance judges is what gets merged: the milestone branch's
-        tip, with the Developer's uncommitted work committed."""
-        self._commit_leftovers(" (final)")
+        """What the final acceptance judges: the milestone branch's tip, the round's work
+        committed and checked already (`commit_final_work`)."""
         return self.repo.resolve(f"refs/heads/{self.record.branch_name}")
 
     def _unreported_commit(self, named: str | None) -> str | None:
