@@ -29,9 +29,9 @@ def is_milestone_name(name: str) -> bool:
 
 def validate_milestone_id(stem: str, path: Path) -> str:
     """Return `stem` if it is a safe milestone id (it becomes a branch name and file names)."""
-    if MILESTONE_ID_RE.fullmatch(stem) and len(stem) <= MAX_ID_LENGTH:
-        return stem
     if MILESTONE_ID_RE.fullmatch(stem):
+        if len(stem) <= MAX_ID_LENGTH:
+            return stem
         raise MilestoneError(path, f"milestone name of {len(stem)} characters: the file name "
                                    f"(without .md) has at most {MAX_ID_LENGTH}, because it "
                                    "becomes file names and the branch milestone/<id>; rename "
