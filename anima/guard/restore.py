@@ -78,14 +78,15 @@ def put_back(paths: ProjectPaths, copy: dict[str, bytes],
             if agents_wrote(target):
                 done.held.append((rel, hold(paths, target).relative_to(paths.root).as_posix()))
             continue
-        if before is None:
-            target.unlink()
-        else:
+        word = "added" if before is None else "deleted" if after is None else "modified"
+        if after is not None:  # perhaps the human's edit: kept, never lost
+            kept = set_aside(paths, target).relative_to(paths.root).as_posix()
+            word += f"; the changed text kept as {kept}"
+        if before is not None:
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.is_symlink() or target.is_dir():
                 target.unlink()
             target.write_bytes(before)
-        word = "added" if before is None else "deleted" if after is None else "modified"
         done.changed.append(f"{rel} ({word})")
     return done
 
@@ -116,14 +117,20 @@ def _config_entries(data: bytes | None) -> set[tuple[str, str]]:
     return entries
 
 
-def hold(paths: ProjectPaths, md: Path) -> Path:
-    """Move `md` out of the queue into `.anima/held/`, never over another file; the record
-    registered for it meanwhile (pending, never run) goes: it is only the file's echo."""
+def set_aside(paths: ProjectPaths, path: Path) -> Path:
+    """Move `path` into `.anima/held/`, never over another file."""
     paths.held.mkdir(parents=True, exist_ok=True)
-    target, n = paths.held / md.name, 2
+    target, n = paths.held / path.name, 2
     while target.exists():
-        target, n = paths.held / f"{md.stem}-{n}{md.suffix}", n + 1
-    md.rename(target)
+        target, n = paths.held / f"{path.stem}-{n}{path.suffix}", n + 1
+    path.rename(target)
+    return target
+
+
+def hold(paths: ProjectPaths, md: Path) -> Path:
+    """Move `md` out of the queue into `.anima/held/`; the record registered for it
+    meanwhile (pending, never run) goes: it is only the file's echo."""
+    target = set_aside(paths, md)
     record = paths.milestone_record(md.stem)
     with contextlib.suppress(OSError, ValueError):
         fields = json.loads(read_regular(record))

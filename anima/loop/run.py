@@ -153,6 +153,7 @@ class MilestoneRun:
                                    worktree=self.worktree)
         # Pause before the next round, and why (a main an agent moved, a push past the rules).
         self._pause_request: str | None = None
+        self._unreadable = ""  # why the `.md` did not read, said once (`_follow_definition`)
         self._detach: list[Callable[[], None]] = [  # until `run` ends
             bus.subscribe(self.seats.on_event), *self._guard.listen(bus.subscribe, store.on_save)]
 
@@ -174,6 +175,7 @@ class MilestoneRun:
                     return self.phase
                 if (gone := self._definition_gone()) is not None:
                     return self._pause(gone)
+                self._follow_definition()
                 # Finally accepted work merges first: no limit stands between it and main.
                 if self._ready_to_merge() and (phase := self._merge()) is not None:
                     return phase
@@ -270,6 +272,25 @@ class MilestoneRun:
         if "depends_on" in changed and self.record.depends_on:
             self._save()
             raise _NotNow(f"not started: it now depends on {', '.join(self.record.depends_on)}")
+
+    def _follow_definition(self) -> None:
+        """Before each round: what you changed in the `.md` while the milestone ran counts
+        from this round on. A file that does not read (saved half edited) is said once; the
+        milestone goes on with what it last read."""
+        try:
+            changed = self.store.retake_definition(
+                self.record, max_iterations=self.record.max_iterations,
+                requires_human_review=self.config.requires_human_review)
+        except MilestoneError as e:
+            if str(e) != self._unreadable:
+                self._unreadable = str(e)
+                self._log(f"{e}; going on with the definition as it last read")
+            return
+        self._unreadable = ""
+        if changed:
+            self._save()
+            self._log(f"{', '.join(changed)} taken from "
+                      f"{self.store.paths.milestone_md(self.record.id).name}, as you edited it")
 
     def _start_branch(self) -> None:
         """Create `milestone/<id>` from main in the milestone's own worktree. Also finishes a

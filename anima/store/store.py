@@ -42,6 +42,9 @@ M = TypeVar("M", bound=BaseModel)
 #: What a pending record holds that its definition (and the config) decide.
 _FROM_DEFINITION = ("title", "features", "acceptance_criteria", "max_iterations",
                     "requires_human_review", "depends_on")
+#: What a started milestone takes from an edit of its definition (it has its branch, so
+#: what it depends on no longer counts; its round limit is its own, grown by each resume).
+_WHILE_RUNNING = ("title", "features", "acceptance_criteria", "requires_human_review")
 
 
 def _read(path: Path) -> bytes:
@@ -211,14 +214,24 @@ class Store:
 
     def retake_definition(self, record: MilestoneRecord, *, max_iterations: int,
                           requires_human_review: bool) -> list[str]:
-        """Give a pending record what its definition (and the config) ask now; the names of
-        the fields that differed. The human may have edited the `.md` since it was
-        registered, and a record is a file an agent with a shell could have changed."""
+        """Give a record what its definition (and the config) ask now; the names of the
+        fields that differed. The human may edit the `.md` after it is registered, and while
+        it runs (a feature added, a criterion reworded, review asked for); a record is also a
+        file an agent with a shell could have changed. A started milestone keeps each
+        feature's progress while its id stays (one taken out of the `.md` leaves the
+        checklist), and what it depends on no longer counts. Raises MilestoneError when the
+        file does not read."""
         fresh = self.new_record(self.definition(record.id), record.id, record.created_at,
                                 max_iterations=max_iterations,
                                 requires_human_review=requires_human_review)
-        changed = [name for name in _FROM_DEFINITION
-                   if getattr(record, name) != getattr(fresh, name)]
+        names: tuple[str, ...] = _FROM_DEFINITION
+        if record.status is not MilestoneStatus.PENDING:
+            progress = {f.id: f for f in record.features}
+            fresh.features = [f if (had := progress.get(f.id)) is None else
+                              had.model_copy(update={"title": f.title, "criteria": f.criteria})
+                              for f in fresh.features]
+            names = _WHILE_RUNNING
+        changed = [name for name in names if getattr(record, name) != getattr(fresh, name)]
         for name in changed:
             setattr(record, name, getattr(fresh, name))
         return changed

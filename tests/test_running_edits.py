@@ -1,0 +1,124 @@
+"""The human edits a running milestone's `.md`: what they changed counts from the next round
+(a feature added, a criterion reworded, one taken out), end to end with the fake `claude`.
+With `sandbox: "off"` an edit made while the Developer works cannot be told from the
+Developer's: it is put back, and the edited text kept aside, never lost."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from anima.paths import ProjectPaths
+from anima.store.models import FeatureStatus, MilestoneStatus, RoundKind
+from tests.conftest import FakeClaude, run_git
+from tests.helpers import engine_held, hold, make_project, milestone_md, record, run_engine
+from tests.test_loop_e2e import needs_sandbox
+
+FIRST = milestone_md("Greeter", ["Greet command", "Version flag"], ["greet prints hello"])
+EDITED = milestone_md("Greeter v2", ["Greet command", "Help flag", "Color output"],
+                      ["greet prints hello", "--help lists every flag"])
+
+
+@pytest.fixture
+def project(git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> Path:
+    fake_claude.use_env(monkeypatch)
+    return make_project(git_repo, {"m1": FIRST})
+
+
+def log_text(project: Path) -> str:
+    return (project / ".anima" / "logs" / "m1.log").read_text(encoding="utf-8")
+
+
+@needs_sandbox
+def test_an_edit_while_it_runs_is_built_and_judged_from_the_next_round(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """F2 renamed, F3 added, a criterion added while round 1 runs: round 1's F1 stays done,
+    the new features are built, and the final acceptance judges the new criteria (the
+    Developer used to read the new text while the checklist and the criteria stayed as they
+    were: F3 never built, the new criterion never checked)."""
+    fake_claude.write_script({"developer": [{"shell": [hold(fake_claude.root)], "auto": True}]})
+    md = ProjectPaths(project).milestone_md("m1")
+    with engine_held(project, fake_claude.root):
+        md.write_text(EDITED, encoding="utf-8")
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    assert rec.title == "Greeter v2"
+    assert [(f.id, f.title, f.status) for f in rec.features] == [
+        ("F1", "Greet command", FeatureStatus.DONE), ("F2", "Help flag", FeatureStatus.DONE),
+        ("F3", "Color output", FeatureStatus.DONE)]
+    assert [i.feature for i in rec.iterations if i.kind is RoundKind.FEATURE] == ["F1", "F2",
+                                                                                "F3"]
+    assert rec.acceptance_criteria == ["greet prints hello", "--help lists every flag"]
+    final = [p for p in fake_claude.prompts("acceptor") if "--help lists every flag" in p]
+    assert final, "the final acceptance was not asked about the new criterion"
+    assert (project / "features" / "F3.txt").exists()  # merged into main
+    assert "taken from m1.md, as you edited it" in log_text(project)
+
+
+def test_a_feature_taken_out_while_it_runs_is_not_built(project: Path,
+                                                       fake_claude: FakeClaude) -> None:
+    """Also without the sandbox: an edit between two turns is the human's."""
+    fake_claude.write_script({"acceptor": [{"shell": [hold(fake_claude.root)],
+                                            "text": "ACCEPTED"}]})
+    md = ProjectPaths(project).milestone_md("m1")
+    with engine_held(project, fake_claude.root):
+        md.write_text(milestone_md("Greeter", ["Greet command"], ["greet prints hello"]),
+                      encoding="utf-8")
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    assert [f.id for f in rec.features] == ["F1"]
+    assert not (project / "features" / "F2.txt").exists()
+    assert "Version flag" not in run_git(project, "log", "--format=%B", "main")
+
+
+def test_a_definition_saved_half_edited_is_said_once_and_the_milestone_goes_on(
+        project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"acceptor": [{"shell": [hold(fake_claude.root)],
+                                            "text": "ACCEPTED"}]})
+    md = ProjectPaths(project).milestone_md("m1")
+    with engine_held(project, fake_claude.root):
+        md.write_bytes(b"\xff\xfe not UTF-8")
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    assert [f.status for f in rec.features] == [FeatureStatus.DONE, FeatureStatus.DONE]
+    said = [line for line in log_text(project).splitlines() if "not valid UTF-8" in line]
+    assert len(said) == 1 and "going on with the definition as it last read" in said[0], said
+
+
+def test_without_the_sandbox_an_edit_during_a_developer_turn_is_put_back_and_kept(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Anima cannot tell it from the Developer's edit of the rules it is judged by: put back
+    (it used to be overwritten, your text lost), and kept in `.anima/held/`."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": FIRST}, {"sandbox": "off"})
+    fake_claude.write_script({"developer": [{"shell": [hold(fake_claude.root)], "auto": True}]})
+    paths = ProjectPaths(git_repo)
+    with engine_held(git_repo, fake_claude.root):
+        paths.milestone_md("m1").write_text(EDITED, encoding="utf-8")
+        paths.soul.write_text("my new rule\n", encoding="utf-8")
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    assert [f.id for f in rec.features] == ["F1", "F2"]
+    assert paths.milestone_md("m1").read_text(encoding="utf-8") == FIRST
+    kept = {p.name: p.read_text(encoding="utf-8") for p in paths.held.iterdir()}
+    assert kept == {"m1.md": EDITED, "soul.md": "my new rule\n"}, kept
+    notes = " ".join(n for i in rec.iterations for n in i.notes) + log_text(git_repo)
+    assert "kept as .anima/held/m1.md" in notes and "kept as .anima/held/soul.md" in notes
+
+
+def test_a_paused_milestone_resumes_with_its_md_as_it_is_now(
+        project: Path, fake_claude: FakeClaude) -> None:
+    fake_claude.write_script({"acceptor": [{"text": "REJECTED: no"}] * 3})
+    run_engine(project)
+    assert record(project, "m1").status is MilestoneStatus.PAUSED
+    ProjectPaths(project).milestone_md("m1").write_text(EDITED, encoding="utf-8")
+    fake_claude.write_script({})
+    subprocess.run([sys.executable, "-m", "anima", "resume", str(project), "m1"], check=True,
+                   capture_output=True, timeout=60)
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    assert [f.id for f in rec.features] == ["F1", "F2", "F3"]
