@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from anima.engine.facade import Engine
 from anima.loop.confinement import sandbox_problem
-from anima.store.models import FeatureStatus, MilestoneStatus, RoundKind, Verdict
+from anima.store.models import FeatureStatus, MilestoneStatus, RoundKind, Verdict, Withdrawn
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine, state
 
@@ -166,6 +167,34 @@ def test_human_review_then_the_next_milestone_starts_from_main(
     assert state(git_repo)["status"] == "sleeping" and state(git_repo)["current_milestone"] is None
     # Not merged before approval: the second milestone started from main without it.
     assert second.base_commit == first.base_commit
+
+
+def test_changes_you_request_are_made_before_main_gets_anything(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Awaiting your review, you request changes: the next run used to merge the branch you
+    declined at once (its final acceptance still stood), your note never sent. Now the
+    Developer gets the note and the task of making those changes, a new final acceptance
+    judges the result, and it waits for your review again; main is untouched."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": "---\nrequires_human_review: true\n---\n" + TWO})
+    run_engine(git_repo)
+    assert record(git_repo, "m1").status is MilestoneStatus.AWAITING_REVIEW
+    main_before = run_git(git_repo, "rev-parse", "main")
+    engine = Engine(git_repo)
+    try:
+        engine.request_changes("m1", "please also handle --help")
+    finally:
+        engine.shutdown()
+    assert record(git_repo, "m1").iterations[-1].withdrawn is Withdrawn.CHANGES_REQUESTED
+    run_engine(git_repo)
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.AWAITING_REVIEW, rec.merge
+    assert run_git(git_repo, "rev-parse", "main") == main_before
+    changes = fake_claude.prompts("developer")[-1]
+    assert "please also handle --help" in changes and "Make the changes the human" in changes
+    assert [(it.kind, it.verdict, it.withdrawn) for it in rec.iterations[-2:]] == [
+        (RoundKind.FINAL, Verdict.ACCEPTED, Withdrawn.CHANGES_REQUESTED),
+        (RoundKind.FINAL, Verdict.ACCEPTED, None)]
 
 
 def report(commit: str = "{head}", feature: str = "F1") -> str:

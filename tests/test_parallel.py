@@ -223,6 +223,30 @@ def b_never_starts(repo: Path, fake: FakeClaude, says: str) -> None:
     assert says in done.stderr and "waiting for a" not in done.stdout
 
 
+def test_with_merge_on_complete_off_a_dependency_counts_once_you_merged_it(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Anima merges nothing: b used to start as soon as a completed, from a main without a's
+    work. It waits, `anima status` says for what, and starts once you merged a."""
+    project(git_repo, ["a", "b"], {"merge_on_complete": False},
+            texts=with_deps({"a": [], "b": ["a"]}))
+    own_dirs(fake_claude, ["a", "b"])
+    fake_claude.use_env(monkeypatch)
+    run_engine(git_repo)
+    assert record(git_repo, "a").status is MilestoneStatus.COMPLETED
+    assert record(git_repo, "b").status is MilestoneStatus.PENDING
+    status = subprocess.run([sys.executable, "-m", "anima", "status", str(git_repo)],
+                            capture_output=True, text=True, timeout=60)
+    assert "waiting for a (completed; merge_on_complete is off: merge it into main yourself)" \
+        in status.stdout, status.stdout
+    (git_repo / ".anima" / "memory" / "project.md").unlink()  # the branch has it (git says)
+    run_git(git_repo, "merge", "-q", "--no-edit", "milestone/a")  # you merge it
+    run_engine(git_repo)
+    b = record(git_repo, "b")
+    assert b.status is MilestoneStatus.COMPLETED
+    assert run_git(git_repo, "merge-base", "--is-ancestor", "milestone/a",
+                   b.base_commit or "") == ""
+
+
 def register(repo: Path) -> None:
     """What a run's first scan does: every definition gets its pending record."""
     Store(ProjectPaths(repo)).scan(max_iterations=20, requires_human_review=False)

@@ -10,7 +10,7 @@ from anima.config import Config
 from anima.git import GitRepo
 from anima.loop.rewind import RewindError, accepted_rounds, continue_from_round
 from anima.paths import ProjectPaths
-from anima.store.models import FeatureStatus, MilestoneStatus
+from anima.store.models import FeatureStatus, MilestoneStatus, RoundKind, Verdict, Withdrawn
 from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
@@ -46,8 +46,8 @@ def test_continue_from_an_accepted_round_keeps_the_dropped_commits(
     assert [f.status for f in resumed.features] == [FeatureStatus.DONE, FeatureStatus.PENDING,
                                                     FeatureStatus.PENDING]
     last = paused.iterations[-1].round
-    # The window reads which rounds left the count from the note.
     assert f"continued from round 1 (rounds 2–{last} dropped)" in resumed.notes[-1]
+    assert [it.withdrawn for it in resumed.iterations] == [None] + [Withdrawn.DROPPED] * 4
     assert "refs/anima/dropped/m1/1" in resumed.notes[-1]
     assert "no longer count toward the round limit" in resumed.notes[-1]
     assert resumed.max_iterations == 6 + 4
@@ -57,3 +57,11 @@ def test_continue_from_an_accepted_round_keeps_the_dropped_commits(
     assert done.status is MilestoneStatus.COMPLETED
     assert any("F2 again, smaller" in p for p in fake_claude.prompts("developer"))
     assert repo.is_ancestor(round1, "main")
+    # What you dropped stays dropped: the next round builds F2 anew (it used to be rejected
+    # as "history was rewritten", the branch put back to the dropped rounds, which main then
+    # received), and it is not a fix of a dropped round's rejection.
+    after = done.iterations[last:]
+    assert after[0].kind is RoundKind.FEATURE and after[0].verdict is Verdict.ACCEPTED, after[0]
+    assert not any("rewritten" in it.reason for it in after), [it.reason for it in after]
+    for dropped in (paused.iterations[1].commit, old_head):
+        assert dropped and not repo.is_ancestor(dropped, "main")

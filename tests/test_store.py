@@ -25,6 +25,7 @@ from anima.store.models import (
     StateStatus,
     Usage,
     Verdict,
+    Withdrawn,
 )
 from anima.store.store import Scan, Store
 from tests.helpers import milestone_md
@@ -192,6 +193,28 @@ def test_a_version_2_record_gains_context_and_rollovers(store: Store) -> None:
     assert migrated.schema_version == RECORD_SCHEMA_VERSION
     assert migrated.rollovers == [] and migrated.iterations[0].context == {}
     assert migrated.comments == []  # v6
+
+
+def test_a_version_9_record_knows_which_rounds_a_rewind_dropped(store: Store) -> None:
+    """Before v10 only a note said so: those rounds must not decide what comes next, nor
+    what main receives, after an upgrade either."""
+    store.paths.milestone_md("m1").write_text(milestone_md("M1", ["A"]))
+    (record,) = scan(store).records
+    for n in (1, 2, 3):
+        record.iterations.append(Iteration(
+            round=n, kind=RoundKind.FEATURE, feature="F1", commit=f"{n}" * 40,
+            verdict=Verdict.ACCEPTED, started_at=datetime.now(UTC), ended_at=datetime.now(UTC)))
+    record.notes.append("continued from round 1 (rounds 2–3 dropped): milestone/m1 put back")
+    store.save_record(record)
+    data = json.loads(store.paths.milestone_record("m1").read_text())
+    for it in data["iterations"]:
+        del it["withdrawn"]
+    data["schema_version"] = 9
+    store.paths.milestone_record("m1").write_text(json.dumps(data))
+    migrated = store.load_record("m1")
+    assert [it.withdrawn for it in migrated.iterations] == [None, Withdrawn.DROPPED,
+                                                           Withdrawn.DROPPED]
+    assert [it.round for it in migrated.standing] == [1]
 
 
 @pytest.mark.parametrize(("merge", "completed_at", "state"), [

@@ -11,7 +11,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from anima.store.models import HumanNote, Iteration, MilestoneRecord
+from anima.store.models import HumanNote, Iteration, MilestoneRecord, Withdrawn
 from ui.board import Board
 from ui.formatting import ElapsedClock
 from ui.monitor import IterationMonitor
@@ -42,6 +42,8 @@ def milestone(status: str, iterations: list[Iteration], **fields: object) -> Mil
 
 def test_rounds_a_rewind_dropped_are_marked_and_leave_the_counters(qtbot) -> None:
     its = rounds("accepted", "rejected", "accepted", "rejected", "rejected", "accepted")
+    for it in its[1:5]:
+        it.withdrawn = Withdrawn.DROPPED
     record = milestone("paused", its, notes=[
         "continued from round 1 (rounds 2–5 dropped): milestone/m1 put back to 1111111"],
         pause_reason="3 consecutive rejections")

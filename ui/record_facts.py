@@ -7,7 +7,6 @@ and the decision bar say the same thing, and the tests read them directly.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,8 +21,6 @@ _COLUMN_OF_STATUS = {"pending": "pending", "in_progress": "running", "paused": "
 #: The one decision a card that needs you offers in place: (action, button text).
 MAIN_ACTION = {"paused": ("resume", "Resume"), "awaiting_review": ("review", "Review"),
                "failed": ("retry", "Retry"), "pending": ("start", "Start")}
-# What "Continue from round N" writes in the record's notes (anima.loop.rewind).
-_REWIND = re.compile(r"continued from round (\d+) \(rounds (\d+)[–-](\d+) dropped\)")
 
 
 def column_of(record: Any) -> str:
@@ -73,12 +70,7 @@ def ended_text(record: Any) -> str:
 
 def dropped_rounds(record: Any) -> set[int]:
     """Rounds a "Continue from round N" took off the branch: history, not progress."""
-    dropped: set[int] = set()
-    for note in record.notes:
-        match = _REWIND.search(note)
-        if match:
-            dropped.update(range(int(match.group(2)), int(match.group(3)) + 1))
-    return dropped
+    return {it.round for it in record.iterations if enum_text(it.withdrawn) == "dropped"}
 
 
 def live_rounds(record: Any) -> list[Any]:

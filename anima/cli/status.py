@@ -147,12 +147,14 @@ def _scan(paths: ProjectPaths) -> tuple[int, State, Scan]:
     """The full scan, which also lists definitions that wait for their record (as pending,
     without writing one: registering is left to a running Anima or `anima add`)."""
     from anima.config import load_config
+    from anima.engine.merged import merged_by_you
     from anima.store.store import Store
 
     config = load_config(paths.config)
     store = Store(paths)
     scan = store.scan(max_iterations=config.max_iterations_per_milestone,
-                      requires_human_review=config.requires_human_review, register=False)
+                      requires_human_review=config.requires_human_review, register=False,
+                      in_main=merged_by_you(paths.root))
     return config.max_consecutive_rejections, store.load_state(), scan
 
 
@@ -200,6 +202,8 @@ def _awaited(record: MilestoneRecord) -> str:
     waits for the human too."""
     if record.status.value in ("pending", "in_progress"):
         return record.id
+    if record.status.value == "completed" and record.merge is None:
+        return f"{record.id} (completed; merge_on_complete is off: merge it into main yourself)"
     if record.status.value == "completed":
         return f"{record.id} (completed, not merged yet)"
     return f"{record.id} ({record.status.value})"

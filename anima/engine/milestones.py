@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from anima.config import Config
+from anima.engine.merged import merged_by_you
 from anima.errors import MilestoneError, RecordError
 from anima.events import (
     Event,
@@ -90,7 +91,8 @@ class MilestoneQueue:
         return self.store.scan(
             max_iterations=config.max_iterations_per_milestone,
             requires_human_review=config.requires_human_review, register=register,
-            ready=(lambda md: md.name in self._settled) if self.watching else None)
+            ready=(lambda md: md.name in self._settled) if self.watching else None,
+            in_main=merged_by_you(self.store.paths.root))
 
     def startable(self, scan: Scan, running: set[str], limit: int) -> list[MilestoneRecord]:
         """What to start now so that at most `limit` run, besides the `running` ones: interrupted

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from anima.config import load_config
+from anima.engine.merged import merged_by_you
 from anima.errors import AnimaError
 from anima.events import AgentEvent
 from anima.journal import read_transcript_tail
@@ -47,7 +48,8 @@ def read_records(root: Path) -> Scan:
     paths = ProjectPaths(root)
     config = load_config(paths.config)
     return Store(paths).scan(max_iterations=config.max_iterations_per_milestone,
-                             requires_human_review=config.requires_human_review, register=False)
+                             requires_human_review=config.requires_human_review, register=False,
+                             in_main=merged_by_you(root))
 
 
 def last_transcript(root: Path) -> tuple[str | None, list[AgentEvent]]:

@@ -19,7 +19,15 @@ from anima.loop.phases import RESTING_PHASE, check_transition
 from anima.loop.state import reconcile_state
 from anima.loop.worktree import remove_worktree
 from anima.phases import Phase
-from anima.store.models import HumanNote, MilestoneRecord, MilestoneStatus, now
+from anima.store.models import (
+    HumanNote,
+    MilestoneRecord,
+    MilestoneStatus,
+    RoundKind,
+    Verdict,
+    Withdrawn,
+    now,
+)
 from anima.store.names import MILESTONE_ID_RE
 from anima.store.store import Store
 from anima.text.redact import redact
@@ -105,6 +113,9 @@ def request_changes(store: Store, milestone_id: str, note: str,
             raise ActionError("say which changes you want (a note or a comment on a line): "
                               "it goes to the Developer")
         record.status = MilestoneStatus.IN_PROGRESS
+        for it in record.standing:  # main now waits for another final acceptance
+            if it.kind is RoundKind.FINAL and it.verdict is Verdict.ACCEPTED:
+                it.withdrawn = Withdrawn.CHANGES_REQUESTED
         _add_note(record, note)
         store.save_record(record)
     _publish(bus, record, f"changes requested: {note}")

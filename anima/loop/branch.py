@@ -211,7 +211,7 @@ class BranchKeeper:
 
     def accepted_commits(self) -> list[str]:
         """The commits of the accepted feature rounds, oldest first."""
-        return list(dict.fromkeys(it.commit for it in self.record.iterations
+        return list(dict.fromkeys(it.commit for it in self.record.standing
                                   if it.verdict is Verdict.ACCEPTED and it.commit
                                   and it.kind is not RoundKind.FINAL))
 
@@ -655,7 +655,7 @@ class BranchKeeper:
         the branch no longer has the last accepted commit (the next round's history check
         puts it back)."""
         rec = self.record
-        last = rec.iterations[-1] if rec.iterations else None
+        last = rec.standing[-1] if rec.standing else None
         if last is not None and (last.verdict is not Verdict.ACCEPTED
                                  or last.kind is RoundKind.FINAL):
             return None

@@ -38,8 +38,6 @@ from anima.store.models import (
     MergeState,
     MilestoneRecord,
     MilestoneStatus,
-    RoundKind,
-    Verdict,
     now,
 )
 from anima.store.store import Store
@@ -190,28 +188,10 @@ def _merge(record: MilestoneRecord, repo: GitRepo, config: Config,
                                    f"unchanged and {branch} is kept")
 
 
-def accepted_tip(record: MilestoneRecord) -> str | None:
-    """The commit main may receive: that of the newest accepted round when it is the final
-    acceptance, or a merge round's reviewed resolution after it; None when the newest
-    accepted work is not finally accepted."""
-    for it in reversed(record.iterations):
-        if it.verdict is not Verdict.ACCEPTED:
-            continue
-        if it.kind is RoundKind.FINAL:
-            return it.commit
-        if it.kind is not RoundKind.MERGE:
-            return None
-        if not any(r.kind is RoundKind.FINAL and r.verdict is Verdict.ACCEPTED
-                   for r in record.iterations):
-            return None
-        return it.commit
-    return None
-
-
 def _not_finally_accepted(record: MilestoneRecord, repo: GitRepo) -> str | None:
     """main receives only what a final acceptance (and the review of a merge round after
     it) judged: the branch's tip must be that commit. Why not, or None."""
-    accepted = accepted_tip(record)
+    accepted = record.accepted_tip
     tip = repo.resolve(f"refs/heads/{record.branch_name}") if record.branch_name else None
     if accepted is None:
         return "no final acceptance is on record"

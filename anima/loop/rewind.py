@@ -3,7 +3,8 @@
 When the last rounds went astray, the reviewer picks an accepted round; the milestone branch is
 moved back to that round's commit and the milestone resumes from there. Nothing is lost: the
 commits dropped from the branch stay reachable under `refs/anima/dropped/<id>/<n>`, the
-rounds stay in the record's history, and a note on the record says what was done. Features
+rounds stay in the record's history (their verdicts `withdrawn`: they no longer decide what
+comes next, nor what main receives), and a note on the record says what was done. Features
 whose commits were all dropped go back to pending so the Developer does them again, and the
 dropped rounds stop counting toward the round limit (their cost stays in the totals).
 """
@@ -17,7 +18,13 @@ from anima.events import EventBus
 from anima.git import GitRepo
 from anima.git.objects import take_objects
 from anima.loop import actions
-from anima.store.models import FeatureStatus, MilestoneRecord, MilestoneStatus, Verdict
+from anima.store.models import (
+    FeatureStatus,
+    MilestoneRecord,
+    MilestoneStatus,
+    Verdict,
+    Withdrawn,
+)
 from anima.store.store import Store
 
 DROPPED_REFS = "refs/anima/dropped"
@@ -29,7 +36,7 @@ class RewindError(AnimaError):
 
 def accepted_rounds(record: MilestoneRecord) -> list[int]:
     """Rounds a paused milestone can continue from: accepted, with a commit."""
-    return [it.round for it in record.iterations
+    return [it.round for it in record.standing
             if it.verdict is Verdict.ACCEPTED and it.commit]
 
 
@@ -64,11 +71,13 @@ def continue_from_round(store: Store, repo: GitRepo, config: Config, milestone_i
                 feature.commits = kept
                 if feature.status is FeatureStatus.DONE or not kept:
                     feature.status = FeatureStatus.IN_PROGRESS if kept else FeatureStatus.PENDING
-        standing = sum(1 for it in record.iterations if it.round <= round_no)
+        newly = [it for it in record.standing if it.round > round_no]
+        for it in newly:
+            it.withdrawn = Withdrawn.DROPPED
         last = max(it.round for it in record.iterations)
-        # The rounds after it leave the count (the window reads which from this note) and
-        # the round limit: the limit is the milestone's progress, and that is undone.
-        record.max_iterations += record.rounds - standing
+        # The rounds after it leave the count and the round limit: the limit is the
+        # milestone's progress, and that is undone.
+        record.max_iterations += len(newly)
         dropped = f" (rounds {round_no + 1}–{last} dropped)" if last > round_no else ""
         record.notes.append(
             f"continued from round {round_no}{dropped}: {record.branch_name} put back to "

@@ -49,7 +49,6 @@ from anima.loop.branch import BranchKeeper, UnreportedWork
 from anima.loop.checks import CheckCancelled, display, run_check
 from anima.loop.completion import (
     MergeQueue,
-    accepted_tip,
     begin_completion,
     finish_completed,
     merging,
@@ -253,7 +252,7 @@ class MilestoneRun:
         self.board.awake(rec, worktree=self.worktree.path.relative_to(self.project.root)
                          .as_posix())
         self._save()
-        if (tip := accepted_tip(rec)) is not None and tip != self.branch.head():
+        if (tip := rec.accepted_tip) is not None and tip != self.branch.head():
             # Finally accepted, and commits on top that no review saw (a merge round that was
             # rejected, or cut short by a kill): a merge round goes on with them.
             self._owe_merge_round(tip)
@@ -351,7 +350,7 @@ class MilestoneRun:
     def _developer_round(self) -> DeveloperReport | None:
         """One Developer turn. Returns its report, or None when the round was rejected."""
         rec = self.record
-        last = rec.iterations[-1] if rec.iterations else None
+        last = rec.standing[-1] if rec.standing else None
         fix = last is not None and last.verdict is Verdict.REJECTED
         kind = self._next_kind()
         self.branch.back_on_branch()
@@ -451,7 +450,7 @@ class MilestoneRun:
             commit=work.tip))
 
     def _next_kind(self) -> RoundKind:
-        last = self.record.iterations[-1] if self.record.iterations else None
+        last = self.record.standing[-1] if self.record.standing else None
         if self._conflicts is not None:
             return RoundKind.MERGE
         if self._recovery_log is not None and not self._recovery_reviewed:
@@ -654,7 +653,7 @@ class MilestoneRun:
     def _ready_to_merge(self) -> bool:
         """Finally accepted (and any merge round since reviewed), the branch where the
         review left it: its turn in the merge queue comes next."""
-        tip = accepted_tip(self.record)
+        tip = self.record.accepted_tip
         return tip is not None and self._conflicts is None and tip == self.branch.head()
 
     def _merge(self) -> Phase | None:
@@ -662,7 +661,7 @@ class MilestoneRun:
         branch (completed). When it conflicts with what main got meanwhile, None: the next
         round is a merge round, reviewed like any other, and then the queue again."""
         rec = self.record
-        accepted = next(it for it in reversed(rec.iterations)
+        accepted = next(it for it in reversed(rec.standing)
                         if it.verdict is Verdict.ACCEPTED)
         if self.phase is not Phase.MERGING:
             self.enter(Phase.MERGING, f"its turn to merge into {rec.main_branch} comes after "

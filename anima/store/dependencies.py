@@ -3,6 +3,7 @@ that names no milestone, a cancelled one or one whose merge failed, or a cycle).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from anima.store.models import MergeState, MilestoneRecord, MilestoneStatus
@@ -17,10 +18,18 @@ class Dependencies:
     broken: dict[str, str] = field(default_factory=dict)
 
 
-def done(record: MilestoneRecord) -> bool:
-    """Completed and in main (or completed where nothing is merged: merge_on_complete off)."""
-    return record.status is MilestoneStatus.COMPLETED and (
-        record.merge is None or record.merge.merged)
+#: Whether main has a completed milestone Anima did not merge (merge_on_complete off): you
+#: merged it yourself. Git answers it; the records alone cannot.
+InMain = Callable[[MilestoneRecord], bool]
+
+
+def done(record: MilestoneRecord, in_main: InMain | None = None) -> bool:
+    """Completed and in main: merged by Anima, or by you where Anima merges nothing."""
+    if record.status is not MilestoneStatus.COMPLETED:
+        return False
+    if record.merge is not None:
+        return record.merge.merged
+    return in_main is not None and in_main(record)
 
 
 def _not_merged(record: MilestoneRecord) -> bool:
@@ -29,7 +38,7 @@ def _not_merged(record: MilestoneRecord) -> bool:
         and record.merge.state is MergeState.FAILED
 
 
-def dependencies(records: list[MilestoneRecord]) -> Dependencies:
+def dependencies(records: list[MilestoneRecord], in_main: InMain | None = None) -> Dependencies:
     """What every milestone's `depends_on` says now."""
     by_id = {r.id: r for r in records}
     found = Dependencies()
@@ -53,7 +62,7 @@ def dependencies(records: list[MilestoneRecord]) -> Dependencies:
                 "main (`anima status` says why): it can never start unless you merge "
                 f"{'it' if len(unmerged) == 1 else 'them'} yourself and remove "
                 f"{'it' if len(unmerged) == 1 else 'them'} from depends_on")
-        elif waiting := [d for d in record.depends_on if not done(by_id[d])]:
+        elif waiting := [d for d in record.depends_on if not done(by_id[d], in_main)]:
             found.waiting[record.id] = waiting
     return found
 

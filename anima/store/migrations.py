@@ -6,6 +6,7 @@ before it; a file from a newer Anima is refused and left untouched.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,21 @@ def _record_v8_to_v9(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "agents": {}}
 
 
+_REWOUND = re.compile(r"continued from round \d+ \(rounds (\d+)[–-](\d+) dropped\)")
+
+
+def _record_v9_to_v10(data: dict[str, Any]) -> dict[str, Any]:
+    """v10 says which rounds' verdicts were `withdrawn`: before it, only the notes of a
+    "Continue from round N" said which rounds it dropped."""
+    dropped: set[int] = set()
+    for note in data.get("notes") or []:
+        for match in _REWOUND.finditer(str(note)):
+            dropped.update(range(int(match.group(1)), int(match.group(2)) + 1))
+    iterations = [{**it, "withdrawn": "dropped" if it.get("round") in dropped else None}
+                  if isinstance(it, dict) else it for it in data.get("iterations") or []]
+    return {**data, "iterations": iterations}
+
+
 def _state_v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
     """v3 lists every `running` milestone; v2's `current_milestone` was the one, if awake."""
     current = data.get("current_milestone")
@@ -91,6 +107,7 @@ _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] =
     ("record", 6): _record_v6_to_v7,
     ("record", 7): _record_v7_to_v8,
     ("record", 8): _record_v8_to_v9,
+    ("record", 9): _record_v9_to_v10,
     ("state", 1): _state_v1_to_v2,
     ("state", 2): _state_v2_to_v3,
 }

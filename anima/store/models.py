@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from anima.phases import Phase
 
-RECORD_SCHEMA_VERSION = 9
+RECORD_SCHEMA_VERSION = 10
 STATE_SCHEMA_VERSION = 3
 
 
@@ -133,6 +133,15 @@ class Rollover(_Model):
     at: datetime
 
 
+class Withdrawn(StrEnum):
+    """Why a round's verdict no longer counts (its history stays)."""
+
+    #: "Continue from round N" took its commits off the branch.
+    DROPPED = "dropped"
+    #: A final acceptance after which you requested changes: main waits for another one.
+    CHANGES_REQUESTED = "changes_requested"
+
+
 class Iteration(_Model):
     round: int
     kind: RoundKind
@@ -153,6 +162,7 @@ class Iteration(_Model):
     check: CheckRun | None = None
     started_at: datetime
     ended_at: datetime
+    withdrawn: Withdrawn | None = None
 
 
 class Sessions(_Model):
@@ -263,6 +273,30 @@ class MilestoneRecord(_Model):
     @property
     def rounds(self) -> int:
         return len(self.iterations)
+
+    @property
+    def standing(self) -> list[Iteration]:
+        """The rounds whose verdicts still count: what comes next, and what main may
+        receive, follow from these alone."""
+        return [it for it in self.iterations if it.withdrawn is None]
+
+    @property
+    def accepted_tip(self) -> str | None:
+        """The commit main may receive: that of the newest accepted round when it is the
+        final acceptance, or a merge round's reviewed resolution after it; None when the
+        newest accepted work is not finally accepted."""
+        standing = self.standing
+        for it in reversed(standing):
+            if it.verdict is not Verdict.ACCEPTED:
+                continue
+            if it.kind is RoundKind.FINAL:
+                return it.commit
+            if it.kind is not RoundKind.MERGE or not any(
+                    r.kind is RoundKind.FINAL and r.verdict is Verdict.ACCEPTED
+                    for r in standing):
+                return None
+            return it.commit
+        return None
 
 
 class StateStatus(StrEnum):

@@ -21,7 +21,7 @@ from anima.config import describe_validation_error
 from anima.errors import AnimaError, MilestoneError, RecordError
 from anima.paths import ProjectPaths
 from anima.store.definitions import MilestoneDef
-from anima.store.dependencies import Dependencies, dependencies
+from anima.store.dependencies import Dependencies, InMain, dependencies
 from anima.store.migrations import migrate
 from anima.store.milestone_md import load_milestone
 from anima.store.models import (
@@ -269,11 +269,12 @@ class Store:
         return record
 
     def scan(self, *, max_iterations: int, requires_human_review: bool, register: bool = True,
-             ready: Callable[[Path], bool] | None = None) -> Scan:
+             ready: Callable[[Path], bool] | None = None, in_main: InMain | None = None) -> Scan:
         """Load every record; every `.md` that has none yet is listed as pending (a fresh
         record, saved only with `register`) once `ready` says it has settled (a folder people
         drop files into must not parse a half-written file). Without `register` nothing is
-        written. Hidden names (editors' swap and lock files) are not milestones.
+        written. Hidden names (editors' swap and lock files) are not milestones. `in_main`
+        says whether you merged a dependency Anima did not (`dependencies.done`).
 
         One timestamp serves a whole scan: files found together (whose arrival nobody saw)
         start in name order.
@@ -321,7 +322,7 @@ class Store:
                 except RecordError as e:
                     result.problems.append(e)
         result.records.sort(key=lambda r: (r.created_at, r.id))
-        result.dependencies = dependencies(result.records)
+        result.dependencies = dependencies(result.records, in_main)
         for milestone_id, why in result.dependencies.broken.items():
             result.problems.append(MilestoneError(self.paths.milestone_md(milestone_id),
                                                   f"{why}; it is not started"))

@@ -235,8 +235,12 @@ class PromptBuilder:
         if ctx.merge_conflicts is not None:
             task = render("task_merge", main_branch=record.main_branch, branch=record.branch_name,
                           files=_files(ctx.merge_conflicts))
+        elif ctx.fix_reason:
+            task = render("task_fix")
+        elif ctx.human_note and record.features_done == len(record.features):
+            task = render("task_changes")  # you requested changes after the whole was done
         else:
-            task = render("task_fix" if ctx.fix_reason else "task_next_feature")
+            task = render("task_next_feature")
         sections = [
             Section("header", header, None),
             _file_section("vision", "Project vision (VISION.md)",
