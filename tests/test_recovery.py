@@ -544,3 +544,23 @@ def test_a_merge_the_human_left_unfinished_in_their_checkout_is_left_alone(
     assert run_git(project, "rev-parse", "main") == main
     assert run_git(project, "branch", "--show-current") == "main"
     assert our_processes() == []
+
+
+def test_status_after_a_kill_says_no_anima_runs(git_repo: Path, fake_claude: FakeClaude,
+                                                 our_processes: None) -> None:
+    """Killed while it waited for a usage limit, Anima left state.json saying it was awake
+    and waiting: `anima status` kept saying so, long after the reset, and you waited for a
+    run that no longer existed."""
+    make_project(git_repo, {"m1": ONE})
+    fake_claude.write_script({"developer": [{"replay": "usage-2.1.330", "resets_in": 3600}]})
+    anima = [sys.executable, "-m", "anima", "status", str(git_repo)]
+    first = Runner(git_repo, fake_claude)
+    state = git_repo / ".anima" / "state.json"
+    wait_until(lambda: state.exists() and json.loads(state.read_text()).get("waiting_reason"),
+               what="the usage-limit wait")
+    alive = subprocess.run(anima, capture_output=True, text=True, timeout=60).stdout
+    assert alive.startswith("state: awake") and "usage limit" in alive, alive
+    first.kill()
+    dead = subprocess.run(anima, capture_output=True, text=True, timeout=60).stdout
+    assert dead.startswith("state: not running (no Anima drives this project"), dead
+    assert "usage limit" not in dead and "  was running m1: round 1" in dead, dead

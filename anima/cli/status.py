@@ -168,15 +168,24 @@ def _scanned_report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
 
 
 def _print_table(paths: ProjectPaths) -> None:
+    from anima.lock import ProjectLock
+
     max_rejections, state, scan = _scan(paths)
     waiting = f"; {state.waiting_reason}" if state.waiting_reason else ""
-    if len(state.running) > 1:
+    was = "running"
+    if (state.running or state.status.value == "awake") and \
+            ProjectLock(paths.lock).holder() is None:
+        # state.json is as the last Anima left it, and it was killed before it could say so.
+        print("state: not running (no Anima drives this project; the last one stopped without "
+              "a word, killed perhaps: `anima run` or the app goes on where it stopped)")
+        was = "was running"
+    elif len(state.running) > 1:
         print(f"state: {state.status.value} ({len(state.running)} milestones running){waiting}")
     else:
         current = state.current_milestone or "-"
         print(f"state: {state.status.value} (current milestone: {current}){waiting}")
     for running in state.running:
-        print(f"  running {running.id}: round {running.round}, "
+        print(f"  {was} {running.id}: round {running.round}, "
               f"{running.activity or running.phase.value}"
               + (f" (in {running.worktree})" if running.worktree else ""))
     blocked = scan.dependencies.waiting
