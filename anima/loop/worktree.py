@@ -179,7 +179,9 @@ class MilestoneWorktree:
             if target.exists() or source.is_symlink() or not source.is_file():
                 continue
             content = read_regular(source)
-            for path in (target, base / rel):
+            # What it started from first: a kill between the two leaves no copy that the
+            # next start would skip while its base is missing (the merge would wait for ever).
+            for path in (base / rel, target):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(content)
             copied.append(rel)
