@@ -106,7 +106,7 @@ def test_without_the_sandbox_an_edit_during_a_developer_turn_is_put_back_and_kep
     kept = {p.name: p.read_text(encoding="utf-8") for p in paths.held.iterdir()}
     assert kept == {"m1.md": EDITED, "soul.md": "my new rule\n"}, kept
     notes = " ".join(n for i in rec.iterations for n in i.notes) + log_text(git_repo)
-    assert "kept as .anima/held/m1.md" in notes and "kept as .anima/held/soul.md" in notes
+    assert "kept as .anima/held/m1.md, .anima/held/soul.md" in notes, notes
 
 
 def test_a_paused_milestone_resumes_with_its_md_as_it_is_now(

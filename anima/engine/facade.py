@@ -58,7 +58,7 @@ from anima.events import (
 )
 from anima.git import GitRepo
 from anima.git.objects import take_objects
-from anima.guard.restore import describe_held, put_back_interrupted
+from anima.guard.restore import describe_held, describe_kept, put_back_interrupted
 from anima.journal import Journal, log_event, read_transcript_tail
 from anima.lock import ProjectLock
 from anima.logsetup import configure_logging
@@ -171,6 +171,8 @@ class Engine:
         for line in done.changed:
             self._log(None, f"put back the human's {line}, changed by a Developer turn that "
                             "a kill cut short")
+        if done.kept:
+            self._log(None, describe_kept(done.kept))
         if done.held:
             self._log(None, describe_held(done.held, "a Developer turn that a kill cut short"))
         if done.record:

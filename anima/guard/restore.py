@@ -78,15 +78,14 @@ def put_back(paths: ProjectPaths, copy: dict[str, bytes],
             if agents_wrote(target):
                 done.held.append((rel, hold(paths, target).relative_to(paths.root).as_posix()))
             continue
-        word = "added" if before is None else "deleted" if after is None else "modified"
         if after is not None:  # perhaps the human's edit: kept, never lost
-            kept = set_aside(paths, target).relative_to(paths.root).as_posix()
-            word += f"; the changed text kept as {kept}"
+            done.kept.append(set_aside(paths, target).relative_to(paths.root).as_posix())
         if before is not None:
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.is_symlink() or target.is_dir():
                 target.unlink()
             target.write_bytes(before)
+        word = "added" if before is None else "deleted" if after is None else "modified"
         done.changed.append(f"{rel} ({word})")
     return done
 
@@ -186,6 +185,12 @@ def describe_held(held: list[tuple[str, str]], who: str) -> str:
             "milestone, or `anima add`)")
 
 
+def describe_kept(kept: list[str]) -> str:
+    """What a put-back file held, where it is kept (your edit, perhaps)."""
+    return (f"what they held is kept as {', '.join(kept)} (Anima cannot tell your edit from "
+            "an agent's: if it was yours, take it from there)")
+
+
 class _Saved(TurnStart):
     """`.anima/turn_guard.json`: the copy and the main tip taken before a Developer turn."""
 
@@ -266,7 +271,8 @@ class RestoringGuard(TurnGuard):
         records = self._restore_records()  # first: holding an arrival drops its record
         done = put_back(self.paths, self.copy, self.mentions.named)
         done.changed = ([f"{r} put back" for r in records]
-                        + [f"the human's {d} put back" for d in done.changed])
+                        + [f"the human's {d} put back" for d in done.changed]
+                        + ([describe_kept(done.kept)] if done.kept else []))
         return done
 
     def admit_record(self, path: Path, content: bytes) -> None:
@@ -321,7 +327,8 @@ class RestoringGuard(TurnGuard):
         if (own := _restore_own_record(self.paths, saved)) is not None:
             records.append(f"{own} (its own)")
         done = put_back(self.paths, self.copy, self.mentions.named)
-        findings = TurnFindings(definitions=done.changed, records=records, held=done.held)
+        findings = TurnFindings(definitions=done.changed, records=records, held=done.held,
+                                kept=done.kept)
         self.copy = read_definitions(self.paths)
         self._main_findings(saved, saved.main, findings)
         with contextlib.suppress(FileNotFoundError):

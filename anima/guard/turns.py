@@ -62,6 +62,7 @@ class TurnFindings:
     definitions: list[str] = field(default_factory=list)  # put back in the working tree
     records: list[str] = field(default_factory=list)  # other milestones' records, put back
     held: list[tuple[str, str]] = field(default_factory=list)  # milestones that arrived
+    kept: list[str] = field(default_factory=list)  # where what was put back is kept
     head_before: str = ""  # HEAD when the turn began
     main_before: str = ""
     main_after: str = ""
@@ -79,6 +80,8 @@ class PutBack:
     changed: list[str] = field(default_factory=list)
     #: milestones that arrived meanwhile, and where each one is held (repository-relative)
     held: list[tuple[str, str]] = field(default_factory=list)
+    #: where what the files put back held is kept (repository-relative)
+    kept: list[str] = field(default_factory=list)
     #: the running milestone's record, put back as Anima last wrote it (after a kill)
     record: str | None = None
 

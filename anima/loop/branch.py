@@ -31,7 +31,7 @@ from anima.git.locks import (
     wait_for_git,
 )
 from anima.git.objects import take_objects
-from anima.guard.restore import describe_held
+from anima.guard.restore import describe_held, describe_kept
 from anima.guard.turns import ReviewStart, TurnFindings, TurnGuard
 from anima.loop.ledger import Ledger
 from anima.loop.worktree import MilestoneWorktree
@@ -342,6 +342,8 @@ class BranchKeeper:
                             f"{', '.join(findings.records)}; Anima put them back")
         if findings.definitions:
             self._log("put back the human's " + ", ".join(findings.definitions))
+            if findings.kept:
+                self._log(describe_kept(findings.kept))
             problems.append("the round changed definitions only the human may change: "
                             + ", ".join(findings.definitions)
                             + "; Anima put the human's versions back")
