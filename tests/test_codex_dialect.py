@@ -178,3 +178,33 @@ def test_the_sandbox_keeps_a_clis_whole_npm_tree_visible(tmp_path: Path) -> None
     (modules / ".bin" / "codex").symlink_to("../@openai/codex/bin/codex.js")
     paths = AgentBinary([str(modules / ".bin" / "codex")], "0.1").install_paths()
     assert modules in paths and script.parent in paths
+
+
+def test_an_interrupted_turn_without_a_finished_model_call_costs_nothing() -> None:
+    """On interrupt codex (0.169 and 0.171) sends `thread/tokenUsage/updated` for the new turn
+    with the thread's total unchanged and `last` the previous turn's last call: it used to be
+    charged again to the interrupted turn."""
+    conv = CodexBackend({"gpt-stub": PRICE}).conversation(
+        DEVELOPER, session_id="", resume=False, system_prompt="x",
+        role_config=Config().developer)
+    results: list[TurnResult] = []
+    for line in (LINES / "codex-interrupt-0.171.0.jsonl").read_bytes().splitlines():
+        if json.loads(line).get("method") == "turn/started":
+            conv.user_message("p")
+        results += [e for e in conv.parse(line) if isinstance(e, TurnResult)]
+    first, stopped = results
+    assert first.subtype == "success" and first.usage["input_tokens"] > 0
+    assert stopped.subtype == "interrupted"
+    assert stopped.usage == {"input_tokens": 0, "cache_read_input_tokens": 0,
+                             "output_tokens": 0}, stopped.usage
+    assert stopped.turn_cost_usd == 0
+
+
+def test_a_resume_asks_for_no_turn_history() -> None:
+    """Without `excludeTurns` codex prints a `deprecationNotice` ("Full-history hydration is
+    deprecated"); Anima reads only the thread's id and model from the answer."""
+    conv = CodexBackend({}).conversation(DEVELOPER, session_id="t-1", resume=True,
+                                         system_prompt="x", role_config=Config().developer)
+    resume = [json.loads(line) for line in conv.opening().splitlines()][-1]
+    assert resume["method"] == "thread/resume"
+    assert resume["params"] == {"threadId": "t-1", "excludeTurns": True}

@@ -138,6 +138,7 @@ class CodexConversation:
         self._spend = _Spend()
         self._cost_total = 0.0
         self._context: ContextUsage | None = None
+        self._seen_total: int | None = None  # the thread's `total.totalTokens` last counted
         self.model = ""
         self._unpriced_said = False
 
@@ -146,8 +147,10 @@ class CodexConversation:
     def opening(self) -> bytes:
         start: dict[str, Any]
         if self._resume:
+            # Only the id and model are read back: no turn history (asked for, codex says
+            # "Full-history hydration is deprecated").
             start = {"method": "thread/resume", "id": _OPEN_ID,
-                     "params": {"threadId": self.thread_id}}
+                     "params": {"threadId": self.thread_id, "excludeTurns": True}}
         else:
             start = {"method": "thread/start", "id": _OPEN_ID,
                      "params": {"developerInstructions": self._system_prompt}}
@@ -294,6 +297,11 @@ class CodexConversation:
     def _usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
             return
+        total = usage.get("total")
+        seen = _int(total.get("totalTokens")) if isinstance(total, dict) else None
+        if seen is not None and seen == self._seen_total:
+            return  # an interrupt repeats the last call's usage: the thread's total stands
+        self._seen_total = seen
         last = usage.get("last")
         if isinstance(last, dict):
             self._spend.add(last)
