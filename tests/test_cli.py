@@ -275,6 +275,19 @@ def test_headless_run_pause_resume_with_note_and_approve(
     assert wrong.returncode == 2 and "completed" in wrong.stderr
 
 
+def test_a_headless_run_ends_saying_what_still_waits_for_you(
+        git_repo: Path, fake_claude: FakeClaude, fake_env: dict[str, str]) -> None:
+    """b depends on a, which waits for your review: the run used to end with a alone named,
+    b silently pending."""
+    review = "---\nrequires_human_review: true\n---\n" + milestone_md("A", ["Alpha"])
+    make_project(git_repo, {"a": review,
+                            "b": "---\ndepends_on: [a]\n---\n" + milestone_md("B", ["Beta"])})
+    done = anima("run", str(git_repo), "--headless", env=fake_env)
+    assert done.returncode == 0, done.stderr
+    assert "[anima] b waits for a (`anima status` says why)" in done.stdout, done.stdout
+    assert "[anima] awaiting your review: a" in done.stdout
+
+
 def anima_to_a_reader_gone(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """`anima ARGS | head -1` with `head` long gone: stdout is a pipe nobody reads."""
     command = [ANIMA] if ANIMA else [sys.executable, "-m", "anima"]

@@ -118,6 +118,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         engine.shutdown()
     for problem in outcome.problems:
         print(f"[anima] problem: {problem}", file=sys.stderr)
+    for milestone_id, awaited in outcome.waiting:  # no run can start them before you act
+        print(f"[anima] {milestone_id} waits for {', '.join(awaited)} (`anima status` says "
+              "why)")
     if received and outcome.in_progress:
         print(f"[anima] stopped by {signal.Signals(received[0]).name}: "
               f"{', '.join(outcome.in_progress)} continues on the next "

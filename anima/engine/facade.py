@@ -508,7 +508,8 @@ class Engine:
     def _ended(self, scan: Scan) -> RunOutcome:
         """Nothing is driven any more: state.json says so, as the records do."""
         reconcile_state(self.store, scan.records)
-        return RunOutcome.of(scan.records, [str(p) for p in scan.problems])
+        return RunOutcome.of(scan.records, [str(p) for p in scan.problems],
+                             scan.dependencies.waiting)
 
     # ------------------------------------------------------------------ requests
     def _submit(self, fn: Callable[[], object]) -> None:

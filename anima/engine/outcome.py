@@ -19,13 +19,19 @@ class RunOutcome:
     in_progress: tuple[str, ...] = ()
     #: Ended by an unexpected error (in the record and the log); `anima resume` retries.
     failed: tuple[str, ...] = ()
+    #: Pending, and what each waits for (`depends_on`) that is not completed and merged.
+    waiting: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @classmethod
-    def of(cls, records: list[MilestoneRecord], problems: list[str]) -> RunOutcome:
+    def of(cls, records: list[MilestoneRecord], problems: list[str],
+           waiting: dict[str, list[str]] | None = None) -> RunOutcome:
         """What the records say once nothing is driven any more."""
         def having(status: MilestoneStatus) -> tuple[str, ...]:
             return tuple(r.id for r in records if r.status is status)
 
+        pending = having(MilestoneStatus.PENDING)
         return cls(failed=having(MilestoneStatus.FAILED), paused=having(MilestoneStatus.PAUSED),
                    awaiting_review=having(MilestoneStatus.AWAITING_REVIEW),
-                   problems=tuple(problems), in_progress=having(MilestoneStatus.IN_PROGRESS))
+                   problems=tuple(problems), in_progress=having(MilestoneStatus.IN_PROGRESS),
+                   waiting=tuple((m, tuple(deps)) for m, deps in (waiting or {}).items()
+                                 if m in pending))
