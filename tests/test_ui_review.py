@@ -96,3 +96,43 @@ def test_continue_from_an_accepted_round_in_the_window(
         assert run_git(git_repo, "merge-base", "--is-ancestor", round1, "main") == ""
     finally:
         w.close()
+
+
+LONG_TITLE = ("A very long milestone title that says everything the milestone is about, "
+              "down to its smallest feature and the reason it was written at all " * 3).strip()
+
+
+def test_the_window_shrinks_to_800_by_500_with_a_long_title_and_busy_panes(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """Neither a long milestone title nor a pane's "idle · last turn … · $…" sets a minimum
+    width: both are elided, whole in their tooltips."""
+    make_project(git_repo, {"long": "---\nrequires_human_review: true\n---\n"
+                            + milestone_md(LONG_TITLE, ["Alpha"]),
+                            "m1": TWO})
+    fake.write_script({"milestones": {"m1": {"feature_dir": "features/m1"},
+                                      "long": {"feature_dir": "features/long"}}})
+    w = Window(qtbot, tmp_path, max_parallel_milestones=2)
+    window = w.window
+    try:
+        window.open_project(git_repo)
+        w.wait_status("long", "awaiting_review", timeout=30000)
+        for milestone_id in ("m1", "long"):
+            page = w.page(milestone_id)
+            for pane in page.monitor.panes.values():
+                pane.flush()
+        page = w.page("long")
+        header = page.monitor.header
+        state = page.monitor.panes["developer"].state_label
+        # What a pane says between two turns, and longer.
+        state.setText("idle · last turn 0.2 s · 4 steps · 150 tokens · $0.0100 · " * 3)
+        qtbot.wait(200)  # the layouts take the new texts in on their next pass
+        assert window.minimumSizeHint().width() <= 800, window.minimumSizeHint()
+        assert header.title.text() == LONG_TITLE and LONG_TITLE in header.title.toolTip()
+        assert "$0.0100" in state.toolTip()
+        qtbot.waitUntil(lambda: (window.resize(800, 500), window.width() == 800)[1],
+                        timeout=3000)
+        qtbot.wait(100)
+        assert header.title.shown_text().endswith("…")
+        assert header.title.geometry().right() < 800
+    finally:
+        w.close()

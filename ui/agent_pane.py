@@ -81,7 +81,9 @@ class AgentPane(QFrame):
         self.title = ElidedLabel(self, keep=ROLE_TITLES.get(role, role.title()))
         self.title.setText(self.title.keep)
         self.title.setObjectName("paneTitle")
-        self.state_label = QLabel("idle", self)
+        # "idle · last turn 0.2 s · 4 steps · 150 tokens · $0.0100" is elided too.
+        self.state_label = ElidedLabel(self)
+        self.state_label.setText("idle")
         self.state_label.setObjectName("paneState")
         self.context_label = QLabel("", self)
         self.context_label.setObjectName("paneContext")

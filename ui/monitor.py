@@ -40,7 +40,7 @@ from ui.agent_pane import AgentPane
 from ui.formatting import ElapsedClock, enum_text, format_duration, format_tokens
 from ui.record_facts import dropped_rounds, ended_text, live_rounds
 from ui.round_history import RoundHistory
-from ui.widgets import set_style_state
+from ui.widgets import ElidedLabel, set_style_state
 
 if TYPE_CHECKING:
     from anima.engine.facade import Feature, MilestoneRecord
@@ -99,9 +99,10 @@ class MilestoneHeader(QFrame):
         self.max_rejections = 3
         self.clock = clock or ElapsedClock()
         self._record: MilestoneRecord | None = None
-        self.title = QLabel("No milestone", self)
+        # Elided (whole in its tooltip): a long title must not set the window's minimum width.
+        self.title = ElidedLabel(self)
+        self.title.setText("No milestone")
         self.title.setObjectName("milestoneTitle")
-        self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.status = QLabel("", self)
         self.status.setObjectName("statusPill")
         self.status.hide()  # an empty pill is a grey blob: shown with a milestone only
@@ -137,7 +138,8 @@ class MilestoneHeader(QFrame):
                 stat.set("—")
             return
         self.title.setText(record.title)
-        self.title.setToolTip(f"{record.id} · branch {record.branch_name or '(not yet)'}")
+        self.title.setToolTip(f"{record.title}\n{record.id} · branch "
+                              f"{record.branch_name or '(not yet)'}")
         status = enum_text(record.status)
         self.status.setText(status.replace("_", " "))
         self.status.show()
