@@ -425,3 +425,19 @@ def test_a_usage_limit_wait_and_the_limits_show_in_the_window(
         assert "◔ 5-hour limit 95 % used, resets " in app.pane_text("acceptor")
     finally:
         app.close()
+
+
+def test_a_page_opened_in_the_window_keeps_its_panes_following(
+        qtbot, git_repo: Path, fake: FakeClaude, app_window: Window) -> None:
+    """Laying the new page out moves the scroll bars before their ranges grow: that is no
+    scroll of the user's, and the panes stay at the bottom."""
+    make_project(git_repo, {"m1": "---\nrequires_human_review: true\n---\n" + TWO})
+    window = app_window.window
+    window.open_project(git_repo)
+    app_window.wait_status("m1", "awaiting_review", timeout=30000)
+    page = app_window.page()
+    qtbot.wait(500)
+    for role, pane in page.monitor.panes.items():
+        bar = pane.view.verticalScrollBar()
+        assert pane.view.following, (role, bar.value(), bar.maximum())
+        assert bar.value() == bar.maximum() and not pane.follow_button.isVisible()

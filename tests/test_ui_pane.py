@@ -10,8 +10,8 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import Qt, QThread
-from PySide6.QtGui import QTextCursor
+from PySide6.QtCore import QPoint, QPointF, Qt, QThread
+from PySide6.QtGui import QTextCursor, QWheelEvent
 from PySide6.QtWidgets import QApplication
 
 from anima import events as ev
@@ -281,7 +281,7 @@ def test_auto_scroll_pauses_while_the_user_reads_and_resumes_at_the_bottom(qtbot
     pane.feed_many([ev.AssistantText("developer", f"line {i}") for i in range(300)])
     shown(qtbot, pane)
     assert bar.maximum() > 0 and bar.value() == bar.maximum()
-    bar.setValue(10)  # the user scrolls up
+    bar.setSliderPosition(10)  # the user drags the scroll bar up
     assert not pane.view.following
     assert pane.follow_button.isVisibleTo(pane)
     pane.feed_many([ev.AssistantText("developer", f"more {i}") for i in range(50)])
@@ -292,6 +292,34 @@ def test_auto_scroll_pauses_while_the_user_reads_and_resumes_at_the_bottom(qtbot
     pane.feed_many([ev.AssistantText("developer", f"again {i}") for i in range(50)])
     shown(qtbot, pane)
     assert bar.value() == bar.maximum()
+
+
+def test_only_the_users_scroll_stops_following(qtbot, pane) -> None:
+    """A narrower pane re-wraps its lines (the value moves before the range grows) and keeps
+    following; the wheel and the keyboard scroll away and stop it."""
+    bar = pane.view.verticalScrollBar()
+    long_line = "a rather long line of agent prose that wraps in the pane " * 3
+    pane.feed_many([ev.AssistantText("developer", f"{i} {long_line}") for i in range(200)])
+    shown(qtbot, pane)
+    qtbot.waitExposed(pane)
+    for width in (600, 420, 650, 380):
+        pane.resize(width, 500)
+        qtbot.wait(50)
+        assert pane.view.following and bar.value() == bar.maximum() > 0, width
+    pane.feed(ev.AssistantText("developer", "the newest line"))
+    shown(qtbot, pane)
+    assert bar.value() == bar.maximum() and not pane.follow_button.isVisibleTo(pane)
+
+    wheel = QWheelEvent(QPointF(50, 50), QPointF(50, 50), QPoint(0, 0), QPoint(0, 360),
+                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
+                        Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(pane.view.viewport(), wheel)
+    assert not pane.view.following and bar.value() < bar.maximum()
+    assert pane.follow_button.isVisibleTo(pane)
+    pane.follow_button.click()
+    assert pane.view.following
+    qtbot.keyClick(pane.view, Qt.Key.Key_PageUp)
+    assert not pane.view.following and bar.value() < bar.maximum()
 
 
 def test_following_survives_long_wrapped_output_laid_out_later(qtbot, pane) -> None:

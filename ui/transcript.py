@@ -7,15 +7,21 @@ Lines are tuples of (format key, text) runs, built off the document and laid out
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
-from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QTimer, QTimerEvent, Signal, Slot
 from PySide6.QtGui import (
     QColor,
     QFont,
     QFontDatabase,
+    QKeyEvent,
+    QMouseEvent,
     QTextCharFormat,
     QTextCursor,
     QTextDocument,
+    QWheelEvent,
 )
 from PySide6.QtWidgets import (
     QFrame,
@@ -200,7 +206,13 @@ class TranscriptView(QPlainTextEdit):
         self._swapping = False
         self.setDocument(self._new_document())
         self._following = True
+        # > 0 while the user's own input (keys, mouse, a search) is being handled: only then
+        # does a move away from the bottom stop following. Laying out, resizing, a page
+        # opening move the value too (before the range grows), and are no reason to.
+        self._by_user = 0
         self.verticalScrollBar().valueChanged.connect(self._on_scrolled)
+        # The scroll bar's own actions: a click on it, a drag, the wheel.
+        self.verticalScrollBar().actionTriggered.connect(self._on_scroll_action)
         # QPlainTextEdit lays new text out lazily: the range grows after an append returns.
         # Following means staying at the bottom whenever it moves, not only at append time.
         self.verticalScrollBar().rangeChanged.connect(self._on_range_changed)
@@ -228,14 +240,70 @@ class TranscriptView(QPlainTextEdit):
         bar = self.verticalScrollBar()
         return bar.value() >= bar.maximum()
 
+    def _set_following(self, following: bool) -> None:
+        if following != self._following:
+            self._following = following
+            self.following_changed.emit(following)
+
+    @Slot(int)
+    def _on_scroll_action(self, _action: int) -> None:
+        # The scroll bar moves its value right after saying so: that move is the user's
+        # (decided in `_on_scrolled`, once the value has moved).
+        self._by_user += 1
+        QTimer.singleShot(0, self._end_scroll_action)
+
+    @Slot()
+    def _end_scroll_action(self) -> None:
+        self._by_user -= 1
+
     @Slot(int)
     def _on_scrolled(self, _value: int) -> None:
         if self._swapping:
             return
-        following = self._at_bottom()
-        if following != self._following:
-            self._following = following
-            self.following_changed.emit(following)
+        if self._at_bottom():
+            self._set_following(True)
+        elif self._by_user:
+            self._set_following(False)
+        elif self._following:
+            # Not the user's doing (a resize, a relayout): a following view stays at the end.
+            self.scroll_to_end()
+
+    @contextmanager
+    def _user_input(self) -> Iterator[None]:
+        self._by_user += 1
+        try:
+            yield
+        finally:
+            self._by_user -= 1
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        with self._user_input():
+            super().keyPressEvent(event)
+
+    def wheelEvent(self, event: QWheelEvent) -> None:
+        with self._user_input():
+            super().wheelEvent(event)
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        with self._user_input():
+            super().mousePressEvent(event)
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        with self._user_input():
+            super().mouseMoveEvent(event)
+
+    def timerEvent(self, event: QTimerEvent) -> None:
+        with self._user_input():  # the edit's timers: scrolling while selecting with the mouse
+            super().timerEvent(event)
+
+    def find(self, *args: Any) -> bool:  # type: ignore[override]
+        """Find (the search bar): showing the match is the user's move."""
+        with self._user_input():
+            return bool(super().find(*args))
+
+    def setTextCursor(self, cursor: QTextCursor) -> None:
+        with self._user_input():
+            super().setTextCursor(cursor)
 
     @Slot(int, int)
     def _on_range_changed(self, _minimum: int, maximum: int) -> None:
