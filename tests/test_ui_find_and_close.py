@@ -148,7 +148,7 @@ def test_stop_now_asks_first(qtbot, git_repo: Path, fake: FakeClaude, tmp_path: 
         qtbot.waitUntil(stop.isEnabled, timeout=5000)
         asked = answer_dialog("Cancel")
         stop.trigger()
-        assert asked and "Stop both agents now?" in asked[0]
+        assert asked and "Stop both agents of “Greeter” now?" in asked[0]
         qtbot.wait(300)
         assert developer.state_label.text().startswith("working")
         answer_dialog("Stop now")

@@ -310,10 +310,11 @@ class EngineBridge(QObject):
     def start_milestone(self, milestone_id: str) -> None:
         self.call(f"Starting {milestone_id}", lambda: self._engine().start_milestone(milestone_id))
 
-    def pause_after_round(self, milestone_id: str | None = None) -> None:
+    def pause_after_round(self, milestone_id: str | None = None, *,
+                          on_error: Callable[[BaseException], None] | None = None) -> None:
         """Pause that milestone after its round (None: every running one)."""
         self.call("Pause after this round",
-                  lambda: self._engine().pause_after_round(milestone_id))
+                  lambda: self._engine().pause_after_round(milestone_id), on_error=on_error)
 
     def stop_now(self, milestone_id: str | None = None) -> None:
         """Stop that milestone's agents now (None: every running one's); the others go on."""

@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
 from anima import events as ev
 from anima.engine import read_only
 from anima.engine.project import example_milestone, git_problem, init_project
-from anima.phases import RUNNING, Phase
+from anima.phases import RUNNING
 from ui.banner import EmptyState, ErrorBanner
 from ui.board import Board
 from ui.bridge import EngineBridge, EngineFactory, EngineLike, default_engine_factory
@@ -109,6 +109,7 @@ class MainWindow(ReadOnlyProject):
         self.tabs.tabBar().setTabButton(0, QTabBar.ButtonPosition.RightSide, None)
         self.tabs.tabBar().setTabButton(0, QTabBar.ButtonPosition.LeftSide, None)
         self.tabs.tabCloseRequested.connect(self._on_tab_close_requested)
+        self.tabs.currentChanged.connect(self._on_tab_changed)
 
         self.no_project = EmptyState(
             "No project open",
@@ -166,6 +167,7 @@ class MainWindow(ReadOnlyProject):
         self.errors.clear()
         self._records.clear()
         self._phases.clear()
+        self._show_running()
         for milestone_id in list(self.milestone_pages):
             self.close_page(milestone_id)
         self.board.set_records([])
@@ -282,7 +284,8 @@ class MainWindow(ReadOnlyProject):
             self.engine = self.bridge = None
             self._stopping = False
             self.central.setEnabled(True)
-            self.run_controls.show_phase(Phase.IDLE)
+            self._phases.clear()  # nothing runs any more
+            self._show_running()
             self.statusBar().showMessage("Stopped", 3000)
             self.engine_stopped.emit()
             if then is not None:
@@ -399,6 +402,8 @@ class MainWindow(ReadOnlyProject):
     @Slot(object)
     def _on_milestone_removed(self, event: ev.MilestoneRemoved) -> None:
         self._records.pop(event.milestone_id, None)
+        self._phases.pop(event.milestone_id, None)
+        self._show_running()
         self.board.remove(event.milestone_id)
         self.close_page(event.milestone_id)
         self._show_page()
@@ -426,8 +431,21 @@ class MainWindow(ReadOnlyProject):
         page = self.milestone_pages.get(event.milestone_id)
         if page is not None:
             page.on_phase_changed(event)
-        self.run_controls.show_phase(event.phase if event.phase in RUNNING else next(
-            (e.phase for e in self._phases.values() if e.phase in RUNNING), event.phase))
+        self._show_running()
+
+    def _show_running(self) -> None:
+        """Pause and Stop know which milestones run (and their titles, to say which)."""
+        self.run_controls.show_running({
+            milestone_id: self._title(milestone_id)
+            for milestone_id, event in self._phases.items() if event.phase in RUNNING})
+
+    def _title(self, milestone_id: str) -> str:
+        record = self._records.get(milestone_id)
+        return record.title if record is not None else milestone_id
+
+    @Slot(int)
+    def _on_tab_changed(self, _index: int) -> None:
+        self.run_controls.show_milestone(self._shown_milestone())
 
     @Slot(object)
     def _on_agent_events(self, events: list[ev.AgentEvent]) -> None:
@@ -500,20 +518,38 @@ class MainWindow(ReadOnlyProject):
 
     @Slot()
     def _on_pause_requested(self) -> None:
-        if self.bridge is not None:
-            self.bridge.pause_after_round(self._shown_milestone())
-            self.statusBar().showMessage("Will pause after this round", 8000)
+        """Pause the milestone in front after its round (on the board: every running one)."""
+        targets = self.run_controls.targets()
+        bridge = self.bridge
+        if bridge is None or not targets:
+            return
+
+        def failed(error: BaseException) -> None:
+            self.run_controls.forget_pause(targets)
+            self.errors.add(f"Pause after this round failed: {error}")
+
+        bridge.pause_after_round(self._shown_milestone(), on_error=failed)
+        self.statusBar().showMessage(
+            f"“{self._title(targets[0])}” pauses after this round" if len(targets) == 1 else
+            f"The {len(targets)} running milestones pause after their round", 8000)
 
     @Slot()
     def _on_stop_requested(self) -> None:
-        if self.bridge is None or not confirm(
-                self, "Stop now", "Stop both agents now?", "Stop now",
-                "The current round is interrupted and redone when you resume the milestone."):
+        """Stop the milestone in front now (on the board: every running one), once asked."""
+        targets = self.run_controls.targets()
+        if self.bridge is None or not targets or not confirm(
+                self, "Stop now", self.run_controls.stop_question(), "Stop now",
+                "The current round is interrupted and redone when you resume the milestone."
+                if len(targets) == 1 else "Each one's current round is interrupted and redone "
+                "when you resume it; the milestones that wait for a slot do not start."):
             return
-        self._note_stop_requested()
-        if self.bridge is not None:
+        targets = self.run_controls.targets()  # what runs once the dialog is answered
+        if self.bridge is not None and targets:
+            self._note_stop_requested(targets)
             self.bridge.stop_now(self._shown_milestone())
-            self.statusBar().showMessage("Stopping the agents…", 8000)
+            self.statusBar().showMessage(
+                f"Stopping “{self._title(targets[0])}”…" if len(targets) == 1 else
+                f"Stopping the {len(targets)} running milestones…", 8000)
 
     # --- closing ----------------------------------------------------------------------------
     def close_without_asking(self) -> None:
@@ -548,7 +584,7 @@ class MainWindow(ReadOnlyProject):
             event.accept()
             return
         event.ignore()
-        self._note_stop_requested()
+        self._note_stop_requested(list(self.milestone_pages))
         self._stop_engine(then=self.close)
 
     def _shown_milestone(self) -> str | None:
@@ -556,10 +592,12 @@ class MainWindow(ReadOnlyProject):
         return next((milestone_id for milestone_id, page in self.milestone_pages.items()
                      if page is self.tabs.currentWidget()), None)
 
-    def _note_stop_requested(self) -> None:
-        for page in self.milestone_pages.values():
-            for pane in page.monitor.panes.values():
-                pane.note_stop_requested()
+    def _note_stop_requested(self, milestone_ids: list[str]) -> None:
+        """Their agents' next error result is the human's stop, not a failure."""
+        for milestone_id in milestone_ids:
+            if (page := self.milestone_pages.get(milestone_id)) is not None:
+                for pane in page.monitor.panes.values():
+                    pane.note_stop_requested()
 
 
 def _freeze_startup_heap() -> None:

@@ -27,7 +27,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from anima.phases import RUNNING, Phase
 from ui.dialogs import confirm
 from ui.formatting import enum_text
 from ui.record_facts import current_rejections, dropped_rounds, no_new_commit
@@ -282,7 +281,9 @@ class ReviewPanel(QFrame):
 
 
 class RunControls(QObject):
-    """"Pause after this round" and "Stop now", enabled only while a milestone runs."""
+    """"Pause after this round" and "Stop now" for the milestone whose page is in front,
+    enabled only while it runs; on the board (no page in front), for every running one, and
+    worded so."""
 
     #: Finish the current round, then pause. GUI thread.
     pause_requested = Signal()
@@ -292,24 +293,69 @@ class RunControls(QObject):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.pause_action = QAction("Pause after this round", self)
-        self.pause_action.setToolTip("Let the current round finish, then pause the milestone")
         self.pause_action.setShortcut(QKeySequence("Ctrl+Shift+P"))
         self.stop_action = QAction("Stop now", self)
-        self.stop_action.setToolTip("Interrupt both agents now; the round is redone on resume")
         self.stop_action.setShortcut(QKeySequence("Ctrl+Shift+S"))
         self.pause_action.triggered.connect(self._on_pause_triggered)
         self.stop_action.triggered.connect(self.stop_requested)
-        self.show_phase(Phase.IDLE)
+        #: The running milestones (id → title), the one in front (None: the board), and the
+        #: ones asked to pause after their round.
+        self.running: dict[str, str] = {}
+        self.shown: str | None = None
+        self.pausing: set[str] = set()
+        self._refresh()
 
-    def show_phase(self, phase: Phase) -> None:
-        running = phase in RUNNING
-        self.pause_action.setEnabled(running)
-        self.stop_action.setEnabled(running)
-        if not running:
-            self.pause_action.setText("Pause after this round")
+    def show_running(self, running: dict[str, str]) -> None:
+        """The milestones that run now (id → title)."""
+        self.running = dict(running)
+        self.pausing &= set(running)  # one that stopped is asked nothing any more
+        self._refresh()
+
+    def show_milestone(self, milestone_id: str | None) -> None:
+        """The milestone whose page is in front (None: the board)."""
+        self.shown = milestone_id
+        self._refresh()
+
+    def targets(self) -> list[str]:
+        """What Pause and Stop act on now: the milestone in front if it runs, nothing if it
+        does not; on the board, every running milestone."""
+        if self.shown is not None:
+            return [self.shown] if self.shown in self.running else []
+        return list(self.running)
+
+    def stop_question(self) -> str:
+        """What Stop asks before it acts, naming what it stops."""
+        targets = self.targets()
+        if self.shown is None and len(targets) > 1:
+            return f"Stop all {len(targets)} running milestones now?"
+        title = self.running.get(targets[0], targets[0]) if targets else ""
+        return f"Stop both agents of “{title}” now?"
+
+    def _refresh(self) -> None:
+        targets = self.targets()
+        board = self.shown is None
+        many = board and len(targets) > 1
+        pausing = bool(targets) and all(t in self.pausing for t in targets)
+        self.stop_action.setEnabled(bool(targets))
+        self.pause_action.setEnabled(bool(targets) and not pausing)
+        if pausing:
+            self.pause_action.setText("Pausing after this round…")
+        else:
+            self.pause_action.setText(f"Pause all {len(targets)} after this round" if many
+                                      else "Pause after this round")
+        self.stop_action.setText(f"Stop all {len(targets)} now" if many else "Stop now")
+        which = "every running milestone" if board else "this milestone"
+        self.pause_action.setToolTip(f"Let the current round of {which} finish, then pause it")
+        self.stop_action.setToolTip(f"Interrupt the agents of {which} now; the round is redone "
+                                    "on resume")
+
+    def forget_pause(self, milestone_ids: list[str] | None = None) -> None:
+        """A pause request that failed: the milestones are not pausing after all."""
+        self.pausing -= set(self.running if milestone_ids is None else milestone_ids)
+        self._refresh()
 
     @Slot()
     def _on_pause_triggered(self) -> None:
-        self.pause_action.setText("Pausing after this round…")
-        self.pause_action.setEnabled(False)
+        self.pausing.update(self.targets())
+        self._refresh()
         self.pause_requested.emit()
