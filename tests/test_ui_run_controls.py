@@ -85,3 +85,29 @@ def test_pause_and_stop_act_on_the_milestone_in_front_and_say_so(
             window.errors.messages
     finally:
         w.close()
+
+
+def test_abort_is_offered_while_awaiting_review_and_before_the_start(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """`anima abort` takes an awaiting_review and a pending milestone: so does the window,
+    asking first."""
+    make_project(git_repo, {
+        "r": "---\nrequires_human_review: true\n---\n" + milestone_md("Needs review", ["A"]),
+        "q": "---\ndepends_on: [r]\n---\n" + milestone_md("Comes after", ["B"])})
+    w = Window(qtbot, tmp_path)
+    try:
+        w.window.open_project(git_repo)
+        w.wait_status("r", "awaiting_review", timeout=30000)
+        for milestone_id, title in (("q", "Comes after"), ("r", "Needs review")):
+            review = w.page(milestone_id).review
+            assert review.abort_button.isVisible(), milestone_id
+            asked = answer_dialog("Cancel")
+            review.abort_button.click()
+            assert asked and f"Abort “{title}”?" in asked[0]
+            assert review.isEnabled() and w.status_of(milestone_id) != "cancelled"
+            answer_dialog("Abort milestone")
+            review.abort_button.click()
+            w.wait_status(milestone_id, "cancelled")
+        assert not [m for m in w.window.errors.messages if "Aborting" in m]
+    finally:
+        w.close()

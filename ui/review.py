@@ -2,9 +2,10 @@
 
 `ReviewPanel` is a compact bar over the milestone's page (two lines at most, so the diff below
 keeps the height): it says why a milestone stopped (its pause reason and the last rejection reasons)
-and offers the one or two decisions that make sense: Resume (with a note to the Developer) or
-Abort (after a confirmation dialog) for a paused milestone; Approve or Request changes for one
-awaiting review; a completed one says whether it was merged. Line comments left in the Changes
+and offers the decisions that make sense: Resume (with a note to the Developer) or Abort for a
+paused milestone; Approve, Request changes or Abort for one awaiting review; Start or Abort for
+a pending one (Abort always after a confirmation dialog); a completed one says whether it was
+merged. Line comments left in the Changes
 view go with Resume and Request changes. It only emits requests; `MainWindow` sends them to the
 engine through the bridge. `RunControls` holds the
 toolbar's "Pause after this round" and "Stop now".
@@ -162,7 +163,7 @@ class ReviewPanel(QFrame):
             self._show_buttons(self.resume_button, self.abort_button,
                                *([self.continue_button] if self.continue_menu.actions() else []))
         else:
-            self._show_buttons(self.approve_button, self.changes_button)
+            self._show_buttons(self.approve_button, self.changes_button, self.abort_button)
         self._on_note_changed()
         if new_decision:
             self.setEnabled(True)
@@ -190,7 +191,7 @@ class ReviewPanel(QFrame):
     def _show_pending(self, record: MilestoneRecord) -> None:
         if (record.id, "pending") != (self.milestone_id, self.mode):
             self.setEnabled(True)  # a Start in flight stays disabled
-        self.milestone_id, self.mode = record.id, "pending"
+        self.milestone_id, self.mode, self.title = record.id, "pending", record.title
         set_style_state(self, "mode", "pending")
         self.heading.setText("Not started —")
         self.reason.setText(f"{len(record.features)} features, "
@@ -199,7 +200,7 @@ class ReviewPanel(QFrame):
                             "click Start.")
         self.rejections.hide()
         self.note.hide()
-        self._show_buttons(self.start_button)
+        self._show_buttons(self.start_button, self.abort_button)
         self.show()
 
     def _show_buttons(self, *visible: QPushButton) -> None:
@@ -251,11 +252,12 @@ class ReviewPanel(QFrame):
         milestone_id = self.milestone_id
         if not milestone_id:
             return
+        detail = ("It has not started: it never will." if self.mode == "pending" else
+                  "Its branch and commits are kept; its worktree is removed (work left "
+                  "uncommitted there goes to a stash). Unsent comments are dropped.")
         if not confirm(self.window(), "Abort milestone",
                        f"Abort “{self.title}”? It is cancelled for good.",
-                       "Abort milestone",
-                       "Its branch and commits are kept; its worktree is removed (work left "
-                       "uncommitted there goes to a stash). Unsent comments are dropped."):
+                       "Abort milestone", detail):
             return
         if milestone_id == self.milestone_id:  # still the one shown after the dialog
             self.setEnabled(False)
