@@ -4,6 +4,7 @@ every running milestone, and say that. Decisions are offered for every state tha
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -109,5 +110,81 @@ def test_abort_is_offered_while_awaiting_review_and_before_the_start(
             review.abort_button.click()
             w.wait_status(milestone_id, "cancelled")
         assert not [m for m in w.window.errors.messages if "Aborting" in m]
+    finally:
+        w.close()
+
+
+def two_paused(qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> Window:
+    """`p1` and `p2` paused by three rejections each (then accepted once resumed)."""
+    make_project(git_repo, {"p1": milestone_md("First", ["Alpha"]),
+                            "p2": milestone_md("Second", ["Alpha"])},
+                 config={"max_parallel_milestones": 2})
+    no = {"text": "REJECTED: still wrong"}
+    fake.write_script({"milestones": {
+        "p1": {"feature_dir": "features/p1", "acceptor": [no, no, no]},
+        "p2": {"feature_dir": "features/p2", "acceptor": [no, no, no]}}})
+    w = Window(qtbot, tmp_path)
+    w.window.open_project(git_repo)
+    try:
+        w.wait_status("p1", "paused", timeout=30000)
+        w.wait_status("p2", "paused", timeout=30000)
+    except BaseException:
+        w.close()
+        raise
+    return w
+
+
+def test_a_double_click_on_a_cards_resume_sends_one_request(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    w = two_paused(qtbot, git_repo, fake, tmp_path)
+    window = w.window
+    try:
+        window.board.refresh_now()
+        card = window.board.cards["p1"]
+        assert card.button.text() == "Resume" and card.button.isEnabled()
+        card.button.click()
+        pressable = card.button.isEnabled()
+        card.button.click()
+        w.wait_status("p1", "completed", timeout=30000)
+        qtbot.wait(300)
+        assert not [m for m in window.errors.messages if "not paused" in m], \
+            window.errors.messages
+        assert not pressable  # until the request took effect (or failed)
+        assert w.status_of("p2") == "paused"
+        assert window.board.cards["p2"].button.isEnabled()
+    finally:
+        w.close()
+
+
+def test_a_refused_request_reenables_its_own_decision_only(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """p1 is resumed twice (its page and its card, both sent before either took effect): the
+    second is refused; p2's Resume, sent after, is still in flight when the refusal comes."""
+    w = two_paused(qtbot, git_repo, fake, tmp_path)
+    window = w.window
+    try:
+        page1, page2 = w.page("p1"), w.page("p2")
+        card1 = window.board.cards["p1"]
+        seen: list[tuple[str, bool, bool, bool]] = []
+        bridge = window.bridge
+        assert bridge is not None
+        bridge.error_raised.connect(lambda e: seen.append(
+            (e.message, page1.review.isEnabled(), card1.button.isEnabled(),
+             page2.review.isEnabled())))
+        release = threading.Event()
+        bridge.call("a test's hold on the bridge's worker", lambda: release.wait(10))
+        page1.review.resume_button.click()
+        card1.button.click()
+        page2.review.resume_button.click()
+        in_flight = (page1.review.isEnabled(), card1.button.isEnabled(),
+                     page2.review.isEnabled())
+        release.set()
+        qtbot.waitUntil(lambda: bool(seen), timeout=10000)
+        message, page1_enabled, card1_enabled, page2_enabled = seen[0]
+        assert "'p1' is in_progress" in message
+        assert not page2_enabled  # p2's request is not answered yet: its bar waits for it
+        assert page1_enabled and card1_enabled  # p1's are
+        assert in_flight == (False, False, False)
+        w.wait_status("p2", "in_progress", timeout=10000)
     finally:
         w.close()

@@ -92,6 +92,8 @@ class MilestoneCard(QFrame):
         self.milestone_id = milestone_id
         self.record: Any = None
         self.action = ""
+        #: The status its button's request was sent in, while it is in flight (None: none).
+        self.asked_in: str | None = None
         self.title = QLabel(self)
         self.title.setObjectName("cardTitle")
         self.title.setWordWrap(True)
@@ -123,6 +125,8 @@ class MilestoneCard(QFrame):
                     clock: ElapsedClock) -> None:
         self.record = record
         status = enum_text(record.status)
+        if self.asked_in is not None and status != self.asked_in:
+            self.request_done()  # the request took effect
         column = column_of(record)
         if self.property("column") != column:
             set_style_state(self, "column", column)
@@ -193,8 +197,17 @@ class MilestoneCard(QFrame):
 
     @Slot()
     def _on_button(self) -> None:
-        if self.action:
-            self.action_requested.emit(self.milestone_id, self.action)
+        if not self.action or self.asked_in is not None:
+            return
+        if self.action != "review":  # a request to the engine: one at a time
+            self.asked_in = enum_text(self.record.status) if self.record is not None else ""
+            self.button.setEnabled(False)
+        self.action_requested.emit(self.milestone_id, self.action)
+
+    def request_done(self) -> None:
+        """Its request took effect, or failed: the button can be pressed again."""
+        self.asked_in = None
+        self.button.setEnabled(True)
 
 
 class BoardColumn(QFrame):
@@ -306,6 +319,14 @@ class Board(QWidget):
             if other.id != record.id and record.id in (getattr(other, "depends_on", None) or ()):
                 self._show(other)
         self._recount()
+
+    def requests_in_flight(self) -> list[str]:
+        """The milestones whose card sent a request that has not taken effect yet."""
+        return [i for i, card in self.cards.items() if card.asked_in is not None]
+
+    def request_failed(self, milestone_id: str) -> None:
+        if (card := self.cards.get(milestone_id)) is not None:
+            card.request_done()
 
     def remove(self, milestone_id: str) -> None:
         self.records.pop(milestone_id, None)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -492,14 +493,33 @@ class MainWindow(ReadOnlyProject):
         # A pause's reason is said by its card and its decision bar: not by the banner too.
         if not any(r.pause_reason == event.message for r in self._records.values()):
             self.errors.add(prefix + event.message)
-        # A refused request re-enables the decision it came from.
-        for page in self.milestone_pages.values():
-            page.review.setEnabled(True)
+        # A refused request re-enables the decision it came from, and no other.
+        for milestone_id in self._failed_requests(event):
+            if (page := self.milestone_pages.get(milestone_id)) is not None:
+                page.review.setEnabled(True)
+            self.board.request_failed(milestone_id)
+
+    def _failed_requests(self, event: ev.EngineError) -> set[str]:
+        """The milestones whose request in flight the error refuses: the one it is about, or
+        the ones it names ("milestone 'x' is in_progress…", "Resuming x failed: …"), or the
+        only one in flight."""
+        if self.bridge is None:
+            return set()
+        asked = {i for i, page in self.milestone_pages.items() if not page.review.isEnabled()}
+        asked.update(self.board.requests_in_flight())
+        if event.milestone_id is not None:
+            return {event.milestone_id} & asked
+        named = {i for i in asked
+                 if re.search(rf"(?<![\w.-]){re.escape(i)}(?![\w-])", event.message)}
+        return named or (asked if len(asked) == 1 else set())
 
     # --- user requests ---------------------------------------------------------------------
     @Slot(str, str)
     def _on_card_action(self, milestone_id: str, action: str) -> None:
         """A card's main decision, made on the board."""
+        if action != "review" and self.bridge is None:  # nothing to send it to
+            self.board.request_failed(milestone_id)
+            return
         if action == "review":
             page = self.open_page(milestone_id)
             if page is not None:
