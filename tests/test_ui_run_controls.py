@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import os
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+from anima.store.models import MilestoneRecord
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md
 from tests.test_ui_app import Window
 from tests.test_ui_monitor import answer_dialog
+from ui.formatting import ElapsedClock
+from ui.monitor import IterationMonitor
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
               pytest.mark.qt_log_ignore("propagateSizeHints")]
@@ -188,3 +192,43 @@ def test_a_refused_request_reenables_its_own_decision_only(
         w.wait_status("p2", "in_progress", timeout=10000)
     finally:
         w.close()
+
+
+def test_elapsed_stops_with_a_milestone_stopped_in_its_first_round(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """Stopped before any round ended, a milestone has no round end to count to: its Elapsed
+    (page and card) stays what it was, and never counts on to now."""
+    make_project(git_repo, {"m1": milestone_md("Hangs", ["Alpha"])})
+    fake.write_script({"developer": [{"hang": True}]})
+    w = Window(qtbot, tmp_path)
+    window = w.window
+    try:
+        window.open_project(git_repo)
+        page = w.page("m1")
+        developer = page.monitor.panes["developer"]
+        qtbot.waitUntil(lambda: "working" in developer.state_label.text(), timeout=10000)
+        qtbot.wait(1100)  # a tick of the clock while it runs
+        answer_dialog("Stop now")
+        window.run_controls.stop_action.trigger()
+        w.wait_status("m1", "paused")
+        assert not window._records["m1"].iterations
+        elapsed = page.monitor.header.elapsed.value
+        card = window.board.cards["m1"]
+        before = (elapsed.text(), card.stats.text())
+        qtbot.wait(2300)  # two ticks of the clock
+        window.board.refresh_now()
+        assert (elapsed.text(), card.stats.text()) == before
+        assert elapsed.text() != "—"  # what it showed while it ran
+    finally:
+        w.close()
+
+
+def test_a_window_opened_on_a_milestone_stopped_in_its_first_round_shows_no_elapsed(
+        qtbot) -> None:
+    started = datetime.now(UTC) - timedelta(minutes=5)
+    record = MilestoneRecord(id="m1", title="Hangs", status="paused", created_at=started,
+                             started_at=started, pause_reason="stopped by you")
+    monitor = IterationMonitor(clock=ElapsedClock())
+    qtbot.addWidget(monitor)
+    monitor.show_record(record)
+    assert monitor.header.elapsed.value.text() == "—"

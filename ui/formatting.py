@@ -46,8 +46,9 @@ class ElapsedClock:
 
     A running milestone counts from its start to now; one that stopped counts to its last
     round's end, which is earlier than the moment it stopped when a round was cut short (Stop
-    now, a pause mid-round). The clock keeps the highest value it showed instead of jumping
-    back from 5:54 to 3:50 on pause.
+    now, a pause mid-round); one stopped before any round ended counts no further (it keeps
+    what was shown while it ran, else "—"). The clock keeps the highest value it showed
+    instead of jumping back from 5:54 to 3:50 on pause.
     """
 
     def __init__(self) -> None:
@@ -55,7 +56,12 @@ class ElapsedClock:
 
     def seconds(self, record: Any) -> float | None:
         end = record.completed_at
-        if end is None and enum_text(record.status) != "in_progress" and record.iterations:
+        running = enum_text(record.status) == "in_progress"
+        if end is None and not running:
+            if not record.iterations:
+                # Stopped before its first round ended: when is not on record. What this
+                # window showed while it ran stays; it never counts on to now.
+                return self._shown.get(record.id)
             end = max(it.ended_at for it in record.iterations)
         seconds = seconds_between(record.started_at, end)
         if seconds is None:
