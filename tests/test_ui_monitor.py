@@ -216,3 +216,30 @@ def test_the_checklist_updates_a_line_in_place_and_keeps_its_scroll(qtbot) -> No
     assert not checklist.item(29).font().bold()
     checklist.show_features([])
     assert checklist.lines() == ["No features parsed from this milestone"]
+
+
+def test_live_lines_that_come_while_a_page_replays_land_after_the_history(qtbot) -> None:
+    """A page opened on a running milestone (as `MainWindow.open_page` does): its phase, a
+    verdict and agent output come while the transcript is read; all of them show below the
+    replayed history, in the order they came."""
+    from anima.phases import Phase
+    from ui.milestone_page import MilestonePage
+
+    page = MilestonePage("m")
+    qtbot.addWidget(page)
+    page.show()
+    page.begin_replay()
+    page.on_phase_changed(ev.PhaseChanged("m", Phase.ACCEPTOR, Phase.DEVELOPER))
+    page.feed([ev.AssistantText("acceptor", "live review line", milestone_id="m")])
+    page.on_verdict(ev.VerdictReached("m", 7, "feature", True))
+    page.feed([ev.AssistantText("acceptor", "after the verdict", milestone_id="m")])
+    page.replay([ev.AssistantText("acceptor", f"old review {i}\nACCEPTED", milestone_id="m")
+                 for i in range(3)])
+    qtbot.waitUntil(lambda: not page.replaying)
+    pane = page.monitor.panes["acceptor"]
+    pane.flush()
+    text = pane.plain_text()
+    order = [text.index(s) for s in ("old review 2", "──── Acceptor · ", "live review line",
+                                     "Round 7 ACCEPTED", "after the verdict")]
+    assert order == sorted(order), text
+    assert page.monitor.phase_bar.text == "Waiting for Acceptor"

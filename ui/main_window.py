@@ -317,6 +317,7 @@ class MainWindow(ReadOnlyProject):
         self._connect_page(page)
         page.monitor.set_limits(self._max_rejections)
         page.show_record(record)
+        page.begin_replay()  # the phase's line too lands after the replayed history
         if (phase := self._phases.get(milestone_id)) is not None:
             page.on_phase_changed(phase)
         if self.read_only_holder is not None:
@@ -324,7 +325,6 @@ class MainWindow(ReadOnlyProject):
         index = self.tabs.addTab(page, record.title)
         self.tabs.setTabToolTip(index, f"{record.title} ({milestone_id})")
         self.tabs.setCurrentIndex(index)
-        page.begin_replay()
         if self.bridge is not None:
             self.bridge.transcript(milestone_id, on_done=page.replay)
         elif self.project is not None:  # read-only: the files are all there is

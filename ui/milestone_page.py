@@ -3,12 +3,14 @@ Iteration Monitor (both agents live, features, rounds) and its Changes.
 
 Several pages can be open at once; each shows only its milestone's events. A page opened
 while its milestone runs first replays the transcript the engine wrote, then the live output:
-events that arrive while the transcript is read are held and the overlap is dropped, so
-nothing shows twice.
+events that arrive while the transcript is read (with the phase, verdict and check lines) are
+held and shown after it in the order they came, the overlap dropped, so nothing shows twice or
+above the history.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QTabWidget, QVBoxLayout, QWidget
@@ -55,6 +57,9 @@ class MilestonePage(QWidget):
         layout.addWidget(self.review)
         layout.addWidget(self.tabs, 1)
         self._held: list[ev.AgentEvent] | None = None
+        # Phase changes, verdicts and checks held with them: (live events held before it, what
+        # to show), so they land after the history, in the order they came.
+        self._held_calls: list[tuple[int, Callable[[], None]]] = []
         self.monitor.history.round_selected.connect(self._on_round_selected)
 
     def show_record(self, record: MilestoneRecord) -> None:
@@ -66,22 +71,38 @@ class MilestonePage(QWidget):
         self.monitor.phase_bar.set_reason_shown(not self.review.isVisibleTo(self))
 
     def on_phase_changed(self, event: ev.PhaseChanged) -> None:
-        self.monitor.on_phase_changed(event)
+        self._show_or_hold(lambda: self.monitor.on_phase_changed(event))
+
+    def _show_or_hold(self, show: Callable[[], None]) -> None:
+        if self._held is not None:
+            self._held_calls.append((len(self._held), show))
+        else:
+            show()
 
     # --- agent output ------------------------------------------------------------------------
     def begin_replay(self) -> None:
-        """The transcript is being read: hold live output until it is on screen."""
+        """The transcript is being read: hold live output (and phase, verdict and check lines)
+        until it is on screen."""
         self._held = []
+        self._held_calls = []
 
     def replay(self, events: list[ev.AgentEvent]) -> None:
         """Show the transcript read from disk, then what arrived meanwhile."""
-        held, self._held = self._held or [], []
+        if self._held is None:
+            self._held = []
 
         def done() -> None:
-            rest = drop_overlap(events, held + (self._held or []))
-            self._held = None
-            if rest:
-                self.monitor.feed_agent_events(rest)
+            held = self._held or []
+            rest = drop_overlap(events, held)
+            position = len(held) - len(rest)  # the ones before it are in the transcript
+            calls, self._held, self._held_calls = self._held_calls, None, []
+            for at, show in calls:
+                if at > position:
+                    self.monitor.feed_agent_events(held[position:at])
+                    position = at
+                show()
+            if position < len(held):
+                self.monitor.feed_agent_events(held[position:])
 
         if events:
             self.monitor.replay(events, then=done)
@@ -99,10 +120,10 @@ class MilestonePage(QWidget):
         return self._held is not None
 
     def on_verdict(self, event: ev.VerdictReached) -> None:
-        self.monitor.on_verdict(event)
+        self._show_or_hold(lambda: self.monitor.on_verdict(event))
 
     def on_check(self, event: ev.CheckStarted | ev.CheckFinished) -> None:
-        self.monitor.on_check(event)
+        self._show_or_hold(lambda: self.monitor.on_check(event))
 
     def _on_round_selected(self, round_no: int) -> None:
         self.changes.show_round(round_no)
