@@ -243,3 +243,31 @@ def test_live_lines_that_come_while_a_page_replays_land_after_the_history(qtbot)
                                      "Round 7 ACCEPTED", "after the verdict")]
     assert order == sorted(order), text
     assert page.monitor.phase_bar.text == "Waiting for Acceptor"
+
+
+def test_a_new_verdict_redraws_its_row_and_an_edited_criterion_reaches_the_checklist(
+        qtbot) -> None:
+    """Each record update used to redraw every row of the rounds table on every open page
+    (the window lagged with six busy milestones); and a criterion you edited in the `.md`
+    of a running milestone did not reach the feature's tooltip."""
+    from ui.round_history import RoundHistory
+
+    t0 = datetime.now(UTC)
+    its = [Iteration(round=n, kind="feature", feature="F1", commit=f"{n:x}" * 40,
+                     verdict="accepted", started_at=t0, ended_at=t0) for n in range(1, 11)]
+    table = RoundHistory()
+    qtbot.addWidget(table)
+    table.show_iterations(its)
+    redrawn: list[tuple[int, int]] = []
+    table.history.dataChanged.connect(lambda a, b, *_: redrawn.append((a.row(), b.row())))
+    changed = its[6].model_copy(update={"summary": "F1 done"})
+    table.show_iterations([*its[:6], changed, *its[7:]])
+    assert redrawn == [(6, 6)]
+    table.show_iterations([*its[:6], changed, *its[7:]])
+    assert redrawn == [(6, 6)]  # the same rounds again: nothing drawn
+
+    checklist = FeatureChecklist()
+    qtbot.addWidget(checklist)
+    checklist.show_features([Feature(id="F1", title="Greet", criteria=["says hello"])])
+    checklist.show_features([Feature(id="F1", title="Greet", criteria=["says hello twice"])])
+    assert "says hello twice" in checklist.item(0).toolTip()

@@ -249,10 +249,11 @@ class FeatureChecklist(QListWidget):
     def show_features(self, features: list[Feature]) -> None:
         """Items are updated in place, never cleared and made again: a round changes one
         line, and the list keeps its scroll position (and its items) meanwhile."""
-        key = [(f.id, f.title, enum_text(f.status), f.rounds, len(f.commits)) for f in features]
+        key = [(f.id, f.title, enum_text(f.status), f.rounds, len(f.commits),
+                tuple(f.criteria)) for f in features]
         if key == self._shown:
             return  # nothing changed: keep the scroll position and avoid flicker
-        self._shown = key
+        shown, self._shown = self._shown, key
         while self.count() > max(len(features), 1):
             self.takeItem(self.count() - 1)
         while self.count() < max(len(features), 1):
@@ -260,6 +261,8 @@ class FeatureChecklist(QListWidget):
         if not features:
             self._fill(self.item(0), "No features parsed from this milestone", "", "", None)
         for row, feature in enumerate(features):
+            if row < len(shown) and shown[row] == key[row]:
+                continue  # a round changes one line: the others are not laid out again
             status = enum_text(feature.status)
             box = feature.status.box if hasattr(feature.status, "box") else "[ ]"
             details = []

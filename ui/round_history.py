@@ -47,11 +47,14 @@ class RoundHistoryModel(ColumnModel):
         if len(iterations) >= len(old) and all(
                 a.round == b.round and a.started_at == b.started_at
                 for a, b in zip(old, iterations, strict=False)):
-            for i in range(len(old)):
-                self.rows[i] = iterations[i]
-            if old:
-                self.dataChanged.emit(self.index(0, 0),
-                                      self.index(len(old) - 1, len(self.COLUMNS) - 1))
+            # Unchanged rounds arrive as the very objects shown (the engine reuses its copy
+            # of a round until it changes): only the changed rows are drawn again.
+            changed = [i for i in range(len(old)) if iterations[i] is not old[i]
+                       and iterations[i] != old[i]]
+            self.rows[:len(old)] = iterations[:len(old)]
+            if changed:
+                self.dataChanged.emit(self.index(changed[0], 0),
+                                      self.index(changed[-1], len(self.COLUMNS) - 1))
             if len(iterations) > len(old):
                 self.beginInsertRows(QModelIndex(), len(old), len(iterations) - 1)
                 self.rows = list(iterations)
