@@ -134,5 +134,9 @@ def test_the_window_shrinks_to_800_by_500_with_a_long_title_and_busy_panes(
         qtbot.wait(100)
         assert header.title.shown_text().endswith("…")
         assert header.title.geometry().right() < 800
+        # The long title's tab is elided too: the Board tab never scrolls out of reach.
+        bar = window.tabs.tabBar()
+        assert all(bar.tabRect(i).right() <= bar.width() for i in range(bar.count())), \
+            [bar.tabRect(i) for i in range(bar.count())]
     finally:
         w.close()
