@@ -5,6 +5,7 @@ Developer's: it is put back, and the edited text kept aside, never lost."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from anima.paths import ProjectPaths
-from anima.store.models import FeatureStatus, MilestoneStatus, RoundKind
+from anima.store.models import FeatureStatus, MilestoneStatus, RoundKind, Withdrawn
+from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import engine_held, hold, make_project, milestone_md, record, run_engine
 from tests.test_loop_e2e import needs_sandbox
@@ -122,3 +124,115 @@ def test_a_paused_milestone_resumes_with_its_md_as_it_is_now(
     rec = record(project, "m1")
     assert rec.status is MilestoneStatus.COMPLETED, rec.error
     assert [f.id for f in rec.features] == ["F1", "F2", "F3"]
+
+
+THREE = milestone_md("Greeter", ["Alpha", "Bravo", "Charlie"], ["works"])
+ONE = milestone_md("Greeter", ["Alpha"], ["works"])
+
+
+def final_acceptance_held(fake: FakeClaude) -> None:
+    """The Acceptor's second turn (the final acceptance of a one-feature milestone) waits."""
+    fake.write_script({"acceptor": [{"text": "ACCEPTED"},
+                                    {"shell": [hold(fake.root)], "text": "ACCEPTED"}]})
+
+
+def test_taking_out_a_built_feature_moves_no_progress_onto_an_unbuilt_one(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """Alpha is built; while Bravo's round is reviewed you take Alpha out. Features were
+    matched by number: Bravo (now F1) took Alpha's progress, Charlie (now F2) Bravo's, and
+    the milestone merged with Charlie never built. They are matched by title now."""
+    ProjectPaths(project).milestone_md("m1").write_text(THREE, encoding="utf-8")
+    fake_claude.write_script({"acceptor": [{"text": "ACCEPTED"},
+                                           {"shell": [hold(fake_claude.root)],
+                                            "text": "ACCEPTED"}]})
+    md = ProjectPaths(project).milestone_md("m1")
+    with engine_held(project, fake_claude.root):
+        md.write_text(milestone_md("Greeter", ["Bravo", "Charlie"], ["works"]),
+                      encoding="utf-8")
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    assert [(f.id, f.title, f.status) for f in rec.features] == [
+        ("F1", "Bravo", FeatureStatus.DONE), ("F2", "Charlie", FeatureStatus.DONE)]
+    built = [it.feature for it in rec.iterations if it.kind is RoundKind.FEATURE]
+    assert built == ["F1", "F2", "F2"], built  # Alpha, Bravo (as numbered then), Charlie
+    assert (project / "features" / "F2.txt").read_text(encoding="utf-8").count("round") == 1
+
+
+@pytest.mark.parametrize("edit", ["review", "feature"])
+def test_an_edit_during_the_final_acceptance_is_not_merged_over(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        edit: str) -> None:
+    """Review asked for, or a feature added, while the final acceptance runs: the milestone
+    used to merge at once (the edit was taken after the verdict). That final acceptance
+    judged what the milestone no longer is: it is asked again once the Developer is done."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": ONE})
+    final_acceptance_held(fake_claude)
+    md = ProjectPaths(git_repo).milestone_md("m1")
+    main_before = run_git(git_repo, "rev-parse", "main")
+    with engine_held(git_repo, fake_claude.root):
+        assert record(git_repo, "m1").phase.value == "final_acceptance"
+        md.write_text("---\nrequires_human_review: true\n---\n" + ONE if edit == "review"
+                      else milestone_md("Greeter", ["Alpha", "Bravo"], ["works"]),
+                      encoding="utf-8")
+    rec = record(git_repo, "m1")
+    finals = [it for it in rec.iterations if it.kind is RoundKind.FINAL]
+    assert [it.withdrawn for it in finals] == [Withdrawn.REDEFINED, None]
+    if edit == "review":
+        assert rec.status is MilestoneStatus.AWAITING_REVIEW
+        assert run_git(git_repo, "rev-parse", "main") == main_before
+    else:
+        assert rec.status is MilestoneStatus.COMPLETED
+        assert [f.status for f in rec.features] == [FeatureStatus.DONE] * 2
+        assert (git_repo / "features" / "F2.txt").exists()
+
+
+def test_a_pending_md_swapped_for_an_older_broken_one_is_reported_not_retried_for_ever(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mv ~/drafts/m1.md .anima/milestones/` keeps the draft's older mtime: the queue took
+    it for unchanged, its start found it broken, and `anima run` retried it for ever."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": ONE, "m2": ONE})
+    Store(ProjectPaths(git_repo)).scan(max_iterations=20, requires_human_review=False)
+    md = ProjectPaths(git_repo).milestone_md("m1")
+    old = md.stat().st_mtime_ns - 10**9
+    md.write_text("# Half a draft\n", encoding="utf-8")  # no Features section
+    os.utime(md, ns=(old, old))
+    _, outcome = run_engine(git_repo)
+    assert any(str(md) in p for p in outcome.problems), outcome.problems
+    assert record(git_repo, "m1").status is MilestoneStatus.PENDING
+    assert record(git_repo, "m2").status is MilestoneStatus.COMPLETED
+
+
+def test_a_new_md_under_an_ended_milestones_name_is_reported(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancel `auth`, put a different auth.md in its place: it was silently ignored."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"auth": ONE}, {"auto_start": False})
+    anima = [sys.executable, "-m", "anima"]
+    subprocess.run([*anima, "abort", str(git_repo), "auth"], check=True, capture_output=True,
+                   timeout=60)
+    md = ProjectPaths(git_repo).milestone_md("auth")
+    md.write_text(milestone_md("Brand new auth", ["Login", "Logout"]), encoding="utf-8")
+    _, outcome = run_engine(git_repo)
+    assert any(str(md) in p and "never runs twice" in p for p in outcome.problems), \
+        outcome.problems
+    status = subprocess.run([*anima, "status", str(git_repo)], capture_output=True,
+                            text=True, timeout=60)
+    assert "differs from milestone auth, which is cancelled" in status.stderr
+
+
+def test_a_pending_milestone_shows_what_its_md_says_now(git_repo: Path) -> None:
+    """The board and `anima status` showed the title and features it was registered with
+    (`--json` prints the record as written, which it is again when the milestone starts)."""
+    make_project(git_repo, {"m1": ONE})
+    store = Store(ProjectPaths(git_repo))
+    store.scan(max_iterations=20, requires_human_review=False)
+    store.paths.milestone_md("m1").write_text(
+        milestone_md("Renamed", ["Alpha", "Bravo", "Charlie"]), encoding="utf-8")
+    (m1,) = store.scan(max_iterations=20, requires_human_review=False).records
+    assert (m1.title, len(m1.features)) == ("Renamed", 3)
+    status = subprocess.run([sys.executable, "-m", "anima", "status", str(git_repo)],
+                            capture_output=True, text=True, timeout=60)
+    assert "m1                       pending          features 0/3" in status.stdout, \
+        status.stdout

@@ -251,8 +251,12 @@ class RestoringGuard(TurnGuard):
 
     def before_review(self, start: ReviewStart) -> None:
         """Also kept on disk (`.anima/review_guard.json`): a kill during the review still
-        tells main the reviewer moved from main someone else moved."""
+        tells main the reviewer moved from main someone else moved. The definitions are
+        copied again: what changed since the Developer's turn ended (its processes are held
+        meanwhile) is yours."""
         self._note_records()
+        with self._lock:
+            self.copy = read_definitions(self.paths)
         write_model_atomic(self.paths.review_guard, start)
 
     def interrupted_review(self) -> ReviewStart | None:

@@ -71,6 +71,7 @@ from anima.store.models import (
     MilestoneStatus,
     RoundKind,
     Verdict,
+    Withdrawn,
     now,
 )
 from anima.store.store import Store
@@ -286,10 +287,17 @@ class MilestoneRun:
                 self._log(f"{e}; going on with the definition as it last read")
             return
         self._unreadable = ""
-        if changed:
-            self._save()
-            self._log(f"{', '.join(changed)} taken from "
-                      f"{self.store.paths.milestone_md(self.record.id).name}, as you edited it")
+        if not changed:
+            return
+        self._log(f"{', '.join(changed)} taken from "
+                  f"{self.store.paths.milestone_md(self.record.id).name}, as you edited it")
+        if set(changed) - {"title"} and self.record.accepted_tip is not None:
+            for it in self.record.standing:  # it judged what the milestone no longer is
+                if it.kind is RoundKind.FINAL and it.verdict is Verdict.ACCEPTED:
+                    it.withdrawn = Withdrawn.REDEFINED
+            self._log("its final acceptance judged the milestone as it was defined before "
+                      "your edit: it is asked again once the Developer is done")
+        self._save()
 
     def _start_branch(self) -> None:
         """Create `milestone/<id>` from main in the milestone's own worktree. Also finishes a

@@ -140,6 +140,8 @@ class Withdrawn(StrEnum):
     DROPPED = "dropped"
     #: A final acceptance after which you requested changes: main waits for another one.
     CHANGES_REQUESTED = "changes_requested"
+    #: A final acceptance of the milestone as it was defined before you edited its `.md`.
+    REDEFINED = "redefined"
 
 
 class Iteration(_Model):

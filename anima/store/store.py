@@ -47,6 +47,22 @@ _FROM_DEFINITION = ("title", "features", "acceptance_criteria", "max_iterations"
 _WHILE_RUNNING = ("title", "features", "acceptance_criteria", "requires_human_review")
 
 
+def _with_progress(features: list[Feature], had: list[Feature]) -> list[Feature]:
+    """`features` (as the `.md` says now, numbered by their place) with the progress of the
+    ones they were: the feature of the same title, else (renamed where it stood) the one of
+    the same number whose title is gone. Taking a feature out or adding one renumbers the
+    others; their progress goes with them."""
+    titles = {f.title for f in features}
+    by_title = {f.title: f for f in had}
+    by_id = {f.id: f for f in had if f.title not in titles}
+    kept = []
+    for feature in features:
+        before = by_title.pop(feature.title, None) or by_id.pop(feature.id, None)
+        kept.append(feature if before is None else before.model_copy(
+            update={"id": feature.id, "title": feature.title, "criteria": feature.criteria}))
+    return kept
+
+
 def _read(path: Path) -> bytes:
     try:
         return read_regular(path)
@@ -226,32 +242,59 @@ class Store:
                                 requires_human_review=requires_human_review)
         names: tuple[str, ...] = _FROM_DEFINITION
         if record.status is not MilestoneStatus.PENDING:
-            progress = {f.id: f for f in record.features}
-            fresh.features = [f if (had := progress.get(f.id)) is None else
-                              had.model_copy(update={"title": f.title, "criteria": f.criteria})
-                              for f in fresh.features]
+            fresh.features = _with_progress(fresh.features, record.features)
             names = _WHILE_RUNNING
         changed = [name for name in names if getattr(record, name) != getattr(fresh, name)]
         for name in changed:
             setattr(record, name, getattr(fresh, name))
         return changed
 
-    def _as_defined_now(self, record: MilestoneRecord, result: Scan) -> None:
-        """A pending milestone waits for what its `.md` says now, not when it was registered
-        (the human may edit it until it starts; the rest of it is taken as it starts,
-        `retake_definition`). One whose file no longer reads is reported, and not started
-        until it is fixed. Read only when the file changed after its record was written."""
+    def _as_defined_now(self, record: MilestoneRecord, result: Scan, *, max_iterations: int,
+                        requires_human_review: bool) -> None:
+        """A pending milestone is what its `.md` says now, not when it was registered (the
+        human may edit it until it starts): what it waits for, and what the board and
+        `anima status` show (the record itself is written as it starts). One whose file no
+        longer reads is reported, and not started until it is fixed. Read only when the file
+        changed after its record was written (a `mv` keeps an older mtime: ctime counts)."""
+        if not self._changed_since(record.id, None):
+            return
         try:
-            md = self.paths.milestone_md(record.id).stat()
-            if md.st_mtime_ns <= self.paths.milestone_record(record.id).stat().st_mtime_ns:
-                return
-        except OSError:
-            pass  # `definition` says why it cannot be read
-        try:
-            record.depends_on = list(self.definition(record.id).depends_on)
+            self.retake_definition(record, max_iterations=max_iterations,
+                                   requires_human_review=requires_human_review)
         except MilestoneError as e:
             result.problems.append(e)
             result.unreadable.add(record.id)
+
+    def _not_run_again(self, record: MilestoneRecord, result: Scan) -> None:
+        """A milestone that ended (completed, cancelled) does not run again: a different
+        `.md` put under its name since is reported, not silently ignored."""
+        if record.completed_at is None or not self._changed_since(
+                record.id, record.completed_at.timestamp()):
+            return
+        try:
+            now = self.new_record(self.definition(record.id), record.id, record.created_at,
+                                  max_iterations=record.max_iterations,
+                                  requires_human_review=record.requires_human_review)
+        except MilestoneError:
+            return  # it ended: a file that no longer reads is no reason to say anything
+        if (now.title, [(f.title, f.criteria) for f in now.features],
+                now.acceptance_criteria) != (record.title, [(f.title, f.criteria) for f in
+                                                            record.features],
+                                             record.acceptance_criteria):
+            result.problems.append(MilestoneError(
+                self.paths.milestone_md(record.id),
+                f"differs from milestone {record.id}, which is {record.status.value}: a "
+                "milestone never runs twice; save the new one under another name to run it"))
+
+    def _changed_since(self, milestone_id: str, when: float | None) -> bool:
+        """Whether the `.md` changed after `when` (None: after its record was written)."""
+        try:
+            md = self.paths.milestone_md(milestone_id).stat()
+            if when is None:
+                when = self.paths.milestone_record(milestone_id).stat().st_mtime_ns / 1e9
+        except OSError:
+            return True  # `definition` says why it cannot be read
+        return max(md.st_mtime_ns, md.st_ctime_ns) / 1e9 > when
 
     def register(self, md: Path, created_at: datetime, *, max_iterations: int,
                  requires_human_review: bool) -> MilestoneRecord | None:
@@ -293,7 +336,10 @@ class Store:
                     known = self.load_record(milestone_id)
                     result.records.append(known)
                     if known.status is MilestoneStatus.PENDING:
-                        self._as_defined_now(known, result)
+                        self._as_defined_now(known, result, max_iterations=max_iterations,
+                                             requires_human_review=requires_human_review)
+                    elif known.status in (MilestoneStatus.COMPLETED, MilestoneStatus.CANCELLED):
+                        self._not_run_again(known, result)
                     continue
                 if ready is not None and not ready(md):
                     continue
