@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -216,8 +217,16 @@ def limit_name(limit_type: str) -> str:
 
 
 def clock(epoch: float) -> str:
-    """HH:MM in local time (what a user compares with the clock on the wall)."""
-    return datetime.fromtimestamp(epoch).strftime("%H:%M")
+    """HH:MM in local time (what a user compares with the clock on the wall), with the day
+    when it is more than a day away (a weekly limit's reset). A time no calendar
+    holds (a CLI that sent milliseconds) is said as what it is, not raised."""
+    try:
+        when = datetime.fromtimestamp(epoch)
+    except (ValueError, OverflowError, OSError):
+        return f"an unreadable time ({epoch:g})"
+    if abs(epoch - time.time()) < 86400:
+        return when.strftime("%H:%M")
+    return when.strftime("%a %d %b %H:%M")
 
 
 @dataclass(frozen=True)

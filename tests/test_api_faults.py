@@ -181,3 +181,79 @@ def test_the_session_model_is_kept_on_the_record(project: Path, fake_claude: Fak
     run_engine(project)
     rec = record(project, "m1")
     assert rec.sessions.developer_model == rec.sessions.acceptor_model == "claude-fake-1"
+
+
+def wait_for(condition: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met"
+        time.sleep(0.02)
+
+
+def test_a_reset_already_past_is_waited_for_not_hammered(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI keeps meeting the limit with a reset already past (a clock ahead of the
+    server's, a stale event): with no margin Anima sent the prompt again at once, 225 times
+    in 4 s, each with a notification."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m": milestone_md("M", ["Alpha"])},
+                 config={"usage_limit_margin_seconds": 0})
+    fake_claude.write_script({"developer_default": {"replay": "usage-2.1.330",
+                                                    "resets_in": -120}})
+    notices: list[Event] = []
+    engine = Engine(git_repo)
+    engine.bus.subscribe(lambda e: notices.append(e) if isinstance(e, Notice) else None)
+    engine.start(watch=False)
+    try:
+        time.sleep(4.0)
+        assert state(git_repo).get("waiting_reason")  # it says it waits
+    finally:
+        engine.shutdown()
+    assert len(fake_claude.prompts("developer")) == 1
+    assert len([n for n in notices if n.kind == "waiting"]) == 1
+
+
+@pytest.mark.parametrize(("resets_in", "says"), [
+    (3 * 86400 + 600, "%a %d %b"),  # a weekly limit: the day, not just the time
+    (1.8e12, "an unreadable time")])  # milliseconds: it used to fail the milestone
+def test_a_limit_far_away_pauses_naming_when_it_resets(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        resets_in: float, says: str) -> None:
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m": milestone_md("M", ["Alpha"])})
+    fake_claude.write_script({"developer": [{"replay": "usage-2.1.330",
+                                             "resets_in": resets_in}]})
+    run_engine(git_repo)
+    rec = record(git_repo, "m")
+    assert rec.status is MilestoneStatus.PAUSED, rec.error
+    expected = time.strftime(says, time.localtime(time.time() + resets_in)) \
+        if "%" in says else says
+    assert f"it resets at {expected}" in (rec.pause_reason or ""), rec.pause_reason
+
+
+def test_stopping_the_pair_that_met_the_limit_leaves_the_others_waiting_visible(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hit` meets the account's limit, `other` is held by it too; you stop `hit`: its log
+    said the limit had reset (it had not) and state.json lost the wait `other` still has."""
+    ids = ["hit", "other"]
+    make_project(git_repo, {i: milestone_md("Two", ["Alpha", "Beta"]) for i in ids},
+                 config={"usage_limit_margin_seconds": 0})
+    fake_claude.write_script({"milestones": {
+        "hit": {"feature_dir": "features/hit",
+                "developer": [{"replay": "usage-2.1.330", "resets_in": 20}]},
+        "other": {"feature_dir": "features/other",
+                  "developer_default": {"auto": True, "delay": 0.3}}}})
+    fake_claude.use_env(monkeypatch)
+    engine = Engine(git_repo)
+    engine.start(watch=False)
+    try:
+        wait_for(lambda: bool(state(git_repo).get("waiting_reason")))
+        engine.stop_now("hit")
+        wait_for(lambda: record(git_repo, "hit").status is MilestoneStatus.PAUSED)
+        time.sleep(1.0)
+        assert record(git_repo, "other").status is MilestoneStatus.IN_PROGRESS
+        assert state(git_repo).get("waiting_reason")
+    finally:
+        engine.shutdown()
+    hit_log = (git_repo / ".anima" / "logs" / "hit.log").read_text(encoding="utf-8")
+    assert "has reset" not in hit_log and "stopped while waiting for the usage limit" in hit_log

@@ -19,14 +19,15 @@ class AccountGate:
         self._until = 0.0
         self._reason = ""
 
-    def hold(self, until: float, reason: str) -> bool:
+    def hold(self, until: float, reason: str) -> bool | None:
         """A usage limit holds every turn until `until` (epoch seconds). True when this is
-        news (the first pair to meet it says so); False when the account already waits as
-        long."""
+        news, to announce (the first pair to meet it); False when the account now waits
+        longer for what was announced already (the same limit met again); None when it
+        already waits as long."""
         with self._lock:
             if until <= self._until:
-                return False
-            news = self._until <= time.time()
+                return None
+            news = self._until <= time.time() and reason != self._reason
             self._until, self._reason = until, reason
             return news
 

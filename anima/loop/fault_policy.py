@@ -45,7 +45,8 @@ class Retry(Enum):
     FRESH_SESSION = "fresh"
 
 
-#: Called when a usage-limit wait starts (epoch s it ends, the message) and ends (None, "").
+#: Called when a usage-limit wait starts (epoch s it ends, the message) and ends (None, "", or
+#: why it ended early).
 WaitHook = Callable[[float | None, str], None]
 
 
@@ -60,6 +61,7 @@ class FaultPolicy:
     transient_attempts: int = 0
     fresh_session_tried: bool = False
     waited_seconds: float = 0.0
+    limit_waits: int = 0  # usage-limit waits of this turn
 
     def handle(self, role: str, fault: Fault) -> Retry:
         """Wait as the fault requires and say how to retry; raise AgentFault to pause."""
@@ -94,7 +96,12 @@ class FaultPolicy:
         now = time.time()
         resets_at = fault.resets_at or now + UNKNOWN_RESET_WAIT_SECONDS
         name = limit_name(fault.limit_type)
-        until = max(resets_at, now) + self.config.usage_limit_margin_seconds
+        # A reset already past (a clock ahead of the server's, a stale event) still waits, and
+        # longer each time the limit is met again: the prompt is never sent again at once.
+        floor = min(self.config.api_retry_max_wait_seconds,
+                    FIRST_RETRY_WAIT_SECONDS * 2 ** self.limit_waits)
+        self.limit_waits += 1
+        until = max(resets_at, now + floor) + self.config.usage_limit_margin_seconds
         max_hours = self.config.max_usage_limit_wait_hours
         if self.waited_seconds + (until - now) > max_hours * 3600:
             raise AgentFault(f"{name} reached ({fault.message}); it resets at "
@@ -107,4 +114,5 @@ class FaultPolicy:
             self.stop.wait(until - now)
         finally:
             self.waited_seconds += time.monotonic() - started
-            self.on_wait(None, "")
+            self.on_wait(None, "stopped while waiting for the usage limit to reset"
+                         if self.stop.is_set() else "")

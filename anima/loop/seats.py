@@ -254,14 +254,20 @@ class Seats:
         """state.json, the log, the window and a notification say the loop waits (or not)."""
         rec = self.record
         if until is None:
+            if message:  # stopped: the account may well still wait
+                self._log(message)
+            else:
+                self._log("the usage limit has reset: sending the prompt again")
+            if self.accounts[role].holding() is not None:
+                return  # other pairs still wait for it, and state.json says so
             board(self.store).waiting(None)
-            self._log("the usage limit has reset: sending the prompt again")
         else:
             self._log(message)
-            if not self.accounts[role].hold(until, message):
+            if (news := self.accounts[role].hold(until, message)) is None:
                 return  # another pair met it first and said so: every pair waits anyway
             board(self.store).waiting(datetime.fromtimestamp(until, UTC), message)
-            self.bus.publish(Notice(rec.id, "waiting", f"{rec.title}: {message}"))
+            if news:  # the same limit met again is not announced again
+                self.bus.publish(Notice(rec.id, "waiting", f"{rec.title}: {message}"))
         self.bus.publish(UsageLimitWait(rec.id, until, message))
 
     def remote_refs(self) -> RefMap:
