@@ -70,6 +70,7 @@ def test_cost_and_tokens_add_up_and_the_budget_pauses(git_repo: Path, fake: Fake
     _, outcome = run_engine(git_repo)
     rec = record(git_repo, "m")
     assert outcome.paused == ("m",) and "budget reached" in (rec.pause_reason or "")
+    assert "raise max_budget_usd in .anima/config.json, then resume" in rec.pause_reason
     assert rec.rounds == 2  # $0.03 a round: paused before the third
     assert all(it.cost_usd == pytest.approx(0.03) for it in rec.iterations)
     assert all(it.tokens == 2 * 1250 for it in rec.iterations)

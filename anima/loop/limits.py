@@ -61,7 +61,8 @@ class Budget:
         budget = config.max_budget_usd
         if budget is None or record.cost_usd < budget:
             return None
-        return f"budget reached: ${record.cost_usd:.2f} of ${budget:.2f} spent"
+        return (f"budget reached: ${record.cost_usd:.2f} of ${budget:.2f} spent; raise "
+                "max_budget_usd in .anima/config.json, then resume")
 
     def lift(self, record: MilestoneRecord, config: Config) -> None:
         """Nothing to lift on the record: the budget is the config's."""
