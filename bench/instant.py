@@ -71,6 +71,9 @@ class InstantAgent:
                 f"**Lint**: clean\n\n### Changes\n- features/{feature}.txt: the feature\n"
                 f"- tests/test_{feature}.py: its tests\n\n### Notes\nNothing surprising.\n")
 
+    def take_unclaimed(self) -> list[TurnResult]:
+        return []  # every turn answers
+
     def stop(self) -> None:
         pass
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 import itertools
 import re
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from anima.engine.facade import Engine
 from anima.git import GitRepo
 from anima.git.repo import RepoBase
 from anima.store.models import FeatureStatus, MilestoneStatus, RoundKind, Verdict
@@ -243,3 +245,52 @@ def test_a_feature_committed_before_a_kill_is_reviewed_in_a_round_of_its_own(
     resumed = [e for e in fake_claude.entries("developer") if "This is round 3." in e["prompt"]]
     assert resumed and "This milestone was interrupted by a restart" in resumed[0]["prompt"]
     assert our_processes() == []
+
+
+@pytest.mark.parametrize("cli", ["2.1.197", "2.1.330"])
+def test_a_timed_out_turn_keeps_what_it_spent(git_repo: Path, fake_claude: FakeClaude,
+                                              monkeypatch: pytest.MonkeyPatch, cli: str) -> None:
+    """The interrupted turn's result says $0.40 went on model calls before the timeout: the
+    record counted none of it (the result was thrown away), nor did the budget."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m": milestone_md("M", ["Alpha"])},
+                 config={"agent_timeout_seconds": 1.5})
+    fake_claude.write_script({
+        "cost_style": cli,
+        "developer": [{"hang": True, "interrupted_cost_usd": 0.40}],
+        "developer_default": {"auto": True, "cost_usd": 0.01},
+        "acceptor_default": {"text": "ACCEPTED", "cost_usd": 0.01}})
+    run_engine(git_repo)
+    rec = record(git_repo, "m")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert rec.iterations[0].reason.startswith("Developer timed out")
+    assert rec.iterations[0].cost_usd == pytest.approx(0.40)
+    assert rec.cost_usd == pytest.approx(0.40 + 4 * 0.01), [i.cost_usd for i in rec.iterations]
+
+
+def test_a_turn_that_ends_as_you_stop_it_keeps_what_it_spent(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stop now as the Developer's turn finishes: its result ($0.50) came, the round is
+    dropped, and the spend went with it."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m": milestone_md("M", ["Alpha"])})
+    fake_claude.write_script({
+        "developer": [{"auto": True, "delay": 1.0, "ignore_interrupt": True,
+                       "cost_usd": 0.50}],
+        "acceptor_default": {"text": "ACCEPTED", "cost_usd": 0.01}})
+    engine = Engine(git_repo)
+    engine.start(watch=False)
+    try:
+        deadline = time.monotonic() + 30
+        while len(fake_claude.prompts("developer")) < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        engine.stop_now()
+        while record(git_repo, "m").status is not MilestoneStatus.PAUSED:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        engine.shutdown()
+    rec = record(git_repo, "m")
+    assert rec.pause_reason == "stopped by you"
+    assert rec.cost_usd == pytest.approx(0.50)

@@ -84,6 +84,8 @@ class AgentProcess:
         self._io = PtyProcess(role, self._cond, self._on_line,
                               lambda: self._publish_exit(expected=False), marker)
         self._results: deque[TurnResult] = deque()
+        # Results no turn took (an interrupted turn's, a late one): spent all the same.
+        self._unclaimed: list[TurnResult] = []
         self._stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
         self._cost_total = 0.0  # the process's last `total_cost_usd`
         self._redact = AgentRedactor()
@@ -254,6 +256,8 @@ class AgentProcess:
                 # An interrupt's result that came after its turn had ended: it must not
                 # close the next turn.
                 log.info("%s agent: ignored a late interrupted result", self.role)
+                with self._cond:
+                    self._unclaimed.append(event)
                 continue
             if isinstance(event, TURN_WORK) and self._turns_sent and not self._turn_active.is_set():
                 if not self._went_on:
@@ -264,12 +268,21 @@ class AgentProcess:
                     # It would answer the next prompt before it is sent; unconfined, another
                     # agent can write it (the Developer an ACCEPTED into the Acceptor's).
                     log.warning("%s agent: a result outside any turn, not taken", self.role)
+                    with self._cond:
+                        self._unclaimed.append(event)
                     continue
             self.bus.publish(event)
             if isinstance(event, TurnResult):
                 with self._cond:
                     self._results.append(event)
                     self._cond.notify_all()
+
+    def take_unclaimed(self) -> list[TurnResult]:
+        """The results no turn took since the last call (a timed-out turn's, one that came
+        after its turn): what they spent counts all the same."""
+        with self._cond:
+            taken, self._unclaimed = self._unclaimed, []
+        return taken
 
     @property
     def went_on(self) -> bool:
@@ -453,8 +466,8 @@ class AgentProcess:
             with self._cond:
                 got = self._cond.wait_for(lambda: bool(self._results) or self._io.eof,
                                           timeout=self.interrupt_grace)
-                if got and self._results:
-                    self._results.popleft()  # the interrupted turn's own result
+                if got and self._results:  # the interrupted turn's own result
+                    self._unclaimed.append(self._results.popleft())
                     return
         log.warning("%s agent did not answer an interrupt; stopping it", self.role)
         self.stop(grace=0.5)

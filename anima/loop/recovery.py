@@ -148,6 +148,9 @@ class TrackedAgent:
     def send(self, prompt: str) -> Any:
         return self._agent.send(prompt)
 
+    def take_unclaimed(self) -> Any:
+        return self._agent.take_unclaimed()
+
     def interrupt(self, timeout: float = 10.0) -> None:
         self._agent.interrupt(timeout)
 

@@ -50,6 +50,8 @@ class Agent(Protocol):
 
     def send(self, prompt: str) -> TurnResult: ...
 
+    def take_unclaimed(self) -> list[TurnResult]: ...
+
     def interrupt(self, timeout: float = 10.0) -> None: ...
 
     def stop(self, grace: float = 5.0) -> None: ...
@@ -220,13 +222,17 @@ class Seats:
                     if self.control.stop.is_set():
                         raise Stopped
                 result = agent.send(prompt)
+                self._claim(agent)
                 if self.control.stop.is_set():  # an interrupted turn's result: not an answer
+                    self.ledger.account(result)  # though spent all the same
                     raise Stopped
             except SessionLost as e:
                 self._fresh_session(role, f"{role} session could not be resumed ({e}); "
                                           "started a fresh one")
                 continue
             except (TurnTimeout, AgentCrashed) as e:
+                if (gone := self._agents.get(role)) is not None:
+                    self._claim(gone)
                 self.drop(role)
                 if self.control.stop.is_set():
                     raise Stopped from e
@@ -249,6 +255,11 @@ class Seats:
             if faults.handle(role, fault) is Retry.FRESH_SESSION:
                 self._fresh_session(role, f"{role}: the prompt is too long for its session "
                                           f"({fault.message}); started a fresh one")
+
+    def _claim(self, agent: Agent) -> None:
+        """What the turns no answer came from spent (interrupted, late) counts too."""
+        for result in agent.take_unclaimed():
+            self.ledger.account(result)
 
     def _usage_wait(self, role: str, until: float | None, message: str) -> None:
         """state.json, the log, the window and a notification say the loop waits (or not)."""

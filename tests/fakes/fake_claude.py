@@ -463,8 +463,8 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
     own_session: each command in a session of its own, like the real CLI's Bash), think
     (seconds before edit_file), edit_file,
     hang_after, auto, say (chatter before the reply), huge_line_bytes, text, is_error, subtype,
-    cost_usd, usage, stderr, context_tokens (input + cache tokens each assistant line
-    reports), context_window, compact
+    cost_usd, interrupted_cost_usd (what an interrupted turn spent), usage, stderr,
+    context_tokens (input + cache tokens each assistant line reports), context_window, compact
     ({pre_tokens, post_tokens}: a compact_boundary line first, as when the CLI compacts by
     itself), replay (with resets_in, retry_delay), late_interrupted_result."""
     started = time.monotonic()
@@ -508,7 +508,9 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
         out = {"type": "result", "subtype": "error_during_execution", "is_error": True,
                "duration_ms": int((time.monotonic() - started) * 1000), "duration_api_ms": 0,
                "num_turns": turn.num_turns, "session_id": args.session_id,
-               **cost.spend(0.0, args.model), "usage": {"input_tokens": 0, "output_tokens": 0},
+               # What the model calls before the interrupt spent (the real CLI counts them).
+               **cost.spend(float(spec.get("interrupted_cost_usd", 0.0)), args.model),
+               "usage": {"input_tokens": 0, "output_tokens": 0},
                "terminal_reason": "aborted_streaming", "errors": ["interrupted"]}
         emit(out)
         return
