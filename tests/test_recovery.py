@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -139,8 +140,12 @@ def assert_consistent(rec: MilestoneRecord) -> None:
             break
         trailing += 1
     assert rec.consecutive_rejections == trailing
-    assert rec.tokens_used == sum(i.tokens for i in its)
-    assert rec.cost_usd == pytest.approx(sum(i.cost_usd for i in its))
+    # Plus what rounds that were redone had spent (a stop, a kill mid-round): said in notes.
+    redone = [re.search(r"\$(\d+\.\d+) and (\d+) tokens", n) for n in rec.notes]
+    assert rec.tokens_used == sum(i.tokens for i in its) + sum(int(m[2]) for m in redone if m)
+    assert rec.cost_usd == pytest.approx(sum(i.cost_usd for i in its)
+                                         + sum(float(m[1]) for m in redone if m))
+    assert rec.in_flight.cost_usd == 0 and rec.in_flight.usage.total == 0
     for f in rec.features:
         assert f.rounds == sum(1 for i in its if i.feature == f.id)
 

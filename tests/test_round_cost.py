@@ -294,3 +294,26 @@ def test_a_turn_that_ends_as_you_stop_it_keeps_what_it_spent(
     rec = record(git_repo, "m")
     assert rec.pause_reason == "stopped by you"
     assert rec.cost_usd == pytest.approx(0.50)
+
+
+def test_a_kill_mid_round_keeps_what_its_finished_turns_spent(
+        git_repo: Path, fake_claude: FakeClaude) -> None:
+    """The Developer's turn spent $0.30; Anima is SIGKILLed while the Acceptor reviews. The
+    round is redone, and its $0.30 was lost: only the record's totals hold spend, and the
+    round in flight was in memory."""
+    make_project(git_repo, {"m1": milestone_md("Solo", ["Greet command"])})
+    fake_claude.write_script({
+        "developer": [{"auto": True, "cost_usd": 0.30}],
+        "developer_default": {"auto": True, "cost_usd": 0.01},
+        "acceptor": [{"hang": True}],
+        "acceptor_default": {"text": "ACCEPTED", "cost_usd": 0.01}})
+    first = Runner(git_repo, fake_claude)
+    wait_until(lambda: fake_claude.entries("acceptor"), what="the review")
+    first.kill()
+    assert record(git_repo, "m1").in_flight.cost_usd == pytest.approx(0.30)
+    second = run_to_end(git_repo, fake_claude)
+    assert second.proc.returncode == 0, second.stdout[-2000:]
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.in_flight.cost_usd == 0
+    assert rec.cost_usd == pytest.approx(0.30 + sum(it.cost_usd for it in rec.iterations))
+    assert any("cut short by a restart spent $0.3000" in n for n in rec.notes), rec.notes

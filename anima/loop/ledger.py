@@ -19,6 +19,7 @@ from anima.store.models import (
     Iteration,
     MilestoneRecord,
     RoundKind,
+    Spend,
     Usage,
     Verdict,
     now,
@@ -103,6 +104,28 @@ class Ledger:
         else:
             self._carry = self._carry + usage
             self._carry_cost += spent
+        if usage.total or spent:  # on disk with the next write (the phase that follows)
+            rnd = self.round
+            self.record.in_flight = Spend(
+                usage=(rnd.usage if rnd is not None else Usage()) + self._carry,
+                cost_usd=(rnd.cost_usd if rnd is not None else 0.0) + self._carry_cost)
+
+    def settle_in_flight(self) -> None:
+        """At a start: what a round that a kill cut short had spent joins the totals (the
+        round itself is redone)."""
+        rec, spent = self.record, self.record.in_flight
+        if spent.usage.total == 0 and spent.cost_usd == 0:
+            return
+        self._add_to_totals(spent.usage, spent.cost_usd)
+        rec.notes.append(f"a round cut short by a restart spent ${spent.cost_usd:.4f} and "
+                         f"{spent.usage.total} tokens; they stay in the milestone's totals")
+
+    def _add_to_totals(self, usage: Usage, cost: float) -> None:
+        rec = self.record
+        rec.tokens_used += usage.total
+        rec.usage = rec.usage + usage
+        rec.cost_usd += cost
+        rec.in_flight = Spend()
 
     def drop(self, why: str) -> None:
         """Leave the round in flight unrecorded (it is redone), but keep what it spent: the
@@ -113,10 +136,9 @@ class Ledger:
         cost = (rnd.cost_usd if rnd is not None else 0.0) + self._carry_cost
         self.round, self._carry, self._carry_cost = None, Usage(), 0.0
         if usage.total == 0 and cost == 0:
+            rec.in_flight = Spend()
             return
-        rec.tokens_used += usage.total
-        rec.usage = rec.usage + usage
-        rec.cost_usd += cost
+        self._add_to_totals(usage, cost)
         what = f"round {rnd.round}" if rnd is not None else "the turns since the last round"
         rec.notes.append(f"{what} was dropped ({redact(why)}); its ${cost:.4f} and {usage.total} "
                          "tokens stay in the milestone's totals")
@@ -160,9 +182,7 @@ class Ledger:
             notes=notes, context=dict(rnd.context), check=rnd.check, started_at=rnd.started_at,
             ended_at=now())
         rec.iterations.append(iteration)
-        rec.tokens_used += rnd.usage.total
-        rec.usage = rec.usage + rnd.usage
-        rec.cost_usd += rnd.cost_usd
+        self._add_to_totals(rnd.usage, rnd.cost_usd)
         if persist:
             self._save()
         self.round = None

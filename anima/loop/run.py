@@ -237,6 +237,7 @@ class MilestoneRun:
     def _begin(self) -> None:
         """The seed's "自动触发" for a new milestone, or its "重启恢复" for one in progress."""
         rec = self.record
+        self.ledger.settle_in_flight()
         if rec.status is MilestoneStatus.PENDING:
             self._retake_definition()
         if rec.status is MilestoneStatus.PENDING or rec.base_commit is None:

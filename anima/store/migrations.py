@@ -79,15 +79,17 @@ _REWOUND = re.compile(r"continued from round \d+ \(rounds (\d+)[–-](\d+) dropp
 
 
 def _record_v9_to_v10(data: dict[str, Any]) -> dict[str, Any]:
-    """v10 says which rounds' verdicts were `withdrawn`: before it, only the notes of a
-    "Continue from round N" said which rounds it dropped."""
+    """v10 says which rounds' verdicts were `withdrawn` (before it, only the notes of a
+    "Continue from round N" said which rounds it dropped), and keeps what the round in flight
+    spent (`in_flight`; an older Anima kept it in memory, and lost it to a kill)."""
     dropped: set[int] = set()
     for note in data.get("notes") or []:
         for match in _REWOUND.finditer(str(note)):
             dropped.update(range(int(match.group(1)), int(match.group(2)) + 1))
     iterations = [{**it, "withdrawn": "dropped" if it.get("round") in dropped else None}
                   if isinstance(it, dict) else it for it in data.get("iterations") or []]
-    return {**data, "iterations": iterations}
+    return {**data, "iterations": iterations,
+            "in_flight": {"usage": {}, "cost_usd": 0.0}}
 
 
 def _state_v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:

@@ -133,6 +133,13 @@ class Rollover(_Model):
     at: datetime
 
 
+class Spend(_Model):
+    """Tokens and dollars spent."""
+
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
+
+
 class Withdrawn(StrEnum):
     """Why a round's verdict no longer counts (its history stays)."""
 
@@ -240,6 +247,9 @@ class MilestoneRecord(_Model):
     tokens_used: int = 0
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float = 0.0
+    #: What the round in flight has spent so far, not yet in the totals above: on disk so
+    #: that a kill mid-round loses none of it (the next start adds it to them).
+    in_flight: Spend = Field(default_factory=Spend)
     requires_human_review: bool = False
     #: milestones completed and merged into main before this one starts (front matter)
     depends_on: list[str] = Field(default_factory=list)
