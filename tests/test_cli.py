@@ -195,6 +195,15 @@ def test_adding_the_md_of_a_milestone_that_has_a_record_says_where_it_stands(
     assert record(git_repo, "m1").status.value == "completed"
 
 
+def test_adding_a_md_already_in_the_milestones_folder_registers_it(git_repo: Path) -> None:
+    """It used to be refused: "a milestone named 'm1' already exists; rename the file"."""
+    make_project(git_repo, {"m1": milestone_md("M", ["A"])})
+    added = anima("add", str(git_repo), str(git_repo / ".anima" / "milestones" / "m1.md"))
+    assert added.returncode == 0, added.stderr
+    assert "added milestone m1 (pending)" in added.stdout
+    assert record(git_repo, "m1").status.value == "pending"
+
+
 def test_invalid_config_names_the_file_and_key(tmp_path: Path) -> None:
     assert anima("init", "--git-init", str(tmp_path)).returncode == 0
     config = tmp_path / ".anima" / "config.json"

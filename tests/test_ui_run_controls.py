@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -36,13 +37,21 @@ def three_at_once(qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> Wi
         "p": {"feature_dir": "features/p", "acceptor": [no, no, no]},
         "h1": {"feature_dir": "features/h1", "developer_default": {"hang": True}},
         "h2": {"feature_dir": "features/h2", "developer_default": {"hang": True}}}})
-    w = Window(qtbot, tmp_path)
-    w.window.open_project(git_repo)
-    try:
+    def ready(w: Window) -> None:
         w.wait_status("p", "paused", timeout=30000)
         for milestone_id in ("h1", "h2"):
             pane = w.page(milestone_id).monitor.panes["developer"]
             qtbot.waitUntil(lambda p=pane: "working" in p.state_label.text(), timeout=10000)
+
+    return opened(qtbot, git_repo, tmp_path, ready)
+
+
+def opened(qtbot, git_repo: Path, tmp_path: Path, ready: Callable[[Window], None]) -> Window:
+    """The window on the project, once `ready` says it is as the test needs it."""
+    w = Window(qtbot, tmp_path)
+    w.window.open_project(git_repo)
+    try:
+        ready(w)
     except BaseException:
         w.close()
         raise
@@ -127,15 +136,8 @@ def two_paused(qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> Windo
     fake.write_script({"milestones": {
         "p1": {"feature_dir": "features/p1", "acceptor": [no, no, no]},
         "p2": {"feature_dir": "features/p2", "acceptor": [no, no, no]}}})
-    w = Window(qtbot, tmp_path)
-    w.window.open_project(git_repo)
-    try:
-        w.wait_status("p1", "paused", timeout=30000)
-        w.wait_status("p2", "paused", timeout=30000)
-    except BaseException:
-        w.close()
-        raise
-    return w
+    return opened(qtbot, git_repo, tmp_path, lambda w: [
+        w.wait_status(m, "paused", timeout=30000) for m in ("p1", "p2")])
 
 
 def test_a_double_click_on_a_cards_resume_sends_one_request(

@@ -540,6 +540,10 @@ class Engine:
         milestone_id = validate_milestone_id(md.stem, md)
         load_milestone(md)
         target = self.paths.milestone_md(milestone_id)
+        if target.exists() and target.resolve() == md.resolve():  # already where it goes
+            self.milestones.register(target, now())
+            self._wake.set()
+            return milestone_id
         if target.exists():
             raise MilestoneError(md, f"a milestone named {milestone_id!r} already exists "
                                      f"({target}); rename the file")
