@@ -192,6 +192,10 @@ def test_changes_you_request_are_made_before_main_gets_anything(
     assert run_git(git_repo, "rev-parse", "main") == main_before
     changes = fake_claude.prompts("developer")[-1]
     assert "please also handle --help" in changes and "Make the changes the human" in changes
+    # The new final acceptance judges your request with the criteria.
+    final = fake_claude.prompts("acceptor")[-1]
+    assert "asked for these changes; each must be made:\n- [ ] please also handle --help" \
+        in final, final
     assert [(it.kind, it.verdict, it.withdrawn) for it in rec.iterations[-2:]] == [
         (RoundKind.FINAL, Verdict.ACCEPTED, Withdrawn.CHANGES_REQUESTED),
         (RoundKind.FINAL, Verdict.ACCEPTED, None)]

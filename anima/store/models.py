@@ -293,6 +293,14 @@ class MilestoneRecord(_Model):
         return [it for it in self.iterations if it.withdrawn is None]
 
     @property
+    def requested_changes(self) -> list[str]:
+        """What you asked for since you first requested changes (your notes from the final
+        acceptance you withdrew on): judged as criteria too."""
+        withdrawn = [it.ended_at for it in self.iterations
+                     if it.withdrawn is Withdrawn.CHANGES_REQUESTED]
+        return [n.text for n in self.human_notes if withdrawn and n.at >= min(withdrawn)]
+
+    @property
     def accepted_tip(self) -> str | None:
         """The commit main may receive: that of the newest accepted round when it is the
         final acceptance, or a merge round's reviewed resolution after it; None when the

@@ -275,7 +275,8 @@ class PromptBuilder:
         f = record.feature(feature)
         if f is None:
             label = "(the report names no known feature)"
-            criteria = "Judge the change against the milestone as a whole and the soul."
+            criteria = "Judge the change against the milestone as a whole and the soul." + \
+                _requested(record)
         else:
             label = f"{f.id} — {f.title}"
             criteria = ("\n".join(f"- {c}" for c in f.criteria) if f.criteria
@@ -313,8 +314,9 @@ class PromptBuilder:
 
     def acceptor_final(self, record: MilestoneRecord, *, report: str, commits: str,
                        checks: str = "") -> str:
-        criteria = "\n".join(f"- [ ] {c}" for c in record.acceptance_criteria) or \
-            "(the milestone lists no acceptance criteria: judge it by its goal and features)"
+        criteria = ("\n".join(f"- [ ] {c}" for c in record.acceptance_criteria) or
+                    "(the milestone lists no acceptance criteria: judge it by its goal and "
+                    "features)") + _requested(record)
         read_it = (f"{transcript_hint(record.id)} Read the commits themselves: "
                    f"`git log -p {record.base_commit}..{record.branch_name}`.")
         pasted = [Section("report", report.strip(), 1, read_it),
@@ -330,6 +332,13 @@ class PromptBuilder:
                                 verdict_format=VERDICT.instruction(
                                     accepted_note=" — every criterion is met",
                                     reason="each unmet criterion and why"))
+
+
+def _requested(record: MilestoneRecord) -> str:
+    """The changes the human asked for after reviewing the milestone, as criteria."""
+    asked = record.requested_changes
+    return ("\n\nThe human who reviewed the milestone asked for these changes; each must be "
+            "made:\n" + "\n".join(f"- [ ] {a}" for a in asked)) if asked else ""
 
 
 def _files(paths: list[str]) -> str:
