@@ -18,7 +18,7 @@ from anima.engine.facade import Engine
 from anima.events import Event, Notice, UsageLimitWait, clock
 from anima.store.models import MilestoneStatus, Verdict
 from tests.conftest import FakeClaude
-from tests.helpers import make_project, milestone_md, record, run_engine, state
+from tests.helpers import hold, make_project, milestone_md, record, run_engine, state
 
 ONE = milestone_md("Greeter", ["Greet command"])
 FAST = {"api_retry_max_wait_seconds": 0.05, "usage_limit_margin_seconds": 0.3}
@@ -257,3 +257,34 @@ def test_stopping_the_pair_that_met_the_limit_leaves_the_others_waiting_visible(
         engine.shutdown()
     hit_log = (git_repo / ".anima" / "logs" / "hit.log").read_text(encoding="utf-8")
     assert "has reset" not in hit_log and "stopped while waiting for the usage limit" in hit_log
+
+
+def test_a_stopped_wait_does_not_haunt_state_json_after_the_resume(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The only pair meets the limit; you stop it while it waits; after the reset you resume
+    it in the same app: state.json said it waited for a reset long past while it worked."""
+    import time
+
+    from anima.engine.facade import Engine
+    from tests.helpers import state
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m": milestone_md("M", ["Alpha"])},
+                 config={"usage_limit_margin_seconds": 0})
+    fake_claude.write_script({"developer": [{"replay": "usage-2.1.330", "resets_in": 2},
+                                            {"shell": [hold(fake_claude.root)], "auto": True}]})
+    engine = Engine(git_repo)
+    engine.start(watch=True)
+    try:
+        wait_for(lambda: bool(state(git_repo).get("waiting_reason")))
+        engine.stop_now("m")
+        wait_for(lambda: record(git_repo, "m").status is MilestoneStatus.PAUSED)
+        time.sleep(3)  # the reset is past
+        engine.resume("m")
+        wait_for(lambda: (fake_claude.root / "held").exists())
+        time.sleep(0.5)
+        st = state(git_repo)
+        assert st["status"] == "awake"
+        assert not st.get("waiting_reason"), st
+    finally:
+        (fake_claude.root / "go").touch()
+        engine.shutdown()

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from anima.engine.facade import Engine
 from anima.loop.confinement import sandbox_problem
+from anima.paths import ProjectPaths
 from anima.store.models import FeatureStatus, MilestoneStatus, RoundKind, Verdict, Withdrawn
+from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine, state
 
+ONE_FEATURE = milestone_md("Greeter", ["Alpha"], ["works"])
 TWO = milestone_md("Greeter", ["Greet command", "Version flag"], ["greet prints hello",
                                                                  "--version prints it"])
 NO_BWRAP = sandbox_problem("auto")
@@ -386,3 +390,112 @@ def test_a_timeout_storm_pauses_the_loop(project: Path, fake_claude: FakeClaude)
     assert all("timed out" in it.reason for it in rec.iterations)
     assert "3 consecutive rejections; last: Developer timed out" in (rec.pause_reason or "")
     assert fake_claude.prompts("acceptor") == []
+
+
+def test_changes_requested_under_an_older_anima_are_not_merged_over_after_the_upgrade(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A v9 Anima's Request changes left the final acceptance standing (the bug 6ae5cc1
+    fixed). A record in that state read by this Anima must not merge the declined branch."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": ONE_FEATURE}, {"requires_human_review": True})
+    run_engine(git_repo)
+    assert record(git_repo, "m1").status is MilestoneStatus.AWAITING_REVIEW
+    path = ProjectPaths(git_repo).milestone_record("m1")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    # what a v9 request_changes wrote: in progress, the note, the final acceptance untouched
+    data["schema_version"] = 9
+    data.pop("in_flight", None)
+    for it in data["iterations"]:
+        it.pop("withdrawn", None)
+    data["status"] = "in_progress"
+    data["phase"] = "recovering"
+    data["human_notes"] = [{"at": data["iterations"][-1]["ended_at"],
+                            "text": "rename greet to hello", "delivered": False}]
+    path.write_text(json.dumps(data), encoding="utf-8")
+    main_before = run_git(git_repo, "rev-parse", "main")
+    run_engine(git_repo)
+    rec = record(git_repo, "m1")
+    assert any("rename greet to hello" in p for p in fake_claude.prompts("developer")), \
+        "the note never reached the Developer"
+    assert run_git(git_repo, "rev-parse", "main") == main_before, rec.status
+
+
+def test_changes_requested_after_a_rejected_final_are_not_a_fix_of_that_rejection(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    from anima.loop import actions
+    """The last round that counted, once the accepted final was withdrawn, was the final
+    rejection before it: the Developer was told to fix what the next final had overruled."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": ONE_FEATURE}, {"requires_human_review": True})
+    fake_claude.write_script({"acceptor": [{"text": "ACCEPTED"},
+                                           {"text": "REJECTED: OLDREASON the readme is missing"},
+                                           {"text": "ACCEPTED"}]})
+    run_engine(git_repo)
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.AWAITING_REVIEW
+    assert [(i.kind, i.verdict) for i in rec.iterations][-2:] == [
+        (RoundKind.FINAL, Verdict.REJECTED), (RoundKind.FINAL, Verdict.ACCEPTED)]
+    actions.request_changes(Store(ProjectPaths(git_repo)), "m1", "MAGICNOTE use tabs")
+    fake_claude.write_script({})
+    n = len(fake_claude.prompts("developer"))
+    run_engine(git_repo)
+    prompt = fake_claude.prompts("developer")[n]
+    assert "MAGICNOTE" in prompt
+    task = prompt[prompt.find("## Your task this round"):]
+    # it was told to fix the final rejection the next final acceptance had overruled
+    assert "Fix the problems the review found" not in task, task[:300]
+    assert "Make the changes the human who reviewed this milestone asked for" in task
+
+
+def test_a_developer_that_changes_nothing_after_your_request_is_judged_against_it(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    from anima.loop import actions
+    """It reported ALL_FEATURES_COMPLETE at once: the final acceptance passed without your
+    request in any Acceptor prompt (the Developer decided it had done what you asked)."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": ONE_FEATURE}, {"requires_human_review": True})
+    run_engine(git_repo)
+    store = Store(ProjectPaths(git_repo))
+    actions.request_changes(store, "m1", "MAGICNOTE: rename greet to hello")
+    run_engine(git_repo)  # the fake Developer, all features done, says ALL_FEATURES_COMPLETE
+    rec = record(git_repo, "m1")
+    assert "MAGICNOTE" in fake_claude.prompts("developer")[-1]
+    assert any("MAGICNOTE" in p for p in fake_claude.prompts("acceptor")[-1:]), \
+        (rec.status, [it.kind for it in rec.iterations])
+
+
+def test_request_changes_then_an_edit_then_a_kill_builds_the_edit_and_counts_every_dollar(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from anima.loop import actions
+    from tests.test_recovery import Runner
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": ONE_FEATURE}, {"requires_human_review": True,
+                                         "summarizer": {"enabled": False}})
+    run_engine(git_repo)
+    store = Store(ProjectPaths(git_repo))
+    actions.request_changes(store, "m1", "MAGICNOTE rename it")
+    ProjectPaths(git_repo).milestone_md("m1").write_text(
+        milestone_md("Greeter", ["Alpha", "Bravo"], ["works"]), encoding="utf-8")
+    # the Developer's turn spends and answers; the Acceptor's review then hangs: kill
+    n_acc = len(fake_claude.entries("acceptor"))
+    fake_claude.write_script({"acceptor": [{"auto": True}] * n_acc + [{"hang": True}]})
+    runner = Runner(git_repo, fake_claude)
+    deadline = time.monotonic() + 30
+    while len(fake_claude.entries("acceptor")) <= n_acc:
+        assert time.monotonic() < deadline, runner.stdout
+        time.sleep(0.05)
+    time.sleep(0.5)
+    runner.kill()
+    mid = record(git_repo, "m1")
+    fake_claude.write_script({})
+    Runner(git_repo, fake_claude).wait(60)
+    rec = record(git_repo, "m1")
+    turns = len(fake_claude.entries())
+    assert rec.status is MilestoneStatus.AWAITING_REVIEW, (rec.status, rec.error)
+    assert [f.status for f in rec.features] == [FeatureStatus.DONE] * 2
+    # every answered turn spent $0.01; the hung, killed one nothing
+    assert rec.cost_usd == pytest.approx(0.01 * (turns - 1)), (rec.cost_usd, turns,
+                                                             mid.in_flight, rec.notes)
+    assert sum(i.cost_usd for i in rec.iterations) <= rec.cost_usd

@@ -24,9 +24,11 @@ import pytest
 from anima.engine.facade import Engine
 from anima.git import GitRepo
 from anima.git.repo import RepoBase
+from anima.paths import ProjectPaths
 from anima.store.models import FeatureStatus, MilestoneStatus, RoundKind, Verdict
+from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
-from tests.helpers import make_project, milestone_md, record, run_engine
+from tests.helpers import engine_held, hold, make_project, milestone_md, record, run_engine
 from tests.test_recovery import (
     Runner,
     assert_consistent,
@@ -317,3 +319,40 @@ def test_a_kill_mid_round_keeps_what_its_finished_turns_spent(
     assert rec.status is MilestoneStatus.COMPLETED and rec.in_flight.cost_usd == 0
     assert rec.cost_usd == pytest.approx(0.30 + sum(it.cost_usd for it in rec.iterations))
     assert any("cut short by a restart spent $0.3000" in n for n in rec.notes), rec.notes
+
+
+def test_spend_outside_a_round_before_a_pause_reaches_the_totals_of_a_cancelled_milestone(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill leaves a dirty tree; the restart's clean-up turn spends $0.01 (outside any
+    round); the loop then pauses (Pause after the round, asked during it); you cancel it.
+    The clean-up's spend stayed in `in_flight` and never joined the totals."""
+    import time
+
+    from anima.config import load_config
+    from anima.git import GitRepo
+    from anima.loop import actions
+    from tests.test_recovery import Runner
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": milestone_md("Greeter", ["Alpha"], ["works"])},
+                 {"summarizer": {"enabled": False}})
+    fake_claude.write_script({"developer": [{"shell": ["echo wip > wip.txt"],
+                                             "hang_after": True}]})
+    runner = Runner(git_repo, fake_claude)
+    deadline = time.monotonic() + 30
+    while not list((git_repo / ".anima" / "worktrees").glob("m1/wip.txt")):
+        assert time.monotonic() < deadline, runner.stdout
+        time.sleep(0.05)
+    runner.kill()
+    paths = ProjectPaths(git_repo)
+    fake_claude.write_script({"developer": [{}, {"shell": [hold(fake_claude.root)],
+                                                 "text": "cleaned"}]})
+    with engine_held(git_repo, fake_claude.root) as engine:  # the clean-up turn
+        engine.pause_after_round("m1")
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.PAUSED, (rec.status, rec.pause_reason)
+    assert not rec.iterations
+    actions.abort(Store(paths), GitRepo.open(git_repo), load_config(paths.config), "m1")
+    rec = record(git_repo, "m1")
+    answered = len(fake_claude.entries()) - 1  # the killed turn gave no result
+    assert rec.cost_usd == pytest.approx(0.01 * answered), (rec.cost_usd, answered,
+                                                           rec.in_flight, rec.notes)

@@ -236,3 +236,35 @@ def test_a_pending_milestone_shows_what_its_md_says_now(git_repo: Path) -> None:
                             capture_output=True, text=True, timeout=60)
     assert "m1                       pending          features 0/3" in status.stdout, \
         status.stdout
+
+
+def test_features_of_the_same_title_keep_their_own_progress(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two features titled alike: F1 took F2's progress before every round (no edit at
+    all), was built again and again, and the milestone paused at its round limit."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": milestone_md("Dup", ["Setup", "Setup", "Other"])})
+    run_engine(git_repo)
+    rec = record(git_repo, "m1")
+    log = (git_repo / ".anima" / "logs" / "m1.log").read_text(encoding="utf-8")
+    built = [it.feature for it in rec.iterations if it.kind is RoundKind.FEATURE]
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    assert "as you edited it" not in log, log
+    assert built == ["F1", "F2", "F3"], built
+
+
+def test_a_feature_replaced_in_place_is_built(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bravo is built; while its review runs you replace Bravo (the last feature) by a new
+    feature, Delta, with its own text and criteria: Delta took Bravo's progress, unbuilt."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": milestone_md("Greeter", ["Alpha", "Bravo"], ["works"])})
+    fake_claude.write_script({"acceptor": [{"text": "ACCEPTED"},
+                                           {"shell": [hold(fake_claude.root)],
+                                            "text": "ACCEPTED"}]})
+    md = ProjectPaths(git_repo).milestone_md("m1")
+    with engine_held(git_repo, fake_claude.root):
+        md.write_text(milestone_md("Greeter", ["Alpha", "Delta"], ["works"]), encoding="utf-8")
+    rec = record(git_repo, "m1")
+    built = [(it.feature, it.verdict) for it in rec.iterations if it.kind is RoundKind.FEATURE]
+    assert len(built) == 3, (built, [(f.title, f.status) for f in rec.features])

@@ -359,8 +359,8 @@ class MilestoneRun:
     def _developer_round(self) -> DeveloperReport | None:
         """One Developer turn. Returns its report, or None when the round was rejected."""
         rec = self.record
-        last = rec.standing[-1] if rec.standing else None
-        fix = last is not None and last.verdict is Verdict.REJECTED
+        last = rec.to_fix
+        fix = last is not None
         kind = self._next_kind()
         self.branch.back_on_branch()
         self.branch.follow_main()
@@ -459,13 +459,11 @@ class MilestoneRun:
             commit=work.tip))
 
     def _next_kind(self) -> RoundKind:
-        last = self.record.standing[-1] if self.record.standing else None
         if self._conflicts is not None:
             return RoundKind.MERGE
         if self._recovery_log is not None and not self._recovery_reviewed:
             return RoundKind.RECOVERY
-        return RoundKind.FIX if last is not None and last.verdict is Verdict.REJECTED \
-            else RoundKind.FEATURE
+        return RoundKind.FIX if self.record.to_fix is not None else RoundKind.FEATURE
 
     # ------------------------------------------------------------------ the project's checks
     def _checks_failed(self, report: DeveloperReport) -> bool:
@@ -619,7 +617,10 @@ class MilestoneRun:
         return None
 
     def _pause(self, reason: str) -> Phase:
+        """Paused for you: the round in flight is dropped and redone on resume, and what was
+        spent since the last round joins the totals now (an abort may follow)."""
         reason = redact(reason)  # it may quote git's output, not only redacted agent text
+        self.ledger.drop(reason)
         self.record.pause_reason = reason
         self.record.interrupted = False
         self.enter(Phase.PAUSED, reason)
@@ -793,9 +794,7 @@ class MilestoneRun:
         self._pause_request = reason
 
     def pause_now(self, reason: str) -> Phase:
-        """After a stop by the user or a fault that is nobody's doing: the round in flight is
-        dropped and redone on resume (what it spent stays in the totals)."""
-        self.ledger.drop(reason)
+        """After a stop by the user or a fault that is nobody's doing, mid-round."""
         return self._pause(reason)
 
     # ------------------------------------------------------------------ persistence

@@ -221,6 +221,7 @@ class Seats:
                     self.accounts[role].wait(self.control.stop)
                     if self.control.stop.is_set():
                         raise Stopped
+                    board(self.store).waiting(None)  # its wait is over (whoever met it)
                 result = agent.send(prompt)
                 self._claim(agent)
                 if self.control.stop.is_set():  # an interrupted turn's result: not an answer

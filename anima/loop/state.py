@@ -20,6 +20,7 @@ from anima.store.models import (
     RunningMilestone,
     State,
     StateStatus,
+    now,
 )
 from anima.store.store import Store
 
@@ -89,8 +90,8 @@ class StateBoard:
 
     def _state(self, records: list[MilestoneRecord] | None) -> State:
         state = expected_state(records or [], list(self._running.values()))
-        if self._running and self._waiting is not None:
-            state.waiting_until, state.waiting_reason = self._waiting
+        if self._running and self._waiting is not None and self._waiting[0] > now():
+            state.waiting_until, state.waiting_reason = self._waiting  # not one long over
         return state
 
     def _write(self, records: list[MilestoneRecord] | None) -> None:

@@ -293,6 +293,17 @@ class MilestoneRecord(_Model):
         return [it for it in self.iterations if it.withdrawn is None]
 
     @property
+    def to_fix(self) -> Iteration | None:
+        """The rejection the next round fixes: the newest round that counts, when it was
+        rejected. A final acceptance you withdrew (changes requested, the `.md` edited) still
+        closed what came before it: nothing to fix then, what comes next is yours to say."""
+        for it in reversed(self.iterations):
+            if it.withdrawn is Withdrawn.DROPPED:
+                continue
+            return it if it.withdrawn is None and it.verdict is Verdict.REJECTED else None
+        return None
+
+    @property
     def requested_changes(self) -> list[str]:
         """What you asked for since you first requested changes (your notes from the final
         acceptance you withdrew on): judged as criteria too."""

@@ -49,15 +49,22 @@ _WHILE_RUNNING = ("title", "features", "acceptance_criteria", "requires_human_re
 
 def _with_progress(features: list[Feature], had: list[Feature]) -> list[Feature]:
     """`features` (as the `.md` says now, numbered by their place) with the progress of the
-    ones they were: the feature of the same title, else (renamed where it stood) the one of
-    the same number whose title is gone. Taking a feature out or adding one renumbers the
-    others; their progress goes with them."""
+    ones they were: the feature of the same title (the same titles in order), else the one
+    renamed where it stood: same number, same criteria, its title gone. Taking a feature out
+    or adding one renumbers the others; their progress goes with them. A feature replaced
+    (new title and criteria) is new."""
     titles = {f.title for f in features}
-    by_title = {f.title: f for f in had}
+    by_title: dict[str, list[Feature]] = {}
+    for f in had:
+        by_title.setdefault(f.title, []).append(f)
     by_id = {f.id: f for f in had if f.title not in titles}
     kept = []
     for feature in features:
-        before = by_title.pop(feature.title, None) or by_id.pop(feature.id, None)
+        same = by_title.get(feature.title)
+        before = same.pop(0) if same else by_id.pop(feature.id, None)
+        if before is not None and before.title != feature.title and \
+                before.criteria != feature.criteria:
+            before = None
         kept.append(feature if before is None else before.model_copy(
             update={"id": feature.id, "title": feature.title, "criteria": feature.criteria}))
     return kept
