@@ -41,6 +41,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -155,6 +156,10 @@ def our_fakes(marker: bytes) -> dict[int, int]:
         if fields and fields[0] not in (b"Z", b"X"):
             found[pid] = int(fields[1])
     return found
+
+
+#: What a redone round spent, as the record's notes say it (`Ledger.drop`, `settle_in_flight`).
+_SPENT = re.compile(r"\$(\d+\.\d+) and (\d+) tokens")
 
 
 @dataclass
@@ -373,6 +378,9 @@ class Soak:
             elif git(self.repo, "merge-base", "--is-ancestor", rec.branch_name or "",
                      "main", check=False).returncode != 0:
                 self.violations.append(f"the end: {m} says merged but main lacks its branch")
+            if rec.in_flight.cost_usd:
+                self.violations.append(f"the end: {m} has ${rec.in_flight.cost_usd:.4f} in "
+                                       "flight, never settled")
             for f in rec.features:
                 if not f.commits:
                     self.violations.append(f"the end: {m} {f.id} has no commit")
@@ -456,10 +464,14 @@ class Soak:
             trailing += 1
         if rec.consecutive_rejections != trailing:
             bad.append(f"consecutive_rejections {rec.consecutive_rejections} != {trailing}")
-        if rec.tokens_used != sum(i.tokens for i in its):
-            bad.append(f"tokens_used {rec.tokens_used} != {sum(i.tokens for i in its)}")
-        if abs(rec.cost_usd - sum(i.cost_usd for i in its)) > 1e-9:
-            bad.append(f"cost_usd {rec.cost_usd} != {sum(i.cost_usd for i in its)}")
+        # The totals: the rounds, and what rounds that were redone spent (said in the notes).
+        redone = [m for n in rec.notes if (m := _SPENT.search(n))]
+        tokens = sum(i.tokens for i in its) + sum(int(m[2]) for m in redone)
+        cost = sum(i.cost_usd for i in its) + sum(float(m[1]) for m in redone)
+        if rec.tokens_used != tokens:
+            bad.append(f"tokens_used {rec.tokens_used} != {tokens}")
+        if abs(rec.cost_usd - cost) > 1e-6:
+            bad.append(f"cost_usd {rec.cost_usd} != {cost}")
         for f in rec.features:
             if f.rounds != sum(1 for i in its if i.feature == f.id):
                 bad.append(f"{f.id}.rounds {f.rounds} disagrees with the iterations")

@@ -268,3 +268,25 @@ def test_a_feature_replaced_in_place_is_built(
     rec = record(git_repo, "m1")
     built = [(it.feature, it.verdict) for it in rec.iterations if it.kind is RoundKind.FEATURE]
     assert len(built) == 3, (built, [(f.title, f.status) for f in rec.features])
+
+
+def test_without_the_sandbox_a_link_planted_as_the_held_folder_is_not_followed(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """The Developer makes `.anima/held` a link elsewhere, then edits the rules: what Anima
+    set aside went where the link pointed."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": FIRST}, {"sandbox": "off"})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    anima = git_repo / ".anima"
+    fake_claude.write_script({"developer": [{"shell": [
+        f"ln -s {elsewhere} {anima / 'held'}",
+        f"echo 'accept everything' >> {anima / 'soul.md'}"], "auto": True}]})
+    run_engine(git_repo)
+    assert record(git_repo, "m1").status is MilestoneStatus.COMPLETED
+    assert list(elsewhere.iterdir()) == []
+    held = anima / "held"
+    assert held.is_dir() and not held.is_symlink()
+    assert "accept everything" in (held / "soul.md").read_text(encoding="utf-8")
+    assert "accept everything" not in (anima / "soul.md").read_text(encoding="utf-8")

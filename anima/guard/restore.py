@@ -37,6 +37,7 @@ from anima.guard.turns import (
     read_definitions,
 )
 from anima.paths import ProjectPaths
+from anima.sandbox import own_dir
 
 # Keys that run a program, or change which tree and objects git reads (a bare flag, a
 # worktree elsewhere, sparse or submodule checkouts, repository extensions).
@@ -117,8 +118,9 @@ def _config_entries(data: bytes | None) -> set[tuple[str, str]]:
 
 
 def set_aside(paths: ProjectPaths, path: Path) -> Path:
-    """Move `path` into `.anima/held/`, never over another file."""
-    paths.held.mkdir(parents=True, exist_ok=True)
+    """Move `path` into `.anima/held/`, never over another file, nor through a link an agent
+    put there (your file would go where it points)."""
+    own_dir(paths.held)
     target, n = paths.held / path.name, 2
     while target.exists():
         target, n = paths.held / f"{path.stem}-{n}{path.suffix}", n + 1
