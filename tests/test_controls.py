@@ -100,3 +100,39 @@ def test_a_start_that_failed_is_retried_on_request(git_repo: Path, fake_claude: 
         assert run_git(git_repo, "merge-base", "--is-ancestor", "milestone/m1", "trunk") == ""
     finally:
         engine.shutdown()
+
+
+def test_an_abort_as_the_milestone_starts_is_not_undone_by_its_start(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Abort (the window offers it for pending milestones) just after the queue picked the
+    milestone, before its run wrote in_progress: it was cancelled, then the run saved its own
+    copy over it, made the worktree again and started the Developer. The start is held here
+    at the run's first step to make the instant reliable."""
+    import threading
+
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": milestone_md("M", ["Alpha"])})
+    engine = Engine(git_repo)
+    picked, go = threading.Event(), threading.Event()
+    runs = engine.agents.runs
+
+    def held_runs() -> object:
+        if threading.current_thread().name.startswith("anima-m1"):
+            picked.set()
+            go.wait(10)
+        return runs()
+
+    monkeypatch.setattr(engine.agents, "runs", held_runs)
+    engine.start(watch=True)
+    try:
+        assert picked.wait(20)
+        engine.abort("m1")
+        threading.Timer(0.5, go.set).start()
+        wait_for(lambda: record(git_repo, "m1").status is MilestoneStatus.CANCELLED)
+        time.sleep(2)
+        assert record(git_repo, "m1").status is MilestoneStatus.CANCELLED
+    finally:
+        go.set()
+        engine.shutdown()
+    assert fake_claude.prompts("developer") == []
+    assert not (git_repo / ".anima" / "worktrees" / "m1").exists()

@@ -407,8 +407,7 @@ def test_changes_requested_under_an_older_anima_are_not_merged_over_after_the_up
     data.pop("in_flight", None)
     for it in data["iterations"]:
         it.pop("withdrawn", None)
-    data["status"] = "in_progress"
-    data["phase"] = "recovering"
+    data["status"] = "in_progress"  # the phase stays that of the review (v9 set no other)
     data["human_notes"] = [{"at": data["iterations"][-1]["ended_at"],
                             "text": "rename greet to hello", "delivered": False}]
     path.write_text(json.dumps(data), encoding="utf-8")

@@ -217,6 +217,39 @@ def test_a_version_9_record_knows_which_rounds_a_rewind_dropped(store: Store) ->
     assert [it.round for it in migrated.standing] == [1]
 
 
+@pytest.mark.parametrize(("phase", "withdrawn"), [
+    ("awaiting_review", Withdrawn.CHANGES_REQUESTED),  # what a v9 Request changes left
+    ("paused", None)])  # a v9 resume with a note (after a pause past the final): not a request
+def test_a_version_9_record_knows_whether_you_requested_changes(
+        store: Store, phase: str, withdrawn: Withdrawn | None) -> None:
+    store.paths.milestone_md("m1").write_text(milestone_md("M1", ["A"]))
+    (record,) = scan(store).records
+    record.iterations.append(Iteration(
+        round=1, kind=RoundKind.FINAL, commit="1" * 40, verdict=Verdict.ACCEPTED,
+        started_at=datetime.now(UTC), ended_at=datetime.now(UTC)))
+    store.save_record(record)
+    data = json.loads(store.paths.milestone_record("m1").read_text())
+    del data["iterations"][0]["withdrawn"], data["in_flight"]
+    data.update(schema_version=9, status="in_progress", phase=phase,
+                human_notes=[{"at": data["iterations"][0]["ended_at"], "text": "carry on",
+                              "delivered": False}])
+    store.paths.milestone_record("m1").write_text(json.dumps(data))
+    assert store.load_record("m1").iterations[0].withdrawn is withdrawn
+
+
+def test_negative_spend_in_a_record_is_refused_naming_the_field(store: Store) -> None:
+    store.paths.milestone_md("m1").write_text(milestone_md("M1", ["A"]))
+    scan(store)
+    path = store.paths.milestone_record("m1")
+    data = json.loads(path.read_text())
+    data["in_flight"] = {"usage": {"output_tokens": -1000000}, "cost_usd": -50}
+    path.write_text(json.dumps(data))
+    before = path.read_bytes()
+    with pytest.raises(RecordError, match="in_flight"):
+        store.load_record("m1")
+    assert path.read_bytes() == before
+
+
 @pytest.mark.parametrize(("merge", "completed_at", "state"), [
     ({"merged": True, "detail": "merged milestone/m1 into main as abc1234"}, "2026-01-01T00:00:00Z",
      MergeState.MERGED),

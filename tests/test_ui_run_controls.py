@@ -234,3 +234,91 @@ def test_a_window_opened_on_a_milestone_stopped_in_its_first_round_shows_no_elap
     qtbot.addWidget(monitor)
     monitor.show_record(record)
     assert monitor.header.elapsed.value.text() == "—"
+
+
+def test_start_in_flight_on_a_pending_page_leaves_abort_usable(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """Start on a pending milestone that cannot start yet (the only slot is busy): the whole
+    decision bar was disabled, Abort with it, for as long as the other one ran."""
+    make_project(git_repo, {"a": milestone_md("Busy one", ["Alpha"]),
+                            "b": milestone_md("Waiting one", ["Alpha"])},
+                 config={"auto_start": False, "max_parallel_milestones": 1})
+    fake.write_script({"milestones": {
+        "a": {"feature_dir": "features/a", "developer_default": {"hang": True}},
+        "b": {"feature_dir": "features/b"}}})
+    w = Window(qtbot, tmp_path)
+    try:
+        w.window.open_project(git_repo)
+        w.wait_status("a", "pending")
+        w.page("a").review.start_button.click()
+        w.wait_status("a", "in_progress")
+        review = w.page("b").review
+        qtbot.waitUntil(review.isVisible, timeout=5000)
+        review.start_button.click()  # queued behind "a": b stays pending
+        qtbot.wait(1500)
+        assert w.status_of("b") == "pending"
+        # The user changes their mind: Abort should still be there.
+        assert review.abort_button.isVisible()
+        assert review.abort_button.isEnabled() and review.isEnabled(), \
+            "Abort of a pending milestone is unusable while its Start waits for a slot"
+        assert not review.start_button.isEnabled()  # asked once is enough
+    finally:
+        w.close()
+
+
+def test_closing_a_page_during_its_replay_then_reopening_it(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path, caplog) -> None:
+    """The transcript came for a page already closed: its replay raised (a deleted timer),
+    and the bridge dropped the rest of that batch of engine events."""
+    make_project(git_repo, {"m1": milestone_md("Busy", ["Alpha"])})
+    fake.write_script({"developer": [{"text": "line " * 50 + "\n", "hang": True}]})
+    w = Window(qtbot, tmp_path)
+    try:
+        w.window.open_project(git_repo)
+        w.wait_status("m1", "in_progress")
+        pane_ready = w.page("m1").monitor.panes["developer"]
+        qtbot.waitUntil(lambda: "working" in pane_ready.state_label.text(), timeout=10000)
+        w.window.close_page("m1")
+        for _ in range(5):  # close during replay, five times, fast
+            page = w.window.open_page("m1")
+            assert page is not None and page.replaying
+            w.window.close_page("m1")
+        qtbot.wait(1500)
+        page = w.page("m1")
+        qtbot.wait(500)
+        failed = [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+        assert not failed, [r.getMessage() + str(r.exc_info) for r in failed]
+        assert not page.replaying
+    finally:
+        w.close()
+
+
+def test_stop_all_on_the_board_does_what_its_dialog_says_of_waiting_milestones(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """"Stop all 2 now" said "the milestones that wait for a slot do not start", and the
+    freed slots started the waiting one: the dialog says what happens."""
+    make_project(git_repo, {"h1": milestone_md("First busy one", ["Alpha"]),
+                            "h2": milestone_md("Second busy one", ["Alpha"]),
+                            "w3": milestone_md("Waiting one", ["Alpha"])},
+                 config={"max_parallel_milestones": 2})
+    hang = {"developer_default": {"hang": True}}
+    fake.write_script({"milestones": {
+        "h1": {"feature_dir": "features/h1", **hang},
+        "h2": {"feature_dir": "features/h2", **hang},
+        "w3": {"feature_dir": "features/w3", **hang}}})
+    w = Window(qtbot, tmp_path)
+    try:
+        w.window.open_project(git_repo)
+        w.wait_status("h1", "in_progress")
+        w.wait_status("h2", "in_progress")
+        qtbot.waitUntil(lambda: len(w.window.run_controls.targets()) == 2, timeout=10000)
+        assert w.status_of("w3") == "pending"
+        w.window.tabs.setCurrentIndex(0)  # the Board
+        asked = answer_dialog("Stop now")
+        w.window.run_controls.stop_action.trigger()
+        assert asked and "pending milestones start in the slots this frees" in asked[0]
+        w.wait_status("h1", "paused")
+        w.wait_status("h2", "paused")
+        w.wait_status("w3", "in_progress")
+    finally:
+        w.close()

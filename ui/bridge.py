@@ -220,7 +220,10 @@ class EngineBridge(QObject):
             if run:
                 self.agent_events_received.emit(run)
                 run = []
-            self._dispatch(item)
+            try:
+                self._dispatch(item)
+            except Exception:  # one failing consumer costs its own event, not the batch's
+                log.exception("a consumer of %s failed", type(item).__name__)
         if run:
             self.agent_events_received.emit(run)
 

@@ -329,7 +329,10 @@ class MainWindow(ReadOnlyProject):
         self.tabs.setTabToolTip(index, f"{record.title} ({milestone_id})")
         self.tabs.setCurrentIndex(index)
         if self.bridge is not None:
-            self.bridge.transcript(milestone_id, on_done=page.replay)
+            def replay(events: list[ev.AgentEvent], opened: MilestonePage = page) -> None:
+                if self.milestone_pages.get(milestone_id) is opened:  # not closed meanwhile
+                    opened.replay(events)
+            self.bridge.transcript(milestone_id, on_done=replay)
         elif self.project is not None:  # read-only: the files are all there is
             page.replay(read_only.transcript(self.project, milestone_id))
         return page
@@ -564,7 +567,8 @@ class MainWindow(ReadOnlyProject):
                 self, "Stop now", self.run_controls.stop_question(), "Stop now",
                 "The current round is interrupted and redone when you resume the milestone."
                 if len(targets) == 1 else "Each one's current round is interrupted and redone "
-                "when you resume it; the milestones that wait for a slot do not start."):
+                "when you resume it; pending milestones start in the slots this frees "
+                "(with `auto_start` off, only those you started)."):
             return
         targets = self.run_controls.targets()  # what runs once the dialog is answered
         if self.bridge is not None and targets:

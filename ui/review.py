@@ -190,7 +190,8 @@ class ReviewPanel(QFrame):
 
     def _show_pending(self, record: MilestoneRecord) -> None:
         if (record.id, "pending") != (self.milestone_id, self.mode):
-            self.setEnabled(True)  # a Start in flight stays disabled
+            self.setEnabled(True)
+            self.start_button.setEnabled(True)  # a Start asked for stays disabled
         self.milestone_id, self.mode, self.title = record.id, "pending", record.title
         set_style_state(self, "mode", "pending")
         self.heading.setText("Not started —")
@@ -266,7 +267,8 @@ class ReviewPanel(QFrame):
     @Slot()
     def _on_start_clicked(self) -> None:
         if self.milestone_id:
-            self.setEnabled(False)
+            # Only Start: it may wait long for a slot, and Abort stays yours meanwhile.
+            self.start_button.setEnabled(False)
             self.start_requested.emit(self.milestone_id)
 
     @Slot()

@@ -577,9 +577,18 @@ class Engine:
             return lambda: actions.approve(self.store, self.repo, self.config, milestone_id,
                                            self.bus)
         if action == "abort":
-            return lambda: actions.abort(self.store, self.repo, self.config, milestone_id,
-                                         self.bus)
+            return lambda: self._abort(milestone_id)
         raise ActionError(f"unknown action {action!r}")
+
+    def _abort(self, milestone_id: str) -> MilestoneRecord:
+        """On the worker, so no run starts meanwhile: a milestone that runs (perhaps not on
+        its record yet: it is starting) is stopped first, then cancelled; its run never saves
+        over the cancel."""
+        if (session := self._sessions.get(milestone_id)) is not None:
+            self._stop_session(session, "user")  # it pauses as stopped by you, then goes
+            if session.thread is not None:
+                session.thread.join(60)
+        return actions.abort(self.store, self.repo, self.config, milestone_id, self.bus)
 
     def resume(self, milestone_id: str, note: str = "") -> None:
         self.milestones.broken.discard(milestone_id)
@@ -642,12 +651,8 @@ class Engine:
             self.pause_after_round(milestone_id)
             return f"{milestone_id} pauses after its round"
         done = self._action(action, milestone_id, note)
-        if (session := self._sessions.get(milestone_id)) is not None:
-            if action != "abort":
-                raise ActionError(f"{milestone_id} is running: stop it first")
-            self._stop_session(session, "user")  # it pauses as stopped by you, then goes
-            if session.thread is not None:
-                session.thread.join(60)
+        if action != "abort" and milestone_id in self._sessions:
+            raise ActionError(f"{milestone_id} is running: stop it first")
         self.milestones.broken.discard(milestone_id)
         result: queue.Queue[MilestoneRecord | AnimaError] = queue.Queue()
 

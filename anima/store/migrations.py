@@ -89,11 +89,12 @@ def _record_v9_to_v10(data: dict[str, Any]) -> dict[str, Any]:
     iterations = [{**it, "withdrawn": "dropped" if it.get("round") in dropped else None}
                   if isinstance(it, dict) else it for it in data.get("iterations") or []]
     last = iterations[-1] if iterations and isinstance(iterations[-1], dict) else None
-    notes = [n for n in data.get("human_notes") or [] if isinstance(n, dict)]
     if last is not None and last.get("kind") == "final" and last.get("verdict") == "accepted" \
-            and data.get("status") in ("in_progress", "paused") and any(
-                str(n.get("at", "")) >= str(last.get("ended_at", "")) for n in notes):
-        # Changes you requested after its final acceptance, which v9 let stand (and merge).
+            and last.get("withdrawn") is None and data.get("status") == "in_progress" \
+            and data.get("phase") == "awaiting_review":
+        # What a v9 Request changes left (and the next run merged): in progress, still in
+        # the phase of the review you asked changes from. A resume or a rewind starts from
+        # `paused`, a run from any phase but this one.
         last["withdrawn"] = "changes_requested"
     return {**data, "iterations": iterations,
             "in_flight": {"usage": {}, "cost_usd": 0.0}}

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator
 
 from anima.phases import Phase
 
@@ -61,10 +61,10 @@ class Verdict(StrEnum):
 
 
 class Usage(_Model):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_input_tokens: int = 0
-    cache_creation_input_tokens: int = 0
+    input_tokens: NonNegativeInt = 0
+    output_tokens: NonNegativeInt = 0
+    cache_read_input_tokens: NonNegativeInt = 0
+    cache_creation_input_tokens: NonNegativeInt = 0
 
     @property
     def total(self) -> int:
@@ -84,7 +84,7 @@ class Usage(_Model):
     def from_api(cls, usage: dict[str, Any] | None) -> Usage:
         """Build from a `result` event's usage dict, ignoring fields we do not count."""
         usage = usage or {}
-        return cls(**{k: int(usage.get(k) or 0) for k in cls.model_fields})
+        return cls(**{k: max(0, int(usage.get(k) or 0)) for k in cls.model_fields})
 
 
 class Feature(_Model):
@@ -137,7 +137,7 @@ class Spend(_Model):
     """Tokens and dollars spent."""
 
     usage: Usage = Field(default_factory=Usage)
-    cost_usd: float = 0.0
+    cost_usd: float = Field(0.0, ge=0)
 
 
 class Withdrawn(StrEnum):
