@@ -190,6 +190,21 @@ def wait_for(condition: Any, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
+def stopped_while_waiting(repo: Path, milestone_id: str, *, watch: bool) -> Engine:
+    """A running engine whose `milestone_id` met the usage limit and was stopped (paused)
+    while it waited."""
+    engine = Engine(repo)
+    engine.start(watch=watch)
+    try:
+        wait_for(lambda: bool(state(repo).get("waiting_reason")))
+        engine.stop_now(milestone_id)
+        wait_for(lambda: record(repo, milestone_id).status is MilestoneStatus.PAUSED)
+    except BaseException:
+        engine.shutdown()
+        raise
+    return engine
+
+
 def test_a_reset_already_past_is_waited_for_not_hammered(
         git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI keeps meeting the limit with a reset already past (a clock ahead of the
@@ -244,12 +259,8 @@ def test_stopping_the_pair_that_met_the_limit_leaves_the_others_waiting_visible(
         "other": {"feature_dir": "features/other",
                   "developer_default": {"auto": True, "delay": 0.3}}}})
     fake_claude.use_env(monkeypatch)
-    engine = Engine(git_repo)
-    engine.start(watch=False)
+    engine = stopped_while_waiting(git_repo, "hit", watch=False)
     try:
-        wait_for(lambda: bool(state(git_repo).get("waiting_reason")))
-        engine.stop_now("hit")
-        wait_for(lambda: record(git_repo, "hit").status is MilestoneStatus.PAUSED)
         time.sleep(1.0)
         assert record(git_repo, "other").status is MilestoneStatus.IN_PROGRESS
         assert state(git_repo).get("waiting_reason")
@@ -263,21 +274,13 @@ def test_a_stopped_wait_does_not_haunt_state_json_after_the_resume(
         git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
     """The only pair meets the limit; you stop it while it waits; after the reset you resume
     it in the same app: state.json said it waited for a reset long past while it worked."""
-    import time
-
-    from anima.engine.facade import Engine
-    from tests.helpers import state
     fake_claude.use_env(monkeypatch)
     make_project(git_repo, {"m": milestone_md("M", ["Alpha"])},
                  config={"usage_limit_margin_seconds": 0})
     fake_claude.write_script({"developer": [{"replay": "usage-2.1.330", "resets_in": 2},
                                             {"shell": [hold(fake_claude.root)], "auto": True}]})
-    engine = Engine(git_repo)
-    engine.start(watch=True)
+    engine = stopped_while_waiting(git_repo, "m", watch=True)
     try:
-        wait_for(lambda: bool(state(git_repo).get("waiting_reason")))
-        engine.stop_now("m")
-        wait_for(lambda: record(git_repo, "m").status is MilestoneStatus.PAUSED)
         time.sleep(3)  # the reset is past
         engine.resume("m")
         wait_for(lambda: (fake_claude.root / "held").exists())
