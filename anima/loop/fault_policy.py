@@ -101,7 +101,8 @@ class FaultPolicy:
         floor = min(self.config.api_retry_max_wait_seconds,
                     FIRST_RETRY_WAIT_SECONDS * 2 ** self.limit_waits)
         self.limit_waits += 1
-        until = max(resets_at, now + floor) + self.config.usage_limit_margin_seconds
+        until = (resets_at if resets_at > now else now + floor) + \
+            self.config.usage_limit_margin_seconds
         max_hours = self.config.max_usage_limit_wait_hours
         if self.waited_seconds + (until - now) > max_hours * 3600:
             raise AgentFault(f"{name} reached ({fault.message}); it resets at "

@@ -607,8 +607,8 @@ class MilestoneRun:
             return request
         for limit in LIMITS:
             if (reason := limit.reached(self.record, self.config)) is not None:
-                if limit is REJECTIONS and (f := self.record.feature(
-                        self.record.iterations[-1].feature)):
+                if limit is REJECTIONS and (last := self.record.to_fix) is not None and \
+                        (f := self.record.feature(last.feature)):
                     f.status = FeatureStatus.BLOCKED
                 return reason
         if self.control.pause_after_round.is_set():
