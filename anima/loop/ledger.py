@@ -105,10 +105,14 @@ class Ledger:
             self._carry = self._carry + usage
             self._carry_cost += spent
         if usage.total or spent:  # on disk with the next write (the phase that follows)
-            rnd = self.round
-            self.record.in_flight = Spend(
-                usage=(rnd.usage if rnd is not None else Usage()) + self._carry,
-                cost_usd=(rnd.cost_usd if rnd is not None else 0.0) + self._carry_cost)
+            self.record.in_flight = self._unsettled()
+
+    def _unsettled(self) -> Spend:
+        """What was spent since the last round was recorded: the round in flight's, and the
+        turns' outside any round."""
+        rnd = self.round
+        return Spend(usage=(rnd.usage if rnd is not None else Usage()) + self._carry,
+                     cost_usd=(rnd.cost_usd if rnd is not None else 0.0) + self._carry_cost)
 
     def settle_in_flight(self) -> None:
         """At a start: what a round that a kill cut short had spent joins the totals (the
@@ -131,9 +135,8 @@ class Ledger:
         """Leave the round in flight unrecorded (it is redone), but keep what it spent: the
         record's totals and the budget count every real spend, even a round a stop, a pause
         or a failure cut short. Saved by the caller's next write."""
-        rnd, rec = self.round, self.record
-        usage = (rnd.usage if rnd is not None else Usage()) + self._carry
-        cost = (rnd.cost_usd if rnd is not None else 0.0) + self._carry_cost
+        rnd, rec, spent = self.round, self.record, self._unsettled()
+        usage, cost = spent.usage, spent.cost_usd
         self.round, self._carry, self._carry_cost = None, Usage(), 0.0
         if usage.total == 0 and cost == 0:
             rec.in_flight = Spend()

@@ -174,13 +174,13 @@ class MilestoneRun:
                 if self.control.stop.is_set():
                     return self.phase
                 if (gone := self._definition_gone()) is not None:
-                    return self._pause(gone)
+                    return self.pause_now(gone)
                 self._follow_definition()
                 # Finally accepted work merges first: no limit stands between it and main.
                 if self._ready_to_merge() and (phase := self._merge()) is not None:
                     return phase
                 if (reason := self._pause_reason()) is not None:
-                    return self._pause(reason)
+                    return self.pause_now(reason)
                 self.seats.roll_over(new_feature=self._next_kind() is RoundKind.FEATURE)
                 report = self._developer_round()
                 if report is None:  # rejected before review (git check, timeout, unreadable)
@@ -616,7 +616,7 @@ class MilestoneRun:
             return "paused by you after the round"
         return None
 
-    def _pause(self, reason: str) -> Phase:
+    def pause_now(self, reason: str) -> Phase:
         """Paused for you: the round in flight is dropped and redone on resume, and what was
         spent since the last round joins the totals now (an abort may follow)."""
         reason = redact(reason)  # it may quote git's output, not only redacted agent text
@@ -792,10 +792,6 @@ class MilestoneRun:
     def _request_pause(self, reason: str) -> None:
         """Pause before the next round (a push that got past the tool rules)."""
         self._pause_request = reason
-
-    def pause_now(self, reason: str) -> Phase:
-        """After a stop by the user or a fault that is nobody's doing, mid-round."""
-        return self._pause(reason)
 
     # ------------------------------------------------------------------ persistence
     def _save(self) -> None:

@@ -241,7 +241,7 @@ class Store:
         fields that differed. The human may edit the `.md` after it is registered, and while
         it runs (a feature added, a criterion reworded, review asked for); a record is also a
         file an agent with a shell could have changed. A started milestone keeps each
-        feature's progress while its id stays (one taken out of the `.md` leaves the
+        feature's progress (`_with_progress`; one taken out of the `.md` leaves the
         checklist), and what it depends on no longer counts. Raises MilestoneError when the
         file does not read."""
         fresh = self.new_record(self.definition(record.id), record.id, record.created_at,
