@@ -241,8 +241,9 @@ def human_config(cwd: Path, git_dir: Path | None = None,
 
     Read with one `git config --list` (the human's view: global and system config included)
     the first time, then again only when a config file it came from (or includes, or git
-    would read) changes: each call costs a few `stat`s. `git_dir` and `common_dir` add the
-    repository's own config files even before they exist (`config.worktree`) and, for an
+    would read) changes: each call costs a few `stat`s. `git_dir` is the repository read (not
+    the one a worktree's `.git` file names); with `common_dir`, it adds the repository's own
+    config files even before they exist (`config.worktree`) and, for an
     `includeIf "onbranch:…"`, HEAD. Raises GitError when git cannot read the config.
     """
     env = tuple(os.environ.get(name) for name in _CONFIG_ENV)
@@ -253,8 +254,9 @@ def human_config(cwd: Path, git_dir: Path | None = None,
     try:
         # `safe.directory=*` for this read only: a config that git would not honour still
         # names the drivers to switch off (the commands themselves get the human's values).
-        done = subprocess.run(["git", *NO_AGENT_CODE, "-c", f"{_SAFE_DIRECTORY}=*", "config",
-                               "--list", "--show-scope", "--show-origin", "-z"],
+        named = [f"--git-dir={git_dir}"] if git_dir is not None else []
+        done = subprocess.run(["git", *NO_AGENT_CODE, *named, "-c", f"{_SAFE_DIRECTORY}=*",
+                               "config", "--list", "--show-scope", "--show-origin", "-z"],
                               cwd=cwd, capture_output=True, stdin=subprocess.DEVNULL,
                               timeout=60, check=False, start_new_session=True)
     except FileNotFoundError as exc:

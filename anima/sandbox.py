@@ -219,12 +219,12 @@ def git_writable(common_dir: Path, admin_dir: Path, branch: str, store: Path,
     The folders holding the ref and its reflog are bound whole (a lock file must be
     creatable), so every other ref in them is protected: a rename onto a mount point fails
     (EBUSY). Unbound, hence read-only: config, hooks, packed-refs, every other ref. Also
-    protected: the files that say where the repository is (`commondir`, `gitdir`, the
-    worktree's `.git`), so git run by Anima in this worktree outside the sandbox reads no
-    repository the agent made up; and the worktree's own config (`config.worktree`, read
-    where the repository has `extensions.worktreeConfig`), whose `core.worktree` would point
-    Anima's git in this worktree at the human's checkout. Packed refs in those folders get
-    a loose copy first, so they can be protected too."""
+    protected: the files that say where the repository is (`commondir`, `gitdir`; the
+    worktree's `.git` is the caller's), so git run by Anima in this worktree outside the
+    sandbox reads no repository the agent made up; and the worktree's own config
+    (`config.worktree`, read where the repository has `extensions.worktreeConfig`), whose
+    `core.worktree` would point Anima's git in this worktree at the human's checkout. Packed
+    refs in those folders get a loose copy first, so they can be protected too."""
     common = Path(_real(common_dir))
     admin = Path(_real(admin_dir))
     _unpack(common, f"refs/heads/{branch}")
@@ -243,12 +243,6 @@ def git_writable(common_dir: Path, admin_dir: Path, branch: str, store: Path,
                             if p.name not in own and not p.is_symlink())
     own_file(admin / "config.worktree")
     protected += [admin / "commondir", admin / "gitdir", admin / "config.worktree"]
-    try:
-        dot_git = (admin / "gitdir").read_text(encoding="utf-8").strip()
-    except OSError:
-        dot_git = ""
-    if dot_git and os.path.isabs(dot_git):
-        protected.append(Path(dot_git))
     return GitAccess(tuple(writable), tuple(p for p in protected if p.exists()),
                      rebound=((store, common / "objects"),),
                      rebound_ro=((common / "objects", view),))

@@ -265,6 +265,7 @@ def measure_sandbox(root: Path, runs: int) -> float | None:
         paths, worktree = small_project(root)
         env = real_claude_env(stub, root / "cli-home")
         confined_sandbox = MilestoneSandbox(paths, "m1", active=True,
+                                            common_dir=paths.root / ".git",
                                             visible=binary.install_paths())
         inside: list[tuple[float, float]] = []
         outside: list[tuple[float, float]] = []

@@ -200,7 +200,7 @@ def _approve_from(project: Path, path: Path, confined: bool,
     env = dict(os.environ)
     if confined:
         confine = MilestoneSandbox(ProjectPaths(project), "m1", active=True,
-                                   visible=shown).confine("developer")
+                                   common_dir=project / ".git", visible=shown).confine("developer")
         assert confine is not None
         argv, extra = confine(argv)
         env.update(extra)

@@ -90,6 +90,7 @@ def make_confined(real_claude_bin: str, real_env: dict[str, str], milestone: Mil
     process, as the engine does), its worktree as its cwd."""
     binary = find_claude(real_claude_bin)
     confinement = MilestoneSandbox(milestone.paths, "m1", active=True,
+                                   common_dir=milestone.paths.root / ".git",
                                    visible=binary.install_paths())
     bus = EventBus()
     bus.subscribe(events.append)

@@ -90,7 +90,8 @@ class World:
         home = self.state / "home"
         c = Confinement(
             cwd=self.m1, home=home, tmp=self.state / "tmp",
-            writable=(self.m1, *access.writable), protected=access.protected,
+            writable=(self.m1, *access.writable),
+            protected=(self.m1 / ".git", *access.protected),
             rebound=(*self.prepare(home), *access.rebound), rebound_ro=access.rebound_ro,
             # Everything outside /tmp stays visible; so must the test's folder.
             visible=(self.root,))

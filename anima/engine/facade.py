@@ -448,6 +448,7 @@ class Engine:
         assert self.summarizer is not None
         sandbox = MilestoneSandbox(self.paths, record.id,
                                    active=self._sandbox.active(config.sandbox),
+                                   common_dir=self.repo.common_dir,
                                    visible=self.agents.install_paths())
 
         def make_agent(role: str, session_id: str, resume: bool) -> Agent:

@@ -86,11 +86,26 @@ def clear_stale_locks(root: Path, git_dir: Path) -> list[str]:
 
 
 def worktree_git_dir(worktree: Path) -> Path:
-    """A linked worktree's own git folder (`.git/worktrees/<name>/`), from its `.git` file
-    (Anima wrote it with `git worktree add`; the sandbox keeps it read-only). OSError when
-    there is none."""
+    """The git folder a worktree's `.git` file names: the one a program started in the tree
+    (an agent's CLI) reads. Anima's own git never uses it (`admin_dir`). OSError when there
+    is none."""
     text = (worktree / ".git").read_text(encoding="utf-8").strip()
     return Path(os.path.realpath(worktree / text.removeprefix("gitdir:").strip()))
+
+
+def admin_dir(common_dir: Path, worktree: Path) -> Path:
+    """A linked worktree's own git folder (`worktrees/<name>/`), found from the repository's
+    side: the one whose `gitdir` names `worktree`. Never from the worktree's `.git` file,
+    which whatever writes the tree could point at a repository of its own (refs, objects, a
+    "reflog folder" that is your `.git/hooks`). FileNotFoundError when none does."""
+    wanted = os.path.realpath(worktree)
+    with contextlib.suppress(OSError):
+        for admin in sorted((common_dir / "worktrees").iterdir()):
+            with contextlib.suppress(OSError):
+                named = (admin / "gitdir").read_text(encoding="utf-8").strip()
+                if os.path.realpath(os.path.dirname(named)) == wanted:
+                    return admin
+    raise FileNotFoundError(f"{worktree} is not a worktree of {common_dir.parent}")
 
 
 def worktree_common_dir(git_dir: Path) -> Path:

@@ -15,7 +15,7 @@ from typing import Self
 from anima.errors import GitError
 from anima.git.branches import BranchOps
 from anima.git.history import History
-from anima.git.locks import worktree_git_dir
+from anima.git.locks import admin_dir
 from anima.git.repo import (
     listing,
     short_hash,
@@ -55,7 +55,7 @@ class Merging(BranchOps, History, Worktrees):
         if self.current_branch() == branch:
             return self
         tree = next((t for t in humans if t.branch == branch), None)
-        return None if tree is None else type(self).open(tree.path)
+        return None if tree is None else self.worktree_repo(tree.path)
 
     def _rebasing(self, branch: str, humans: list[Worktree]) -> Path | None:
         """A checkout of the human's (this one, or one of their worktrees `humans`) in the
@@ -64,7 +64,7 @@ class Merging(BranchOps, History, Worktrees):
         git_dirs = [(self.root, self.git_dir)]
         for tree in humans:
             with contextlib.suppress(OSError):
-                git_dirs.append((tree.path, worktree_git_dir(tree.path)))
+                git_dirs.append((tree.path, admin_dir(self.common_dir, tree.path)))
         for where, git_dir in git_dirs:
             for state in ("rebase-merge", "rebase-apply"):
                 with contextlib.suppress(OSError):

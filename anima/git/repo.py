@@ -117,10 +117,12 @@ class TreeStatus:
 class RepoBase:
     """The repository handle and the plumbing every part of it shares."""
 
-    def __init__(self, repo: git.Repo, root: Path) -> None:
-        """Use `GitRepo.open`, which checks the preconditions."""
-        self._repo = repo
+    def __init__(self, runner: git.Git, root: Path, git_dir: Path, common_dir: Path) -> None:
+        """Use `GitRepo.open` (or `open_worktree`), which check the preconditions."""
+        self._git = runner
         self.root = root
+        self._git_dir = git_dir
+        self._common_dir = common_dir
 
     @classmethod
     def open(cls, root: Path) -> Self:
@@ -135,14 +137,22 @@ class RepoBase:
         if repo.bare or repo.working_tree_dir is None:
             repo.close()
             raise GitError(f"{root} is a bare git repository; Anima needs a working tree")
-        self = cls(repo, Path(repo.working_tree_dir))
+        self = cls(repo.git, Path(repo.working_tree_dir), Path(repo.git_dir),
+                   Path(os.path.normpath(repo.common_dir)))
+        repo.close()
         if self._run(["rev-parse", "--verify", "-q", "HEAD"], check=False)[0] != 0:
-            repo.close()
             raise GitError(
                 f"{root} has no commits yet; commit your files first "
                 "(e.g. `git add -A && git commit -m 'Initial commit'`)"
             )
         return self
+
+    @classmethod
+    def open_worktree(cls, root: Path, git_dir: Path, common_dir: Path) -> Self:
+        """A linked worktree whose own git folder Anima found from the repository's side
+        (`Worktrees.worktree_repo`): every command names it, so a `.git` file that whatever
+        writes the tree rewrote (to a repository of its own) is never read."""
+        return cls(git.Git(root), root, git_dir, common_dir)
 
     @classmethod
     def create(cls, root: Path) -> Self:
@@ -153,7 +163,8 @@ class RepoBase:
             repo = git.Repo.init(root)
         except git.GitCommandError as exc:
             raise GitError(f"Cannot run `git init` in {root}: {exc.stderr.strip()}") from None
-        self = cls(repo, root)
+        self = cls(repo.git, root, Path(repo.git_dir), Path(os.path.normpath(repo.common_dir)))
+        repo.close()
         self._run([*self._identity_args(), "commit", "-q", "--allow-empty", "-m", "chore: start"],
                   what=f"Cannot make the first commit in {root}")
         return self
@@ -198,8 +209,9 @@ class RepoBase:
                 stream.write(stdin)
                 stream.seek(0)
             try:
-                code, out, err = self._repo.git.execute(
-                    ["git", *NO_AGENT_CODE, f"--work-tree={self.root}", *overrides, *args],
+                code, out, err = self._git.execute(
+                    ["git", *NO_AGENT_CODE, f"--git-dir={self._git_dir}",
+                     f"--work-tree={self.root}", *overrides, *args],
                     env=ANIMA_GIT_ENV,
                     istream=stream,
                     with_extended_output=True,
@@ -226,7 +238,7 @@ class RepoBase:
 
     def _human_config(self) -> HumanConfig:
         """The per-repository part of how Anima runs git here (cached: a few `stat`s)."""
-        return human_config(self.root, Path(self._repo.git_dir), Path(self._repo.common_dir))
+        return human_config(self.root, self._git_dir, self._common_dir)
 
     def _identity_args(self) -> list[str]:
         """`-c user.*` for Anima's commits: the identity the human's own git would use (the
@@ -401,9 +413,9 @@ class RepoBase:
     @property
     def common_dir(self) -> Path:
         """The repository's shared git directory (refs, objects), also from a worktree."""
-        return Path(os.path.normpath(self._repo.common_dir))
+        return self._common_dir
 
     @property
     def git_dir(self) -> Path:
         """The repository's git directory (`.git`, or elsewhere for a worktree)."""
-        return Path(self._repo.git_dir)
+        return self._git_dir

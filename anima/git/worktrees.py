@@ -11,8 +11,10 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 from anima.errors import GitError
+from anima.git.locks import admin_dir
 from anima.git.repo import RepoBase
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,15 @@ class Worktrees(RepoBase):
             found.append(Worktree(path, branch, "prunable" in fields,
                                   fields.get("locked") == "initializing"))
         return found
+
+    def worktree_repo(self, path: Path) -> Self:
+        """The linked worktree at `path` as a repository of its own, its git folder found
+        from this side (`admin_dir`). GitError when git does not know it."""
+        try:
+            admin = admin_dir(self.common_dir, path)
+        except FileNotFoundError as exc:
+            raise GitError(str(exc)) from None
+        return self.open_worktree(path, admin, self.common_dir)
 
     def add_worktree(self, path: Path, branch: str, main: str) -> str:
         """Check `branch` out at `path`, creating it from `main`'s tip when it is missing;

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from anima import sandbox
 from anima.errors import ConfigError, GitError
-from anima.git.locks import worktree_common_dir, worktree_git_dir
+from anima.git.locks import admin_dir
 from anima.git_options import human_config
 from anima.loop.checks import Confine
 from anima.paths import ProjectPaths
@@ -96,16 +96,18 @@ class SandboxPolicy:
 class MilestoneSandbox:
     """The confinement of one milestone's agents, checks and setup command."""
 
-    def __init__(self, paths: ProjectPaths, milestone_id: str, active: bool,
+    def __init__(self, paths: ProjectPaths, milestone_id: str, active: bool, common_dir: Path,
                  visible: tuple[Path, ...] = ()) -> None:
+        """`common_dir`: the repository's shared git folder, as the human's checkout has it."""
         self.paths = paths
         self.id = milestone_id
         self.active = active
+        self._common_dir = common_dir
         self._visible = (paths.root, *visible)
 
     @classmethod
     def off(cls) -> MilestoneSandbox:
-        return cls(ProjectPaths(Path("/")), "", active=False)
+        return cls(ProjectPaths(Path("/")), "", active=False, common_dir=Path("/"))
 
     def home(self, role: str) -> Path:
         """The private HOME of `role`'s processes (kept across restarts: its CLI's sessions)."""
@@ -119,11 +121,13 @@ class MilestoneSandbox:
             return None
         worktree = self.paths.worktree(self.id)
         writable: list[Path] = [] if role in _READS_ONLY else [worktree]
+        # Whatever writes the tree leaves its `.git` alone: pointed at a repository of its
+        # own, the next agent's git, and this sandbox's binds, would follow it.
+        protected = [] if role in _READS_ONLY else [worktree / ".git"]
         git = sandbox.GitAccess((), (), (), ())
         if role in _COMMITS:
-            admin = worktree_git_dir(worktree)
-            common = worktree_common_dir(admin)
-            git = sandbox.git_writable(common, admin, f"milestone/{self.id}",
+            git = sandbox.git_writable(self._common_dir, admin_dir(self._common_dir, worktree),
+                                       f"milestone/{self.id}",
                                        self.paths.agent_objects(self.id),
                                        self.paths.repository_objects_view(self.id))
         extra = [Path(p) for p in os.environ.get(WRITABLE_VAR, "").split(os.pathsep) if p]
@@ -132,7 +136,8 @@ class MilestoneSandbox:
         rw_files = cli_home(home, Path.home()) if cli_home is not None else ()
         c = sandbox.Confinement(
             cwd=worktree, home=home, tmp=state / "tmp",
-            writable=(*writable, *git.writable, *extra), protected=git.protected,
+            writable=(*writable, *git.writable, *extra),
+            protected=(*protected, *git.protected),
             rebound=(*rw_files, *git.rebound), rebound_ro=git.rebound_ro,
             visible=self._visible, hidden=_hidden(),
             hidden_files=_hidden_files())

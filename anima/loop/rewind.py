@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from anima import comments
 from anima.config import Config
-from anima.errors import AnimaError
+from anima.errors import AnimaError, GitError
 from anima.events import EventBus
 from anima.git import GitRepo
 from anima.git.objects import take_objects
@@ -61,7 +61,10 @@ def continue_from_round(store: Store, repo: GitRepo, config: Config, milestone_i
         kept_under = f"{DROPPED_REFS}/{milestone_id}/{len(record.notes) + 1}"
         if head != target:
             worktree = store.paths.worktree(milestone_id)
-            tree = GitRepo.open(worktree) if (worktree / ".git").exists() else repo
+            try:
+                tree = repo.worktree_repo(worktree)
+            except GitError:  # no worktree (the milestone is not running): the branch alone
+                tree = repo
             tree.ensure_clean()  # the reset must not take uncommitted edits with it
             repo.keep_ref(kept_under, head)
             tree.reset_branch(record.branch_name, target)

@@ -6,6 +6,7 @@ milestones keep theirs."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import threading
 import time
@@ -16,11 +17,11 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from anima import procfs
-from anima.atomic import read_regular, write_model_atomic
+from anima.atomic import read_regular, write_model_atomic, write_text_atomic
 from anima.config import Config
 from anima.errors import InTheWay
 from anima.git import GitRepo
-from anima.git.locks import mend_worktree_state, remove_links, worktree_git_dir
+from anima.git.locks import admin_dir, mend_worktree_state, remove_links
 from anima.git.objects import take_objects
 from anima.git.worktree_include import copy_included, included_paths
 from anima.loop.checks import CheckResult, Confine, display, run_check
@@ -67,8 +68,8 @@ class MilestoneWorktree:
         commits main lacks is someone else's (another milestone's Developer can create
         branches), so it is kept under a ref and the milestone starts without it."""
         try:
-            admin: Path | None = worktree_git_dir(self.path)
-        except OSError:
+            admin: Path | None = admin_dir(self.project.common_dir, self.path)
+        except FileNotFoundError:
             admin = None
         for link in remove_links(self.project.common_dir, admin, branch):
             self._log(f".git/{link} was a link (or a special file) in git's own folder, through "
@@ -95,14 +96,31 @@ class MilestoneWorktree:
             write_model_atomic(copied_in, CopiedIn(at=now(), secrets=secrets))
             self._secrets = frozenset(secrets)
         self._hide_secret_values()
+        tree = self.project.worktree_repo(self.path)
+        self._point_at(tree.git_dir)
         # A Developer turn a kill cut short may have left its git folder broken by hand.
-        mended, reindex = mend_worktree_state(worktree_git_dir(self.path), branch)
+        mended, reindex = mend_worktree_state(tree.git_dir, branch)
         for note in mended:
             self._log(note)
-        tree = GitRepo.open(self.path)
         if reindex:
             tree.rebuild_index()
         return tree
+
+    def _point_at(self, admin: Path) -> None:
+        """The worktree's `.git` names its own git folder again: the agents' git reads it
+        (Anima's never does), and an unconfined agent or check may have pointed it at a
+        repository of its own."""
+        dot_git = self.path / ".git"
+        with contextlib.suppress(OSError):
+            says = read_regular(dot_git, 4096).decode(errors="replace").strip()
+            if says.startswith("gitdir:") and os.path.realpath(
+                    self.path / says.removeprefix("gitdir:").strip()) == os.path.realpath(admin):
+                return
+        if dot_git.is_dir() and not dot_git.is_symlink():
+            shutil.rmtree(dot_git)
+        write_text_atomic(dot_git, f"gitdir: {admin}\n")
+        self._log(f"{dot_git.relative_to(self.paths.root)} did not name the worktree's git "
+                  "folder (something in the tree rewrote it); pointed back at it")
 
     def _hide_secret_values(self) -> None:
         """What the copied-in files hold is hidden from every agent output from now on, as
@@ -237,7 +255,7 @@ def remove_worktree(project: GitRepo, paths: ProjectPaths, record: MilestoneReco
     for note in take_objects(paths.agent_objects(record.id), project.common_dir):
         log(note)
     if path.is_dir() and (path / ".git").exists() and not half_made:  # git's half checkout
-        tree = GitRepo.open(path)
+        tree = project.worktree_repo(path)
         if tree.dirty_paths():
             stash_changes(record, tree, log, f"uncommitted changes in the worktree when {why}")
     there = path.exists()  # a folder git does not know is removed too: said all the same
