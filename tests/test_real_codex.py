@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 
-from anima.events import ACCEPTOR, DEVELOPER, clock
+from anima.agents.codex.backend import CodexBackend
+from anima.agents.process import AgentProcess
+from anima.config import Config
+from anima.events import ACCEPTOR, DEVELOPER, EventBus, TurnResult, clock
 from anima.store.models import MilestoneStatus, Verdict
 from tests.conftest import real_codex_env, run_git
 from tests.fakes.api_stub import ApiStub
@@ -25,6 +28,7 @@ from tests.fakes.responses_stub import (
     Reply,
     ResponsesStub,
     server_error,
+    tool_outputs,
     unauthorized,
     usage_limit,
 )
@@ -139,27 +143,28 @@ def test_claude_develops_and_codex_reviews(real_codex_bin: str, real_claude_bin:
     assert (rec.agents["developer"].agent, rec.agents["acceptor"].agent) == ("claude", "codex")
 
 
+def one_turn(codex: str, env: dict[str, str], tree: Path, role: str, *prompts: str,
+             prices: dict[str, Any] | None = None) -> tuple[list[TurnResult], AgentProcess]:
+    """A real Codex agent for `role` in `tree`, started, given a turn per prompt, stopped."""
+    backend = CodexBackend(Config(agent_prices=prices or {}).agent_prices)
+    agent = AgentProcess(role, backend.find(codex), backend.profile(role, Config(), tree),
+                         tree, EventBus(), session_id="", turn_timeout=60, idle_timeout=30,
+                         env={**env, **backend.environment(Config(), None)}, dialect=backend)
+    agent.start()
+    try:
+        return [agent.send(prompt) for prompt in prompts], agent
+    finally:
+        agent.stop()
+
+
 def one_turn_each(stub: ResponsesStub, codex: str, env: dict[str, str], tree: Path,
                   turns: list[tuple[str, tuple[Any, ...]]]) -> None:
-    """A real Codex agent per role in `tree`, started, given one turn answered by its
-    replies (the last one "done"), and stopped."""
-    from anima.agents.codex.backend import CodexBackend
-    from anima.agents.process import AgentProcess
-    from anima.config import Config
-    from anima.events import EventBus
-
-    config, backend = Config(), CodexBackend({})
+    """A real Codex agent per role in `tree`, given one turn answered by its replies (the
+    last one "done")."""
     for role, replies in turns:
         stub.push(*replies)
-        agent = AgentProcess(role, backend.find(codex), backend.profile(role, config, tree),
-                             tree, EventBus(), session_id="", turn_timeout=60,
-                             idle_timeout=30, env={**env, **backend.environment(config, None)},
-                             dialect=backend)
-        agent.start()
-        try:
-            assert agent.send("go").text == "done"
-        finally:
-            agent.stop()
+        results, _ = one_turn(codex, env, tree, role, "go")
+        assert results[0].text == "done"
 
 
 def test_the_codex_acceptor_cannot_write_and_pushes_are_refused(
@@ -308,10 +313,6 @@ def test_a_codex_agent_a_dead_anima_left_is_stopped_by_the_next_run(
     """Its command line names no session: the registry's pid and start time, the project and
     the backend's `codex app-server` shape are what recognise it."""
     from anima import procfs
-    from anima.agents.codex.backend import CodexBackend
-    from anima.agents.process import AgentProcess
-    from anima.config import Config
-    from anima.events import EventBus
     from anima.loop.recovery import AgentRegistry
     from anima.paths import ProjectPaths
 
@@ -353,11 +354,7 @@ def test_an_interrupted_codex_turn_ends_stopped_and_the_next_turn_works(
         real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
     import threading
 
-    from anima.agents.codex.backend import CodexBackend
     from anima.agents.dialect import FaultKind
-    from anima.agents.process import AgentProcess
-    from anima.config import Config
-    from anima.events import EventBus
 
     backend = CodexBackend({})
     with ResponsesStub() as stub:
@@ -380,6 +377,67 @@ def test_an_interrupted_codex_turn_ends_stopped_and_the_next_turn_works(
             assert agent.send("go on").text == "after"
         finally:
             agent.stop()
+
+
+#: What each model call of the sub-agent tests reports, and what that costs at PRICE.
+CALL_USAGE = {"input_tokens": 1000, "output_tokens": 100}
+CALL_COST = (1000 * PRICE["input"] + 100 * PRICE["output"]) / 1e6
+
+
+def sub_agent_model(wait: bool) -> Any:
+    """The parent spawns a sub-agent (Codex's default `multi_agent_v1.spawn_agent`), waits
+    for it when `wait`, then answers PARENT-DONE; the sub-agent answers CHILD-DONE after 2 s;
+    a turn "go on" answers "done" after 5 s (the sub-agent's answer comes within it)."""
+
+    def reply(request: dict[str, Any]) -> Reply:
+        prompt, outputs = codex_prompts(request)[-1], tool_outputs(request)
+        if prompt == "child task":
+            return Reply(text="CHILD-DONE", delay=2, usage=CALL_USAGE)
+        if prompt == "go on":
+            return Reply(text="done", delay=5, usage=CALL_USAGE)
+        if not outputs:
+            return Reply(calls=[("multi_agent_v1.spawn_agent", {"message": "child task"})],
+                         usage=CALL_USAGE)
+        if wait and len(outputs) == 1:
+            child = json.loads(outputs[0])["agent_id"]
+            return Reply(calls=[("multi_agent_v1.wait_agent",
+                                 {"targets": [child], "timeout_ms": 20000})], usage=CALL_USAGE)
+        return Reply(text="PARENT-DONE", usage=CALL_USAGE)
+
+    return reply
+
+
+@pytest.mark.parametrize("role", [DEVELOPER, ACCEPTOR])
+def test_a_codex_sub_agent_does_not_end_its_parents_turn(
+        real_codex_bin: str, codex_home: Path, git_repo: Path, role: str) -> None:
+    """A sub-agent's thread reports on the same app-server connection (its own threadId).
+    Its `turn/completed` is not its parent's: else the turn's text is the sub-agent's answer
+    (an Acceptor's sub-agent would give the verdict), and the parent working on is taken for
+    an agent that went on after its turn. What the sub-agent spent is the turn's."""
+    with ResponsesStub(default=sub_agent_model(wait=True)) as stub:
+        env = real_codex_env(stub, codex_home)
+        (result,), agent = one_turn(real_codex_bin, env, git_repo, role, "go",
+                                    prices={STUB_MODEL: PRICE})
+        calls = len(stub.requests)
+    assert result.text == "PARENT-DONE"
+    assert not agent.went_on
+    assert calls == 4  # spawn, wait, PARENT-DONE and the sub-agent's
+    assert result.turn_cost_usd == pytest.approx(calls * CALL_COST)
+
+
+def test_a_codex_sub_agents_spend_counts(real_codex_bin: str, codex_home: Path,
+                                         git_repo: Path) -> None:
+    """A sub-agent that outlives its parent's turn spends on: that counts (in the next
+    turn's cost), or `max_budget_usd` would not hold a Developer that fans out."""
+    with ResponsesStub(default=sub_agent_model(wait=False)) as stub:
+        env = real_codex_env(stub, codex_home)
+        results, agent = one_turn(real_codex_bin, env, git_repo, DEVELOPER, "go", "go on",
+                                  prices={STUB_MODEL: PRICE})
+        calls = len(stub.requests)
+    assert [r.text for r in results] == ["PARENT-DONE", "done"]
+    assert calls >= 4  # spawn, PARENT-DONE, the sub-agent's, done (and its news to the parent)
+    spent = [r.turn_cost_usd or 0 for r in [*results, *agent.take_unclaimed()]]
+    assert sum(spent) == pytest.approx(calls * CALL_COST)
 
 
 def test_a_codex_session_past_the_rollover_share_continues_in_a_fresh_thread(

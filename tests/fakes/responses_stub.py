@@ -2,9 +2,9 @@
 `claude` and the Messages API).
 
 It answers `POST /v1/responses` with a streamed (SSE) response built from a script: text, tool
-calls (`exec_command`, Codex's shell tool), an HTTP error with an error body, or a slow stream.
-Any other path gets an empty answer. `codex_home` writes the `config.toml` that points Codex at
-it.
+calls (`exec_command`, Codex's shell tool, or any other by name), an HTTP error with an error
+body, or a slow stream. Any other path gets an empty answer. `codex_home` writes the
+`config.toml` that points Codex at it.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ class Reply:
 
     text: str = ""
     commands: list[str] = field(default_factory=list)  # each an exec_command tool call
+    #: Other tool calls: ("namespace.name", arguments), e.g. ("multi_agent_v1.spawn_agent", …).
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     delay: float = 0.0  # seconds before the first byte
     chunk_delay: float = 0.0  # seconds between text deltas
     usage: dict[str, Any] | None = None
@@ -183,11 +185,14 @@ class _Handler(JsonHandler):
             out.write(_event({"type": "response.output_item.done", "output_index": 0, "item": {
                 "type": "message", "role": "assistant", "id": mid,
                 "content": [{"type": "output_text", "text": reply.text, "annotations": []}]}}))
-        for command in reply.commands:
+        for name, arguments in [*(("exec_command", {"cmd": c}) for c in reply.commands),
+                                *reply.calls]:
             call = uuid.uuid4().hex[:16]
-            out.write(_event({"type": "response.output_item.done", "item": {
-                "type": "function_call", "id": f"fc_{call}", "call_id": f"call_{call}",
-                "name": "exec_command", "arguments": json.dumps({"cmd": command})}}))
+            namespace, _, name = name.rpartition(".")
+            item = {"type": "function_call", "id": f"fc_{call}", "call_id": f"call_{call}",
+                    "name": name, "arguments": json.dumps(arguments)}
+            out.write(_event({"type": "response.output_item.done",
+                              "item": {**item, "namespace": namespace} if namespace else item}))
         size = len(json.dumps(body.get("input", []))) // 4
         usage = {"input_tokens": size, "input_tokens_details": {"cached_tokens": 0},
                  "output_tokens": max(1, len(reply.text) // 4),

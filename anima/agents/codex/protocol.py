@@ -12,6 +12,11 @@ The exchange: `initialize` → `initialized` → `thread/start` (or `thread/resu
 thread id) once; then per turn `turn/start` and notifications (`item/started`,
 `item/completed`, `thread/tokenUsage/updated`, `error`) until `turn/completed`; an interrupt is
 `turn/interrupt`. Codex names its threads itself: the thread id is the session id.
+
+A sub-agent the model starts (`spawn_agent`, offered by default) is a thread of its own on the
+same connection: its notifications carry its `threadId`. Its turns and errors are not the
+agent's turn (its `turn/completed` does not end it, its text is not the answer); its tool
+calls and text are shown as the agent's work, and what it spends is the agent's spend.
 """
 
 from __future__ import annotations
@@ -70,7 +75,8 @@ def _int(value: Any) -> int:
 
 @dataclass
 class _Spend:
-    """Tokens of one turn (the sum of its model calls' `last` usage)."""
+    """Tokens since the last result: the sum of the model calls' `last` usage, every
+    thread's (a sub-agent's calls are paid too, and may come after its parent's turn)."""
 
     input: int = 0
     cached: int = 0
@@ -138,7 +144,8 @@ class CodexConversation:
         self._spend = _Spend()
         self._cost_total = 0.0
         self._context: ContextUsage | None = None
-        self._seen_total: int | None = None  # the thread's `total.totalTokens` last counted
+        #: Each thread's `total.totalTokens` last counted.
+        self._seen_total: dict[str, int] = {}
         self.model = ""
         self._unpriced_said = False
 
@@ -162,7 +169,6 @@ class CodexConversation:
         self._next_id += 1
         self._turn_text = ""
         self._turn_id = ""  # until codex names the new one (`turn/started`)
-        self._spend = _Spend()
         return _line({"method": "turn/start", "id": f"anima-turn-{self._next_id}", "params": {
             "threadId": self.thread_id, "input": [{"type": "text", "text": prompt}]}})
 
@@ -214,6 +220,9 @@ class CodexConversation:
     def _notification(self, method: str, params: dict[str, Any]) -> list[Event]:
         item = params.get("item")
         item = item if isinstance(item, dict) else {}
+        thread = str(params.get("threadId") or self.thread_id)
+        if self.thread_id and thread != self.thread_id:  # (none opened: no sub-agent yet)
+            return self._sub_agent(method, thread, item, params)
         if method == "turn/started":
             turn = params.get("turn")
             self._turn_id = str(turn.get("id", "")) if isinstance(turn, dict) else ""
@@ -223,7 +232,7 @@ class CodexConversation:
             return self._item_done(item)
         elif method == "thread/tokenUsage/updated" and params.get("turnId") in (
                 None, "", self._turn_id):  # a resumed thread repeats its last turn's first
-            self._usage(params.get("tokenUsage"))
+            self._own_usage(params.get("tokenUsage"))
         elif method == "error" and params.get("willRetry"):
             error = params.get("error")
             error = error if isinstance(error, dict) else {}
@@ -241,6 +250,18 @@ class CodexConversation:
         elif method == "turn/completed":
             turn = params.get("turn")
             return self._turn_completed(turn if isinstance(turn, dict) else {})
+        return []
+
+    def _sub_agent(self, method: str, thread: str, item: dict[str, Any],
+                   params: dict[str, Any]) -> list[Event]:
+        """A sub-agent's notification: its work is shown, its spend counted; its turn's
+        start, end and errors are its own."""
+        if method == "item/started":
+            return self._tool_use(item)
+        if method == "item/completed":
+            return self._item_done(item, own=False)
+        if method == "thread/tokenUsage/updated":
+            self._usage(thread, params.get("tokenUsage"))
         return []
 
     def _rate_limit(self, limits: Any) -> RateLimitChanged | None:
@@ -275,11 +296,14 @@ class CodexConversation:
                             input={"file_path": ", ".join(paths)})]
         return []
 
-    def _item_done(self, item: dict[str, Any]) -> list[Event]:
+    def _item_done(self, item: dict[str, Any], own: bool = True) -> list[Event]:
+        """`own`: the agent's thread, whose last message is the turn's answer."""
         kind, item_id = item.get("type"), str(item.get("id", ""))
         if kind == "agentMessage":
-            self._turn_text = str(item.get("text", ""))
-            return [AssistantText(role=self.role, text=self._turn_text)]
+            text = str(item.get("text", ""))
+            if own:
+                self._turn_text = text
+            return [AssistantText(role=self.role, text=text)]
         if kind == "reasoning":
             summary = item.get("summary")
             parts = summary if isinstance(summary, list) else []
@@ -294,23 +318,30 @@ class CodexConversation:
                                is_error=item.get("status") != "completed")]
         return []
 
-    def _usage(self, usage: Any) -> None:
+    def _own_usage(self, usage: Any) -> None:
+        """The agent's own call: counted, and its context (a sub-agent's is another)."""
+        last = self._usage(self.thread_id, usage)
+        if last is not None and (window := _int(usage.get("modelContextWindow"))):
+            self._context = ContextUsage(
+                role=self.role, session_id=self.thread_id,
+                tokens=_int(last.get("inputTokens")) + _int(last.get("outputTokens")),
+                window=window)
+
+    def _usage(self, thread: str, usage: Any) -> dict[str, Any] | None:
+        """Count `thread`'s last model call once; returns that call's usage if counted."""
         if not isinstance(usage, dict):
-            return
+            return None
         total = usage.get("total")
-        seen = _int(total.get("totalTokens")) if isinstance(total, dict) else None
-        if seen is not None and seen == self._seen_total:
-            return  # an interrupt repeats the last call's usage: the thread's total stands
-        self._seen_total = seen
+        if isinstance(total, dict):
+            seen = _int(total.get("totalTokens"))
+            if self._seen_total.get(thread) == seen:
+                return None  # an interrupt repeats the last call's usage: the total stands
+            self._seen_total[thread] = seen
         last = usage.get("last")
-        if isinstance(last, dict):
-            self._spend.add(last)
-            window = _int(usage.get("modelContextWindow"))
-            if window:
-                self._context = ContextUsage(
-                    role=self.role, session_id=self.thread_id,
-                    tokens=_int(last.get("inputTokens")) + _int(last.get("outputTokens")),
-                    window=window)
+        if not isinstance(last, dict):
+            return None
+        self._spend.add(last)
+        return last
 
     def _turn_completed(self, turn: dict[str, Any]) -> list[Event]:
         status = str(turn.get("status", ""))
@@ -345,12 +376,13 @@ class CodexConversation:
     def _result(self, ok: bool, subtype: str, text: str, error: dict[str, Any] | None,
                 duration_ms: int = 0) -> TurnResult:
         price = self._price()
-        spent = self._spend.cost(price) if price is not None else 0.0
+        spend, self._spend = self._spend, _Spend()
+        spent = spend.cost(price) if price is not None else 0.0
         self._cost_total += spent
         info = error.get("codexErrorInfo") if error else None
         return TurnResult(
             role=self.role, text=text, is_error=not ok, session_id=self.thread_id,
-            subtype=subtype, cost_usd=self._cost_total, usage=self._spend.as_usage(),
+            subtype=subtype, cost_usd=self._cost_total, usage=spend.as_usage(),
             duration_ms=duration_ms, turn_cost_usd=spent, api_error_status=error_status(info),
             api_error=error_kind(info),
             terminal_reason=INTERRUPTED if subtype == INTERRUPTED else "")
