@@ -6,27 +6,40 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from anima import sandbox
 from anima.agents.codex.backend import CodexBackend
 from anima.agents.process import AgentProcess
 from anima.config import Config
 from anima.events import ACCEPTOR, DEVELOPER, EventBus, TurnResult, clock
 from anima.store.models import MilestoneStatus, Verdict
-from tests.conftest import real_codex_env, run_git
+from tests.conftest import init_repo, real_codex_env, run_git
 from tests.fakes.api_stub import ApiStub
-from tests.fakes.pair_model import PairModel, codex_prompts, for_claude, for_codex
+from tests.fakes.pair_model import (
+    ACCEPTOR_MARK,
+    Act,
+    PairModel,
+    Turn,
+    codex_prompts,
+    for_claude,
+    for_codex,
+)
 from tests.fakes.responses_stub import (
     STUB_MODEL,
     Reply,
     ResponsesStub,
+    all_text,
     server_error,
     tool_outputs,
     unauthorized,
@@ -181,6 +194,51 @@ def test_the_codex_acceptor_cannot_write_and_pushes_are_refused(
     assert not (git_repo / "evil.txt").exists()
     assert "anima-denies-pushes" in developer_output
     assert "pushed" not in run_git(git_repo, "branch", "-a")
+
+
+@pytest.fixture
+def repo_outside_tmp() -> Iterator[Path]:
+    """A repo where Codex's own read-only sandbox would work (its home not under /tmp)."""
+    folder = Path(tempfile.mkdtemp(prefix="anima-codex-repo-", dir="/var/tmp"))
+    try:
+        yield init_repo(folder / "repo", {"README.md": "# test project\n"})
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class ProbingAcceptor(PairModel):
+    """Runs `command` when a review starts, then answers as the PairModel does."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self.command = command
+
+    def acceptor(self, turn: Turn) -> Act:
+        if turn.tool_output is None and "Review round" in turn.prompts[-1]:
+            return Act(command=self.command)
+        return super().acceptor(turn)
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot confine here")
+def test_the_codex_acceptor_runs_commands_inside_anima_sandbox(
+        real_codex_bin: str, codex_home: Path, repo_outside_tmp: Path) -> None:
+    """In Anima's sandbox the Acceptor's tree is read-only already. Codex's own read-only
+    sandbox nested there is a second bubblewrap, which cannot map uid 0 when Anima runs as
+    root ("bwrap: setting up uid map"): every command the Acceptor ran failed, nothing was
+    shown, and it reviewed blind."""
+    repo = project(repo_outside_tmp, ["Greet"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin), sandbox="required")
+    probe = "git log --format=%s -1; cat features/F1.txt; echo evil > evil.txt; echo probed"
+    with ResponsesStub(default=for_codex(ProbingAcceptor(probe))) as stub:
+        result = run_headless(repo, real_codex_env(stub, codex_home))
+        (review,) = {o for r in stub.requests if ACCEPTOR_MARK in all_text(r)
+                     for o in tool_outputs(r)}
+    assert_ran(result)
+    assert "bwrap:" not in review
+    assert "feat: F1" in review and "\nF1\n" in review
+    assert "Read-only file system" in review
+    assert "[acceptor] ▸ Bash: git log --format=%s -1" in result.stdout
+    assert record(repo, "m1").status is MilestoneStatus.COMPLETED
 
 
 def test_the_codex_acceptor_reads_no_instructions_from_the_tree(

@@ -157,9 +157,11 @@ class Backend(Dialect, Protocol):
         AgentNotFound saying how to install it."""
         ...
 
-    def profile(self, role: str, config: Config, tree: Path) -> RoleProfile:
+    def profile(self, role: str, config: Config, tree: Path, *,
+                confined: bool = False) -> RoleProfile:
         """The role's prompt and settings, with pushes denied unless `allow_push` is set;
-        `tree`: the folder it works in (for the Acceptor, the Developer's)."""
+        `tree`: the folder it works in (for the Acceptor, the Developer's); `confined`: it
+        runs in Anima's sandbox (`anima.loop.confinement`)."""
         ...
 
     def owns_process(self, argv: list[str], session_id: str) -> bool:

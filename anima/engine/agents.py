@@ -143,8 +143,8 @@ class AgentFactory:
         backend = self.backend(role)
         confine = sandbox.confine(role, backend.prepare_home) if sandbox else None
         home = sandbox.home(role) if sandbox is not None and confine is not None else None
-        agent = AgentProcess(role, self.binary(role), backend.profile(role, self.config, cwd), cwd,
-                             publisher, dialect=backend,
+        profile = backend.profile(role, self.config, cwd, confined=confine is not None)
+        agent = AgentProcess(role, self.binary(role), profile, cwd, publisher, dialect=backend,
                              session_id=session_id, resume=resume, session_model=model,
                              turn_timeout=self.config.agent_timeout_seconds,
                              idle_timeout=self.config.agent_idle_timeout_seconds,

@@ -63,7 +63,8 @@ class ClaudeBackend:
     def find(self, configured: str | None) -> AgentBinary:
         return find_claude(configured)
 
-    def profile(self, role: str, config: Config, tree: Path) -> RoleProfile:
+    def profile(self, role: str, config: Config, tree: Path, *,
+                confined: bool = False) -> RoleProfile:
         return profile_for(role, config)  # `--setting-sources` keeps any tree out
 
     def owns_process(self, argv: list[str], session_id: str) -> bool:

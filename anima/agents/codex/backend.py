@@ -1,7 +1,8 @@
-"""`codex app-server` as a `Backend`: the Acceptor in Codex's read-only sandbox, the Developer
-with full access inside Anima's own confinement (Codex's sandbox is a second bubblewrap, which
-works nested but cannot give the Developer the worktree's git folder; Anima's mounts do),
-approvals never asked (nobody is there to answer), pushes refused by git itself."""
+"""`codex app-server` as a `Backend`: both roles with full access inside Anima's own confinement
+(which keeps the Acceptor's tree read-only; Codex's sandbox is a second bubblewrap, which
+cannot give the Developer the worktree's git folder, and nested in Anima's cannot start at all
+when Anima runs as root), the Acceptor in Codex's read-only sandbox when Anima does not confine
+it; approvals never asked (nobody is there to answer), pushes refused by git itself."""
 
 from __future__ import annotations
 
@@ -21,8 +22,6 @@ from anima.git.locks import worktree_common_dir, worktree_git_dir
 
 INSTALL_HINT = "npm install -g @openai/codex"
 ENV_VAR = "ANIMA_CODEX_COMMAND"
-#: Codex's sandbox per role: the Acceptor reviews, it never writes.
-SANDBOX = {DEVELOPER: "danger-full-access", ACCEPTOR: "read-only"}
 #: The reviewer reads no `AGENTS.md` from the tree it reviews, nor the skills there
 #: (`.agents/skills`, `.codex/skills`, which Codex lists to the model even in an untrusted
 #: tree): the tree is the Developer's, and Codex would take them as the reviewer's
@@ -34,6 +33,13 @@ REVIEWER_OVERRIDES = ("-c", "project_doc_max_bytes=0", "-c", "skills.include_ins
 PUSH_DENIED = {"GIT_CONFIG_COUNT": "1",
                "GIT_CONFIG_KEY_0": "url.anima-denies-pushes://.pushInsteadOf",
                "GIT_CONFIG_VALUE_0": ""}
+
+
+def sandbox_mode(role: str, confined: bool) -> str:
+    """Codex's own sandbox: the Acceptor reviews, it never writes; where Anima confines it,
+    its tree is read-only there already, and Codex's bubblewrap nested in Anima's fails as
+    root ("bwrap: setting up uid map": every command the Acceptor ran failed, unseen)."""
+    return "read-only" if role == ACCEPTOR and not confined else "danger-full-access"
 
 
 def codex_home(real_home: Path) -> Path:
@@ -85,12 +91,13 @@ class CodexBackend:
                            env_var=ENV_VAR,
                            install_hint=INSTALL_HINT)
 
-    def profile(self, role: str, config: Config, tree: Path) -> RoleProfile:
+    def profile(self, role: str, config: Config, tree: Path, *,
+                confined: bool = False) -> RoleProfile:
         """The role's sandbox, `approval_policy = "never"` and the reviewer's
         `REVIEWER_OVERRIDES` and untrusted `tree` as `-c` overrides before the config's own
         extra arguments (which may override them)."""
         role_config = config.developer if role == DEVELOPER else config.acceptor
-        overrides = ["-c", f"sandbox_mode={json.dumps(SANDBOX[role])}",
+        overrides = ["-c", f"sandbox_mode={json.dumps(sandbox_mode(role, confined))}",
                      "-c", 'approval_policy="never"']
         if role == ACCEPTOR:
             overrides += [*REVIEWER_OVERRIDES, "-c", _untrusted(tree)]
