@@ -256,6 +256,34 @@ def test_run_missing_claude_says_how_to_install(git_repo: Path) -> None:
     assert record(git_repo, "m1").status.value == "pending"
 
 
+def test_a_missing_codex_names_the_role_that_asked_for_it(git_repo: Path,
+                                                          fake_env: dict[str, str]) -> None:
+    """Only the Developer runs codex: the error names its settings, not the Acceptor's (a
+    claude role, found)."""
+    make_project(git_repo, {"m1": milestone_md("M", ["A"])},
+                 config={"developer": {"agent": "codex"}})
+    result = anima("run", str(git_repo), "--headless",
+                   env={**fake_env, "PATH": "/usr/bin:/bin", "ANIMA_CODEX_COMMAND": ""})
+    assert result.returncode == 2
+    assert "npm install -g @openai/codex" in result.stderr
+    assert 'developer.agent "codex"' in result.stderr
+    assert "set developer.command in .anima/config.json" in result.stderr
+    assert "acceptor" not in result.stderr, result.stderr
+
+
+def test_a_missing_claude_names_the_setting_that_named_it(git_repo: Path,
+                                                          fake_env: dict[str, str]) -> None:
+    """The Acceptor's own `command` names a claude that is not there (the Developer's is):
+    the error names the Acceptor's settings, not `claude_command` alone."""
+    make_project(git_repo, {"m1": milestone_md("M", ["A"])},
+                 config={"acceptor": {"command": str(git_repo / "no-such-claude")}})
+    result = anima("run", str(git_repo), "--headless", env=fake_env)
+    assert result.returncode == 2
+    missing = git_repo / "no-such-claude"
+    assert f"config acceptor.command / claude_command '{missing}'" in result.stderr
+    assert "developer" not in result.stderr
+
+
 def test_headless_run_pause_resume_with_note_and_approve(
         git_repo: Path, fake_claude: FakeClaude, fake_env: dict[str, str]) -> None:
     no = {"text": "REJECTED: the greeting is rude"}

@@ -152,9 +152,10 @@ class Backend(Dialect, Protocol):
     #: token counts use Anthropic's, so they run only beside a backend that speaks it.
     api: str
 
-    def find(self, configured: str | None) -> AgentBinary:
+    def find(self, configured: str | None, roles: tuple[str, ...] = ()) -> AgentBinary:
         """The CLI to run: `configured`, else its environment variable, else PATH; raises
-        AgentNotFound saying how to install it."""
+        AgentNotFound saying how to install it and naming the settings of `roles` (those
+        that run it)."""
         ...
 
     def profile(self, role: str, config: Config, tree: Path, *,

@@ -45,12 +45,18 @@ def _probe(command: str, source: str) -> tuple[AgentBinary | None, str]:
     return AgentBinary(argv=argv, version=version), ""
 
 
+def role_keys(roles: tuple[str, ...], setting: str) -> str:
+    """`developer.command / acceptor.command`: the settings of the roles that run a CLI."""
+    return " / ".join(f"{role}.{setting}" for role in roles)
+
+
 def find_binary(name: str, configured: str | None, *, config_key: str, env_var: str,
-                install_hint: str) -> AgentBinary:
+                install_hint: str, roles: tuple[str, ...] = ()) -> AgentBinary:
     """The first configured source wins; a configured-but-broken command is an error, not skipped.
 
     Falling through to PATH after a broken explicit setting would silently run a different
-    binary than the user asked for.
+    binary than the user asked for. `roles`: those that run it, named in the error (which
+    `agent` chose it).
     """
     tried: list[str] = []
     env_command = os.environ.get(env_var)
@@ -68,7 +74,8 @@ def find_binary(name: str, configured: str | None, *, config_key: str, env_var: 
     if binary is not None:
         return binary
     tried.append(why)
+    chosen = f' for {role_keys(roles, "agent")} "{name}"' if roles else ""
     raise AgentNotFound(
-        f"No working `{name}` CLI found. Tried:\n  - " + "\n  - ".join(tried)
+        f"No working `{name}` CLI found{chosen}. Tried:\n  - " + "\n  - ".join(tried)
         + f"\nInstall it with: {install_hint} (or set {config_key} in .anima/config.json)"
     )

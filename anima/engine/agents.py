@@ -75,10 +75,15 @@ class AgentFactory:
         key = cli_of(role, self.config)
         if key not in self._binaries:
             probe = self._probes.pop(key, None)
-            found = probe.result() if probe is not None else self.backend(role).find(key[1])
+            found = probe.result() if probe is not None else self.backend(role).find(
+                key[1], self._roles_of(key))
             self._binaries[key] = found
             self._log(f"using {key[0]} {found.version} ({' '.join(found.argv)})")
         return self._binaries[key]
+
+    def _roles_of(self, key: CliKey) -> tuple[str, ...]:
+        """The roles that run the CLI `key` names (one lookup serves them all)."""
+        return tuple(role for role in ROLES if cli_of(role, self.config) == key)
 
     def runs(self) -> dict[str, AgentRun]:
         """What each role runs on: backend, model, CLI version (raises when a CLI is
@@ -108,9 +113,10 @@ class AgentFactory:
             backend = self.backend(role)
 
             def find(probe: Future[AgentBinary] = probe, backend: Backend = backend,
-                     command: str | None = key[1]) -> None:
+                     command: str | None = key[1], roles: tuple[str, ...] = self._roles_of(key)
+                     ) -> None:
                 try:
-                    probe.set_result(backend.find(command))
+                    probe.set_result(backend.find(command, roles))
                 except Exception as e:  # handed to binary(), which raises it where it used to
                     probe.set_exception(e)
 

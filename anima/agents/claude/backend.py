@@ -60,8 +60,8 @@ class ClaudeBackend:
     def classify(self, result: TurnResult, rate_limit: RateLimitChanged | None) -> Fault | None:
         return faults.classify(result, rate_limit)
 
-    def find(self, configured: str | None) -> AgentBinary:
-        return find_claude(configured)
+    def find(self, configured: str | None, roles: tuple[str, ...] = ()) -> AgentBinary:
+        return find_claude(configured, roles)
 
     def profile(self, role: str, config: Config, tree: Path, *,
                 confined: bool = False) -> RoleProfile:

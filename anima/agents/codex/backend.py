@@ -15,9 +15,9 @@ from pathlib import Path
 from anima import sandbox
 from anima.agents.codex import faults, protocol
 from anima.agents.dialect import AgentBinary, Fault, RoleProfile, load_system_prompt
-from anima.agents.discovery import find_binary
+from anima.agents.discovery import find_binary, role_keys
 from anima.config import Config, ModelPrice, RoleConfig
-from anima.events import ACCEPTOR, DEVELOPER, RateLimitChanged, TurnResult
+from anima.events import ACCEPTOR, DEVELOPER, ROLES, RateLimitChanged, TurnResult
 from anima.git.locks import worktree_common_dir, worktree_git_dir
 
 INSTALL_HINT = "npm install -g @openai/codex"
@@ -86,10 +86,10 @@ class CodexBackend:
     def classify(self, result: TurnResult, rate_limit: RateLimitChanged | None) -> Fault | None:
         return faults.classify(result, rate_limit)
 
-    def find(self, configured: str | None) -> AgentBinary:
-        return find_binary("codex", configured, config_key="developer.command / acceptor.command",
-                           env_var=ENV_VAR,
-                           install_hint=INSTALL_HINT)
+    def find(self, configured: str | None, roles: tuple[str, ...] = ()) -> AgentBinary:
+        return find_binary("codex", configured,
+                           config_key=role_keys(roles or ROLES, "command"), env_var=ENV_VAR,
+                           install_hint=INSTALL_HINT, roles=roles)
 
     def profile(self, role: str, config: Config, tree: Path, *,
                 confined: bool = False) -> RoleProfile:
