@@ -13,8 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from anima.config import Config
+from anima.loop.actions import resume
+from anima.paths import ProjectPaths
+from anima.store.models import MilestoneStatus
+from anima.store.store import Store
 from tests.conftest import run_git
-from tests.helpers import milestone_md, run_engine
+from tests.helpers import milestone_md, record, run_engine
 from tests.test_isolation import (  # noqa: F401 - fixtures
     AUTO,
     ONE,
@@ -166,3 +171,30 @@ def test_what_the_acceptor_reviews_is_what_is_merged(git_repo: Path, fake) -> No
     reviewed = seen.read_text(encoding="utf-8") if seen.exists() else ""
     assert "print('good')" not in reviewed, "the Acceptor reviewed a forged tree"
     assert not merged or merged.strip() in reviewed, f"main got {merged!r} unreviewed"
+
+
+def test_a_start_points_a_rewritten_git_file_back(git_repo: Path, fake) -> None:  # noqa: F811
+    """Unconfined, the Developer points the worktree's `.git` at a repository that is not
+    there. Anima's own git goes on (it never reads the file); when the milestone starts again,
+    the file names the worktree's git folder again, and the log says so."""
+    project = project_with(git_repo, "off", {"m1": TWO}, max_iterations_per_milestone=1)
+    fake.write_script({"developer": [
+        {"shell": ["mkdir -p features && echo one > features/one.txt",
+                   "git add -A && git commit -qm 'feat: one'",
+                   "echo 'gitdir: /nonexistent/repo' > .git"], "auto": True},
+        {"shell": ["git rev-parse --absolute-git-dir > where.txt"], "auto": True}]})
+    run_engine(project)  # round 1 accepted, then the round limit pauses it
+    dot_git = project / ".anima" / "worktrees" / "m1" / ".git"
+    assert record(project, "m1").status is MilestoneStatus.PAUSED
+    assert dot_git.read_text(encoding="utf-8") == "gitdir: /nonexistent/repo\n"
+
+    paths = ProjectPaths(project)
+    resume(Store(paths), Config(), "m1")
+    run_engine(project)
+
+    admin = project / ".git" / "worktrees" / "m1"
+    log = (project / ".anima" / "logs" / "m1.log").read_text(encoding="utf-8")
+    assert "did not name the worktree's git folder" in log
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.pause_reason
+    assert f"{admin}\n" in run_git(project, "show", "main:where.txt") + "\n"
