@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
+from anima.paths import printable
 from anima.phases import Phase
 
 log = logging.getLogger(__name__)
@@ -365,6 +366,11 @@ class LogLine(Event):
 
     milestone_id: str | None
     text: str
+
+    def __post_init__(self) -> None:
+        # Built from git's output too: a file name that is not UTF-8 would fail the log
+        # file's write, anima.log's and the headless print, and the line would be lost.
+        object.__setattr__(self, "text", printable(self.text))
 
 
 @dataclass(frozen=True)

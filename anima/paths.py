@@ -37,6 +37,21 @@ RUNTIME_IGNORES = ("milestones/*.json", "state.json", "logs/", "transcripts/", "
                    ".#*", "*~")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """`text` with each byte that was not UTF-8 written `\\xNN`. Any byte string is a valid
+    file name, and `os.fsdecode` gives git's names such bytes as lone surrogates, which no
+    JSON record, UTF-8 log or widget takes; the name stays recognisable."""
+    return _SURROGATE.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match[0])
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
 def is_under_anima(path: str) -> bool:
     """True for `.anima` itself and anything below it (repository-relative, `/`-separated)."""
     return path == ANIMA_DIR or path.startswith(ANIMA_DIR + "/")

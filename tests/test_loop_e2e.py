@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -498,3 +499,40 @@ def test_request_changes_then_an_edit_then_a_kill_builds_the_edit_and_counts_eve
     assert rec.cost_usd == pytest.approx(0.01 * (turns - 1)), (rec.cost_usd, turns,
                                                              mid.in_flight, rec.notes)
     assert sum(i.cost_usd for i in rec.iterations) <= rec.cost_usd
+
+
+@pytest.mark.parametrize("committed", [True, False])
+def test_a_file_name_that_is_not_utf8_is_recorded_and_the_milestone_completes(
+        project: Path, fake_claude: FakeClaude, committed: bool) -> None:
+    """Any byte string is a file name: one that is not UTF-8 (committed by the Developer, or
+    left for Anima to commit) reached the record as is, which then could not be written (nor
+    the `failed` that followed), and every start redid the round."""
+    make = "printf x > \"$(printf 'bad\\377.txt')\""
+    fake_claude.write_script({"developer": [
+        {"shell": [f"{make} && git add -A && git commit -qm 'feat: odd'"], "auto": True}
+        if committed else {"shell": [make], "text": report()}],
+        "developer_default": {"auto": True}})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    assert "bad\\xff.txt" in rec.iterations[0].changed_files
+    assert b"bad\xff.txt" in subprocess.run(["git", "ls-tree", "-z", "--name-only", "main"],
+                                            cwd=project, capture_output=True).stdout
+    anima_log = (project / ".anima" / "logs" / "anima.log").read_text(encoding="utf-8")
+    assert "Error" not in anima_log, anima_log
+
+
+def test_a_line_naming_a_file_that_is_not_utf8_is_logged(project: Path,
+                                                         fake_claude: FakeClaude) -> None:
+    """The rejection of a commit that changes `.anima/` names the file, in the record and the
+    log: a name that is not UTF-8 failed the log file's write, and the line was lost."""
+    fake_claude.write_script({"developer": [
+        {"shell": ["printf x > \".anima/$(printf 'bad\\377.txt')\" && git add -f .anima && "
+                   "git commit -qm 'feat: odd'"], "auto": True}],
+        "developer_default": {"auto": True}})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    assert ".anima/bad\\xff.txt" in (rec.iterations[0].reason or "")
+    log = (project / ".anima" / "logs" / "m1.log").read_text(encoding="utf-8")
+    assert "REJECTED: commits on milestone/m1 changed .anima/bad\\xff.txt" in log

@@ -185,6 +185,14 @@ def row_of(view: ChangesView, text: str) -> int:
     return next(n for n, r in enumerate(view.diff.rows) if row_text(r).endswith(text))
 
 
+def test_a_file_name_that_is_not_utf8_is_listed_with_its_odd_byte(qtbot, git_repo: Path) -> None:
+    """Qt drops a lone surrogate (`os.fsdecode`'s form of the byte): `bad\\377.txt` read
+    `bad.txt` in the list."""
+    rec = branch_changing(git_repo, {"a.txt": "a\n"}, {os.fsdecode(b"bad\xff.txt"): "x\n"})
+    view = open_view(qtbot, git_repo, rec)
+    assert view.files.index(0, 0).data() == "bad\\xff.txt"
+
+
 def test_anima_files_are_listed_apart_never_folded_and_not_counted(qtbot, git_repo) -> None:
     view, _ = review_view(qtbot, git_repo)
     model = view.files

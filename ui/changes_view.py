@@ -50,6 +50,7 @@ from PySide6.QtWidgets import (
 )
 
 from anima.diffs import ChangeSet, DiffRow, FileDiff
+from anima.paths import printable
 from ui.diff_view import PREFIX, DiffView, SideBySideView, comment_line
 from ui.formatting import enum_text
 from ui.search_bar import SearchBar
@@ -63,6 +64,12 @@ def fold_reason(diff: FileDiff) -> str:
 
 #: The heading row above Anima's own files in the file table.
 ANIMA_SECTION = "Anima's files — not counted"
+
+
+def _name(diff: FileDiff) -> str:
+    """A file's name in the list; a name that is not UTF-8 keeps its odd bytes as `\\xNN`
+    (Qt would drop them silently, showing another file's name)."""
+    return printable(f"{diff.old_path} → {diff.path}" if diff.old_path else diff.path)
 
 
 def fingerprint(diff: FileDiff) -> str:
@@ -147,7 +154,7 @@ class FileTableModel(ColumnModel):
         viewed = self.is_viewed(f)
         if role == Qt.ItemDataRole.DisplayRole:
             if column == 0:
-                return f"{f.old_path} → {f.path}" if f.old_path else f.path
+                return _name(f)
             if column == self.VIEWED:
                 return None
             if f.binary:
@@ -163,7 +170,7 @@ class FileTableModel(ColumnModel):
             if column == self.VIEWED:
                 return "Viewed (the mark goes when the file changes again)"
             folded = f": {fold_reason(f)}, folded" if f.collapsed else ""
-            return f"{f.old_path} → {f.path}{folded}" if f.old_path else f"{f.path}{folded}"
+            return f"{_name(f)}{folded}"
         if role == Qt.ItemDataRole.TextAlignmentRole and column:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None

@@ -11,15 +11,17 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from anima.atomic import read_regular, write_text_atomic
 from anima.config import describe_validation_error
 from anima.errors import AnimaError, MilestoneError, RecordError
-from anima.paths import ProjectPaths
+from anima.paths import ProjectPaths, printable
 from anima.store.definitions import MilestoneDef
 from anima.store.dependencies import Dependencies, InMain, dependencies
 from anima.store.migrations import migrate
@@ -38,6 +40,32 @@ from anima.store.names import MILESTONE_ID_RE, is_milestone_name, validate_miles
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def _json(model: BaseModel) -> str:
+    """What a record or state.json holds. A file name git gave (in a round's files, a note,
+    a merge's reason, a review comment) may hold bytes that are not UTF-8, which JSON cannot
+    write: such strings are made `printable` in the model itself, so no save fails (nor every
+    one after it) and what is in memory is what is on disk."""
+    try:
+        return model.model_dump_json(indent=2) + "\n"
+    except PydanticSerializationError:
+        _make_printable(model)
+        return model.model_dump_json(indent=2) + "\n"
+
+
+def _make_printable(value: Any) -> Any:
+    """`value` with every string in it `printable` (a model is changed in place)."""
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            setattr(value, name, _make_printable(getattr(value, name)))
+    elif isinstance(value, list):
+        return [_make_printable(v) for v in value]
+    elif isinstance(value, dict):
+        return {_make_printable(k): _make_printable(v) for k, v in value.items()}
+    elif isinstance(value, str) and not isinstance(value, Enum):
+        return printable(value)
+    return value
 
 #: What a pending record holds that its definition (and the config) decide.
 _FROM_DEFINITION = ("title", "features", "acceptance_criteria", "max_iterations",
@@ -160,7 +188,7 @@ class Store:
         with them at every start: it is replaced atomically but not fsynced (it changes at
         every phase of every running milestone)."""
         state.updated_at = now()
-        self._write(self.paths.state, state.model_dump_json(indent=2) + "\n", durable=False)
+        self._write(self.paths.state, _json(state), durable=False)
 
     # --- milestone records ----------------------------------------------------------------
     def load_record(self, milestone_id: str) -> MilestoneRecord:
@@ -181,7 +209,7 @@ class Store:
 
     def save_record(self, record: MilestoneRecord) -> None:
         path = self.paths.milestone_record(record.id)
-        self._write(path, record.model_dump_json(indent=2) + "\n")
+        self._write(path, _json(record))
 
     def _write(self, path: Path, text: str, *, durable: bool = True) -> None:
         for listener in list(self.on_save):  # first: a kill in between leaves them ahead
