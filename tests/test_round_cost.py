@@ -29,6 +29,7 @@ from anima.store.models import FeatureStatus, MilestoneStatus, RoundKind, Verdic
 from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import engine_held, hold, make_project, milestone_md, record, run_engine
+from tests.test_cli import anima
 from tests.test_recovery import (
     Runner,
     assert_consistent,
@@ -302,7 +303,8 @@ def test_a_kill_mid_round_keeps_what_its_finished_turns_spent(
         git_repo: Path, fake_claude: FakeClaude) -> None:
     """The Developer's turn spent $0.30; Anima is SIGKILLed while the Acceptor reviews. The
     round is redone, and its $0.30 was lost: only the record's totals hold spend, and the
-    round in flight was in memory."""
+    round in flight was in memory. Until that restart, `anima status` counts it (it printed
+    only the totals: $0.00)."""
     make_project(git_repo, {"m1": milestone_md("Solo", ["Greet command"])})
     fake_claude.write_script({
         "developer": [{"auto": True, "cost_usd": 0.30}],
@@ -313,6 +315,9 @@ def test_a_kill_mid_round_keeps_what_its_finished_turns_spent(
     wait_until(lambda: fake_claude.entries("acceptor"), what="the review")
     first.kill()
     assert record(git_repo, "m1").in_flight.cost_usd == pytest.approx(0.30)
+    status = anima("status", str(git_repo))
+    line = next(x for x in status.stdout.splitlines() if x.strip().startswith("m1"))
+    assert "$0.30 (incl. $0.30 in flight)" in line, line
     second = run_to_end(git_repo, fake_claude)
     assert second.proc.returncode == 0, second.stdout[-2000:]
     rec = record(git_repo, "m1")

@@ -22,6 +22,7 @@ from anima.store.models import (
     MergeInfo,
     MergeState,
     MilestoneRecord,
+    Spend,
 )
 from ui.monitor import FeatureChecklist, IterationMonitor
 from ui.review import ReviewPanel
@@ -91,6 +92,17 @@ def test_header_checklist_and_history_show_the_record(qtbot) -> None:
     assert [model.index(r, 4).data() for r in range(3)] == ["✓ 2.3 s", "✗ exit 1", "—"]
     tip = model.index(1, 4).data(Qt.ItemDataRole.ToolTipRole)
     assert "Checks: `pytest -q` — ✗ exit 1" in tip and "FAILED test_version" in tip
+
+
+def test_the_header_counts_what_the_round_in_flight_spent(qtbot) -> None:
+    """README: every dollar counts, the round in flight's too (`in_flight`, settled at its
+    verdict or, after a kill, at the next start); the header showed only the totals."""
+    monitor = IterationMonitor()
+    qtbot.addWidget(monitor)
+    rec = make_record()
+    rec.in_flight = Spend(cost_usd=0.7)
+    monitor.show_record(rec)
+    assert monitor.header.cost.value.text() == "$0.82 (incl. $0.70 in flight)"
 
 
 def test_the_acceptor_pane_shows_the_checks_while_they_run(qtbot) -> None:

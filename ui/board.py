@@ -173,7 +173,7 @@ class MilestoneCard(QFrame):
         if record is None:
             return
         done, total = record.features_done, len(record.features)
-        self.stats.setText(f"{done}/{total} features · ${record.cost_usd:.2f} · "
+        self.stats.setText(f"{done}/{total} features · ${record.spent_usd:.2f} · "
                            f"{clock.text(record)}")
 
     def mouseReleaseEvent(self, event: QMouseEvent) -> None:

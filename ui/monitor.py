@@ -161,7 +161,7 @@ class MilestoneHeader(QFrame):
         done, total = record.features_done, len(record.features)
         self.features.set(f"{done} / {total}", "good" if total and done == total else "normal")
         self.tokens.set(format_tokens(record.tokens_used))
-        self.cost.set(f"${record.cost_usd:.2f}")
+        self.cost.set(record.spent_text)
         self.tick()
 
     def set_max_rejections(self, limit: int) -> None:

@@ -148,7 +148,7 @@ class ReviewPanel(QFrame):
             self.heading.setText("Awaiting your review —")
             self.reason.setText(no_new_commit(record) or (
                 f"{record.features_done}/{len(record.features)} features, "
-                f"{len(record.iterations)} rounds, ${record.cost_usd:.2f}. Approve to complete "
+                f"{len(record.iterations)} rounds, ${record.spent_usd:.2f}. Approve to complete "
                 "it (and merge), or request changes."))
             self.note.setPlaceholderText("What should change? (or comment on lines in the "
                                          "Changes tab)")

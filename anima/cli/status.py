@@ -196,7 +196,7 @@ def _print_table(paths: ProjectPaths) -> None:
     for r in scan.records:
         print(f"  {r.id:<24} {r.status.value:<16} features {r.features_done}/"
               f"{len(r.features)}  rounds {r.rounds}  rejections {r.consecutive_rejections}/"
-              f"{max_rejections}  ${r.cost_usd:.2f}"
+              f"{max_rejections}  {r.spent_text}"
               + (f"  paused: {r.pause_reason}" if r.pause_reason else ""))
         for line in _details(r):
             print(f"      {line}")

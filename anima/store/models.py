@@ -287,6 +287,19 @@ class MilestoneRecord(_Model):
         return len(self.iterations)
 
     @property
+    def spent_usd(self) -> float:
+        """Every dollar spent, the round in flight's too (a kill leaves it there until the
+        next start): what a person is shown, since the totals hold it only after a verdict."""
+        return self.cost_usd + self.in_flight.cost_usd
+
+    @property
+    def spent_text(self) -> str:
+        """`spent_usd` for people, saying how much of it a round still in flight spent."""
+        pending = self.in_flight.cost_usd
+        return f"${self.spent_usd:.2f}" + (f" (incl. ${pending:.2f} in flight)"
+                                           if round(pending, 2) else "")
+
+    @property
     def standing(self) -> list[Iteration]:
         """The rounds whose verdicts still count: what comes next, and what main may
         receive, follow from these alone."""
