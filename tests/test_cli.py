@@ -295,6 +295,9 @@ def test_headless_run_pause_resume_with_note_and_approve(
     out = first.stdout
     assert "[developer]" in out and "[acceptor]" in out and "[anima]" in out
     assert "REJECTED: the greeting is rude" in out
+    # The last line gives the command to run, the milestone's id in it (not a literal `ID`).
+    assert out.strip().splitlines()[-1].endswith(
+        f"review, then `anima resume {git_repo} m1 [--note TEXT]`")
     resumed = anima("resume", str(git_repo), "m1", "--note", "say hello politely")
     assert resumed.returncode == 0, resumed.stderr
     rec = record(git_repo, "m1")
@@ -303,6 +306,8 @@ def test_headless_run_pause_resume_with_note_and_approve(
     assert second.returncode == 0, second.stderr + second.stdout
     assert "say hello politely" in fake_claude.prompts("developer")[3]
     assert record(git_repo, "m1").status.value == "awaiting_review"
+    assert second.stdout.strip().splitlines()[-1] == (
+        f"[anima] awaiting your review: m1 — `anima approve {git_repo} m1`")
     approved = anima("approve", str(git_repo), "m1")
     assert approved.returncode == 0, approved.stderr
     rec = record(git_repo, "m1")

@@ -64,6 +64,7 @@ def test_an_unexpected_error_fails_one_milestone_the_others_go_on_and_resume_ret
     assert m1.error is not None and "milestone/m1" in m1.error
     assert m2.status is MilestoneStatus.AWAITING_REVIEW
     assert "[anima] failed: m1" in first.stdout
+    assert f"`anima resume {git_repo} m1` retries it" in first.stdout
     assert "unexpected error" in (git_repo / ".anima" / "logs" / "m1.log").read_text()
     anima_log = (git_repo / ".anima" / "logs" / "anima.log").read_text()
     assert "Traceback (most recent call last)" in anima_log and "milestone m1 failed" in anima_log

@@ -128,19 +128,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 128 + received[0]
     if outcome.paused:
         print(f"[anima] paused for a human: {', '.join(outcome.paused)} — review, then "
-              f"`anima resume {args.project} ID [--note TEXT]`")
+              + _commands(f"anima resume {args.project}", outcome.paused, " [--note TEXT]"))
         return EXIT_PAUSED
     if outcome.failed:
         print(f"[anima] failed: {', '.join(outcome.failed)} — the error is in `anima status "
-              f"{args.project}` and .anima/logs/anima.log; `anima resume {args.project} ID` "
-              "retries it")
+              f"{args.project}` and .anima/logs/anima.log; "
+              + _commands(f"anima resume {args.project}", outcome.failed) + " retries it")
         return EXIT_ERROR
     if outcome.awaiting_review:
         print(f"[anima] awaiting your review: {', '.join(outcome.awaiting_review)} — "
-              f"`anima approve {args.project} ID`")
+              + _commands(f"anima approve {args.project}", outcome.awaiting_review))
     else:
         print("[anima] nothing left to do")
     return EXIT_OK
+
+
+def _commands(command: str, milestone_ids: tuple[str, ...], options: str = "") -> str:
+    """The command to run for each milestone, ready to paste."""
+    return " or ".join(f"`{command} {m}{options}`" for m in milestone_ids)
 
 
 @contextmanager
