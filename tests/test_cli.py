@@ -298,6 +298,10 @@ def test_headless_run_pause_resume_with_note_and_approve(
     # The last line gives the command to run, the milestone's id in it (not a literal `ID`).
     assert out.strip().splitlines()[-1].endswith(
         f"review, then `anima resume {git_repo} m1 [--note TEXT]`")
+    # The pause says what to do about it; `anima status` shows that.
+    assert "paused: 3 consecutive rejections, resume, with a note for the Developer if it " \
+           "helps, to give it 3 more tries; last: the greeting is rude" in anima(
+               "status", str(git_repo)).stdout
     resumed = anima("resume", str(git_repo), "m1", "--note", "say hello politely")
     assert resumed.returncode == 0, resumed.stderr
     rec = record(git_repo, "m1")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from anima.config import Config
-from anima.store.models import MilestoneRecord
+from anima.store.models import MilestoneRecord, RoundKind
 
 
 class Limit(Protocol):
@@ -23,6 +23,10 @@ class Limit(Protocol):
 
 # The pause line quotes this much of the last reason; the whole of it is on the round.
 _REASON_SHOWN = 400
+#: What a round whose turn timed out gives as its reason after the role (`Seats.failure`).
+TIMED_OUT = "timed out"
+#: What a pause may say the human can add when resuming.
+_NOTE = "with a note for the Developer if it helps"
 
 
 class Rejections:
@@ -35,7 +39,15 @@ class Rejections:
         last = " ".join(record.iterations[-1].reason.split())  # one line, however it came
         if len(last) > _REASON_SHOWN:
             last = last[:_REASON_SHOWN - 1] + "…"
-        return f"{count} consecutive rejections; last: {last}"
+        counted = [it for it in record.standing if it.kind is not RoundKind.FINAL][-count:]
+        if all(_timed_out(it.reason) for it in counted):
+            todo = ("every one a timeout: raise agent_timeout_seconds (or "
+                    "agent_idle_timeout_seconds) in .anima/config.json if the work needs "
+                    "longer turns, then resume")
+        else:
+            todo = (f"resume, {_NOTE}, to give it {config.max_consecutive_rejections} "
+                    "more tries")
+        return f"{count} consecutive rejections, {todo}; last: {last}"
 
     def lift(self, record: MilestoneRecord, config: Config) -> None:
         record.consecutive_rejections = 0
@@ -47,7 +59,9 @@ class Rounds:
     def reached(self, record: MilestoneRecord, config: Config) -> str | None:
         if record.rounds < record.max_iterations:
             return None
-        return f"round limit reached: {record.rounds} of {record.max_iterations} rounds used"
+        return (f"round limit reached: {record.rounds} of {record.max_iterations} rounds used; "
+                f"resume, {_NOTE}, for {config.max_iterations_per_milestone} more "
+                "(max_iterations_per_milestone)")
 
     def lift(self, record: MilestoneRecord, config: Config) -> None:
         if record.rounds >= record.max_iterations:
@@ -66,6 +80,11 @@ class Budget:
 
     def lift(self, record: MilestoneRecord, config: Config) -> None:
         """Nothing to lift on the record: the budget is the config's."""
+
+
+def _timed_out(reason: str) -> bool:
+    role, _, rest = reason.partition(" ")
+    return role in ("Developer", "Acceptor") and rest.startswith(f"{TIMED_OUT}:")
 
 
 REJECTIONS = Rejections()

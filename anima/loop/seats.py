@@ -33,6 +33,7 @@ from anima.loop.account import AccountGate
 from anima.loop.confinement import BranchEpoch
 from anima.loop.fault_policy import FaultPolicy, Retry
 from anima.loop.ledger import Ledger
+from anima.loop.limits import TIMED_OUT
 from anima.loop.state import board
 from anima.remotes import RefMap, pushed, remote_refs
 from anima.store.models import ContextUse, MilestoneRecord, Rollover, now
@@ -327,7 +328,7 @@ class Seats:
     @staticmethod
     def failure(e: AnimaError) -> str:
         if isinstance(e, TurnTimeout):
-            return f"timed out: {e}"
+            return f"{TIMED_OUT}: {e}"
         if isinstance(e, AgentCrashed):
             tail = f" (stderr: {e.stderr_tail.strip()[-200:]})" if e.stderr_tail.strip() else ""
             return f"crashed twice in this round: {e}{tail}"
