@@ -127,7 +127,10 @@ class Journal:
     def write_log(self, milestone_id: str | None, text: str) -> None:
         if milestone_id is None:
             return
-        line = f"[{datetime.now():%H:%M:%S}] {redact(text)}\n"
+        # Every line of a multi-line entry (a command's output) starts with the time too:
+        # the log's lines are "[HH:MM:SS] ..." (a `grep` of them shows when).
+        stamp = f"[{datetime.now():%H:%M:%S}] "
+        line = "".join(f"{stamp}{part}\n" for part in redact(text).splitlines() or [""])
         with self._lock:
             if (files := self._open.get(milestone_id)) is not None:
                 files.write_log(line)

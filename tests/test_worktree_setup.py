@@ -6,6 +6,7 @@ engine."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -67,14 +68,17 @@ def test_setup_runs_once_in_the_new_worktree_with_the_included_files(
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_a_failing_setup_pauses_as_a_configuration_error(
         project: Path, fake_claude: FakeClaude, sandbox: str) -> None:
-    _, outcome = run_engine(project, sandbox=sandbox,
-                            worktree_setup_command="echo cannot fetch packages; exit 3")
+    _, outcome = run_engine(project, sandbox=sandbox, worktree_setup_command=(
+        "echo cannot fetch packages; echo from the index; exit 3"))
     rec = record(project, "m1")
     assert rec.status is MilestoneStatus.PAUSED and outcome.paused == ("m1",)
     assert "worktree_setup_command exited 3" in (rec.pause_reason or "")
     assert rec.iterations == []  # no round was spent or counted
     assert fake_claude.entries("developer") == []  # the Developer never started
-    assert "cannot fetch packages" in _log(project)  # the output's tail is in the log
+    log = _log(project)
+    assert "cannot fetch packages" in log and "from the index" in log  # the output's tail
+    # design.md: the log is "[HH:MM:SS] ..." lines, a multi-line entry's too
+    assert all(re.match(r"\[\d\d:\d\d:\d\d\] ", line) for line in log.splitlines()), log
     # Fixed, then resumed: it runs again and the milestone goes on.
     subprocess.run(["anima", "resume", str(project), "m1"], check=True, capture_output=True)
     run_engine(project, sandbox=sandbox, worktree_setup_command="true")
