@@ -67,6 +67,7 @@ def _make_printable(value: Any) -> Any:
         return printable(value)
     return value
 
+
 #: What a pending record holds that its definition (and the config) decide.
 _FROM_DEFINITION = ("title", "features", "acceptance_criteria", "max_iterations",
                     "requires_human_review", "depends_on")
