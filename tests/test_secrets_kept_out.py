@@ -104,6 +104,27 @@ def test_a_secret_left_uncommitted_is_never_committed_for_the_developer(
     never_in_main(project)
 
 
+@pytest.mark.parametrize("kind", ["feature", "fix"])
+def test_a_value_left_uncommitted_in_a_round_is_checked_before_its_review(
+        project: Path, fake_claude: FakeClaude, kind: str) -> None:
+    """A feature or fix round leaves a file holding the key uncommitted: Anima's commit of
+    the leftovers is checked like the Developer's own, and used to come after the check, so
+    the value was reviewed, accepted and merged."""
+    leak = {"shell": [f"echo 'KEY = {SECRET}' > pay.py"], "text": report(commit="")}
+    rounds = [leak] if kind == "feature" else [AUTO, leak]
+    fake_claude.write_script({
+        "developer": rounds, "developer_default": AUTO,
+        "acceptor": [] if kind == "feature" else [{"text": "REJECTED: greet louder"}]})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    leaked = rec.iterations[len(rounds) - 1]
+    assert leaked.kind.value == kind and leaked.verdict is Verdict.REJECTED
+    assert "a value of the files copied in from .worktreeinclude, in pay.py" in (
+        leaked.reason or "")
+    never_in_main(project)
+
+
 def test_the_changes_view_never_shows_a_secret(project: Path, fake_claude: FakeClaude) -> None:
     """Committed during a turn, before Anima looks at it, the file is listed, its content
     not."""

@@ -36,7 +36,7 @@ from anima.guard.turns import ReviewStart, TurnFindings, TurnGuard
 from anima.loop.ledger import Ledger
 from anima.loop.worktree import MilestoneWorktree
 from anima.store.models import FeatureStatus, MilestoneRecord, RoundKind, Verdict
-from anima.text.formats import DeveloperReport
+from anima.text.formats import DeveloperReport, ReportKind
 
 #: The length from which a value of the copied-in files may not be in a commit.
 _COMMITTED_VALUE_CHARS = 12
@@ -180,19 +180,24 @@ class BranchKeeper:
         return commit != rnd.previous_head and (
             not rnd.previous_head or self.repo.is_ancestor(rnd.previous_head, commit))
 
-    def commit_final_work(self) -> None:
-        """The final round's uncommitted work, committed before it is checked (what the final
-        acceptance judges is what gets merged): a value of the copied-in files in it, or a
-        change to the human's definitions (a line added to `.worktreeinclude`), is caught as
-        in any commit of the round, not merged unseen."""
+    def commit_round_work(self, report: DeveloperReport) -> str | None:
+        """A round's uncommitted work, committed before it is checked (what a review judges
+        is what gets merged): a value of the copied-in files in it is caught as in any commit
+        of the round, not reviewed and merged unseen; so is, in the final round (whose commit
+        is not checked like a feature's), a change to the human's definitions (a line added
+        to `.worktreeinclude`). Returns Anima's commit, or None."""
+        final = report.kind is ReportKind.ALL_COMPLETE
         before = self._known().branch
-        if self._commit_leftovers(" (final)") and before and \
+        leftover = self._commit_leftovers(" (final)" if final else
+                                          f" ({report.feature})" if report.feature else "")
+        if final and leftover and before and \
                 (reverted := self._revert_branch_definitions(before)) is not None:
             self.guarded.append(reverted)
+        return leftover
 
     def final_tip(self) -> str | None:
         """What the final acceptance judges: the milestone branch's tip, the round's work
-        committed and checked already (`commit_final_work`)."""
+        committed and checked already (`commit_round_work`)."""
         return self.repo.resolve(f"refs/heads/{self.record.branch_name}")
 
     def _unreported_commit(self, named: str | None) -> str | None:
@@ -565,15 +570,15 @@ class BranchKeeper:
         rec.main_head = tip
         self._save()
 
-    def check_commit(self, report: DeveloperReport) -> str | None:
-        """Git is the truth: verify the reported commit before any Acceptor token is spent.
+    def check_commit(self, report: DeveloperReport, leftover: str | None) -> str | None:
+        """Git is the truth: verify the reported commit before any Acceptor token is spent;
+        `leftover` is Anima's commit of the round's uncommitted work (`commit_round_work`).
         Returns why the round is rejected, or None when the commit is the round's."""
         rec, rnd = self.record, self.ledger.round
         assert rnd is not None
         rnd.feature = report.feature
         if (f := rec.feature(report.feature)) is not None and f.status is not FeatureStatus.DONE:
             f.status = FeatureStatus.IN_PROGRESS
-        leftover = self._commit_leftovers(f" ({report.feature})" if report.feature else "")
         tips = self._known()  # as after the turn, with Anima's own commits
         tip, since = tips.branch, self._since()
         try:  # the commits since the last accepted one (usually read by the history check)

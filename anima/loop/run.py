@@ -421,8 +421,7 @@ class MilestoneRun:
             self._reject(rewritten)
             return None
         self.branch.back_on_branch(fresh=False)
-        if report.kind is ReportKind.ALL_COMPLETE:
-            self.branch.commit_final_work()
+        leftover = self.branch.commit_round_work(report)
         if (secret := self.branch.secrets_committed()) is not None:
             self._reject(secret)
             return None
@@ -431,7 +430,8 @@ class MilestoneRun:
             return None
         if report.kind is ReportKind.ALL_COMPLETE:
             return report
-        if (wrong := self.branch.check_commit(report) or self._unmerged_main()) is not None:
+        if (wrong := self.branch.check_commit(report, leftover)
+                or self._unmerged_main()) is not None:
             self._reject(wrong)
             return None
         if self._checks_failed(report):
