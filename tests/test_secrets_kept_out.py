@@ -87,6 +87,23 @@ def test_a_secret_value_written_into_the_code_is_taken_off_the_branch(
     assert SECRET in run_git(project, "show", "refs/anima/secrets/m1/1:pay.py")
 
 
+@pytest.mark.parametrize("line", ["KEY = 1\\r{}", "++{}"])
+def test_a_secret_on_any_added_line_is_taken_off_the_branch(
+        project: Path, fake_claude: FakeClaude, line: str) -> None:
+    """Git's line is what is added: the check split the patch at a carriage return (and
+    other separators `str.splitlines` knows), and took an added line starting `++` for the
+    `+++ b/file` header, so the value after either went unseen."""
+    fake_claude.write_script({"developer": [
+        {"shell": [f"printf '{line.format(SECRET)}\\n' > pay.py && git add pay.py && "
+                   "git commit -qm 'feat: pay'"], "auto": True}], "developer_default": AUTO})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    assert "a value of the files copied in from .worktreeinclude, in pay.py" in (
+        rec.iterations[0].reason or "")
+    never_in_main(project)
+
+
 @pytest.mark.parametrize("sandbox", MODES)
 def test_a_secret_left_uncommitted_is_never_committed_for_the_developer(
         project: Path, fake_claude: FakeClaude, sandbox: str) -> None:

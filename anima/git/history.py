@@ -155,15 +155,16 @@ class History(RepoBase):
             if any(v in message for v in values):
                 return commit, "its commit message", True
             current = ""
-            for line in patch.splitlines():
+            # git's lines end at \n only: `str.splitlines` would also end one at a \r
+            for line in patch.split("\n"):
                 if line.startswith("diff --git "):
                     current = line
                     if line in headers:
                         return commit, headers[line], False
                     if any(v in line for v in values):
                         return commit, "a file's name", True
-                elif (line.startswith("+") and not line.startswith("+++") and any(
-                        v in line for v in values)) or (
+                # (an added `++x` reads `+++x`; a `+++ b/` header's name is checked above)
+                elif (line.startswith("+") and any(v in line for v in values)) or (
                         line.startswith("Binary files ") and self._blob_holds(
                             commit, current.rpartition(" b/")[2], values)):
                     return commit, current.rpartition(" b/")[2], True
