@@ -1107,6 +1107,29 @@ def test_a_leak_is_looked_for_in_the_branchs_own_commits_not_in_mains(
     assert repo.first_leak(leaked, env, {".env"}, [], main) == (env, ".env", False)
 
 
+@pytest.mark.parametrize("resolution", ["main's", "added"])
+def test_a_merge_is_looked_at_for_what_it_adds_not_for_what_it_brings_from_main(
+    root: Path, repo: GitRepo, wt: Path, resolution: str
+) -> None:
+    """A merge round's conflict resolution: a line only main had (the human's value) is
+    not the Developer's leak; a line that none of the merge's parents had is."""
+    value = "zq81-looks-like-nothing-5521"
+    write(root, "settings.py", "KEY = None\n")
+    commit_all(root, "chore: settings")
+    base = repo.add_worktree(wt, BRANCH, "main")
+    write(root, "settings.py", f"KEY = '{value}'\n")
+    main = commit_all(root, "chore: the human's own settings")
+    write(wt, "settings.py", "KEY = 'dev'\n")
+    commit_all(wt, "feat: dev settings")
+    subprocess.run(["git", "merge", "-q", "main"], cwd=wt, capture_output=True, check=False)
+    kept = f"KEY = '{value}'\n" + ("" if resolution == "main's" else f"OLD = '{value}-2'\n")
+    write(wt, "settings.py", f"{kept}DEV = 'dev'\n")
+    merge = commit_all(wt, "merge main")
+    assert len(git(wt, "rev-parse", "HEAD^2")) == 40
+    found = repo.first_leak(base, merge, {".env"}, [value], main)
+    assert found == (None if resolution == "main's" else (merge, "settings.py", True))
+
+
 @pytest.mark.parametrize("where", ["message", "binary", "name"])
 def test_a_copied_in_value_is_found_beyond_the_lines_a_commit_adds(
     root: Path, repo: GitRepo, wt: Path, where: str

@@ -87,6 +87,37 @@ def test_a_secret_value_written_into_the_code_is_taken_off_the_branch(
     assert SECRET in run_git(project, "show", "refs/anima/secrets/m1/1:pay.py")
 
 
+@pytest.mark.parametrize("what", ["value", "file", "plumbing"])
+def test_a_secret_a_merge_commit_adds_is_taken_off_the_branch(
+        project: Path, fake_claude: FakeClaude, what: str) -> None:
+    """`git log -p` prints no diff for a merge commit: what a merge adds itself (a conflict
+    resolution, or any merge the Developer makes, here of a commit made with
+    `git commit-tree`) was never looked at, and main got the value, or `.env` itself."""
+    add = {"value": f"echo 'KEY = {SECRET}' > pay.py && git add pay.py",
+           "file": "git add -f .env"}
+    if what == "plumbing":  # a merge made without `git merge`, its tree adding pay.py
+        merge = ("echo one > one.txt && git add one.txt && git commit -qm 'feat: one' && "
+                 "B=$(git commit-tree -p HEAD~1 -m side HEAD~1^{tree}) && "
+                 f"printf 'KEY = \"{SECRET}\"\\n' > pay.py && git add pay.py && "
+                 "M=$(git commit-tree -p HEAD -p $B -m 'merge side' $(git write-tree)) && "
+                 "git reset -q --soft $M")
+    else:
+        merge = ("side=$(git commit-tree 'HEAD^{tree}' -p HEAD -m side) && "
+                 f"git merge -q --no-ff --no-commit $side && {add[what]} && "
+                 "git commit -qm 'merge side'")
+    fake_claude.write_script({"developer": [{"shell": [merge], "auto": True}],
+                              "developer_default": AUTO})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert ("committed .env, copied in" if what == "file" else
+            "a value of the files copied in from .worktreeinclude, in pay.py") in first.reason
+    never_in_main(project)
+    assert SECRET not in run_git(project, "log", "-p", "-m", "main")
+
+
 @pytest.mark.parametrize("line", ["KEY = 1\\r{}", "++{}"])
 def test_a_secret_on_any_added_line_is_taken_off_the_branch(
         project: Path, fake_claude: FakeClaude, line: str) -> None:

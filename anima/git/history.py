@@ -137,15 +137,18 @@ class History(RepoBase):
         in) that adds, changes or deletes one of `paths` or holds one of `values` (in a line
         it adds, a binary file it writes, a file's name or its own message): (commit, the
         path it touched or the place of the value, whether it was a value), or None. One
-        `git log -p`, and a read of each binary file it writes."""
+        `git log -p`, and a read of each binary file it writes.
+
+        A merge is read as git's combined diff (`--cc`): what it adds is what none of its
+        parents had (a conflict resolution, a file the merge writes), not what it brings
+        from a parent, whose own commits are looked at (or are main's)."""
         if not paths and not values:
             return None
-        headers = {f"diff --git a/{p} b/{p}": p for p in paths}
         mark = uuid.uuid4().hex  # no commit can hold it: it ends the message, not a NUL
         _, out, _ = self._run(
             ["-c", "core.quotepath=false", "log", "--reverse", "--no-renames", "--no-color",
              "--no-ext-diff", "--no-textconv", "--full-history", "--src-prefix=a/",
-             "--dst-prefix=b/", f"--format=%x00{mark}%H%n%B%x00{mark}", "-p",
+             "--dst-prefix=b/", f"--format=%x00{mark}%H%n%B%x00{mark}", "-p", "--cc",
              f"{self._rev_arg(since)}..{self._rev_arg(tip)}",
              *([f"^{self._rev_arg(main)}"] if main else []), "--"],
             what=f"Cannot read the commits {short_hash(since)}..{short_hash(tip)}")
@@ -154,20 +157,22 @@ class History(RepoBase):
             commit, _, message = head.partition("\n")
             if any(v in message for v in values):
                 return commit, "its commit message", True
-            current = ""
+            current, added = "", "+"
             # git's lines end at \n only: `str.splitlines` would also end one at a \r
             for line in patch.split("\n"):
-                if line.startswith("diff --git "):
-                    current = line
-                    if line in headers:
-                        return commit, headers[line], False
+                if line.startswith(("diff --git ", "diff --cc ")):
+                    current, added = _patch_path(line), "+"
+                    if current in paths:
+                        return commit, current, False
                     if any(v in line for v in values):
                         return commit, "a file's name", True
+                elif line.startswith("@@"):  # `@@@`: a merge's, a `+` column per parent
+                    added = "+" * (len(line) - len(line.lstrip("@")) - 1)
                 # (an added `++x` reads `+++x`; a `+++ b/` header's name is checked above)
-                elif (line.startswith("+") and any(v in line for v in values)) or (
-                        line.startswith("Binary files ") and self._blob_holds(
-                            commit, current.rpartition(" b/")[2], values)):
-                    return commit, current.rpartition(" b/")[2], True
+                elif (line.startswith(added) and any(v in line for v in values)) or (
+                        line.startswith("Binary files ")
+                        and self._blob_holds(commit, current, values)):
+                    return commit, current, True
         return None
 
     def _blob_holds(self, commit: str, path: str, values: Collection[str]) -> bool:
@@ -200,3 +205,11 @@ class History(RepoBase):
             what=f"Cannot diff {short_hash(old)}..{short_hash(new)} in {self.root}",
         )
         return out
+
+
+def _patch_path(header: str) -> str:
+    """The path of a `diff --git a/P b/P` (no renames) or a merge's `diff --cc P` line."""
+    if header.startswith("diff --cc "):
+        return header[len("diff --cc "):]
+    both = header[len("diff --git a/"):]  # "P b/P"
+    return both[:(len(both) - 3) // 2]
