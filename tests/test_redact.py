@@ -342,26 +342,39 @@ def test_secrets_past_the_bounds_of_one_look_are_still_hidden(raw: str, shown: s
 
 
 def test_the_secret_values_of_a_dotenv_file() -> None:
+    """Every value, whatever it looks like, but short ones, placeholders and plain
+    settings (unless under a secret's name)."""
     env = "\n".join([
         "# the payment provider",
-        "STRIPE=stripe_live_Hx83jfk29Dkq01Lmz",  # random-looking, whatever its name
-        "export DB_PASS='hunter22'",  # a secret's name
+        "STRIPE=stripe_live_Hx83jfk29Dkq01Lmz",
+        "export DB_PASS='hunter22'",
         'DATABASE_URL="postgres://app:p4ssw0rd@db.internal:5432/app"',
+        "COOKIE_SIGNATURE=correcthorsebatterystaple",  # no digit, a name that says nothing
         "NODE_ENV=production", "PORT=8080", "DEBUG=true", "APP_NAME=my-cool-app",
-        "API_KEY=${API_KEY}", "LEGACY_TOKEN=<your-token>",
+        "API_KEY=${API_KEY}", "LEGACY_TOKEN=<your-token>", "TIMEOUT_MS=300000",
+        "API_URL=http://localhost:3000/v1", "REDIS=127.0.0.1:6379", "DB_PASSWORD=postgres",
         "CALLBACK=https://example.com/hook # the webhook",
         'QUIK="qk_live_9f8e7d6c5b4a3928" # quoted, then a comment',
     ])
     assert secret_values(env) == ["stripe_live_Hx83jfk29Dkq01Lmz", "hunter22",
                                   "postgres://app:p4ssw0rd@db.internal:5432/app",
-                                  "qk_live_9f8e7d6c5b4a3928"]
+                                  "correcthorsebatterystaple", "my-cool-app", "postgres",
+                                  "https://example.com/hook", "qk_live_9f8e7d6c5b4a3928"]
 
 
 def test_the_secret_values_of_a_json_file() -> None:
     """A `credentials.json` listed in `.worktreeinclude`: its values at any depth."""
     text = json.dumps({"service": "svc_live_1a2b3c4d5e6f7a8b", "region": "eu-west-1",
                        "db": {"password": "hunter22", "hosts": ["db1", "db2"]}})
-    assert sorted(secret_values(text)) == ["hunter22", "svc_live_1a2b3c4d5e6f7a8b"]
+    assert sorted(secret_values(text)) == ["eu-west-1", "hunter22",
+                                           "svc_live_1a2b3c4d5e6f7a8b"]
+
+
+def test_the_secret_values_of_a_file_of_neither() -> None:
+    """A bare token, or a key file: its lines, not its comments or PEM armour."""
+    assert secret_values("# the token\nq8Zt3vK1pL9mN2xR7sW4\n\n") == ["q8Zt3vK1pL9mN2xR7sW4"]
+    assert secret_values("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkq\n"
+                         "-----END PRIVATE KEY-----\n") == ["MIIEvQIBADANBgkq"]
 
 
 def test_a_known_secret_is_hidden_in_the_forms_a_shell_writes_it() -> None:

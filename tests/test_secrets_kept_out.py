@@ -187,14 +187,20 @@ def test_the_changes_view_never_shows_a_secret(project: Path, fake_claude: FakeC
     never_in_main(project)
 
 
+@pytest.mark.parametrize(("content", "value"), [
+    ("STRIPE=stripe_live_Hx83jfk29Dkq01Lmz\n", "stripe_live_Hx83jfk29Dkq01Lmz"),
+    # a name that says nothing, a value without a digit
+    ("COOKIE_SIGNATURE=correcthorsebatterystaple\n", "correcthorsebatterystaple"),
+    ("q8Zt3vK1pL9mN2xR7sW4\n", "q8Zt3vK1pL9mN2xR7sW4"),  # a file that is only the token
+])
 def test_what_the_copied_in_files_hold_never_leaves_an_agent(
-        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A value no pattern knows (`STRIPE=…`) is hidden because the project copies it into
-    the worktree: the Developer's `cat .env`, its reply quoting it, the record, the log, the
-    transcript and the Acceptor's prompt never hold it."""
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        content: str, value: str) -> None:
+    """A value no pattern knows is hidden because the project copies it into the worktree,
+    whatever it looks like: the Developer's `cat .env`, its reply quoting it, the record,
+    the log, the transcript and the Acceptor's prompt never hold it."""
     fake_claude.use_env(monkeypatch)
-    value = "stripe_live_Hx83jfk29Dkq01Lmz"
-    ignored_dotenv(git_repo, f"STRIPE={value}\n")
+    ignored_dotenv(git_repo, content)
     project = make_project(git_repo, {"m1": TWO})
     fake_claude.write_script({"developer": [{"shell": ["cat .env"], "auto": True,
                                              "say": f"I used {value} to test."}]})

@@ -348,22 +348,39 @@ def _lower(text: str) -> str:
 _KNOWN_LOCK = threading.Lock()
 _known: tuple[str, ...] = ()  # longest first, so a value inside another goes with it
 _ASSIGNMENT: Final = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][\w.-]*)\s*[=:]\s*(.*?)\s*$")
+# Values of a copied-in file that are settings, not secrets (see `_is_setting`).
+_SETTING_WORDS: Final = frozenset({
+    "localhost", "development", "production", "staging", "testing", "local", "debug",
+    "warning", "error", "critical", "verbose", "silent", "enabled", "disabled", "default",
+    "console", "memory", "sqlite", "sqlite3", "postgres", "postgresql", "mysql", "redis",
+})
+_SHORT_NUMBER: Final = re.compile(r"[+-]?\d{1,9}(?:\.\d+)?")
+_LOCAL_ADDRESS: Final = re.compile(
+    r"(?:[a-z][a-z0-9+.-]*://)?(?:localhost|127\.0\.0\.1|0\.0\.0\.0|\[::1\])(?::\d+)?"
+    r"(?:/[\w./-]*)?", re.IGNORECASE)
 
 
 def secret_values(text: str) -> list[str]:
-    """The values of a dotenv-style file's `NAME=value` lines (or of a JSON file's keys, at
-    any depth) that are secrets: under a secret-looking name (`DB_PASSWORD`), or long and
-    random-looking (a digit and a letter in sixteen characters or more), never a
-    placeholder."""
-    found = []
-    for name, value in _json_pairs(text) or _assignments(text):
-        if len(value) < 6 or _is_placeholder(value):
-            continue
-        if is_secret_key(name) or _ENV_SECRET_NAME.search(name) or (
-                len(value) >= 16 and any(c.isdigit() for c in value)
-                and any(c.isalpha() for c in value)):
-            found.append(value)
-    return found
+    """What a copied-in file holds, whatever it looks like: the values of its `NAME=value`
+    lines (or of a JSON file's keys, at any depth), or for a file of neither (a bare token)
+    its lines. Left out: values under six characters (too common to hide everywhere),
+    placeholders, and, unless its name says secret (`DB_PASSWORD=localhost`), a value that
+    is plainly a setting (`_is_setting`): hiding `production` or `localhost:5432` wherever
+    an agent prints it would hide nothing and garble everything."""
+    pairs = _json_pairs(text) or list(_assignments(text)) or [
+        ("", line) for line in map(str.strip, text.splitlines())
+        if line and not line.startswith(("#", "-----"))]  # no comment, no PEM armour
+    return [value for name, value in pairs
+            if len(value) >= 6 and not _is_placeholder(value)
+            and (is_secret_key(name) or _ENV_SECRET_NAME.search(name) is not None
+                 or not _is_setting(value))]
+
+
+def _is_setting(value: str) -> bool:
+    """A number under a billion (a timeout, a size), a local address without credentials
+    (`http://127.0.0.1:8000`), or one of the common setting words (`_SETTING_WORDS`)."""
+    return (value.lower() in _SETTING_WORDS or _SHORT_NUMBER.fullmatch(value) is not None
+            or _LOCAL_ADDRESS.fullmatch(value) is not None)
 
 
 def _assignments(text: str) -> Iterable[tuple[str, str]]:
