@@ -24,6 +24,7 @@ from functools import cached_property
 from anima.errors import AnimaError
 from anima.git import GitRepo
 from anima.store.models import MilestoneRecord, MilestoneStatus
+from anima.text.redact import LineRedactor, redact
 
 #: Paths (fnmatch, matched against the whole path and its file name) shown collapsed.
 GENERATED_PATTERNS = (
@@ -198,10 +199,22 @@ def diff_between(repo: GitRepo, old: str, new: str, label: str,
             patch = (patch.partition("\n")[0] + f"\n{NOT_SHOWN} {old_path or path} is copied "
                      "in from .worktreeinclude: a secret\n")
         files.append(FileDiff(
-            path=path, old_path=old_path, added=added or 0, removed=removed or 0,
-            binary=binary, whitespace_only=not binary and bool(added or removed)
-            and _whitespace_only(patch), generated=is_generated(path), patch=patch))
+            path=redact(path), old_path=old_path and redact(old_path), added=added or 0,
+            removed=removed or 0, binary=binary, whitespace_only=not binary
+            and bool(added or removed) and _whitespace_only(patch),
+            generated=is_generated(path), patch=_redacted(patch)))
     return ChangeSet(label, old, new, tuple(files))
+
+
+def _redacted(patch: str) -> str:
+    """The patch with every secret `redact` knows replaced (a value of the copied-in files
+    written into another file, a key of any shape): the line stays, so the reviewer sees
+    one was added. One scan of the whole patch, usually finding nothing; else line by line,
+    each keeping its `+`/`-`/` ` (a private key is one `<REDACTED>` per line of it)."""
+    if redact(patch) == patch:
+        return patch
+    lines = LineRedactor()
+    return "\n".join(line[:1] + lines(line[1:]) for line in patch.split("\n"))
 
 
 def milestone_range(repo: GitRepo, record: MilestoneRecord, round_no: int | None = None

@@ -187,6 +187,33 @@ def test_the_changes_view_never_shows_a_secret(project: Path, fake_claude: FakeC
     never_in_main(project)
 
 
+ANT_KEY = "sk-ant-api03-Zq8Xv1Lm3Nc5Bd7Fg9Hj2Kp4Qr6St8Uw0Yx"
+
+
+@pytest.mark.parametrize(("commit", "secret"), [
+    (f"printf '%s\\n' \"KEY = '{SECRET}'\" > pay.py", SECRET),  # the .env value, in code
+    (f"printf 'A = 1\\nKEY = \"%s\"\\n' {ANT_KEY} > pay.py", ANT_KEY),  # a key of any shape
+    (f"echo x > 'cfg-{SECRET}.txt' && echo y > pay.py", SECRET),  # in a file's name
+])
+def test_the_changes_view_never_shows_a_secret_in_any_file(
+        project: Path, fake_claude: FakeClaude, commit: str, secret: str) -> None:
+    """While the turn runs (before Anima checks the commit), the whole-milestone diff hid
+    only the copied-in file's own patch: a value or a key written into another file, or its
+    name, was shown as it is. The line is there, the secret redacted in it."""
+    fake_claude.write_script({"developer": [{"shell": [
+        f"{commit} && git add -A && git commit -qm 'feat: pay'", hold(fake_claude.root)],
+        "auto": True}], "developer_default": AUTO})
+    with engine_held(project, fake_claude.root) as engine:
+        files = engine.changes("m1").files
+        assert all(secret not in f.path and secret not in f.patch
+                   and all(secret not in r.text for r in f.rows) for f in files)
+        pay = next(f for f in files if f.path == "pay.py")
+        if secret == ANT_KEY:
+            assert [(r.kind, r.text, r.new_line) for r in pay.rows][2:] == [
+                ("+", "A = 1", 1), ("+", 'KEY = "<REDACTED>"', 2)]
+    never_in_main(project)
+
+
 @pytest.mark.parametrize(("content", "value"), [
     ("STRIPE=stripe_live_Hx83jfk29Dkq01Lmz\n", "stripe_live_Hx83jfk29Dkq01Lmz"),
     # a name that says nothing, a value without a digit
