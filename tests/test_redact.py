@@ -102,6 +102,12 @@ def test_secret_is_redacted(text: str, expected: str) -> None:
     ("npm_" + "aB3d" * 9, REDACTED),
     ("xapp-1-A0123456789-1234567890123-abcdef", REDACTED),
     ("key sk-" + "AbcdefGhijKlmnopQrstUvwx", f"key {REDACTED}"),
+    # Stripe secret and restricted keys, SendGrid keys, under names that say nothing
+    ("stripe: sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", f"stripe: {REDACTED}"),
+    ("(rk_live_" + "51Hx83jfk29Dkq01LmzAb3dEf" + ")", f"({REDACTED})"),
+    ("sk_test_" + "4eC39HqLyjWDarjtT1zdp7dc", REDACTED),
+    ("MAIL=SG." + "ngeVfQFYQlKU0ufo8x5d1A" + ".TwL2iGABf9DHoTf-09kqeF8tAmbihYzrnopKc-1s5cr",
+     f"MAIL={REDACTED}"),
     # URLs: an empty user, a password holding `@`
     ("redis://:pw9Secret@cache:6379/0", f"redis://:{REDACTED}@cache:6379/0"),
     ("postgres://app:p@ss@db:5432/app", f"postgres://app:{REDACTED}@db:5432/app"),
@@ -134,6 +140,8 @@ def test_secret_glued_escaped_or_in_a_less_common_form_is_redacted(text: str,
     "export DB_PASS=$(cat secret.txt) PASSWORD=${DB_PASSWORD} MYSQL_PWD=$PW",
     "API_TOKEN = settings.api_token",
     "sk-learn-style-hyphenated-words-here and task-management-system-design",
+    "ask_live_questions_here_please and msg.payload.attachments.thumbnail_url",
+    "MSG.ngeVfQFYQlKU0ufo8x5d1A.TwL2iGABf9DHoTf-09kqeF8tAmbihYzrnopKc-1s5cr",
     "timeout_token: 30 USE_AUTH=1",
     "https://user@example.com/a@b and http://host:8080/x@y",
 ])

@@ -8,7 +8,8 @@ all (usually none), and only those families are searched.
 What is replaced by `<REDACTED>`:
 - provider tokens: Anthropic `sk-ant-…`, OpenAI `sk-…`/`sk-proj-…`, AWS key ids `AKIA…`/`ASIA…`,
   GitHub `ghp_/gho_/ghs_/ghu_/ghr_…` and `github_pat_…`, GitLab `glpat-…`, Hugging Face `hf_…`,
-  npm `npm_…`, Slack `xox[abprs]-…`/`xapp-…`, Google `AIza…` — also right after an escape
+  npm `npm_…`, Slack `xox[abprs]-…`/`xapp-…`, Google `AIza…`, Stripe `sk_live_…`/`rk_live_…`
+  (and `_test_`), SendGrid `SG.….…` — also right after an escape
   (`\n` in JSON or repr text, a colour code);
 - JWTs (`eyJ….eyJ….…`), `Bearer <token>`, the value of `Authorization:` headers (the scheme
   word is kept), the password in `scheme://user:password@host` (empty user, `@` inside);
@@ -69,7 +70,10 @@ REDACTED: Final = "<REDACTED>"
 
 # --- provider tokens and JWTs -------------------------------------------------------------
 _TOKEN_TRIGGERS: Final = ("sk-", "akia", "asia", "ghp_", "gho_", "ghs_", "ghu_", "ghr_",
-                          "github_pat_", "xox", "xapp-", "aiza", "eyj", "glpat-", "hf_", "npm_")
+                          "github_pat_", "xox", "xapp-", "aiza", "eyj", "glpat-", "hf_", "npm_",
+                          "sk_live_", "rk_live_", "sk_test_", "rk_test_")
+# Looked for as written: lower-cased, "sg." is in every `msg.` of a line of code.
+_CASED_TOKEN_TRIGGER: Final = "SG."
 # Word boundaries are checked in `_replace_token`: a leading `\b` would cost the fast scan.
 _TOKENS: Final = re.compile(
     r"sk-ant-[A-Za-z0-9_-]{16,}"
@@ -86,6 +90,8 @@ _TOKENS: Final = re.compile(
     r"|xox[abprs]-[A-Za-z0-9-]{10,}"
     r"|xapp-\d-[A-Za-z0-9-]{20,}"
     r"|AIza[0-9A-Za-z_-]{30,}"
+    r"|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
+    r"|SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"
     # header.payload.signature; header and payload are base64 JSON objects ("{"" -> "eyJ").
     # Tried only where a JWT can stand (see `_replace_token`): not inside a run of its own
     # characters, or every "eyJ" of a line of them would scan the rest of it for the dot.
@@ -453,7 +459,7 @@ def redact(text: str) -> str:
     if "private key" in low:
         text = _PEM.sub(REDACTED, text)
         low = _lower(text)
-    if any(t in low for t in _TOKEN_TRIGGERS):
+    if any(t in low for t in _TOKEN_TRIGGERS) or _CASED_TOKEN_TRIGGER in text:
         new = _TOKENS.sub(_replace_token, text)
         if new != text:
             text, low = new, _lower(new)
