@@ -124,3 +124,51 @@ def test_the_state_file_changing_is_seen(project: Path) -> None:
     out, _, _ = status(project)
     assert out == reference_status(project)
     assert json.loads(out)["state"]["status"] == "sleeping"
+
+
+def listed(out: str, milestone_id: str) -> dict[str, object]:
+    return next(m for m in json.loads(out)["milestones"] if m["id"] == milestone_id)
+
+
+def test_a_pending_milestone_is_listed_as_its_md_and_the_config_say_now(
+        project: Path) -> None:
+    """README: a pending milestone "is read again until it starts"; design.md: status lists
+    one without a record "as a pending record read from its .md". The cached record as
+    `anima add` wrote it kept the old title, features and review flag."""
+    status(project)
+    md = project / ".anima" / "milestones" / "a-first.md"
+    md.write_text("---\nrequires_human_review: true\n---\n"
+                  + milestone_md("Renamed", ["One", "Two", "Three"]), encoding="utf-8")
+    out, _, _ = status(project)
+    a = listed(out, "a-first")
+    assert (a["title"], len(a["features"]), a["requires_human_review"]) == ("Renamed", 3, True)
+    again, _, loaded = status(project)
+    assert again == out and not loaded  # kept for the next poll
+    config = project / ".anima" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text(encoding="utf-8")),
+                                  "max_iterations_per_milestone": 7,
+                                  "requires_human_review": True}), encoding="utf-8")
+    out, _, _ = status(project)
+    b = listed(out, "b-second")
+    assert (b["max_iterations"], b["requires_human_review"]) == (7, True)
+    # The full scan (a definition without its record makes status take it) agrees.
+    (project / ".anima" / "milestones" / "c-new.md").write_text(milestone_md("New", ["X"]),
+                                                               encoding="utf-8")
+    scanned, _, _ = status(project)
+    assert [listed(scanned, i) for i in ("a-first", "b-second")] == \
+        [listed(out, i) for i in ("a-first", "b-second")]
+
+
+def test_a_pending_md_broken_since_it_was_added_is_a_problem_on_every_poll(
+        project: Path) -> None:
+    """`anima status` names a definition that no longer reads; `--json` printed the record
+    as if all were well, and said nothing on stderr."""
+    status(project)
+    md = project / ".anima" / "milestones" / "a-first.md"
+    md.write_text("# First\n\nno features any more\n", encoding="utf-8")
+    text = anima("status", str(project))
+    assert str(md) in text.stderr
+    for _ in range(2):
+        out, problems, _ = status(project)
+        assert str(md) in problems
+        assert listed(out, "a-first")["title"] == "First"  # listed as its record says

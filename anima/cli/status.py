@@ -13,17 +13,20 @@ from __future__ import annotations
 import gc
 import json
 import sys
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from anima import sandbox
 from anima.atomic import read_regular
 from anima.paths import ProjectPaths
-from anima.store.status_cache import Entry, Snapshot, StatusCache, microseconds, read_snapshot
+from anima.store.freshness import defined_after_record
+from anima.store.status_cache import Entry, StatusCache, microseconds, read_if_any, read_snapshot
 
 if TYPE_CHECKING:
+    from anima.config import Config
     from anima.errors import AnimaError
     from anima.store.models import MilestoneRecord, State
-    from anima.store.store import Scan
+    from anima.store.store import Scan, Store
 
 
 def show_status(paths: ProjectPaths, as_json: bool) -> None:
@@ -52,47 +55,89 @@ def _report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
     snapshot = read_snapshot(paths)
     if snapshot is None:
         return _scanned_report(paths)
-    cache = StatusCache(paths.root)
-    state_key = cache.key("state.json", snapshot.state)
-    state = cache.get(state_key)
-    keys = {i: cache.key(f"{i}.json", data) for i, data in snapshot.records.items()}
-    found = {i: cache.get(key) for i, key in keys.items()}
-    if state is None or None in found.values():
-        state, found, problems = _validate(paths, snapshot, cache, state_key, state, keys, found)
-        cache.prune()
-    else:
-        problems = []
+    entries = _Entries(paths, StatusCache(paths.root))
+    state = entries.state(snapshot.state)
+    found = {i: entries.record(i, data) for i, data in snapshot.records.items()}
+    if entries.validated:
+        entries.cache.prune()
     records = sorted((entry.order, i, entry.json) for i, entry in found.items()
                      if entry is not None)
-    return _assemble(state.json, [r[2] for r in records], paths), problems
+    return _assemble(state.json, [r[2] for r in records], paths), entries.problems
 
 
-def _validate(paths: ProjectPaths, snapshot: Snapshot, cache: StatusCache, state_key: str,
-              state: Entry | None, keys: dict[str, str], found: dict[str, Entry | None],
-              ) -> tuple[Entry, dict[str, Entry | None], list[AnimaError]]:
-    """Validate what the cache did not have, from the bytes already read, and keep it."""
-    from anima.errors import RecordError
-    from anima.store.models import MilestoneRecord, State
-    from anima.store.store import Store
+class _Entries:
+    """Each file's entry from the cache, or validated (and kept) where it has none: pydantic,
+    the store and the config are loaded only then."""
 
-    store = Store(paths)
-    if state is None:
-        state = Entry(0, State.__pydantic_serializer__.to_json(store.parse_state(snapshot.state)))
-        cache.put(state_key, state)
-    problems: list[AnimaError] = []
-    for milestone_id, data in snapshot.records.items():
-        if found[milestone_id] is not None:
-            continue
-        try:
-            record = store.parse_record(milestone_id, data)
-        except RecordError as e:
-            problems.append(e)
-            continue
-        entry = Entry(microseconds(record.created_at),
-                      MilestoneRecord.__pydantic_serializer__.to_json(record))
-        found[milestone_id] = entry
-        cache.put(keys[milestone_id], entry)
-    return state, found, problems
+    def __init__(self, paths: ProjectPaths, cache: StatusCache) -> None:
+        self.paths = paths
+        self.cache = cache
+        self.problems: list[AnimaError] = []
+
+    @property
+    def validated(self) -> bool:
+        return "store" in self.__dict__
+
+    @cached_property
+    def store(self) -> Store:
+        from anima.store.store import Store
+        return Store(self.paths)
+
+    @cached_property
+    def config(self) -> Config:
+        from anima.config import load_config
+        return load_config(self.paths.config)
+
+    def state(self, data: bytes | None) -> Entry:
+        key = self.cache.key("state.json", data)
+        entry = self.cache.get(key)
+        if entry is None:
+            from anima.store.models import State
+            entry = Entry(0, State.__pydantic_serializer__.to_json(self.store.parse_state(data)))
+            self.cache.put(key, entry)
+        return entry
+
+    def record(self, milestone_id: str, data: bytes) -> Entry | None:
+        """The record as written (None: it does not validate), or a pending one as its `.md`
+        and the config read now when they changed since: the full scan's
+        `Store._as_defined_now`. One whose `.md` no longer reads is listed as written and
+        reported, at every poll."""
+        from anima.errors import MilestoneError, RecordError
+
+        key = self.cache.key(f"{milestone_id}.json", data)
+        entry = self.cache.get(key)
+        if entry is None:
+            try:
+                entry = self._entry(self.store.parse_record(milestone_id, data))
+            except RecordError as e:
+                self.problems.append(e)
+                return None
+            self.cache.put(key, entry)
+        if not (entry.pending and defined_after_record(self.paths, milestone_id)):
+            return entry
+        key = self.cache.key(f"{milestone_id}.md", data,
+                             read_if_any(self.paths.milestone_md(milestone_id)),
+                             read_if_any(self.paths.config))
+        now = self.cache.get(key)
+        if now is None:
+            record = self.store.parse_record(milestone_id, data)
+            try:
+                self.store.retake_definition(
+                    record, max_iterations=self.config.max_iterations_per_milestone,
+                    requires_human_review=self.config.requires_human_review)
+            except MilestoneError as e:
+                self.problems.append(e)
+                return entry
+            now = self._entry(record)
+            self.cache.put(key, now)
+        return now
+
+    @staticmethod
+    def _entry(record: MilestoneRecord) -> Entry:
+        from anima.store.models import MilestoneRecord, MilestoneStatus
+        return Entry(microseconds(record.created_at),
+                     MilestoneRecord.__pydantic_serializer__.to_json(record),
+                     record.status is MilestoneStatus.PENDING)
 
 
 def _assemble(state: bytes, records: list[bytes], paths: ProjectPaths) -> bytes:

@@ -5,7 +5,9 @@ each poll would load pydantic, validate every record and serialise it again (thr
 the command's time with a hundred long records). An entry here holds one record's (or the
 state's) validated JSON under a digest of exactly the bytes it was validated from, the file's
 name and the code that validated it, so it can only ever stand for those bytes: an edited or
-broken record, a new Anima or a new pydantic simply misses and takes the full path.
+broken record, a new Anima or a new pydantic simply misses and takes the full path. A pending
+milestone whose `.md` or config changed after its record was written is listed as they read
+now (the full scan's `Store._as_defined_now`): its entry is keyed by those files' bytes too.
 
 Kept in the user's cache folder ($XDG_CACHE_HOME/anima, else ~/.cache/anima), one folder per
 project and never inside the project (a command that only reads must not change its tree).
@@ -30,6 +32,7 @@ from anima.store.names import MILESTONE_ID_RE, is_milestone_name
 
 #: The code whose output an entry holds: a change to any of these files is a new cache.
 _CODE = ("store/models.py", "store/migrations.py", "store/store.py", "store/status_cache.py",
+         "store/freshness.py", "store/milestone_md.py", "store/definitions.py", "config.py",
          "cli/status.py")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -45,10 +48,12 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Entry:
-    """What a report needs of one validated file: where it sorts and its JSON."""
+    """What a report needs of one validated file: where it sorts, its JSON, and whether it is
+    a pending milestone's (which is listed as its `.md` and the config read now)."""
 
     order: int
     json: bytes
+    pending: bool = False
 
 
 def read_snapshot(paths: ProjectPaths) -> Snapshot | None:
@@ -66,6 +71,14 @@ def read_snapshot(paths: ProjectPaths) -> Snapshot | None:
         except FileNotFoundError:
             state = None
         return Snapshot(state, {i: read_regular(paths.milestone_record(i)) for i in ids})
+    except OSError:
+        return None
+
+
+def read_if_any(path: Path) -> bytes | None:
+    """A file's bytes for a key; None when it cannot be read (validating it says why)."""
+    try:
+        return read_regular(path)
     except OSError:
         return None
 
@@ -88,10 +101,12 @@ class StatusCache:
         self._code = _code_fingerprint()
         self._used: set[str] = set()
 
-    def key(self, name: str, data: bytes | None) -> str:
+    def key(self, name: str, *files: bytes | None) -> str:
+        """The key of what was validated from `files`, the bytes of each (None: absent)."""
         h = hashlib.blake2b(self._code, digest_size=20)
         h.update(name.encode() + b"\0")
-        h.update(b"-" if data is None else b"+" + data)
+        for data in files:
+            h.update(b"-" if data is None else b"+%d\0" % len(data) + data)
         return h.hexdigest()
 
     def get(self, key: str) -> Entry | None:
@@ -99,11 +114,11 @@ class StatusCache:
         try:
             raw = (self.folder / key).read_bytes()
             header, payload = raw.split(b"\n", 1)
-            order, length = (int(x) for x in header.split())
+            order, length, pending = (int(x) for x in header.split())
         except (OSError, ValueError):
             return None
         # Written without fsync (it is a cache): a file a crash left short is a miss.
-        return Entry(order, payload) if len(payload) == length else None
+        return Entry(order, payload, bool(pending)) if len(payload) == length else None
 
     def put(self, key: str, entry: Entry) -> None:
         self._used.add(key)
@@ -112,7 +127,8 @@ class StatusCache:
             fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=self.folder)
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(b"%d %d\n" % (entry.order, len(entry.json)) + entry.json)
+                    f.write(b"%d %d %d\n" % (entry.order, len(entry.json), entry.pending)
+                            + entry.json)
                 os.replace(tmp, self.folder / key)
             except OSError:
                 os.unlink(tmp)

@@ -24,6 +24,7 @@ from anima.errors import AnimaError, MilestoneError, RecordError
 from anima.paths import ProjectPaths, printable
 from anima.store.definitions import MilestoneDef
 from anima.store.dependencies import Dependencies, InMain, dependencies
+from anima.store.freshness import changed_after, defined_after_record
 from anima.store.migrations import migrate
 from anima.store.milestone_md import load_milestone
 from anima.store.models import (
@@ -289,10 +290,11 @@ class Store:
                         requires_human_review: bool) -> None:
         """A pending milestone is what its `.md` says now, not when it was registered (the
         human may edit it until it starts): what it waits for, and what the board and
-        `anima status` show (the record itself is written as it starts). One whose file no
-        longer reads is reported, and not started until it is fixed. Read only when the file
-        changed after its record was written (a `mv` keeps an older mtime: ctime counts)."""
-        if not self._changed_since(record.id, None):
+        `anima status` show (the record itself is written as it starts), with the review and
+        round limit the config asks now. One whose file no longer reads is reported, and not
+        started until it is fixed. Read only when the file or the config changed after its
+        record was written."""
+        if not defined_after_record(self.paths, record.id):
             return
         try:
             self.retake_definition(record, max_iterations=max_iterations,
@@ -304,8 +306,8 @@ class Store:
     def _not_run_again(self, record: MilestoneRecord, result: Scan) -> None:
         """A milestone that ended (completed, cancelled) does not run again: a different
         `.md` put under its name since is reported, not silently ignored."""
-        if record.completed_at is None or not self._changed_since(
-                record.id, record.completed_at.timestamp()):
+        if record.completed_at is None or not changed_after(
+                self.paths.milestone_md(record.id), record.completed_at.timestamp()):
             return
         try:
             now = self.new_record(self.definition(record.id), record.id, record.created_at,
@@ -321,16 +323,6 @@ class Store:
                 self.paths.milestone_md(record.id),
                 f"differs from milestone {record.id}, which is {record.status.value}: a "
                 "milestone never runs twice; save the new one under another name to run it"))
-
-    def _changed_since(self, milestone_id: str, when: float | None) -> bool:
-        """Whether the `.md` changed after `when` (None: after its record was written)."""
-        try:
-            md = self.paths.milestone_md(milestone_id).stat()
-            if when is None:
-                when = self.paths.milestone_record(milestone_id).stat().st_mtime_ns / 1e9
-        except OSError:
-            return True  # `definition` says why it cannot be read
-        return max(md.st_mtime_ns, md.st_ctime_ns) / 1e9 > when
 
     def register(self, md: Path, created_at: datetime, *, max_iterations: int,
                  requires_human_review: bool) -> MilestoneRecord | None:
