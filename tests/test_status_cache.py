@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,23 @@ def test_a_definition_without_its_record_is_listed_as_pending(project: Path) -> 
     listed = {m["id"]: m["status"] for m in json.loads(out)["milestones"]}
     assert listed == {"a-first": "pending", "b-second": "pending", "c-new": "pending"}
     assert not (project / ".anima" / "milestones" / "c-new.json").exists()  # status only reads
+
+
+def test_a_definition_without_its_record_is_the_same_on_every_poll_and_sorts_by_arrival(
+        project: Path, tmp_path: Path) -> None:
+    """Status writes nothing and reads the same files each time, yet a definition without a
+    record was created "now" at every poll: each poll printed it differently, after a
+    milestone added later."""
+    (project / ".anima" / "milestones" / "c-dropped.md").write_text(
+        milestone_md("Dropped", ["X"]), encoding="utf-8")
+    time.sleep(0.05)
+    later = tmp_path / "d-added.md"
+    later.write_text(milestone_md("Added", ["Y"]), encoding="utf-8")
+    assert anima("add", str(project), str(later)).returncode == 0
+    first, _, _ = status(project)
+    time.sleep(1.1)
+    assert status(project)[0] == first
+    assert [m["id"] for m in json.loads(first)["milestones"]][-2:] == ["c-dropped", "d-added"]
 
 
 def test_a_cache_folder_that_cannot_be_written_only_costs_time(

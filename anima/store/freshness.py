@@ -1,4 +1,4 @@
-"""Whether a milestone's definition changed after a given time, from the files' times alone.
+"""When a milestone's definition arrived or changed, from the files' times alone.
 
 Apart from the records' models so that `anima status --json`, which scripts poll, asks it the
 same way the full scan does without loading pydantic.
@@ -6,6 +6,7 @@ same way the full scan does without loading pydantic.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 from anima.paths import ProjectPaths
@@ -33,3 +34,12 @@ def defined_after_record(paths: ProjectPaths, milestone_id: str) -> bool:
         return True
     return changed_after(paths.milestone_md(milestone_id), written) or \
         changed_after(paths.config, written)
+
+
+def arrival(path: Path) -> datetime:
+    """When a file arrived where it is, as the watcher would have stamped it: its ctime, which
+    a `mv` or a copy sets (an edit since moves it on too). Now, for one gone meanwhile."""
+    try:
+        return datetime.fromtimestamp(path.stat().st_ctime_ns / 1e9, UTC)
+    except OSError:
+        return datetime.now(UTC)

@@ -24,7 +24,7 @@ from anima.errors import AnimaError, MilestoneError, RecordError
 from anima.paths import ProjectPaths, printable
 from anima.store.definitions import MilestoneDef
 from anima.store.dependencies import Dependencies, InMain, dependencies
-from anima.store.freshness import changed_after, defined_after_record
+from anima.store.freshness import arrival, changed_after, defined_after_record
 from anima.store.migrations import migrate
 from anima.store.milestone_md import load_milestone
 from anima.store.models import (
@@ -347,8 +347,9 @@ class Store:
         written. Hidden names (editors' swap and lock files) are not milestones. `in_main`
         says whether you merged a dependency Anima did not (`dependencies.done`).
 
-        One timestamp serves a whole scan: files found together (whose arrival nobody saw)
-        start in name order.
+        One timestamp serves a whole scan that registers: files found together (whose arrival
+        nobody saw) start in name order. One listed without registering was created when its
+        file arrived, so that each reading lists it alike and in its place.
         """
         result = Scan()
         if not self.paths.milestones.is_dir():
@@ -379,7 +380,7 @@ class Store:
                     else:
                         result.registered.append(milestone_id)
                 else:
-                    record = self.new_record(load_milestone(md), milestone_id, stamp,
+                    record = self.new_record(load_milestone(md), milestone_id, arrival(md),
                                              max_iterations=max_iterations,
                                              requires_human_review=requires_human_review)
                 result.records.append(record)
