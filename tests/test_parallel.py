@@ -113,6 +113,30 @@ def test_three_milestones_run_at_once_and_each_merges_reviewed_work(
     assert json.loads((git_repo / ".anima" / "state.json").read_text())["running"] == []
 
 
+def test_each_line_about_a_milestone_while_another_runs_names_it(
+        git_repo: Path, fake_claude: FakeClaude) -> None:
+    """README: while several milestones run, lines are "[<id>] [developer] …". The second
+    one's "phase idle → starting" line came out bare, as if about the first (the run logs
+    it before it announces the phase the output counts by), and so did the merge of the
+    first while only the second still ran."""
+    ids = ["a", "b"]
+    project(git_repo, ids)
+    own_dirs(fake_claude, ids, a={"developer": [{"auto": True, "delay": 3}]},
+             b={"developer_default": {"auto": True, "delay": 3}})
+    done = subprocess.run([sys.executable, "-m", "anima", "run", str(git_repo), "--headless"],
+                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "ANIMA_CLAUDE_COMMAND": fake_claude.command,
+                               **fake_claude.env})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    starts = [line for line in done.stdout.splitlines()
+              if "phase idle → starting: creating milestone/" in line]
+    assert len(starts) == 2, starts
+    second = starts[1].split("creating milestone/")[1].split()[0]
+    assert starts[1].startswith(f"[{second}] [anima] "), starts
+    merged = next(line for line in done.stdout.splitlines() if "merged milestone/a " in line)
+    assert merged.startswith("[a] [anima] "), merged
+
+
 def test_one_at_a_time_is_the_serial_anima(git_repo: Path, fake_claude: FakeClaude,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     ids = ["a", "b", "c"]

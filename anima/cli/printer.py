@@ -1,5 +1,6 @@
 """`anima run --headless`: both agents and Anima itself as `[role] …` lines on the terminal;
-while several milestones run, each line starts with its milestone's id: `[m1] [developer] …`.
+while several milestones run, each line starts with its milestone's id: `[m1] [developer] …`
+(so does any milestone's line while another one runs).
 
 Apart from the commands so that `anima status`, which scripts poll, never imports the event
 types and the tool descriptions.
@@ -50,7 +51,8 @@ class HeadlessPrinter:
         if text is None:
             return
         milestone = getattr(event, "milestone_id", None)
-        if milestone and len(self._running) > 1:
+        if milestone and self._running - {milestone}:
+            # Another one runs: the line is about this one (one starting, one that ended).
             prefix = f"{milestone}] [{prefix}"
         stream = self.err if isinstance(event, EngineError) else self.out
         if len(text) > _MAX_CHARS:  # a runaway reply: the transcript has all of it

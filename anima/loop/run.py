@@ -220,7 +220,9 @@ class MilestoneRun:
 
     # ------------------------------------------------------------------ phases
     def enter(self, target: Phase, reason: str = "", deadline: float | None = None) -> None:
-        """Persist the new phase (and the status that goes with it), then announce it."""
+        """Persist the new phase (and the status that goes with it), then announce it, before
+        its log line: the headless output names the milestone a line is about by whether
+        another one runs (anima.cli.printer)."""
         check_transition(self.phase, target)
         previous, self.phase = self.phase, target
         self.record.phase = target
@@ -230,9 +232,9 @@ class MilestoneRun:
         if target in RUNNING:
             self.board.awake(self.record, activity=f"{PHASE_TEXT[target]}: {reason}"
                              if reason else PHASE_TEXT[target])
-        self._log(f"phase {previous} → {target}" + (f": {reason}" if reason else ""))
         self.bus.publish(PhaseChanged(self.record.id, target, previous, reason,
                                       deadline))
+        self._log(f"phase {previous} → {target}" + (f": {reason}" if reason else ""))
 
     def _begin(self) -> None:
         """The seed's "自动触发" for a new milestone, or its "重启恢复" for one in progress."""
