@@ -381,6 +381,26 @@ def test_stop_before_the_milestone_took_its_first_step_pauses_it(
         run.stop()
 
 
+def test_abort_of_a_running_milestone_is_refused_until_it_is_stopped(
+        git_repo: Path, fake_claude: FakeClaude, headless: Callable[[], Headless]) -> None:
+    """`anima abort` applies to paused, awaiting_review, pending and failed milestones, and
+    refuses an in_progress one when no Anima runs; through the running Anima it stopped and
+    cancelled it all the same."""
+    fake_claude.write_script({"developer": [{"hang": True}]})
+    make_project(git_repo, {"m1": milestone_md("M", ["Alpha"])})
+    run = headless()
+    wait_for(lambda: len(fake_claude.prompts("developer")) == 1)
+    refused = anima("abort", str(git_repo), "m1")
+    assert refused.returncode == 2 and "anima stop" in refused.stderr, refused
+    assert status(git_repo, "m1") is MilestoneStatus.IN_PROGRESS
+    assert anima("stop", str(git_repo), "m1").returncode == 0
+    wait_for(lambda: status(git_repo, "m1") is MilestoneStatus.PAUSED)
+    aborted = anima("abort", str(git_repo), "m1")
+    assert aborted.returncode == 0, aborted.stderr
+    assert status(git_repo, "m1") is MilestoneStatus.CANCELLED
+    assert run.proc.poll() is None
+
+
 def test_approve_and_abort_reach_the_running_anima(
         git_repo: Path, headless: Callable[[], Headless]) -> None:
     review = "---\nrequires_human_review: true\n---\n"

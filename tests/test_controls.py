@@ -102,12 +102,15 @@ def test_a_start_that_failed_is_retried_on_request(git_repo: Path, fake_claude: 
         engine.shutdown()
 
 
+@pytest.mark.parametrize("through", ["window", "socket"])
 def test_an_abort_as_the_milestone_starts_is_not_undone_by_its_start(
-        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Abort (the window offers it for pending milestones) just after the queue picked the
-    milestone, before its run wrote in_progress: it was cancelled, then the run saved its own
-    copy over it, made the worktree again and started the Developer. The start is held here
-    at the run's first step to make the instant reliable."""
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        through: str) -> None:
+    """Abort (the window offers it for pending milestones; `anima abort` takes them too)
+    just after the queue picked the milestone, before its run wrote in_progress: it was
+    cancelled, then the run saved its own copy over it, made the worktree again and started
+    the Developer. The start is held here at the run's first step to make the instant
+    reliable."""
     import threading
 
     fake_claude.use_env(monkeypatch)
@@ -126,8 +129,11 @@ def test_an_abort_as_the_milestone_starts_is_not_undone_by_its_start(
     engine.start(watch=True)
     try:
         assert picked.wait(20)
-        engine.abort("m1")
         threading.Timer(0.5, go.set).start()
+        if through == "window":
+            engine.abort("m1")
+        else:  # answered once it is done
+            assert engine.control("abort", "m1") == "abort: m1 is cancelled"
         wait_for(lambda: record(git_repo, "m1").status is MilestoneStatus.CANCELLED)
         time.sleep(2)
         assert record(git_repo, "m1").status is MilestoneStatus.CANCELLED

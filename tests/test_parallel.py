@@ -27,6 +27,7 @@ from test_recovery import (  # noqa: F401 (our_processes: a fixture)
 
 from anima import sandbox
 from anima.engine.facade import Engine
+from anima.errors import ActionError
 from anima.events import Event, Notice, UsageLimitWait
 from anima.paths import ProjectPaths
 from anima.store.models import MergeInfo, MergeState, MilestoneStatus, RoundKind, Verdict
@@ -457,8 +458,10 @@ def rounds(repo: Path, milestone_id: str) -> int:
         return 0
 
 
-def test_abort_of_a_running_milestone_stops_it_and_cancels_it_while_another_goes_on(
+def test_a_running_milestone_stopped_then_aborted_is_cancelled_while_another_goes_on(
         git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`anima abort` takes what waits for you, not a running milestone (README, CLI): stop
+    it first."""
     ids = ["doomed", "kept"]
     project(git_repo, ids)
     own_dirs(fake_claude, ids, doomed={"developer": [{"hang": True}]},
@@ -470,6 +473,11 @@ def test_abort_of_a_running_milestone_stops_it_and_cancels_it_while_another_goes
     try:
         wait_until(lambda: any(Path(e["cwd"]).name == "doomed"
                                for e in fake_claude.entries("developer")), what="doomed's turn")
+        with pytest.raises(ActionError, match="anima stop"):
+            engine.control("abort", "doomed")
+        engine.control("stop", "doomed")
+        wait_until(lambda: record(git_repo, "doomed").status is MilestoneStatus.PAUSED,
+                   what="doomed paused")
         said = engine.control("abort", "doomed")
         assert "cancelled" in said
         assert record(git_repo, "doomed").status is MilestoneStatus.CANCELLED

@@ -82,7 +82,7 @@ from anima.store.milestone_md import load_milestone
 from anima.store.models import Feature as Feature  # the records' parts, for the UI's type hints
 from anima.store.models import Iteration as Iteration
 from anima.store.models import MilestoneRecord as MilestoneRecord
-from anima.store.models import now
+from anima.store.models import MilestoneStatus, now
 from anima.store.names import validate_milestone_id
 from anima.store.store import Scan, Store
 from anima.text.context import ApiTokenCounter
@@ -652,8 +652,12 @@ class Engine:
             self.pause_after_round(milestone_id)
             return f"{milestone_id} pauses after its round"
         done = self._action(action, milestone_id, note)
-        if action != "abort" and milestone_id in self._sessions:
-            raise ActionError(f"{milestone_id} is running: stop it first")
+        if milestone_id in self._sessions and (action != "abort" or actions.load(
+                self.store, milestone_id).status is MilestoneStatus.IN_PROGRESS):
+            # An abort takes what `anima status` shows waiting or pending, as with no Anima
+            # running (README, CLI); a pending one that is starting is stopped first.
+            raise ActionError(f"{milestone_id} is running: stop it first "
+                              f"(`anima stop PROJECT {milestone_id}`)")
         self.milestones.broken.discard(milestone_id)
         result: queue.Queue[MilestoneRecord | AnimaError] = queue.Queue()
 
