@@ -311,8 +311,9 @@ def test_stop_then_resume_from_a_second_terminal_while_anima_runs(
     run = headless()
     wait_for(lambda: len(fake_claude.prompts("developer")) == 1)
 
-    unknown = anima("stop", str(git_repo), "nope")
-    assert unknown.returncode == 2 and "nope" in unknown.stderr, unknown
+    unknown = anima("stop", str(git_repo), "nope")  # as resume, approve and abort say it
+    assert unknown.returncode == 2 and "there is no milestone 'nope'" in unknown.stderr, \
+        unknown
     stopped = anima("stop", str(git_repo), "m1")
     assert stopped.returncode == 0, stopped.stderr
     assert "m1" in stopped.stdout

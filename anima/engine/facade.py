@@ -623,11 +623,13 @@ class Engine:
         comments.remove_comment(self.store, milestone_id, comment_id, self.bus)
 
     def _chosen(self, milestone_id: str | None) -> list[_Session]:
-        """The running milestone named (None: every running one)."""
+        """The running milestone named (None: every running one); an unknown id is refused
+        in the words of the other actions."""
         sessions = dict(self._sessions)
         if milestone_id is None:
             return list(sessions.values())
         if milestone_id not in sessions:
+            actions.load(self.store, milestone_id)
             raise ActionError(f"{milestone_id} is not running")
         return [sessions[milestone_id]]
 
