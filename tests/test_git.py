@@ -1010,6 +1010,41 @@ def test_a_kill_mid_merge_leaves_old_main_or_the_merge_and_the_next_run_finishes
     assert (root / "src/app.py").read_text() == "print('editing')\n"
 
 
+@pytest.mark.parametrize("human_commits", [False, True],
+                         ids=["retried-as-left", "after-the-humans-commit-a"])
+@pytest.mark.parametrize("developers", ["notes\n", "notes\nmore notes\n"],
+                         ids=["notes-as-they-were", "notes-the-developer-added-to"])
+def test_a_kill_before_main_moves_keeps_the_humans_memory_notes_on_the_retry(
+    root: Path, repo: GitRepo, milestone: dict[str, str], wt: Path,
+    monkeypatch: pytest.MonkeyPatch, human_commits: bool, developers: str,
+) -> None:
+    """The human's untracked memory notes (as `anima init` writes them) are set aside for
+    the merge, which brings the Developer's; a kill after their checkout followed, before
+    main moved. The retry (after the human's `git commit -a`, perhaps) must leave the notes
+    as merged, nothing deleted, and no set-aside copy in their checkout for ever."""
+    notes = write(root, ".anima/memory/project.md", "notes\n")
+    write(wt, ".anima/memory/project.md", developers)
+    commit_all(wt, "docs: memory")
+    write(root, "src/app.py", "print('editing')\n")  # the human's, never touched
+    replaceable = {".anima/memory/project.md": b"notes\n"}
+
+    def kill() -> None:
+        raise Killed
+
+    intercept(monkeypatch, repo, "update-ref", kill)
+    with pytest.raises(Killed):
+        repo.merge_branch(BRANCH, "main", "Merge milestone m1", replaceable=replaceable)
+    monkeypatch.undo()
+    if human_commits:
+        git(root, "commit", "-q", "-am", "the human's edit")
+    again = GitRepo.open(root).merge_branch(BRANCH, "main", "Merge milestone m1",
+                                            replaceable=replaceable)
+    assert again.merged, again.detail
+    assert notes.read_text() == developers
+    assert sorted(p.name for p in notes.parent.iterdir()) == ["project.md"]
+    assert status(root) == ("" if human_commits else " M src/app.py")
+
+
 # ------------------------------------------------------------------------------ stash
 
 

@@ -181,6 +181,7 @@ class Merging(BranchOps, History, Worktrees):
         nothing: the files in the way and why not, or None; and the replaceable files set
         aside for it (each under a name of its own, until main has the merge)."""
         touched = set(self.changed_files_between(before, merge))
+        left = self._left_aside(replaceable)
         if waiting := self._in_the_way(touched, before, merge, replaceable):
             return (waiting, f"{where} has changes to {listing(waiting)} (or files of its own "
                              "there), which the merge changes too; commit, stash or move them "
@@ -188,7 +189,7 @@ class Merging(BranchOps, History, Worktrees):
         present = {rel for rel in touched if os.path.lexists(self.root / rel)}
         folders = {str(d) for rel in touched for d in Path(rel).parents
                    if (self.root / d).is_dir()}
-        aside = self._step_aside(touched, replaceable)
+        fresh = self._step_aside(touched, replaceable, merge)
         code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
         if code != 0 and (written := self._written_as_merged(touched, before, merge)):
             # A checkout of the merge that a kill cut short: the files it wrote already
@@ -196,10 +197,10 @@ class Merging(BranchOps, History, Worktrees):
             self._run(["update-index", "--add", "--remove", "--", *written], check=False)
             code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
         if code == 0:
-            return None, aside
+            return None, left | fresh
         if _full(err, self.root):  # it wrote part of the merge's files before it failed
             self._undo_checkout(touched - present, present, folders, before)
-        _put_back(aside)
+        _put_back(fresh)  # what an earlier try set aside stays so until the next
         _raise_if_full(err, self.root, f"{where} could not take the merge's files")
         files = [line.split("'")[1] for line in err.splitlines() if line.count("'") >= 2]
         return (files, f"in {where}, {err.strip().splitlines()[0]}"), {}
@@ -246,14 +247,34 @@ class Merging(BranchOps, History, Worktrees):
                 written.append(path)
         return written
 
-    def _step_aside(self, touched: set[str], replaceable: dict[str, bytes]) -> dict[Path, Path]:
+    def _left_aside(self, replaceable: dict[str, bytes]) -> dict[Path, Path]:
+        """What an earlier try that a kill cut short set aside: back in place where nothing
+        took its place; else (its checkout wrote the merge's file there) still aside, to go
+        once main has the merge, like a file set aside now."""
+        left = {}
+        for rel in replaceable:
+            path = self.root / rel
+            held = _aside(path)
+            if not held.is_file() or held.is_symlink():
+                continue
+            if os.path.lexists(path):
+                left[path] = held
+            else:
+                os.replace(held, path)
+        return left
+
+    def _step_aside(self, touched: set[str], replaceable: dict[str, bytes],
+                    merge: str) -> dict[Path, Path]:
         """Rename the replaceable untracked files the merge brings out of its way (a rename
-        needs no free space, a rewrite would); returns where each went."""
+        needs no free space, a rewrite would); returns where each went. One whose index
+        entry is already the merge's (an earlier try's checkout) stays: the checkout would
+        not write it back."""
         aside = {}
         for rel, content in replaceable.items():
-            if rel in touched and self._reads_as(rel, content):
+            if rel in touched and self._reads_as(rel, content) and self._run(
+                    ["diff", "--cached", "--quiet", merge, "--", rel], check=False)[0] != 0:
                 path = self.root / rel
-                aside[path] = path.with_name(f".{path.name}.anima-aside")
+                aside[path] = _aside(path)
                 os.replace(path, aside[path])
         return aside
 
@@ -271,6 +292,11 @@ class Merging(BranchOps, History, Worktrees):
         return [path for path in sorted(listed)
                 if not self._reads_as(path, replaceable.get(path))
                 and not self._reads_as(path, self.blob(merge, path))]
+
+
+def _aside(path: Path) -> Path:
+    """Where `_step_aside` puts `path`."""
+    return path.with_name(f".{path.name}.anima-aside")
 
 
 def _put_back(aside: dict[Path, Path]) -> None:
