@@ -1045,6 +1045,25 @@ def test_a_kill_before_main_moves_keeps_the_humans_memory_notes_on_the_retry(
     assert status(root) == ("" if human_commits else " M src/app.py")
 
 
+def test_a_human_commit_racing_the_merge_leaves_nothing_staged_in_their_checkout(
+    root: Path, repo: GitRepo, milestone: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The human commits (`git commit -am`) in the instant between the merge's checkout of
+    their files and main's move, so main moves under the merge. Putting their checkout back
+    to where main was would stage the reversal of the milestone's files: their next commit
+    would delete reviewed work from main."""
+    write(root, "src/app.py", "print('editing')\n")
+    intercept(monkeypatch, repo, "update-ref",
+              lambda: git(root, "commit", "-q", "-am", "the human's edit"))
+    outcome = merge(repo)
+    assert not outcome.merged and outcome.retry, outcome.detail
+    assert status(root) == ""  # nothing staged, nothing deleted
+    monkeypatch.undo()
+    assert merge(repo).merged
+    assert (root / "src/feature.py").read_text() == "x = 1\n"
+    assert status(root) == ""
+
+
 # ------------------------------------------------------------------------------ stash
 
 

@@ -160,11 +160,15 @@ class Merging(BranchOps, History, Worktrees):
         code, _, err = self._run(["update-ref", "-m", f"anima: {message}", f"refs/heads/{main}",
                                   merge, before], check=False)
         if code != 0:  # put the checkout back, try again later
-            if checkout is not None:
-                checkout._run(["read-tree", "-m", "-u", merge, before], check=False)
-            _put_back(aside)
+            now = self.resolve(f"refs/heads/{main}") or before
+            if checkout is not None:  # to where main is now: a commit of the human's
+                # meanwhile holds the merge's files, which going back to `before` would
+                # stage for deletion
+                checkout._run(["read-tree", "-m", "-u", merge, now], check=False)
+            # Where main's file took a place (main moved), the one aside waits for the next try.
+            _put_back({path: held for path, held in aside.items() if not os.path.lexists(path)})
             _raise_if_full(err, self.root, f"{main} could not be moved to the merge of {branch}")
-            if self.branch_head(main) == before:  # a lock, most likely
+            if now == before:  # a lock, most likely
                 return MergeOutcome(False, f"{main} could not be moved to the merge of "
                                            f"{branch} ({err.strip()}); the merge is tried "
                                            "again", retry=True)
