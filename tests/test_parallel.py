@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -202,6 +203,35 @@ def test_a_milestone_starts_after_what_it_depends_on_is_merged(
                            rec.base_commit or "") == ""
     if "d" in deps:  # b and c, which both wait only for a, ran side by side
         assert times["b"][0] < times["c"][1] and times["c"][0] < times["b"][1]
+
+
+def test_a_merge_that_lost_a_race_to_your_commit_is_done_before_the_run_ends(
+        git_repo: Path, fake_claude: FakeClaude, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """You commit a file of yours on main in the instant before the merge of `a` moves main
+    (a `git` first on PATH does it then, once): main moved, so the merge is only to be tried
+    again. `anima run` must not end "nothing left to do" with it owed and `b`, which depends
+    on `a`, never started."""
+    project(git_repo, ["a", "b"], texts=with_deps({"a": [], "b": ["a"]}))
+    own_dirs(fake_claude, ["a", "b"])
+    fake_claude.use_env(monkeypatch)
+    (git_repo / "mine.txt").write_text("mine\n", encoding="utf-8")
+    real, folder, mark = shutil.which("git"), tmp_path / "racing-git", tmp_path / "raced"
+    folder.mkdir()
+    human = f"env -u GIT_DIR -u GIT_WORK_TREE -u GIT_INDEX_FILE {real} -C {git_repo}"
+    (folder / "git").write_text(
+        f'#!/bin/sh\ncase " $* " in *" update-ref -m anima: Merge "*)\n'
+        f'  [ -e {mark} ] || {{ touch {mark}; {human} add mine.txt && '
+        f'{human} commit -qm "human: mine" -- mine.txt; }};; esac\nexec {real} "$@"\n',
+        encoding="utf-8")
+    (folder / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    _, outcome = run_engine(git_repo)
+    assert mark.exists()
+    a, b = record(git_repo, "a"), record(git_repo, "b")
+    assert a.merge is not None and a.merge.merged, a.merge
+    assert b.status is MilestoneStatus.COMPLETED, (b.status, outcome)
+    assert "human: mine" in run_git(git_repo, "log", "--format=%s", "main")
 
 
 @pytest.mark.parametrize(("deps", "says"), [

@@ -208,11 +208,11 @@ class Engine:
             settings = settings.model_copy(update={"enabled": False})
         return Summarizer(settings)
 
-    def _retry_waiting_merges(self, scan: Scan) -> bool:
-        """A merge that waits for the human's files is tried again every few seconds: it
-        goes on by itself once they commit or stash them. True when one was tried (it may
-        have merged, or gone back for a merge round: the scan is stale)."""
-        if time.monotonic() < self._next_merge_try:
+    def _retry_waiting_merges(self, scan: Scan, *, now: bool = False) -> bool:
+        """A merge that waits for the human's files is tried again every few seconds (`now`:
+        at once): it goes on by itself once they commit or stash them. True when one was
+        tried (it may have merged, or gone back for a merge round: the scan is stale)."""
+        if not now and time.monotonic() < self._next_merge_try:
             return False
         self._next_merge_try = time.monotonic() + _MERGE_RETRY_SECONDS
         tried = False
@@ -272,6 +272,7 @@ class Engine:
             self._watcher.start()
             self.milestones.watch(self.paths.milestones)
         self._looping = True
+        ending = False  # nothing to start or drive: one more step tries every owed merge
         try:
             while not self._shutdown.is_set():
                 self._drain_commands()
@@ -280,14 +281,20 @@ class Engine:
                     raise error
                 self._reload_config()
                 scan = self.milestones.scan()
-                if self._retry_waiting_merges(scan):
+                if self._retry_waiting_merges(scan, now=ending):
                     scan = self.milestones.scan()
                 started = self.milestones.startable(scan, set(self._sessions),
                                                     self._parallel_limit())
                 for record in started:
                     self._start(record)
                 if not started and not self._sessions and not watch:
-                    return self._ended(scan)
+                    # A merge that lost a race to main (or met a lock) merges when tried
+                    # again, and what depends on it starts: not left owed by the run's end.
+                    if ending or not any(map(merge_pending, scan.records)):
+                        return self._ended(scan)
+                    ending = True
+                    continue
+                ending = False
                 self._wait()
             return self._ended(self.milestones.scan())
         finally:
