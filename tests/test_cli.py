@@ -334,6 +334,22 @@ def test_a_headless_run_ends_saying_what_still_waits_for_you(
     assert "[anima] awaiting your review: a" in done.stdout
 
 
+def test_a_run_that_ends_paused_still_names_what_awaits_review(
+        git_repo: Path, fake_claude: FakeClaude, fake_env: dict[str, str]) -> None:
+    """One milestone paused, another awaiting review: the run exits 3 and its end names
+    both (it used to stop at the paused line)."""
+    no = {"text": "REJECTED: not yet"}
+    fake_claude.write_script({"milestones": {"a": {"feature_dir": "fa", "acceptor": [no] * 3},
+                                             "b": {"feature_dir": "fb"}}})
+    make_project(git_repo, {"a": milestone_md("A", ["Alpha"]),
+                            "b": "---\nrequires_human_review: true\n---\n"
+                                 + milestone_md("B", ["Beta"])})
+    done = anima("run", str(git_repo), "--headless", env=fake_env, timeout=120)
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr
+    ending = done.stdout[done.stdout.index("[anima] paused for a human: a"):]
+    assert "[anima] awaiting your review: b" in ending, ending
+
+
 def anima_to_a_reader_gone(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """`anima ARGS | head -1` with `head` long gone: stdout is a pipe nobody reads."""
     command = [ANIMA] if ANIMA else [sys.executable, "-m", "anima"]

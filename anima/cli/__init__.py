@@ -121,25 +121,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     for milestone_id, awaited in outcome.waiting:  # no run can start them before you act
         print(f"[anima] {milestone_id} waits for {', '.join(awaited)} (`anima status` says "
               "why)")
-    if received and outcome.in_progress:
+    # Every milestone that waits for you is named; then the exit code says the worst.
+    stopped = bool(received and outcome.in_progress)
+    if stopped:
         print(f"[anima] stopped by {signal.Signals(received[0]).name}: "
               f"{', '.join(outcome.in_progress)} continues on the next "
               f"`anima run {args.project} --headless` (or in the app)")
-        return 128 + received[0]
     if outcome.paused:
         print(f"[anima] paused for a human: {', '.join(outcome.paused)} — review, then "
               + _commands(f"anima resume {args.project}", outcome.paused, " [--note TEXT]"))
-        return EXIT_PAUSED
     if outcome.failed:
         print(f"[anima] failed: {', '.join(outcome.failed)} — the error is in `anima status "
               f"{args.project}` and .anima/logs/anima.log; "
               + _commands(f"anima resume {args.project}", outcome.failed) + " retries it")
-        return EXIT_ERROR
     if outcome.awaiting_review:
         print(f"[anima] awaiting your review: {', '.join(outcome.awaiting_review)} — "
               + _commands(f"anima approve {args.project}", outcome.awaiting_review))
-    else:
+    if not (stopped or outcome.paused or outcome.failed or outcome.awaiting_review):
         print("[anima] nothing left to do")
+    if stopped:
+        return 128 + received[0]
+    if outcome.paused:
+        return EXIT_PAUSED
+    if outcome.failed:
+        return EXIT_ERROR
     return EXIT_OK
 
 
