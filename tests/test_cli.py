@@ -350,6 +350,25 @@ def test_a_run_that_ends_paused_still_names_what_awaits_review(
     assert "[anima] awaiting your review: b" in ending, ending
 
 
+def test_a_run_whose_merge_waits_for_your_file_ends_naming_it(
+        git_repo: Path, fake_env: dict[str, str]) -> None:
+    """An untracked file of yours where the milestone adds one: its merge into main waits
+    for you. The run's end names the milestone and the file, and what finishes it; exit 0
+    (the milestone is completed, as one awaiting review is: a step of yours outside the
+    loop, not a pause that `anima resume` continues)."""
+    make_project(git_repo, {"m1": milestone_md("M", ["A"])})
+    (git_repo / "features").mkdir()
+    (git_repo / "features" / "F1.txt").write_text("mine\n", encoding="utf-8")
+    done = anima("run", str(git_repo), "--headless", env=fake_env, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    rec = record(git_repo, "m1")
+    assert rec.merge is not None and rec.merge.state.value == "pending"
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("[anima] m1 is completed") and "features/F1.txt" in last, last
+    assert f"anima run {git_repo} --headless" in last and "--watch" in last, last
+    assert "nothing left to do" not in done.stdout
+
+
 def anima_to_a_reader_gone(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """`anima ARGS | head -1` with `head` long gone: stdout is a pipe nobody reads."""
     command = [ANIMA] if ANIMA else [sys.executable, "-m", "anima"]

@@ -137,7 +137,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if outcome.awaiting_review:
         print(f"[anima] awaiting your review: {', '.join(outcome.awaiting_review)} — "
               + _commands(f"anima approve {args.project}", outcome.awaiting_review))
-    if not (stopped or outcome.paused or outcome.failed or outcome.awaiting_review):
+    for milestone_id, why in outcome.unmerged:
+        print(f"[anima] {milestone_id} is completed, not merged into main yet: {why} (the "
+              f"next `anima run {args.project} --headless`, or one with --watch, merges it)")
+    if not (stopped or outcome.paused or outcome.failed or outcome.awaiting_review
+            or outcome.unmerged):
         print("[anima] nothing left to do")
     if stopped:
         return 128 + received[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from anima.loop.completion import merge_pending
 from anima.store.models import MilestoneRecord, MilestoneStatus
 
 
@@ -21,6 +22,9 @@ class RunOutcome:
     failed: tuple[str, ...] = ()
     #: Pending, and what each waits for (`depends_on`) that is not completed and merged.
     waiting: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: Completed, its merge into main still owed, and why (a file of the human's in the
+    #: way): the next run, or one that watches, finishes it.
+    unmerged: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, records: list[MilestoneRecord], problems: list[str],
@@ -34,4 +38,6 @@ class RunOutcome:
                    awaiting_review=having(MilestoneStatus.AWAITING_REVIEW),
                    problems=tuple(problems), in_progress=having(MilestoneStatus.IN_PROGRESS),
                    waiting=tuple((m, tuple(deps)) for m, deps in (waiting or {}).items()
-                                 if m in pending))
+                                 if m in pending),
+                   unmerged=tuple((r.id, r.merge.detail) for r in records
+                                  if merge_pending(r) and r.merge is not None))
