@@ -369,6 +369,23 @@ def test_a_run_whose_merge_waits_for_your_file_ends_naming_it(
     assert "nothing left to do" not in done.stdout
 
 
+def test_a_run_that_leaves_milestones_on_a_depends_on_cycle_exits_2_naming_them(
+        git_repo: Path, fake_claude: FakeClaude, fake_env: dict[str, str]) -> None:
+    """a needs b, b needs a: neither can ever start until you fix a file, a configuration
+    error (exit 2) whose message names the file and the field; the run's end names both."""
+    make_project(git_repo, {"a": "---\ndepends_on: [b]\n---\n" + milestone_md("A", ["Alpha"]),
+                            "b": "---\ndepends_on: [a]\n---\n" + milestone_md("B", ["Beta"])})
+    done = anima("run", str(git_repo), "--headless", env=fake_env, timeout=120)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr
+    assert fake_claude.entries() == []
+    assert f"{git_repo / '.anima' / 'milestones' / 'a.md'}" in done.stderr
+    ending = [line for line in done.stdout.splitlines() if line.startswith("[anima] ")][-2:]
+    for milestone_id in ("a", "b"):
+        assert any(line.startswith(f"[anima] {milestone_id} never starts")
+                   and "depends_on makes a cycle" in line for line in ending), ending
+    assert "nothing left to do" not in done.stdout
+
+
 def anima_to_a_reader_gone(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """`anima ARGS | head -1` with `head` long gone: stdout is a pipe nobody reads."""
     command = [ANIMA] if ANIMA else [sys.executable, "-m", "anima"]

@@ -140,8 +140,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     for milestone_id, why in outcome.unmerged:
         print(f"[anima] {milestone_id} is completed, not merged into main yet: {why} (the "
               f"next `anima run {args.project} --headless`, or one with --watch, merges it)")
+    for milestone_id, why in outcome.blocked:  # a definition to fix: exit 2's kind
+        print(f"[anima] {milestone_id} never starts as its file is written: {why} — fix "
+              f".anima/milestones/{milestone_id}.md")
     if not (stopped or outcome.paused or outcome.failed or outcome.awaiting_review
-            or outcome.unmerged):
+            or outcome.unmerged or outcome.blocked):
         print("[anima] nothing left to do")
     if stopped:
         return 128 + received[0]
@@ -149,7 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_PAUSED
     if outcome.failed:
         return EXIT_ERROR
-    return EXIT_OK
+    return EXIT_USAGE if outcome.blocked else EXIT_OK
 
 
 def _commands(command: str, milestone_ids: tuple[str, ...], options: str = "") -> str:

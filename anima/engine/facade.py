@@ -517,7 +517,7 @@ class Engine:
         """Nothing is driven any more: state.json says so, as the records do."""
         reconcile_state(self.store, scan.records)
         return RunOutcome.of(scan.records, [str(p) for p in scan.problems],
-                             scan.dependencies.waiting)
+                             scan.dependencies.waiting, scan.dependencies.broken)
 
     # ------------------------------------------------------------------ requests
     def _submit(self, fn: Callable[[], object]) -> None:

@@ -25,10 +25,14 @@ class RunOutcome:
     #: Completed, its merge into main still owed, and why (a file of the human's in the
     #: way): the next run, or one that watches, finishes it.
     unmerged: tuple[tuple[str, str], ...] = ()
+    #: Pending, and why it can never start as its file is written (a `depends_on` cycle,
+    #: an unknown or cancelled dependency).
+    blocked: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, records: list[MilestoneRecord], problems: list[str],
-           waiting: dict[str, list[str]] | None = None) -> RunOutcome:
+           waiting: dict[str, list[str]] | None = None,
+           broken: dict[str, str] | None = None) -> RunOutcome:
         """What the records say once nothing is driven any more."""
         def having(status: MilestoneStatus) -> tuple[str, ...]:
             return tuple(r.id for r in records if r.status is status)
@@ -40,4 +44,6 @@ class RunOutcome:
                    waiting=tuple((m, tuple(deps)) for m, deps in (waiting or {}).items()
                                  if m in pending),
                    unmerged=tuple((r.id, r.merge.detail) for r in records
-                                  if merge_pending(r) and r.merge is not None))
+                                  if merge_pending(r) and r.merge is not None),
+                   blocked=tuple((m, why) for m, why in (broken or {}).items()
+                                 if m in pending))
