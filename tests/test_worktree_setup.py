@@ -123,6 +123,24 @@ def test_a_worktree_left_by_a_crash_is_reattached_or_removed(
     assert record(project, "m1").status is MilestoneStatus.COMPLETED
 
 
+@pytest.mark.parametrize("record_text", ['{"schema_version": 99, "id": "m1", "title": "M"}',
+                                         '{"id": "m1", "stat'], ids=["newer", "corrupt"])
+def test_a_worktree_whose_record_does_not_read_is_kept(
+        project: Path, fake_claude: FakeClaude, record_text: str) -> None:
+    """A record this Anima cannot read (a newer Anima's, a corrupt one) is refused and left
+    as it is: its milestone still has that worktree, which a restart must not remove as one
+    "no milestone has" (the Developer's work stashed, the tree gone)."""
+    fake_claude.write_script({"developer": [{"shell": ["echo wip > wip.txt"], "text": "oops"},
+                                            {"text": "still no report"}]})
+    run_engine(project, max_iterations_per_milestone=1)
+    worktree = project / ".anima" / "worktrees" / "m1"
+    assert (worktree / "wip.txt").exists()
+    (project / ".anima" / "milestones" / "m1.json").write_text(record_text, encoding="utf-8")
+    run_engine(project)
+    assert (worktree / "wip.txt").read_text(encoding="utf-8") == "wip\n"
+    assert "worktrees/m1" in run_git(project, "worktree", "list")
+
+
 MEMORY_NOTE = ("echo '- the greeter lives in greet.py' >> .anima/memory/project.md && "
                "git add .anima/memory/project.md && git commit -qm 'docs: memory'")
 

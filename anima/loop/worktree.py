@@ -281,7 +281,9 @@ def prune_leftover_worktrees(project: GitRepo, paths: ProjectPaths,
                              records: list[MilestoneRecord]) -> list[str]:
     """After a crash: worktrees under `.anima/worktrees/` whose milestone has ended (merged,
     cancelled; not one whose merge is still owed) or is unknown go, each named in the
-    returned log lines; the others stay for their milestone to re-attach."""
+    returned log lines; the others stay for their milestone to re-attach, and so does one
+    whose record is there but does not read (not among `records`: refused and left as it
+    is, its milestone's all the same)."""
     by_id = {r.id: r for r in records}
     lines: list[str] = []
     leftovers = {w.path for w in project.worktrees() if w.path.parent == paths.worktrees}
@@ -290,6 +292,8 @@ def prune_leftover_worktrees(project: GitRepo, paths: ProjectPaths,
     for path in sorted(leftovers):
         record = by_id.get(path.name)
         if record is not None and (record.status in _KEEPS_WORKTREE or _merge_owed(record)):
+            continue
+        if record is None and os.path.lexists(paths.milestone_record(path.name)):
             continue
         if record is None:
             record = MilestoneRecord(id=path.name, title=path.name, created_at=now())
