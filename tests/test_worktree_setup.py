@@ -141,6 +141,35 @@ def test_a_worktree_whose_record_does_not_read_is_kept(
     assert "worktrees/m1" in run_git(project, "worktree", "list")
 
 
+def test_a_kill_right_after_an_aborts_stash_still_leaves_the_stash_named_in_the_record(
+        project: Path, fake_claude: FakeClaude, tmp_path: Path) -> None:
+    """`anima abort` of a paused milestone with uncommitted work: cancelled on record, the
+    work stashed, then killed (a `git` first on PATH kills it as the stash ends) before the
+    record that names the stash was written. The next start names it in the record."""
+    fake_claude.write_script({"developer": [{"shell": ["echo wip > wip.txt"], "text": "oops"},
+                                            {"text": "still no report"}]})
+    run_engine(project, max_iterations_per_milestone=1)
+    assert record(project, "m1").status is MilestoneStatus.PAUSED
+    real, folder = shutil.which("git"), tmp_path / "killing-git"
+    folder.mkdir()
+    (folder / "git").write_text(f'#!/bin/sh\ncase " $* " in *" stash push "*)\n'
+                                f'  {real} "$@"; kill -KILL $PPID; exit 0;; esac\n'
+                                f'exec {real} "$@"\n', encoding="utf-8")
+    (folder / "git").chmod(0o755)
+    killed = subprocess.run(["anima", "abort", str(project), "m1"], capture_output=True,
+                            env={**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"})
+    assert killed.returncode == -9, killed.stderr
+    stash = run_git(project, "stash", "list", "--format=%gs")
+    assert "anima-recovery-m1-" in stash
+    assert not any("anima-recovery-m1-" in n for n in record(project, "m1").notes)
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.CANCELLED
+    name = stash.split(": ", 1)[1]
+    assert any(name in n for n in rec.notes), rec.notes
+    assert "wip" in run_git(project, "stash", "show", "-p", "--include-untracked")
+
+
 MEMORY_NOTE = ("echo '- the greeter lives in greet.py' >> .anima/memory/project.md && "
                "git add .anima/memory/project.md && git commit -qm 'docs: memory'")
 

@@ -71,7 +71,7 @@ from anima.loop.confinement import (
     SandboxPolicy,
     sandbox_problem,
 )
-from anima.loop.recovery import AgentRegistry, recover_project
+from anima.loop.recovery import AgentRegistry, note_unnamed_stashes, recover_project
 from anima.loop.run import MilestoneRun
 from anima.loop.seats import Agent, RunControl
 from anima.loop.state import board, reconcile_state
@@ -234,6 +234,11 @@ class Engine:
                 self._log(record.id, line)
         for line in prune_leftover_worktrees(self.repo, self.paths, records):
             self._log(None, line)
+        # (as on disk: a stash made just now by the prune is not on record either)
+        for record in note_unnamed_stashes(self.milestones.read(register=False).records,
+                                           self.repo):
+            self.store.save_record(record)
+            self._log(record.id, record.notes[-1])
         if owed := list(filter(merge_pending, records)):
             for record in owed:
                 self._log(record.id, "finishing the merge into main that a restart cut short")

@@ -103,6 +103,15 @@ class BranchOps(RepoBase):
         )
         return self.head()
 
+    def stashes(self) -> list[tuple[str, str]]:
+        """Every stash, newest first: (its commit, the name it was stashed under)."""
+        code, out, _ = self._run(["stash", "list", "--format=%H%x00%gs"], check=False)
+        found = []
+        for line in os.fsdecode(out).splitlines() if code == 0 else []:
+            commit, _, subject = line.partition("\0")
+            found.append((commit, subject.partition(": ")[2]))  # "On <branch>: <name>"
+        return found
+
     def stash_all(self, name: str) -> str | None:
         """Stash every change outside `.anima/`, untracked files included, as `name`.
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -324,11 +325,31 @@ def recover_milestone(record: MilestoneRecord, repo: GitRepo, *,
     return history
 
 
+def _stash_name(milestone_id: str) -> str:
+    return f"anima-recovery-{milestone_id}-{now():%Y%m%dT%H%M%S}"
+
+
 def stash_changes(record: MilestoneRecord, repo: GitRepo, log: Callable[[str], None],
                   why: str) -> None:
     """Nothing is discarded: dirty work goes to a named stash, named in the record's notes."""
-    name = f"anima-recovery-{record.id}-{now():%Y%m%dT%H%M%S}"
+    name = _stash_name(record.id)
     commit = repo.stash_all(name)
     note = f"{why}: saved in stash {name!r} ({(commit or '')[:12]}); `git stash list` shows it"
     record.notes.append(note)
     log(note)
+
+
+def note_unnamed_stashes(records: list[MilestoneRecord], repo: GitRepo) -> list[MilestoneRecord]:
+    """A kill right after `stash_changes` stashed, before the record naming the stash was
+    written: its milestone's record names it now (changed, not saved: returned)."""
+    changed = []
+    for record in records:
+        stamp = re.compile(rf"anima-recovery-{re.escape(record.id)}-\d{{8}}T\d{{6}}")
+        for commit, name in repo.stashes():
+            if stamp.fullmatch(name) and not any(name in note for note in record.notes):
+                record.notes.append(f"found at a restart: what was left uncommitted in its "
+                                    f"worktree is in stash {name!r} ({commit[:12]}); "
+                                    "`git stash list` shows it")
+                if record not in changed:
+                    changed.append(record)
+    return changed
