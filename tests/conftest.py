@@ -201,6 +201,17 @@ def real_claude_bin(request: pytest.FixtureRequest) -> str:
     return _REAL_CLAUDES[request.param]
 
 
+@pytest.fixture(scope="session")
+def newest_claude_bin() -> str:
+    """The newest real CLI alone, for what does not depend on the CLI's version (several
+    milestones at once: each pair is the single-milestone case, which runs against each)."""
+    if not _REAL_CLAUDES:
+        if os.environ.get("CI"):
+            pytest.fail(f"real claude CLI not installed (CI must install it): {REAL_INSTALL_HINT}")
+        pytest.skip(f"real claude CLI not installed: {REAL_INSTALL_HINT}")
+    return _REAL_CLAUDES[max(_REAL_CLAUDES, key=_version_key)]
+
+
 def real_claude_env(stub: ApiStub, home: Path) -> dict[str, str]:
     """The real CLI, offline: everything to the Messages API stub, nothing out."""
     home.mkdir(parents=True, exist_ok=True)

@@ -123,8 +123,8 @@ def test_each_line_about_a_milestone_while_another_runs_names_it(
     first while only the second still ran."""
     ids = ["a", "b"]
     project(git_repo, ids)
-    own_dirs(fake_claude, ids, a={"developer": [{"auto": True, "delay": 3}]},
-             b={"developer_default": {"auto": True, "delay": 3}})
+    own_dirs(fake_claude, ids, a={"developer": [{"auto": True, "delay": 1.5}]},
+             b={"developer_default": {"auto": True, "delay": 1.5}})
     done = subprocess.run([sys.executable, "-m", "anima", "run", str(git_repo), "--headless"],
                           capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
                           env={**os.environ, "ANIMA_CLAUDE_COMMAND": fake_claude.command,

@@ -117,13 +117,13 @@ def test_codex_as_both_roles_runs_a_milestone(real_codex_bin: str, codex_home: P
     assert f"developer: codex {STUB_MODEL}, {version}" in status.stdout
 
 
-def test_codex_develops_and_claude_reviews(real_codex_bin: str, real_claude_bin: str,
+def test_codex_develops_and_claude_reviews(real_codex_bin: str, newest_claude_bin: str,
                                            real_env: dict[str, str], api_stub: ApiStub,
                                            codex_home: Path, git_repo: Path) -> None:
     model = PairModel(reject_first=True)
     api_stub.default = for_claude(model)
     repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
-                   acceptor={"command": real_claude_bin, "model": "claude-sonnet-4-5"})
+                   acceptor={"command": newest_claude_bin, "model": "claude-sonnet-4-5"})
     with ResponsesStub(default=for_codex(model)) as stub:
         result = run_headless(repo, {**real_env, **real_codex_env(stub, codex_home)})
         developer_calls = len(stub.requests)

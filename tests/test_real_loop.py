@@ -122,14 +122,14 @@ class ParallelModel(ScriptedModel):
 
 
 def test_two_confined_milestones_run_side_by_side_and_both_merge(
-        real_claude_bin: str, real_env: dict[str, str], git_repo: Path) -> None:
+        newest_claude_bin: str, real_env: dict[str, str], git_repo: Path) -> None:
     """Several at once with the real CLI: each pair in its own worktree and sandbox, both
     finally accepted and merged into main one after the other; the human's checkout stays
     on main throughout."""
     make_project(git_repo, {"north": milestone_md("North", ["One", "Two"]),
                             "south": milestone_md("South", ["One", "Two"])},
                  config={"agent_timeout_seconds": 90, "sandbox": "required"})
-    result = run_headless(git_repo, ParallelModel(), real_claude_bin, real_env)
+    result = run_headless(git_repo, ParallelModel(), newest_claude_bin, real_env)
     for name in ("north", "south"):
         rec = record(git_repo, name)
         assert rec.status is MilestoneStatus.COMPLETED, (name, rec.pause_reason)
