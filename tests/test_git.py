@@ -17,6 +17,7 @@ import pytest
 
 from anima.errors import GitError
 from anima.git import GitRepo, MergeOutcome, TreeSnapshot, Worktree
+from tests.conftest import init_repo, run_git
 
 GITIGNORE = ("*.json\n!config.json\nstate.json\nlogs/\ntranscripts/\nanima.lock\nanima.flock\n"
              "worktrees/\nsandbox/\n")
@@ -1206,3 +1207,34 @@ def test_a_copied_in_value_is_found_beyond_the_lines_a_commit_adds(
         found = "a file's name"
     assert repo.first_leak(base, tip, {".env"}, [value]) == (tip, found, True)
     assert repo.first_leak(base, tip, {".env"}, ["something-else-entirely"]) is None
+
+
+def test_a_path_longer_than_path_max_from_your_checkout_merges(tmp_path: Path) -> None:
+    """git names files relative to the tree's top, so a Developer can commit a path of ~4080
+    bytes: from your checkout's absolute path it is longer than PATH_MAX, and asking
+    `Path.is_dir()` of it raises ENAMETOOLONG. The merge must still reach main, whole."""
+    repo = init_repo(tmp_path / "r", {"README.md": "# x\n"})
+    run_git(repo, "switch", "-q", "-c", "milestone/m1")
+    room = 4090 - len("/f.txt")
+    comps, used = [], 0
+    while used < room:
+        size = min(200, room - used - 1)
+        comps.append(f"d{len(comps):02d}".ljust(size, "x"))
+        used += size + 1
+    assert len(str(repo)) + 1 + used > 4096
+    fd = os.open(repo, os.O_RDONLY)
+    for comp in comps:
+        os.mkdir(comp, dir_fd=fd)
+        fd, parent = os.open(comp, os.O_RDONLY, dir_fd=fd), fd
+        os.close(parent)
+    file = os.open("f.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+    os.write(file, b"hi\n")
+    os.close(file)
+    os.close(fd)
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", "feat: deep")
+    run_git(repo, "switch", "-q", "main")
+    outcome = GitRepo.open(repo).merge_branch("milestone/m1", "main", "merge")
+    assert outcome.merged, outcome
+    assert run_git(repo, "status", "--porcelain") == ""
+    assert "/".join(comps) + "/f.txt" in run_git(repo, "ls-files")

@@ -192,7 +192,7 @@ class Merging(BranchOps, History, Worktrees):
                              "away and it goes on"), {}
         present = {rel for rel in touched if os.path.lexists(self.root / rel)}
         folders = {str(d) for rel in touched for d in Path(rel).parents
-                   if (self.root / d).is_dir()}
+                   if _is_dir(self.root / d)}
         fresh = self._step_aside(touched, replaceable, merge)
         code, _, err = self._run(["read-tree", "-m", "-u", before, merge], check=False)
         if code != 0 and (written := self._written_as_merged(touched, before, merge)):
@@ -220,7 +220,7 @@ class Merging(BranchOps, History, Worktrees):
             if path.is_symlink() or path.is_file():
                 path.unlink()
             for folder in Path(rel).parents:
-                if str(folder) in folders or not (self.root / folder).is_dir():
+                if str(folder) in folders or not _is_dir(self.root / folder):
                     break
                 with contextlib.suppress(OSError):  # not empty: something else is there
                     (self.root / folder).rmdir()
@@ -228,10 +228,15 @@ class Merging(BranchOps, History, Worktrees):
             self._run(["checkout", "-q", before, "--", *tracked], check=False)
 
     def _reads_as(self, rel: str, content: bytes | None) -> bool:
-        """Whether the human's `rel` is a regular file holding exactly `content`."""
+        """Whether the human's `rel` is a regular file holding exactly `content`. A path
+        longer than PATH_MAX from the checkout's root (git names it from the tree's top)
+        reads as no file."""
         file = self.root / rel
-        return content is not None and file.is_file() and not file.is_symlink() \
-            and file.read_bytes() == content
+        try:
+            return content is not None and file.is_file() and not file.is_symlink() \
+                and file.read_bytes() == content
+        except OSError:
+            return False
 
     def blob(self, commit: str, rel: str) -> bytes | None:
         """A file's bytes in a commit (`rel` from the root), None if it has none."""
@@ -296,6 +301,15 @@ class Merging(BranchOps, History, Worktrees):
         return [path for path in sorted(listed)
                 if not self._reads_as(path, replaceable.get(path))
                 and not self._reads_as(path, self.blob(merge, path))]
+
+
+def _is_dir(path: Path) -> bool:
+    """`Path.is_dir`, False for a path it cannot ask about (longer than PATH_MAX: git names
+    files from the tree's top, so a commit may hold one)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
 
 
 def _aside(path: Path) -> Path:
