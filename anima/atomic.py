@@ -1,5 +1,6 @@
 """Files Anima keeps: atomic writes (a reader sees the old file or the new one, never half of
-either), and reads that never block on what an agent put in a file's place."""
+either), and reads that never block on (nor write through) what an agent put in a file's
+place."""
 
 from __future__ import annotations
 
@@ -43,6 +44,14 @@ def write_text_atomic(path: Path, text: str, *, durable: bool = True) -> None:
 
 def write_model_atomic(path: Path, model: BaseModel) -> None:
     write_text_atomic(path, model.model_dump_json(indent=2) + "\n")
+
+
+def no_link_above(root: Path, rel: str) -> bool:
+    """Whether the folders between `root` and `rel` are real folders, no link among them. An
+    agent writes its worktree: a folder there that it made a link to your checkout would
+    have Anima, unconfined, delete or write your file through it."""
+    parent = os.path.realpath((root / rel).parent)
+    return Path(parent) == Path(os.path.realpath(root)) / Path(rel).parent
 
 
 def read_regular(path: Path, limit: int = -1) -> bytes:

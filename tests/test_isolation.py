@@ -47,6 +47,7 @@ from tests.helpers import (
     run_engine,
     setuid_like_bwrap,
 )
+from tests.test_integrity import report
 from tests.test_recovery import (
     AUTO,
     ONE,
@@ -1215,3 +1216,24 @@ def test_a_daemon_that_acts_as_root_is_out_of_the_sandboxs_reach(
     else:
         assert said.startswith("refused") and check.tail.startswith("refused"), check.tail
     assert_merged_after_final_acceptance(project)
+
+
+def test_animas_put_back_of_a_definition_never_deletes_your_file_through_a_link(
+        git_repo: Path, fake: FakeClaude) -> None:
+    """A commit that adds a definition path (`.anima/milestones/m2.md`) is undone by a commit
+    of Anima's, which then deletes the file from the worktree, unconfined. The Developer,
+    after committing, made its worktree's `.anima/milestones` a link to your checkout's: your
+    queued milestone there stays."""
+    project = project_with(git_repo, "auto", {"m1": ONE,
+                                              "m2": milestone_md("Yours", ["Queued"])},
+                           max_parallel_milestones=1)
+    yours = project / ".anima" / "milestones" / "m2.md"
+    before = yours.read_bytes()
+    calls = [attack(fake, "plant",
+                    "mkdir -p .anima/milestones && echo forged > .anima/milestones/m2.md && "
+                    "git add -f .anima/milestones/m2.md && git commit -q -m 'feat: notes' && "
+                    f"rm -rf .anima/milestones && ln -s {yours.parent} .anima/milestones")]
+    fake.write_script({"developer": [{"shell": calls, "text": report()}, *[AUTO] * 5]})
+    run_engine(project)
+    assert_allowed(fake, "plant")
+    assert yours.read_bytes() == before

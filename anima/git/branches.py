@@ -7,6 +7,7 @@ import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from anima.atomic import no_link_above
 from anima.errors import GitError
 from anima.git.repo import RepoBase, listing, short_hash
 from anima.git_options import AGENT_REFLOG_MARK
@@ -212,7 +213,7 @@ class BranchOps(RepoBase):
                       stdin=b"\0".join(os.fsencode(p) for p in kept) + b"\0", what=what)
         for path in set(paths) - set(kept):
             target = self.root / path
-            if target.is_symlink() or target.is_file():
+            if no_link_above(self.root, path) and (target.is_symlink() or target.is_file()):
                 target.unlink()
         return self.head()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from anima import procfs
-from anima.atomic import read_regular, write_model_atomic, write_text_atomic
+from anima.atomic import no_link_above, read_regular, write_model_atomic, write_text_atomic
 from anima.config import Config
 from anima.errors import InTheWay
 from anima.git import GitRepo
@@ -194,7 +194,8 @@ class MilestoneWorktree:
         for source in sorted(self.paths.memory.parent.glob("*.md")):
             rel = source.relative_to(self.project.root).as_posix()
             target = self.path / rel
-            if target.exists() or source.is_symlink() or not source.is_file():
+            if os.path.lexists(target) or not no_link_above(self.path, rel) \
+                    or source.is_symlink() or not source.is_file():
                 continue
             content = read_regular(source)
             # What it started from first: a kill between the two leaves no copy that the
