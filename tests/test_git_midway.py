@@ -197,6 +197,31 @@ def test_a_worktree_git_folder_broken_by_hand_is_mended_and_the_work_kept(
     merged(project)
 
 
+#: The worktree's own git folder, written as git never writes it: mended, and the round
+#: rejected, saying so; the Developer's work is kept.
+FORGED_BY_HAND = {
+    "HEAD garbage": (f"printf 'garbage\\n' > {OWN}/HEAD", "HEAD was written by hand"),
+    "HEAD naming itself": (f"printf 'ref: HEAD\\n' > {OWN}/HEAD", "HEAD was written by hand"),
+    "HEAD a hash of nothing": (f"printf '%040d\\n' 7 > {OWN}/HEAD", "HEAD was written by hand"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(FORGED_BY_HAND))
+def test_a_worktree_git_folder_forged_by_hand_is_mended_and_the_round_rejected(
+        project: Path, fake_claude: FakeClaude, damage: str) -> None:
+    """Before, Anima's next git command failed on each ("not a git repository"), and the
+    milestone failed at every resume."""
+    command, said = FORGED_BY_HAND[damage]
+    fake_claude.write_script({"developer": [{"shell": [
+        *F1, "echo more > notes.txt", command], "text": report()}]})
+    run_engine(project)
+    first = record(project, "m1").iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert said in first.reason, first.reason
+    assert run_git(project, "show", "main:notes.txt") == "more"  # its uncommitted work too
+    merged(project)
+
+
 @pytest.mark.timeout(15)
 def test_a_stopped_git_is_not_waited_for(git_repo: Path) -> None:
     """A git command held with the agent that left it running (or stopped by a terminal's

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from anima.atomic import no_link_above
 from anima.errors import GitError
+from anima.git.locks import Mended, mend_worktree_state
 from anima.git.repo import RepoBase, listing, short_hash
 from anima.git_options import AGENT_REFLOG_MARK
 from anima.paths import is_memory_path, is_under_anima
@@ -177,6 +178,10 @@ class BranchOps(RepoBase):
     def rebuild_index(self) -> None:
         """Make the index again from HEAD; the files in the tree are left as they are."""
         self._run(["reset", "-q"], what=f"Cannot make the index of {self.root} again")
+
+    def mend_git_folder(self, branch: str) -> Mended:
+        """`mend_worktree_state`, where the Developer wrote its worktree's git folder."""
+        return mend_worktree_state(self._git_dir, branch, lambda oid: self.resolve(oid) == oid)
 
     def refs_under(self, folder: str) -> list[tuple[str, str]]:
         """(ref, object) of every ref inside `folder` (`refs/heads/x/`)."""

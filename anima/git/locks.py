@@ -16,6 +16,8 @@ import re
 import shutil
 import stat
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from anima import procfs
@@ -140,29 +142,78 @@ def remove_links(common_dir: Path, git_dir: Path | None, branch: str) -> list[st
     return found
 
 
-def mend_worktree_state(git_dir: Path, branch: str) -> tuple[list[str], bool]:
-    """A worktree's HEAD that is gone is pointed at `branch` again; an index git cannot read
-    is moved aside. Returns what was done, and whether the index must be made again from
-    HEAD (`git reset`: the worktree's files stay as they are, only what was staged is
-    forgotten). Call once no git runs here (`wait_for_git`)."""
-    notes: list[str] = []
+@dataclass
+class Mended:
+    """What `mend_worktree_state` found and did in a worktree's own git folder."""
+
+    #: What was mended, for the round's notes and the log.
+    notes: list[str] = field(default_factory=list)
+    #: What only a hand writes (git never does): the round that left it is rejected for it.
+    forged: list[str] = field(default_factory=list)
+    #: The index was set aside: make it again from HEAD (`git reset`: the files stay as they
+    #: are, only what was staged is forgotten).
+    reindex: bool = False
+
+
+def mend_worktree_state(git_dir: Path, branch: str,
+                        names_commit: Callable[[str], bool]) -> Mended:
+    """A worktree's HEAD that is gone, or holds neither a branch nor a commit (which git
+    takes for no repository at all), is pointed at `branch` again; an index git cannot read
+    is set aside. Call once no git runs here (`wait_for_git`). `names_commit`: whether a
+    hash is a commit's, asked only once HEAD reads as one."""
+    mended = Mended()
     head = git_dir / "HEAD"
     if not head.is_file() or head.is_symlink():
-        if head.is_dir() and not head.is_symlink():
-            shutil.rmtree(head)
-        with contextlib.suppress(FileNotFoundError):
-            head.unlink()
-        head.write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
-        notes.append(f"the worktree's HEAD was gone (git saw no repository there); Anima "
-                     f"pointed it at {branch} again")
+        _point_head(head, branch)
+        mended.notes.append(f"the worktree's HEAD was gone (git saw no repository there); "
+                            f"Anima pointed it at {branch} again")
+    elif not _head_git_writes(head, names_commit):
+        _point_head(head, branch)
+        mended.forged.append(f"the worktree's HEAD was written by hand, naming no branch or "
+                             f"commit (git saw no repository there); Anima pointed it at "
+                             f"{branch} again")
     index = git_dir / "index"
     if os.path.lexists(index) and not _readable_index(index):
-        aside = index.with_name(f"index.broken-{int(time.time())}")
-        index.rename(aside)
-        notes.append(f"the worktree's index could not be read (kept as {aside.name}); Anima "
-                     "made it again from HEAD, the files are as they were")
-        return notes, True
-    return notes, False
+        aside = set_index_aside(git_dir)
+        mended.notes.append(f"the worktree's index could not be read (kept as {aside}); "
+                            "Anima made it again from HEAD, the files are as they were")
+        mended.reindex = True
+    return mended
+
+
+def set_index_aside(git_dir: Path) -> str:
+    """Move a worktree's index out of git's way, kept; returns its new name."""
+    index = git_dir / "index"
+    aside = index.with_name(f"index.broken-{int(time.time())}")
+    index.rename(aside)
+    return aside.name
+
+
+def _point_head(head: Path, branch: str) -> None:
+    if head.is_dir() and not head.is_symlink():
+        shutil.rmtree(head)
+    with contextlib.suppress(FileNotFoundError):
+        head.unlink()
+    head.write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
+
+
+_HEAD_FILE = re.compile(rb"ref: refs/heads/(\S+)\n?|([0-9a-f]{40}|[0-9a-f]{64})\n?")
+#: What `git check-ref-format` refuses in a branch name.
+_BAD_REF_NAME = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|^/|/$|\.$|^@$|"
+                           r"(^|/)\.|\.lock(/|$)")
+
+
+def _head_git_writes(head: Path, names_commit: Callable[[str], bool]) -> bool:
+    """Whether HEAD reads as git writes it: one of its branches, or a commit (detached)."""
+    try:
+        found = _HEAD_FILE.fullmatch(read_regular(head, 200))
+    except OSError:
+        return False
+    if found is None:
+        return False
+    if found.group(1) is not None:
+        return _BAD_REF_NAME.search(found.group(1).decode(errors="replace")) is None
+    return names_commit(found.group(2).decode())
 
 
 _REF_FILE = re.compile(rb"(?:[0-9a-f]{40}|[0-9a-f]{64})\n?|ref: (refs/\S+)\n?")

@@ -26,7 +26,6 @@ from anima.git.history import Ancestry
 from anima.git.locks import (
     clear_stale_locks,
     mend_branch_ref,
-    mend_worktree_state,
     remove_links,
     wait_for_git,
 )
@@ -481,8 +480,10 @@ class BranchKeeper:
                       for lock in clear_stale_locks(where, git_dir)]
         reindex = False
         if self.repo.git_dir != self.repo.common_dir and branch:
-            mended, reindex = mend_worktree_state(self.repo.git_dir, branch)
-            notes += mended
+            mended = self.repo.mend_git_folder(branch)
+            notes += mended.notes
+            self.guarded += mended.forged
+            reindex = mended.reindex
         # Then the branch, before any git of Anima's reads or writes it (an abort, a commit).
         if ref_file == "":
             self.guarded.append(self._branch_mended(

@@ -21,7 +21,7 @@ from anima.atomic import no_link_above, read_regular, write_model_atomic, write_
 from anima.config import Config
 from anima.errors import InTheWay
 from anima.git import GitRepo
-from anima.git.locks import admin_dir, mend_worktree_state, remove_links
+from anima.git.locks import admin_dir, remove_links
 from anima.git.objects import take_objects
 from anima.git.worktree_include import copy_included, included_paths
 from anima.loop.checks import CheckResult, Confine, display, run_check
@@ -99,10 +99,10 @@ class MilestoneWorktree:
         tree = self.project.worktree_repo(self.path)
         self._point_at(tree.git_dir)
         # A Developer turn a kill cut short may have left its git folder broken by hand.
-        mended, reindex = mend_worktree_state(tree.git_dir, branch)
-        for note in mended:
+        mended = tree.mend_git_folder(branch)
+        for note in mended.notes + mended.forged:
             self._log(note)
-        if reindex:
+        if mended.reindex:
             tree.rebuild_index()
         return tree
 
