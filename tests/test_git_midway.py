@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -197,27 +198,61 @@ def test_a_worktree_git_folder_broken_by_hand_is_mended_and_the_work_kept(
     merged(project)
 
 
+#: Rewrites the worktree's index with valid checksums: the real entries plus forged ones
+#: given as arguments (the blob and mode of the first entry).
+FORGE_INDEX = r'''
+import hashlib, struct, subprocess, sys
+git_dir = subprocess.run(["git", "rev-parse", "--git-dir"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+listed = subprocess.run(["git", "ls-files", "-s", "-z"], capture_output=True,
+                        check=True).stdout.split(b"\0")
+entries = []
+for item in filter(None, listed):
+    meta, path = item.split(b"\t", 1)
+    mode, sha, _ = meta.split()
+    entries.append((path, sha.decode(), int(mode, 8)))
+blob = entries[0][1]
+for arg in sys.argv[1:]:
+    path, mode = arg.rsplit(":", 1)
+    entries.append((path.encode(), blob, int(mode, 8)))
+def entry(path, sha, mode):
+    e = struct.pack(">10I", 0, 0, 0, 0, 0, 0, mode, 0, 0, 0) + bytes.fromhex(sha)
+    e += struct.pack(">H", min(len(path), 0xFFF)) + path
+    return e + b"\0" * (8 - len(e) % 8)
+entries.sort(key=lambda t: t[0])
+body = b"DIRC" + struct.pack(">II", 2, len(entries)) + b"".join(entry(*e) for e in entries)
+open(f"{git_dir}/index", "wb").write(body + hashlib.sha1(body).digest())
+'''
 #: The worktree's own git folder, written as git never writes it: mended, and the round
 #: rejected, saying so; the Developer's work is kept.
 FORGED_BY_HAND = {
     "HEAD garbage": (f"printf 'garbage\\n' > {OWN}/HEAD", "HEAD was written by hand"),
     "HEAD naming itself": (f"printf 'ref: HEAD\\n' > {OWN}/HEAD", "HEAD was written by hand"),
     "HEAD a hash of nothing": (f"printf '%040d\\n' 7 > {OWN}/HEAD", "HEAD was written by hand"),
+    "index entry out of the tree": ("{py} {forge} ../../../victim.txt:100644",
+                                    "index held entries git never writes (../../../victim.txt"),
+    "index entry in .git": ("{py} {forge} .git/hooks/post-commit:100644", "never writes (.git/"),
+    "index entry twice": ("{py} {forge} features/F1.txt:100644", "never writes (features/F1.txt"),
 }
 
 
 @pytest.mark.parametrize("damage", sorted(FORGED_BY_HAND))
 def test_a_worktree_git_folder_forged_by_hand_is_mended_and_the_round_rejected(
         project: Path, fake_claude: FakeClaude, damage: str) -> None:
-    """Before, Anima's next git command failed on each ("not a git repository"), and the
-    milestone failed at every resume."""
+    """Before, Anima's next git command failed on each ("not a git repository", "outside
+    repository" in its commit of the leftovers), and the milestone failed at every resume."""
+    forge = fake_claude.root / "forge_index.py"
+    forge.write_text(FORGE_INDEX, encoding="utf-8")
+    (project / "victim.txt").write_text("yours\n", encoding="utf-8")
     command, said = FORGED_BY_HAND[damage]
+    command = command.format(py=sys.executable, forge=forge)
     fake_claude.write_script({"developer": [{"shell": [
         *F1, "echo more > notes.txt", command], "text": report()}]})
     run_engine(project)
     first = record(project, "m1").iterations[0]
     assert first.verdict is Verdict.REJECTED
     assert said in first.reason, first.reason
+    assert (project / "victim.txt").read_text(encoding="utf-8") == "yours\n"
     assert run_git(project, "show", "main:notes.txt") == "more"  # its uncommitted work too
     merged(project)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from anima.atomic import no_link_above
 from anima.errors import GitError
-from anima.git.locks import Mended, mend_worktree_state
+from anima.git.locks import Mended, mend_worktree_state, set_index_aside
 from anima.git.repo import RepoBase, listing, short_hash
 from anima.git_options import AGENT_REFLOG_MARK
 from anima.paths import is_memory_path, is_under_anima
@@ -25,6 +25,13 @@ class Tips:
     on_branch: bool
     #: the ref the branch names when an agent made it a symbolic ref (None: a branch)
     symbolic: str | None = None
+
+
+def _path_git_writes(path: bytes) -> bool:
+    """Whether an index entry's path is one git itself writes: relative, inside the tree,
+    never into a `.git`."""
+    return not path.startswith(b"/") and all(
+        part not in (b"", b".", b"..") and part.lower() != b".git" for part in path.split(b"/"))
 
 
 class BranchOps(RepoBase):
@@ -180,8 +187,30 @@ class BranchOps(RepoBase):
         self._run(["reset", "-q"], what=f"Cannot make the index of {self.root} again")
 
     def mend_git_folder(self, branch: str) -> Mended:
-        """`mend_worktree_state`, where the Developer wrote its worktree's git folder."""
-        return mend_worktree_state(self._git_dir, branch, lambda oid: self.resolve(oid) == oid)
+        """`mend_worktree_state`, then the index the Developer writes (it must, to commit):
+        entries git never writes (a path out of the tree, which Anima's `git add` of the
+        leftovers dies on) set it aside, to be made again."""
+        mended = mend_worktree_state(self._git_dir, branch,
+                                     lambda oid: self.resolve(oid) == oid)
+        if mended.reindex:
+            return mended
+        _, out, _ = self._run(["ls-files", "-s", "-z"],
+                              what=f"Cannot read the index of {self.root}")
+        seen: set[tuple[bytes, bytes]] = set()
+        forged: list[str] = []
+        for item in filter(None, out.split(b"\0")):
+            meta, _, path = item.partition(b"\t")
+            _mode, _oid, stage = meta.split(b" ")
+            if not _path_git_writes(path) or (stage, path) in seen:
+                forged.append(os.fsdecode(path))
+            seen.add((stage, path))
+        if forged:
+            aside = set_index_aside(self._git_dir)
+            mended.forged.append(f"the worktree's index held entries git never writes "
+                                 f"({listing(forged)}; kept as {aside}); Anima made it again "
+                                 "from HEAD, the files are as they were")
+            mended.reindex = True
+        return mended
 
     def refs_under(self, folder: str) -> list[tuple[str, str]]:
         """(ref, object) of every ref inside `folder` (`refs/heads/x/`)."""
