@@ -257,6 +257,27 @@ def test_a_worktree_git_folder_forged_by_hand_is_mended_and_the_round_rejected(
     merged(project)
 
 
+@pytest.mark.parametrize("flag", ["--skip-worktree", "--assume-unchanged"])
+def test_what_the_checks_passed_is_what_is_merged(
+        project: Path, fake_claude: FakeClaude, flag: str) -> None:
+    """The Developer commits one content and keeps another in its tree, hidden from
+    `git status` by a flag it sets in its own index: the checks read the tree's "good", main
+    got the commit's "broken". The flag is cleared and the tree's content committed."""
+    config = project / ".anima" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()),
+                                  "check_command": "grep -q good features/F1.txt"}))
+    sneak = ("mkdir -p features && echo broken > features/F1.txt && git add -A && "
+             f"git commit -q -m 'feat: F1' && git update-index {flag} features/F1.txt && "
+             "echo good > features/F1.txt")
+    fake_claude.write_script({"developer": [{"shell": [sneak], "text": report()}]})
+    run_engine(project)
+    first = record(project, "m1").iterations[0]
+    assert any("hidden from `git status`" in note for note in first.notes), first.notes
+    assert first.auto_committed
+    merged(project)
+    assert run_git(project, "show", "main:features/F1.txt") == "good"
+
+
 @pytest.mark.timeout(15)
 def test_a_stopped_git_is_not_waited_for(git_repo: Path) -> None:
     """A git command held with the agent that left it running (or stopped by a terminal's

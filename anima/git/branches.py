@@ -189,20 +189,28 @@ class BranchOps(RepoBase):
     def mend_git_folder(self, branch: str) -> Mended:
         """`mend_worktree_state`, then the index the Developer writes (it must, to commit):
         entries git never writes (a path out of the tree, which Anima's `git add` of the
-        leftovers dies on) set it aside, to be made again."""
+        leftovers dies on) set it aside, to be made again; flags that hide a file's changes
+        from `git status` (`--skip-worktree`, `--assume-unchanged`: the checks would pass on
+        a file other than the one committed) are cleared, so its changes are committed
+        like any left uncommitted, and judged."""
         mended = mend_worktree_state(self._git_dir, branch,
                                      lambda oid: self.resolve(oid) == oid)
         if mended.reindex:
             return mended
-        _, out, _ = self._run(["ls-files", "-s", "-z"],
+        _, out, _ = self._run(["ls-files", "-s", "-t", "-v", "-z"],
                               what=f"Cannot read the index of {self.root}")
         seen: set[tuple[bytes, bytes]] = set()
         forged: list[str] = []
+        hidden: dict[str, list[bytes]] = {"--no-skip-worktree": [], "--no-assume-unchanged": []}
         for item in filter(None, out.split(b"\0")):
             meta, _, path = item.partition(b"\t")
-            _mode, _oid, stage = meta.split(b" ")
+            tag, _mode, _oid, stage = meta.split(b" ")
             if not _path_git_writes(path) or (stage, path) in seen:
                 forged.append(os.fsdecode(path))
+            if tag == b"S":
+                hidden["--no-skip-worktree"].append(path)
+            if tag.islower():
+                hidden["--no-assume-unchanged"].append(path)
             seen.add((stage, path))
         if forged:
             aside = set_index_aside(self._git_dir)
@@ -210,6 +218,16 @@ class BranchOps(RepoBase):
                                  f"({listing(forged)}; kept as {aside}); Anima made it again "
                                  "from HEAD, the files are as they were")
             mended.reindex = True
+            return mended
+        for flag, paths in hidden.items():
+            if paths:
+                self._run(["update-index", flag, "-z", "--stdin"],
+                          stdin=b"".join(p + b"\0" for p in paths),
+                          what=f"Cannot clear {flag.removeprefix('--no-')} in {self.root}")
+        if names := sorted({os.fsdecode(p) for paths in hidden.values() for p in paths}):
+            mended.notes.append(f"{listing(names)} hidden from `git status` (`git update-index "
+                                "--skip-worktree` or `--assume-unchanged`); Anima cleared "
+                                "that, so what the tree holds there is committed and judged")
         return mended
 
     def refs_under(self, folder: str) -> list[tuple[str, str]]:
