@@ -135,6 +135,25 @@ def test_a_secret_on_any_added_line_is_taken_off_the_branch(
     never_in_main(project)
 
 
+@pytest.mark.parametrize("name", ['quo"ted.bin', "tab\\tbed.bin", "new\\nline.bin"])
+def test_a_secret_value_in_a_binary_file_with_an_odd_name_is_taken_off_the_branch(
+        project: Path, fake_claude: FakeClaude, name: str) -> None:
+    """A binary file's blob is read by its path: git C-quotes a name holding a `"`, a tab or
+    a newline in a patch's `diff --git` line, that path was misread, the blob never looked at,
+    and the key went to review and to main."""
+    leak = (f"printf '\\0\\1\\2{SECRET}\\0' > \"$(printf '{name}')\" && git add -A && "
+            "git commit -qm 'feat: data'")
+    fake_claude.write_script({"developer": [{"shell": [leak], "auto": True}],
+                              "developer_default": AUTO})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.iterations[0].verdict is Verdict.REJECTED, rec.iterations[0]
+    assert "a value of the files copied in from .worktreeinclude" in (
+        rec.iterations[0].reason or "")
+    never_in_main(project)
+    assert SECRET not in run_git(project, "log", "-p", "--text", "main")
+
+
 @pytest.mark.parametrize("sandbox", MODES)
 def test_a_secret_left_uncommitted_is_never_committed_for_the_developer(
         project: Path, fake_claude: FakeClaude, sandbox: str) -> None:

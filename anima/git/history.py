@@ -164,7 +164,7 @@ class History(RepoBase):
                     current, added = _patch_path(line), "+"
                     if current in paths:
                         return commit, current, False
-                    if any(v in line for v in values):
+                    if any(v in current for v in values):
                         return commit, "a file's name", True
                 elif line.startswith("@@"):  # `@@@`: a merge's, a `+` column per parent
                     added = "+" * (len(line) - len(line.lstrip("@")) - 1)
@@ -208,8 +208,29 @@ class History(RepoBase):
 
 
 def _patch_path(header: str) -> str:
-    """The path of a `diff --git a/P b/P` (no renames) or a merge's `diff --cc P` line."""
+    """The path of a `diff --git a/P b/P` (no renames) or a merge's `diff --cc P` line. git
+    C-quotes a name holding a `"`, a backslash or a control character even with
+    `core.quotepath=false` (`diff --git "a/tab\\tbed" "b/tab\\tbed"`)."""
     if header.startswith("diff --cc "):
-        return header[len("diff --cc "):]
-    both = header[len("diff --git a/"):]  # "P b/P"
-    return both[:(len(both) - 3) // 2]
+        return _unquoted(header[len("diff --cc "):])
+    both = header[len("diff --git "):]
+    if both.startswith('"'):
+        return _unquoted(both)[len("a/"):]
+    return both[len("a/"):][:(len(both) - 5) // 2]  # "a/P b/P"
+
+
+_QUOTED = re.compile(rb'"((?:[^"\\]|\\.)*)"')
+_ESCAPE = re.compile(rb"\\([0-7]{3}|.)")
+_ESCAPED = {b"a": b"\a", b"b": b"\b", b"t": b"\t", b"n": b"\n", b"v": b"\v", b"f": b"\f",
+            b"r": b"\r"}
+
+
+def _unquoted(name: str) -> str:
+    """The first name of `name` as git wrote it: unquoted if it starts with a `"` (its
+    octal escapes are the bytes of a name that is not UTF-8), else as it is."""
+    quoted = _QUOTED.match(os.fsencode(name))
+    if quoted is None:
+        return name
+    return os.fsdecode(_ESCAPE.sub(
+        lambda m: bytes([int(m[1], 8)]) if len(m[1]) == 3 else _ESCAPED.get(m[1], m[1]),
+        quoted[1]))
