@@ -1053,6 +1053,29 @@ def test_a_link_in_the_worktree_never_reads_a_hidden_file_into_a_prompt(
     assert all("KEY MATERIAL" not in prompt for prompt in prompts)
 
 
+def test_a_vision_link_merged_from_the_branch_never_reads_a_hidden_file_into_a_prompt(
+        git_repo: Path, fake: FakeClaude, human_home: Path) -> None:
+    """VISION.md is read from your checkout into every Developer prompt. The Developer
+    commits `VISION.md -> ~/.ssh/notes` (hidden from it); once merged, the next milestone's
+    prompts must not carry that file."""
+    secret = human_home / ".ssh" / "notes"
+    secret.parent.mkdir()
+    secret.write_text("-----KEY MATERIAL 7f3a9b-----\n", encoding="utf-8")
+    project = project_with(git_repo, "auto")
+    plant = attack(fake, "plant", f"ln -s {secret} VISION.md")
+    fake.write_script({"developer": [{"shell": [plant], "auto": True}, AUTO, AUTO, AUTO]})
+    run_engine(project)
+    assert_allowed(fake, "plant")
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+    assert (project / "VISION.md").is_symlink()  # the merge brought it to your checkout
+    (project / ".anima" / "milestones" / "m2.md").write_text(
+        milestone_md("Next", ["Farewell"]), encoding="utf-8")
+    run_engine(project)
+    prompts = fake.prompts("developer")
+    assert any("Farewell" in p for p in prompts)
+    assert all("KEY MATERIAL" not in p for p in prompts)
+
+
 def test_your_own_git_reads_the_branch_while_the_developer_works(
         git_repo: Path, fake: FakeClaude) -> None:
     """The branch ref is shared, the commit's objects are in the Developer's own store

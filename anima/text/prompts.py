@@ -244,7 +244,8 @@ class PromptBuilder:
         sections = [
             Section("header", header, None),
             _file_section("vision", "Project vision (VISION.md)",
-                          self.files.read(self.paths.vision), 2),
+                          # a merged branch can make it a link (to `~/.ssh/…`): none is followed
+                          self.files.read(self.paths.vision, within=self.paths.root), 2),
             Section("soul", self.soul(), None) if self.soul() else None,
             _file_section("milestone", f"Milestone definition (.anima/milestones/{record.id}.md)",
                           self.files.read(self.paths.milestone_md(record.id)), 4),
