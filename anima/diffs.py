@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
@@ -157,10 +158,40 @@ def _numstat(raw: bytes) -> list[tuple[int | None, int | None, str | None, str]]
     return out
 
 
-def _split_patch(patch: str) -> list[str]:
-    """One text per file, each starting at its `diff --git` line."""
-    starts = [m.start() for m in re.finditer(r"^diff --git ", patch, re.MULTILINE)]
-    return [patch[a:b] for a, b in zip(starts, [*starts[1:], len(patch)], strict=True)]
+#: Past this much diff text a file's hunks are not kept, as GitHub and GitLab do: a 400 MB
+#: file's patch would be gigabytes held and millions of rows drawn.
+MAX_FILE_PATCH = 1 << 20
+
+
+def _file_patches(lines: Iterable[bytes]) -> Iterator[tuple[str, bool]]:
+    """(its text from its `diff --git` line on, whether it is whole) for each file of the
+    patch, read as git prints it; a file's hunks past MAX_FILE_PATCH bytes are left out and
+    a line says so."""
+    kept: list[bytes] = []
+    size, whole = 0, True
+    for line in lines:
+        if line.startswith(b"diff --git "):
+            if kept:
+                yield _file_patch(kept, whole)
+            kept, size, whole = [], 0, True
+        elif not whole:
+            continue
+        size += len(line)
+        if size > MAX_FILE_PATCH:
+            whole = False
+            del kept[next((i for i, k in enumerate(kept) if k.startswith(b"@@")), len(kept)):]
+        else:
+            kept.append(line)
+    if kept:
+        yield _file_patch(kept, whole)
+
+
+def _file_patch(lines: list[bytes], whole: bool) -> tuple[str, bool]:
+    text = b"".join(lines).decode("utf-8", errors="replace")
+    if not whole:
+        text += (f"{NOT_SHOWN} the change is too large to show (over "
+                 f"{MAX_FILE_PATCH >> 20} MB of diff); `git diff` shows it\n")
+    return text, whole
 
 
 def _whitespace_only(patch: str) -> bool:
@@ -186,21 +217,21 @@ def diff_between(repo: GitRepo, old: str, new: str, label: str,
     """
     with ThreadPoolExecutor(max_workers=1) as pool:
         numstat = pool.submit(repo.diff_bytes, old, new, "--numstat", "-z")
-        raw_patch = repo.diff_bytes(old, new, "-p")
+        with repo.diff_output(old, new, "-p") as out:
+            patches = list(_file_patches(out))
         stats = _numstat(numstat.result())
-    patches = _split_patch(raw_patch.decode("utf-8", errors="replace"))
     if len(patches) != len(stats):  # never expected; say so rather than mislabel files
         raise AnimaError(f"git diff {old[:7]}..{new[:7]} listed {len(stats)} files but "
                          f"printed {len(patches)} patches")
     files = []
-    for (added, removed, old_path, path), patch in zip(stats, patches, strict=True):
+    for (added, removed, old_path, path), (patch, whole) in zip(stats, patches, strict=True):
         binary = added is None
         if hidden and (path in hidden or old_path in hidden):
             patch = (patch.partition("\n")[0] + f"\n{NOT_SHOWN} {old_path or path} is copied "
                      "in from .worktreeinclude: a secret\n")
         files.append(FileDiff(
             path=redact(path), old_path=old_path and redact(old_path), added=added or 0,
-            removed=removed or 0, binary=binary, whitespace_only=not binary
+            removed=removed or 0, binary=binary, whitespace_only=not binary and whole
             and bool(added or removed) and _whitespace_only(patch),
             generated=is_generated(path), patch=_redacted(patch)))
     return ChangeSet(label, old, new, tuple(files))

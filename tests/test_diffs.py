@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from anima.diffs import diff_between, milestone_changes
 from anima.git import GitRepo
@@ -104,3 +108,35 @@ def test_completed_milestone_shows_what_its_merge_brought_into_main(git_repo: Pa
 
     assert [f.path for f in merged.files] == ["a.py"]
     assert merged.label == "the merge into main"
+
+
+#: Peak memory of one read of the last commit, in a child process (a fresh peak to measure).
+MEASURE = r'''
+import resource, sys
+from pathlib import Path
+from anima.git import GitRepo
+from anima.diffs import diff_between
+repo = GitRepo.open(Path(sys.argv[1]))
+base, tip = repo.resolve("HEAD~1"), repo.resolve("HEAD")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+if sys.argv[2] == "first_leak":
+    repo.first_leak(base, tip, {".env"}, ["sk-local-only-0123456789"])
+else:
+    print(diff_between(repo, base, tip, "whole milestone").files[0].patch, file=sys.stderr)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+'''
+
+
+@pytest.mark.parametrize("what", ["first_leak", "changes_view"])
+def test_a_big_text_file_keeps_animas_memory_bounded(git_repo: Path, what: str) -> None:
+    """A commit adding a 20 MB text file of short lines (20 KB in git; under git's 512 MB
+    big-file threshold it is diffed as text): the secret scan of every round and the Changes
+    view held ~40 bytes per byte of it, ~16 GB for a 400 MB file, which the OOM killer ends."""
+    (git_repo / "big.txt").write_bytes(b"a\n" * 10_000_000)
+    commit_all(git_repo, "feat: data")
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(git_repo), what], check=True,
+                          capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    grown_mb = int(done.stdout.split()[-1]) / 1024
+    assert grown_mb < 200, f"{what} grew by {grown_mb:.0f} MB for a 20 MB file"
+    if what == "changes_view":
+        assert "too large to show" in done.stderr

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from anima.errors import GitError
 from anima.git.repo import (
@@ -15,6 +17,7 @@ from anima.git.repo import (
 )
 
 _FULL_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -145,66 +148,79 @@ class History(RepoBase):
         if not paths and not values:
             return None
         mark = uuid.uuid4().hex  # no commit can hold it: it ends the message, not a NUL
-        _, out, _ = self._run(
-            ["-c", "core.quotepath=false", "log", "--reverse", "--no-renames", "--no-color",
-             "--no-ext-diff", "--no-textconv", "--full-history", "--src-prefix=a/",
-             "--dst-prefix=b/", f"--format=%x00{mark}%H%n%B%x00{mark}", "-p", "--cc",
-             f"{self._rev_arg(since)}..{self._rev_arg(tip)}",
-             *([f"^{self._rev_arg(main)}"] if main else []), "--"],
-            what=f"Cannot read the commits {short_hash(since)}..{short_hash(tip)}")
-        blocks = os.fsdecode(out).split(f"\0{mark}")[1:]
-        for head, patch in zip(blocks[::2], blocks[1::2], strict=False):
-            commit, _, message = head.partition("\n")
-            if any(v in message for v in values):
-                return commit, "its commit message", True
-            current, added = "", "+"
-            # git's lines end at \n only: `str.splitlines` would also end one at a \r
-            for line in patch.split("\n"):
-                if line.startswith(("diff --git ", "diff --cc ")):
-                    current, added = _patch_path(line), "+"
+        start, wanted = f"\0{mark}".encode(), [os.fsencode(v) for v in values]
+        # one search per line, not one per value: a commit can add millions of lines
+        holds = re.compile(b"|".join(map(re.escape, wanted)) or b"(?!)").search  # (?!): none
+        args = ["-c", "core.quotepath=false", "log", "--reverse", "--no-renames", "--no-color",
+                "--no-ext-diff", "--no-textconv", "--full-history", "--src-prefix=a/",
+                "--dst-prefix=b/", f"--format=%x00{mark}%H%n%B%x00{mark}", "-p", "--cc",
+                f"{self._rev_arg(since)}..{self._rev_arg(tip)}",
+                *([f"^{self._rev_arg(main)}"] if main else []), "--"]
+        commit, in_message, current, added = "", False, "", b"+"
+        # read as git prints it, as bytes: a patch can be far larger than Anima should hold
+        with self._output(args, what=f"Cannot read the commits {short_hash(since)}.."
+                                    f"{short_hash(tip)}") as lines:
+            for line in lines:  # git's lines end at \n only, as a file's do
+                if in_message:
+                    text, end, _ = line.partition(start)
+                    if holds(text):
+                        return commit, "its commit message", True
+                    in_message = not end
+                    current, added = "", b"+"
+                # most lines; (an added `++x` reads `+++x`, and a `+++ b/` header is one)
+                elif line.startswith(added):
+                    if holds(line):
+                        return commit, current, True
+                elif line.startswith(start):
+                    commit, in_message = line[len(start):].decode().strip(), True
+                elif line.startswith((b"diff --git ", b"diff --cc ")):
+                    current, added = _patch_path(os.fsdecode(line.removesuffix(b"\n"))), b"+"
                     if current in paths:
                         return commit, current, False
                     if any(v in current for v in values):
                         return commit, "a file's name", True
-                elif line.startswith("@@"):  # `@@@`: a merge's, a `+` column per parent
-                    added = "+" * (len(line) - len(line.lstrip("@")) - 1)
-                # (an added `++x` reads `+++x`; a `+++ b/` header's name is checked above)
-                elif (line.startswith(added) and any(v in line for v in values)) or (
-                        line.startswith("Binary files ")
-                        and self._blob_holds(commit, current, values)):
+                elif line.startswith(b"@@"):  # `@@@`: a merge's, a `+` column per parent
+                    added = b"+" * (len(line) - len(line.lstrip(b"@")) - 1)
+                elif line.startswith(b"Binary files ") and self._blob_holds(commit, current,
+                                                                            wanted):
                     return commit, current, True
         return None
 
-    def _blob_holds(self, commit: str, path: str, values: Collection[str]) -> bool:
-        code, data, _ = self._run(["cat-file", "blob", f"{commit}:{path}"], check=False)
-        return code == 0 and any(v.encode() in data for v in values)
+    def _blob_holds(self, commit: str, path: str, wanted: Sequence[bytes]) -> bool:
+        """Whether the file (none when the commit deletes it) holds a value, read in
+        overlapping chunks: a binary file can be larger than Anima should hold."""
+        overlap = max(map(len, wanted), default=1) - 1
+        with self._output(["cat-file", "blob", f"{commit}:{path}"], check=False) as out:
+            seen = b""
+            while chunk := out.read(_CHUNK):
+                seen = seen[-overlap:] + chunk if overlap else chunk
+                if any(w in seen for w in wanted):
+                    return True
+        return False
 
     def diff_bytes(self, old: str, new: str, *options: str) -> bytes:
-        """`git diff <options> old new` as raw bytes: the Changes view's numstat and patch.
-
-        Prefixes, colour, external and textconv drivers are pinned so a user's git config
-        cannot change the format the parser reads.
-        """
-        _, out, _ = self._run(
-            [
-                "-c",
-                "core.quotepath=false",
-                "diff",
-                "--no-color",
-                "--no-ext-diff",
-                "--no-textconv",
-                "--no-relative",
-                "-M",
-                "--src-prefix=a/",
-                "--dst-prefix=b/",
-                *options,
-                f"{self._rev_arg(old)}^{{commit}}",
-                f"{self._rev_arg(new)}^{{commit}}",
-                "--",
-            ],
-            what=f"Cannot diff {short_hash(old)}..{short_hash(new)} in {self.root}",
-        )
+        """`git diff <options> old new` as raw bytes: the Changes view's numstat."""
+        _, out, _ = self._run(self._diff_args(old, new, options), what=self._diff_what(old, new))
         return out
+
+    @contextlib.contextmanager
+    def diff_output(self, old: str, new: str, *options: str) -> Iterator[BinaryIO]:
+        """`diff_bytes` to read as git prints it: the Changes view's patch, which can be
+        many times larger than Anima should hold."""
+        with self._output(self._diff_args(old, new, options),
+                          what=self._diff_what(old, new)) as out:
+            yield out
+
+    def _diff_args(self, old: str, new: str, options: Sequence[str]) -> list[str]:
+        """Prefixes, colour, external and textconv drivers are pinned so a user's git config
+        cannot change the format the parser reads."""
+        return ["-c", "core.quotepath=false", "diff", "--no-color", "--no-ext-diff",
+                "--no-textconv", "--no-relative", "-M", "--src-prefix=a/", "--dst-prefix=b/",
+                *options, f"{self._rev_arg(old)}^{{commit}}", f"{self._rev_arg(new)}^{{commit}}",
+                "--"]
+
+    def _diff_what(self, old: str, new: str) -> str:
+        return f"Cannot diff {short_hash(old)}..{short_hash(new)} in {self.root}"
 
 
 def _patch_path(header: str) -> str:

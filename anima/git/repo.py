@@ -18,10 +18,10 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
+from typing import Any, BinaryIO, NoReturn, Self
 
 import git
 
@@ -201,37 +201,62 @@ class RepoBase:
         and the work tree is named: a `core.worktree` (or `core.bare`) an agent put in the
         worktree's own `config.worktree` would point git at another tree.
         """
-        overrides = self._human_config().overrides
         with contextlib.ExitStack() as stack:
             stream = None
             if stdin is not None:  # GitPython wants a real file for stdin
                 stream = stack.enter_context(tempfile.TemporaryFile())
                 stream.write(stdin)
                 stream.seek(0)
-            try:
-                code, out, err = self._git.execute(
-                    ["git", *NO_AGENT_CODE, f"--git-dir={self._git_dir}",
-                     f"--work-tree={self.root}", *overrides, *args],
-                    env=ANIMA_GIT_ENV,
-                    istream=stream,
-                    with_extended_output=True,
-                    with_exceptions=False,
-                    stdout_as_string=False,
-                    strip_newline_in_stdout=False,
-                    # Not in the terminal's process group: Ctrl+C is for Anima, which stops
-                    # politely; a git killed mid-command would fail the milestone instead.
-                    start_new_session=True,
-                )
-            except git.GitCommandNotFound as exc:
-                if not self.root.is_dir():  # GitPython says so for a missing folder too
-                    raise GitError(f"{self.root} no longer exists") from None
-                raise GitError(f"git is not installed or not on PATH: {exc}") from None
+            code, out, err = self._execute(args, istream=stream, with_extended_output=True,
+                                           with_exceptions=False, stdout_as_string=False,
+                                           strip_newline_in_stdout=False)
         stderr = err.decode(errors="replace") if isinstance(err, bytes) else str(err or "")
         if check and code != 0:
-            head = what or f"`git {' '.join(args)}` failed in {self.root}"
-            detail = stderr.strip() or out.decode(errors="replace").strip()
-            raise GitError(f"{head}: {detail}" if detail else head)
+            self._failed(args, what, stderr.strip() or out.decode(errors="replace").strip())
         return code, out, stderr
+
+    @contextlib.contextmanager
+    def _output(self, args: Sequence[str], *, what: str | None = None, check: bool = True
+                ) -> Iterator[BinaryIO]:
+        """git's output to read as it prints it (by line: each ends at a line feed only): a patch
+        can be many times larger than Anima should hold. Leaving early stops git; with
+        `check`, a failure is a GitError once the output is read."""
+        handle = self._execute(args, as_process=True)  # its end would stop git: kept
+        proc = handle.proc
+        read_all = False
+        try:
+            yield proc.stdout
+            read_all = not proc.stdout.read(1)
+        finally:
+            if not read_all:
+                proc.kill()
+            err = proc.stderr.read()
+            proc.stdout.close()
+            proc.stderr.close()
+            code = proc.wait()
+        if check and read_all and code != 0:
+            self._failed(args, what, err.decode(errors="replace").strip())
+
+    def _execute(self, args: Sequence[str], **options: Any) -> Any:
+        """GitPython's `execute` of `git args` with the options every Anima git runs with."""
+        try:
+            return self._git.execute(
+                ["git", *NO_AGENT_CODE, f"--git-dir={self._git_dir}",
+                 f"--work-tree={self.root}", *self._human_config().overrides, *args],
+                env=ANIMA_GIT_ENV,
+                # Not in the terminal's process group: Ctrl+C is for Anima, which stops
+                # politely; a git killed mid-command would fail the milestone instead.
+                start_new_session=True,
+                **options,
+            )
+        except git.GitCommandNotFound as exc:
+            if not self.root.is_dir():  # GitPython says so for a missing folder too
+                raise GitError(f"{self.root} no longer exists") from None
+            raise GitError(f"git is not installed or not on PATH: {exc}") from None
+
+    def _failed(self, args: Sequence[str], what: str | None, detail: str) -> NoReturn:
+        head = what or f"`git {' '.join(args)}` failed in {self.root}"
+        raise GitError(f"{head}: {detail}" if detail else head)
 
     def _text(self, args: Sequence[str], *, what: str | None = None) -> str:
         return os.fsdecode(self._run(args, what=what)[1]).strip()
