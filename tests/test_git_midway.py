@@ -278,6 +278,25 @@ def test_what_the_checks_passed_is_what_is_merged(
     assert run_git(project, "show", "main:features/F1.txt") == "good"
 
 
+def test_a_sparse_checkout_of_yours_is_not_taken_for_a_hidden_file(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """With your checkout sparse (`git sparse-checkout set`), a new worktree is sparse too:
+    the files outside its patterns are flagged skip-worktree and absent. That is not the
+    Developer hiding a file: clearing the flag would have them read as deleted, and the
+    deletions be committed and merged into main."""
+    (project / "outside").mkdir()
+    (project / "outside" / "kept.txt").write_text("yours\n", encoding="utf-8")
+    run_git(project, "add", "outside")
+    run_git(project, "commit", "-q", "-m", "outside")
+    run_git(project, "sparse-checkout", "set", "--no-cone", "/*", "!/outside/")
+    fake_claude.write_script({"developer": [{"auto": True}]})
+    run_engine(project)
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+    assert run_git(project, "show", "main:outside/kept.txt") == "yours"
+    assert not any("hidden from `git status`" in note
+                   for i in record(project, "m1").iterations for note in i.notes)
+
+
 @pytest.mark.timeout(15)
 def test_a_stopped_git_is_not_waited_for(git_repo: Path) -> None:
     """A git command held with the agent that left it running (or stopped by a terminal's

@@ -192,7 +192,8 @@ class BranchOps(RepoBase):
         leftovers dies on) set it aside, to be made again; flags that hide a file's changes
         from `git status` (`--skip-worktree`, `--assume-unchanged`: the checks would pass on
         a file other than the one committed) are cleared, so its changes are committed
-        like any left uncommitted, and judged."""
+        like any left uncommitted, and judged. A skip-worktree file that is absent is left
+        flagged: that is how a sparse checkout leaves the files outside its patterns."""
         mended = mend_worktree_state(self._git_dir, branch,
                                      lambda oid: self.resolve(oid) == oid)
         if mended.reindex:
@@ -207,7 +208,8 @@ class BranchOps(RepoBase):
             tag, _mode, _oid, stage = meta.split(b" ")
             if not _path_git_writes(path) or (stage, path) in seen:
                 forged.append(os.fsdecode(path))
-            if tag == b"S":
+            # (absent, it is a sparse checkout's: your patterns, which a new worktree takes)
+            if tag == b"S" and os.path.lexists(self.root / os.fsdecode(path)):
                 hidden["--no-skip-worktree"].append(path)
             if tag.islower():
                 hidden["--no-assume-unchanged"].append(path)
