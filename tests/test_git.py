@@ -1238,3 +1238,21 @@ def test_a_path_longer_than_path_max_from_your_checkout_merges(tmp_path: Path) -
     assert outcome.merged, outcome
     assert run_git(repo, "status", "--porcelain") == ""
     assert "/".join(comps) + "/f.txt" in run_git(repo, "ls-files")
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_worktree_is_opened_from_the_repositorys_side(git_repo: Path, relative: bool) -> None:
+    """Anima finds a worktree's git folder from the repository's side, never from the
+    worktree's `.git` file (whatever writes the tree could point it elsewhere); git 2.48's
+    `worktree.useRelativePaths` writes that side relative to the folder it is in."""
+    repo = GitRepo.open(git_repo)
+    tree = git_repo / ".anima" / "worktrees" / "m1"
+    repo.add_worktree(tree, "milestone/m1", "main")
+    admin = git_repo / ".git" / "worktrees" / "m1"
+    if relative:
+        (admin / "gitdir").write_text(os.path.relpath(tree / ".git", admin) + "\n",
+                                      encoding="utf-8")
+    (tree / ".git").write_text("gitdir: /nonexistent\n", encoding="utf-8")
+    opened = repo.worktree_repo(tree)
+    assert opened.git_dir == admin
+    assert opened.current_branch() == "milestone/m1"

@@ -105,7 +105,8 @@ def admin_dir(common_dir: Path, worktree: Path) -> Path:
         for admin in sorted((common_dir / "worktrees").iterdir()):
             with contextlib.suppress(OSError):
                 named = (admin / "gitdir").read_text(encoding="utf-8").strip()
-                if os.path.realpath(os.path.dirname(named)) == wanted:
+                # (relative to the admin folder with `worktree.useRelativePaths`)
+                if os.path.realpath(admin / os.path.dirname(named)) == wanted:
                     return admin
     raise FileNotFoundError(f"{worktree} is not a worktree of {common_dir.parent}")
 
