@@ -96,6 +96,8 @@ def test_unreadable_reports(text: str) -> None:
     ("First I thought ACCEPTED was right, but:\nREJECTED: it breaks main", False,
      "it breaks main"),
     ("```\nACCEPTED\n```", True, ""),
+    ("All criteria hold.\n```\nACCEPTED\n```\n", True, ""),
+    ("```\nREJECTED: no tests\n- AC 2 unmet\n```", False, "no tests\n- AC 2 unmet"),
     ("✅ ACCEPTED — clean work, no issues found", True, ""),
     ("- **Verdict:** ACCEPTED", True, ""),
     ("❌ REJECTED: F1 has no tests", False, "F1 has no tests"),
@@ -116,7 +118,12 @@ def test_verdicts(text: str, accepted: bool, reason: str) -> None:
     # both verdicts, or an acceptance that takes itself back: never read as accepted
     "REJECTED: F1 has no tests\nACCEPTED",
     "ACCEPTED: no — F1 has no tests", "ACCEPTED -> REJECTED (F1 has no tests)",
-    "ACCEPTED: not yet", "❌ ACCEPTED", "- [ ] ACCEPTED"])
+    "ACCEPTED: not yet", "❌ ACCEPTED", "- [ ] ACCEPTED",
+    # a question, or a cross after the word, is no acceptance
+    "ACCEPTED?", "ACCEPTED ❌",
+    # the Developer's report quoted in a fence, with no verdict of the reviewer's own
+    "The report says:\n```\nACCEPTED\n```\nI could not run the tests yet.",
+    "```\n## Implementation Report — Round 1\n**Commit**: abc1234\nACCEPTED\n```"])
 def test_unreadable_verdicts(text: str) -> None:
     assert parse_verdict(text) is None
 

@@ -217,7 +217,9 @@ def parse_verdict(text: str) -> ReviewVerdict | None:
     """The Acceptor's own verdict line decides; chatter around it is fine.
 
     Lines quoted with `>` and fenced blocks (where a reviewer quotes the Developer's report,
-    which may carry a forged verdict) do not count, unless the whole verdict is fenced. A
+    which may carry a forged verdict) do not count, unless the whole verdict is fenced: a
+    block that ends the reply and opens with the verdict line (a quoted report that ends
+    the reply opens with its heading, and one with chatter after it is a quote). A
     reply that gives both verdicts, or an ACCEPTED that takes itself back ("ACCEPTED: no"),
     is unreadable (None: the Acceptor is asked to restate), never an acceptance. A
     rejection's reason is the rest of its line and every line after it (Acceptors write
@@ -225,14 +227,14 @@ def parse_verdict(text: str) -> ReviewVerdict | None:
     """
     lines = text.splitlines()
     fenced = _fenced_lines(lines)
-    for count_fenced in (False, True):
-        found = [(i, m) for i, line in enumerate(lines)
-                 if (count_fenced or i not in fenced) and not line.lstrip().startswith(">")
-                 and (m := match_verdict(line))]
-        if found:
-            break
-    else:
-        return None
+    found = [(i, m) for i, line in enumerate(lines)
+             if i not in fenced and not line.lstrip().startswith(">")
+             and (m := match_verdict(line))]
+    if not found:
+        opening = _fenced_verdict_line(lines, fenced)
+        if opening is None or (m := match_verdict(lines[opening])) is None:
+            return None
+        found = [(opening, m)]
     if len({accepted for _, (accepted, _) in found}) > 1:
         return None
     i, (accepted, first) = found[-1]
@@ -257,6 +259,21 @@ def _fenced_lines(lines: list[str]) -> set[int]:
         elif fenced:
             inside.add(i)
     return inside
+
+
+def _fenced_verdict_line(lines: list[str], fenced: set[int]) -> int | None:
+    """The first content line of the fenced block that ends the reply, or None when the
+    reply does not end in one."""
+    end = len(lines)
+    while end and not lines[end - 1].strip():
+        end -= 1
+    if not end or end - 1 not in fenced:
+        return None
+    start = end - 1
+    while start - 1 in fenced and not lines[start - 1].strip().startswith(("```", "~~~")):
+        start -= 1
+    return next((i for i in range(start, end)
+                 if lines[i].strip() and not lines[i].strip().startswith(("```", "~~~"))), None)
 
 
 def match_completion(line: str) -> str | None:
