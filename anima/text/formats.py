@@ -42,10 +42,11 @@ _BAD_NEWS = re.compile(r"fail|error|not\b|n't|skip|broken|red\b|unable|could ?no
 _GOOD_NEWS = re.compile(r"\b(?:pass(?:ed|es|ing)?|green|ok|succe(?:eded|ss(?:ful)?))\b")
 # A verdict line: decoration, a bullet, a check mark or cross (which must agree with the
 # word), an optional "Verdict:", the word, then nothing or a separator and a reason. Other
-# leading marks ("- [ ] ACCEPTED", "¬ACCEPTED") make it no verdict.
+# leading marks ("- [ ] ACCEPTED", "¬ACCEPTED") make it no verdict, and so do a question
+# mark or a cross after the word ("ACCEPTED?", "ACCEPTED ❌").
 _VERDICT = re.compile(
     r"^[\s*_#`>•-]*+(?P<mark>✅|✔️?|☑️?|❌|✖️?|⛔|🚫)?[\s*_`]*+"
-    r"(?:(?:final\s++)?verdict\s*+[:：][\s*_`]*+)?(?P<word>ACCEPTED|REJECTED)\b\W*?"
+    r"(?:(?:final\s++)?verdict\s*+[:：][\s*_`]*+)?(?P<word>ACCEPTED|REJECTED)\b[^\w?？❌✖⛔🚫]*?"
     r"(?:[:：\-—–]\s*(?P<rest>.*))?$",
     re.IGNORECASE,
 )
