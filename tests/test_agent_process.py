@@ -398,16 +398,16 @@ def test_claudecode_is_not_passed_and_env_is_inherited(
     assert b"CLAUDECODE=" not in out and b"EXTRA=yes" in out
 
 
-def test_stdout_is_a_terminal_and_stdin_a_pipe(make_agent: Factory,
-                                               fake_claude: FakeClaude) -> None:
-    fake_claude.write_script({"developer": [{"shell": [
-        "python3 -c \"import os,sys; print(os.isatty(0), os.isatty(1), os.isatty(2))\" "
-        "</dev/stdin"], "text": "ok"}]})
+def test_stdout_is_a_socket_no_tool_reopens_and_stdin_a_pipe(make_agent: Factory) -> None:
+    """A tool the agent runs could reopen a terminal or a pipe through `/proc/<cli>/fd/1` and
+    write lines as its CLI; a socket cannot be opened again."""
     agent = make_agent()
     pid = agent.pid
     assert os.readlink(f"/proc/{pid}/fd/0").startswith("pipe:")
-    assert os.readlink(f"/proc/{pid}/fd/1").startswith("/dev/pts/")
-    assert os.readlink(f"/proc/{pid}/fd/2").startswith("/dev/pts/")
+    for fd in (1, 2):
+        assert os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        with pytest.raises(OSError, match="No such device or address"):
+            open(f"/proc/{pid}/fd/{fd}", "w")  # noqa: SIM115
     assert os.getsid(pid) == pid  # its own session and process group
 
 

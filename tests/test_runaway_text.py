@@ -39,14 +39,15 @@ def test_a_runaway_rejection_is_clean_and_bounded_everywhere(
     assert len(log) < 200_000 and len(runner.stdout) < 400_000
 
 
-def test_a_tool_that_floods_its_cli_output_cannot_exhaust_animas_memory(
+def test_a_tool_cannot_flood_its_cli_output(
         git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A tool can write to the CLI's own output (`/proc/<cli>/fd/1`, from inside the
-    sandbox too): 400 MB without a newline is not held in Anima's memory, and the run
-    goes on."""
+    """A tool that writes 400 MB without a newline into its CLI's own output
+    (`/proc/<cli>/fd/1`) cannot open it (a socket), so nothing of it reaches Anima; the run
+    goes on. (A line the CLI itself makes too long is dropped by the framer, its size said.)"""
     fake_claude.use_env(monkeypatch)
     project = make_project(git_repo, {"m1": ONE})
-    flood = "head -c 400000000 /dev/zero > /proc/$PPID/fd/1; echo done > flood.txt"
+    flood = ("( head -c 400000000 /dev/zero > /proc/$PPID/fd/1 ) 2> flood.err; "
+             "echo done > flood.txt")
     fake_claude.write_script({"developer": [{"shell": [flood], "auto": True}]})
     peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     run_engine(project)
@@ -55,5 +56,4 @@ def test_a_tool_that_floods_its_cli_output_cannot_exhaust_animas_memory(
     rec = record(project, "m1")
     assert rec.status is MilestoneStatus.COMPLETED
     assert "flood.txt" in run_git(project, "ls-tree", "--name-only", "main").split()
-    said = (project / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
-    assert "Anima dropped a line of 400,000," in said  # (and what the CLI wrote after it)
+    assert "No such device or address" in run_git(project, "show", "main:flood.err")

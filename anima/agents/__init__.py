@@ -1,4 +1,4 @@
-"""The agents: a `Dialect` per agent CLI (`dialect.py`; `claude/` is the one so far), the pty
+"""The agents: a `Dialect` per agent CLI (`dialect.py`; `claude/` and `codex/`), the
 transport (`transport.py`) and the turns (`process.py`), redaction where events enter.
 
 Nothing is imported here: `anima status` needs only the protocol's pure functions, and the

@@ -287,10 +287,10 @@ class AgentProcess:
     @property
     def went_on(self) -> bool:
         """Whether the CLI worked (spoke, called a tool, gave a result) after a turn had
-        ended. Only a result it did not give ends a turn early: one of its own tools can
-        write to its output (`/proc/<cli>/fd/1`, from inside the sandbox too). The CLI then
-        goes on with that turn (its edits are its own: no process to hold) while Anima
-        checks and reviews the tree."""
+        ended: a result that ended a turn before the CLI's own would be one it did not give
+        (its output is a socket no tool can open, `anima.agents.transport`; this is the
+        second line). The CLI then goes on with that turn while Anima checks and reviews
+        the tree."""
         return self._went_on
 
     def _with_turn_cost(self, result: TurnResult) -> TurnResult:

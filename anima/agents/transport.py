@@ -1,29 +1,27 @@
-"""One agent CLI process in pseudo-terminals: start, a reader thread that frames its output
-into lines, a stop in steps (stdin closed, SIGTERM, SIGKILL, then whatever it left running),
-and how it ended (`ProcessOutcome`, as qutebrowser's). Nothing here knows a wire format or a
-turn: that is the dialect's and `anima.agents.process`'s.
+"""One agent CLI process: start, a reader thread that frames its output into lines, a stop
+in steps (stdin closed, SIGTERM, SIGKILL, then whatever it left running), and how it ended
+(`ProcessOutcome`, as qutebrowser's). Nothing here knows a wire format or a turn: that is the
+dialect's and `anima.agents.process`'s.
 
-The process writes stdout and stderr to two pseudo-terminals (so the CLI behaves as in a
-terminal and nothing is block-buffered) and reads from a pipe on stdin (with a TTY on stdin,
-`claude -p` refuses to start). The reader drains both terminals all the time: a stalled reader
-would deadlock the CLI.
+The process writes stdout and stderr to Unix sockets and reads from a pipe on stdin (with a
+TTY on stdin, `claude -p` refuses to start). Not terminals, nor pipes: a tool the agent runs
+(the Developer's code, run by the Acceptor) can reopen its CLI's terminal or pipe through
+`/proc/<cli>/fd/1` and write a turn's result of its own, a verdict the Acceptor never gave; a
+socket cannot be reopened that way. Node and Codex write to a socket at once, line by line,
+as to a terminal. The reader drains both all the time: a stalled reader would deadlock the CLI.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import logging
 import os
 import select
 import signal
-import struct
+import socket
 import subprocess
-import termios
 import threading
 import time
-import tty
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,13 +46,13 @@ def _die_with_anima() -> None:
         LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
-def _open_raw_pty() -> tuple[int, int]:
-    """A pty pair in raw mode: no echo, no `\\n`→`\\r\\n`, no line discipline surprises."""
-    master, slave = os.openpty()
-    tty.setraw(slave, termios.TCSANOW)
-    # A wide terminal, so nothing a terminal-minded program prints gets wrapped.
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 250, 0, 0))
-    return master, slave
+def _open_stream() -> tuple[int, int]:
+    """(Anima's end, the child's end) of one output stream: a socket pair, whose child end
+    no other process can open again (`open` of `/proc/<pid>/fd/N` on a socket fails)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours.shutdown(socket.SHUT_WR)
+    theirs.shutdown(socket.SHUT_RD)
+    return ours.detach(), theirs.detach()
 
 
 #: The longest line kept (the CLI's own lines stay far below: an image it read is a few MB).
@@ -65,10 +63,9 @@ class LineFramer:
     """Splits a byte stream into lines on `\\n` only, whatever the read boundaries.
 
     Bytes are joined once per completed line, so a multi-MB line arriving in 64 KB reads costs
-    linear time, not quadratic. A line over `limit` is not kept: a tool can write to the
-    CLI's output itself (`/proc/<cli>/fd/1`), and a gigabyte without a newline would
-    otherwise sit in Anima's memory, several times over once parsed. A short note stands in
-    its place.
+    linear time, not quadratic. A line over `limit` is not kept: a CLI that printed a
+    gigabyte without a newline would otherwise have it sit in Anima's memory, several times
+    over once parsed. A short note stands in its place.
     """
 
     def __init__(self, limit: int = MAX_LINE_BYTES) -> None:
@@ -191,8 +188,8 @@ class PtyProcess:
         with self.cond:
             self.eof = False
         self.stopping = False
-        out_master, out_slave = _open_raw_pty()
-        err_master, err_slave = _open_raw_pty()
+        out_master, out_slave = _open_stream()
+        err_master, err_slave = _open_stream()
         try:
             self.proc = subprocess.Popen(
                 argv,
@@ -212,7 +209,7 @@ class PtyProcess:
                 os.close(fd)
             raise AgentCrashed(f"{self.name} agent could not start: {e}", None, "") from e
         finally:
-            # The child holds its own copies; ours would keep the terminals open past its exit.
+            # The child holds its own copies; ours would keep the streams open past its exit.
             for fd in (out_slave, err_slave):
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -298,8 +295,7 @@ class PtyProcess:
                     try:
                         data = os.read(fd, _READ_SIZE)
                     except OSError as e:
-                        if e.errno != errno.EIO:  # EIO: the child closed its end of the pty
-                            log.warning("%s agent: read failed: %s", self.name, e)
+                        log.warning("%s agent: read failed: %s", self.name, e)
                         data = b""
                     if not data:
                         open_fds.discard(fd)
