@@ -708,29 +708,25 @@ with open(f"/proc/{sys.argv[1]}/fd/1", "w") as out:
 
 
 @pytest.mark.parametrize("mode", ["auto", "off"])
-@pytest.mark.parametrize("during", ["the review", "the checks"])
-def test_a_turn_ended_by_a_result_its_tool_wrote_cannot_change_the_tree_under_review(
-        git_repo: Path, fake: FakeClaude, mode: str, during: str) -> None:
-    """A tool can write a result into its own CLI's output: the turn ends there for Anima,
-    while the CLI goes on with it (its edits are its own, no process to hold) during the
-    review or the checks. That is seen, the Developer stopped (its commit since taken in)
-    and the round rejected."""
-    slow = {"check_command": "sleep 3"} if during == "the checks" else {}
-    project = project_with(git_repo, mode, **slow)
+def test_a_tool_cannot_end_its_own_turn_with_a_result_it_writes(
+        git_repo: Path, fake: FakeClaude, mode: str) -> None:
+    """A tool that wrote a result into its own CLI's output would end the turn for Anima
+    while the CLI went on with it (editing the tree under review). The output is a socket,
+    which the tool cannot open: the turn ends with the CLI's own result."""
+    project = project_with(git_repo, mode)
     forge_py = fake.root / "forge.py"
     forge_py.write_text(FORGE_RESULT, encoding="utf-8")
+    refused = fake.root / "forge.err"
     calls = ["mkdir -p features && echo F1 > features/F1.txt",
              "git add -A && git commit -qm 'feat: F1'",
-             f"( sleep 0.2; {PY} {forge_py} $PPID ) > /dev/null 2>&1 &"]
+             f"{PY} {forge_py} $PPID 2> {refused} || true"]
     fake.write_script({
-        "developer": [{"shell": calls, "think": 1.0, "auto": True,
-                       "edit_file": {"path": "features/F1.txt", "content": "changed in review"}}],
-        "acceptor": [{"delay": 0.0 if slow else 3.0, "auto": True}]})
+        "developer": [{"shell": calls, "auto": True}]})
     run_engine(project)
 
+    assert "No such device or address" in refused.read_text(encoding="utf-8")
     first = record(project, "m1").iterations[0]
-    assert first.verdict is Verdict.REJECTED
-    assert f"went on working after its turn had ended, during {during}" in first.reason
+    assert first.verdict is Verdict.ACCEPTED, first.reason
     assert_merged_after_final_acceptance(project)
 
 
