@@ -71,3 +71,20 @@ def test_a_milestone_definition_that_is_a_fifo_is_reported_not_read(
     said = anima("status", str(project), timeout=30)
     assert "m2.md" in said.stdout + said.stderr
     assert "not a regular file" in said.stdout + said.stderr
+
+
+@pytest.mark.timeout(90)
+def test_a_fifo_the_developer_named_gitignore_does_not_hang_the_round(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """git reads every `.gitignore` in the folders it walks, and a FIFO's open waits for a
+    writer: Anima's first `git status` after the turn used to wait for ever, saying nothing."""
+    fake_claude.write_script({"developer": [
+        {"auto": True},  # (its own `git add -A` would wait too)
+        {"shell": ["mkdir -p notes", "mkfifo notes/.gitignore .gitattributes"], "auto": True}]})
+    done = subprocess.run([*ANIMA_COMMAND, "run", str(project), "--headless"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+    assert "notes/.gitignore was a FIFO (or another special file) where git reads its rules" \
+        in done.stdout
+    assert ".gitattributes was a FIFO" in done.stdout

@@ -143,6 +143,33 @@ def remove_links(common_dir: Path, git_dir: Path | None, branch: str) -> list[st
     return found
 
 
+#: What git reads in each folder of the work tree it walks, opened unasked (`status`, `add`,
+#: `checkout`, `stash`): a FIFO's open waits for a writer, so git would wait for ever.
+_READ_IN_EVERY_FOLDER = frozenset({".gitignore", ".gitattributes"})
+
+
+def remove_special_rule_files(tree: Path) -> list[str]:
+    """Remove every `.gitignore` and `.gitattributes` of the work tree that is neither a
+    regular file nor a link (a FIFO, a socket, a device: git makes none, nor can one be
+    committed); returns them, relative to `tree`. Links stay: git opens those without
+    following them. Nested repositories' `.git` folders are not entered."""
+    found: list[str] = []
+    folders = [tree]
+    while folders:
+        with contextlib.suppress(OSError), os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.name == ".git":
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(Path(entry.path))
+                elif entry.name in _READ_IN_EVERY_FOLDER and not (
+                        entry.is_file(follow_symlinks=False) or entry.is_symlink()):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                    found.append(os.path.relpath(entry.path, tree))
+    return sorted(found)
+
+
 @dataclass
 class Mended:
     """What `mend_worktree_state` found and did in a worktree's own git folder."""

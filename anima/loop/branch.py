@@ -27,6 +27,7 @@ from anima.git.locks import (
     clear_stale_locks,
     mend_branch_ref,
     remove_links,
+    remove_special_rule_files,
     wait_for_git,
 )
 from anima.git.objects import take_objects
@@ -465,6 +466,9 @@ class BranchKeeper:
                               self.repo.common_dir)
         branch = self.record.branch_name or ""
         # First what needs no git: git would fail on (or write through) what these mend.
+        notes += [f"{rel} was a FIFO (or another special file) where git reads its rules: "
+                  "every git command in the worktree would have waited for it for ever; removed"
+                  for rel in remove_special_rule_files(self.repo.root)]
         ref_file = mend_branch_ref(self.repo.common_dir, branch) if branch else None
         if branch and (links := remove_links(self.repo.common_dir, self.repo.git_dir, branch)):
             self.guarded.append(
