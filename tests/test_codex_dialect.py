@@ -4,6 +4,7 @@ the Responses stub (tests/fixtures/cli_lines/codex-*): events, cost, and what ea
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from anima.agents.codex.backend import CodexBackend
 from anima.agents.dialect import FaultKind
 from anima.config import Config, ModelPrice, load_config
-from anima.events import DEVELOPER, ContextUsage, Event, ToolResult, ToolUse, TurnResult
+from anima.events import ACCEPTOR, DEVELOPER, ContextUsage, Event, ToolResult, ToolUse, TurnResult
 
 LINES = Path(__file__).resolve().parent / "fixtures" / "cli_lines"
 PRICE = ModelPrice(input=2.0, cached_input=0.5, output=8.0)
@@ -208,3 +209,14 @@ def test_a_resume_asks_for_no_turn_history() -> None:
     resume = [json.loads(line) for line in conv.opening().splitlines()][-1]
     assert resume["method"] == "thread/resume"
     assert resume["params"] == {"threadId": "t-1", "excludeTurns": True}
+
+
+@pytest.mark.timeout(10)
+def test_a_worktree_git_file_made_a_fifo_does_not_hang_the_acceptors_start(
+        tmp_path: Path) -> None:
+    """Unconfined, the Developer writes its worktree's `.git`: the Acceptor's untrusted
+    projects are read from it, and a FIFO's open used to wait for a writer for ever."""
+    os.mkfifo(tmp_path / ".git")
+    profile = CodexBackend({}).profile(ACCEPTOR, Config(), tmp_path)
+    assert f'{json.dumps(str(tmp_path))}={{trust_level="untrusted"}}' in " ".join(
+        profile.config.extra_args)

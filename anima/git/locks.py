@@ -90,8 +90,8 @@ def clear_stale_locks(root: Path, git_dir: Path) -> list[str]:
 def worktree_git_dir(worktree: Path) -> Path:
     """The git folder a worktree's `.git` file names: the one a program started in the tree
     (an agent's CLI) reads. Anima's own git never uses it (`admin_dir`). OSError when there
-    is none."""
-    text = (worktree / ".git").read_text(encoding="utf-8").strip()
+    is none, or it is no regular file (a FIFO would hang the read)."""
+    text = read_regular(worktree / ".git", 4096).decode(errors="replace").strip()
     return Path(os.path.realpath(worktree / text.removeprefix("gitdir:").strip()))
 
 
