@@ -3,7 +3,9 @@ so what remains of a round's time is Anima's own (git checks, prompts, persisten
 
 from __future__ import annotations
 
+import atexit
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -107,6 +109,7 @@ def new_project(repo: Path) -> ProjectPaths:
 def run_milestone(features: int, *, on_event=None) -> tuple[MilestoneRun, Clock, Path]:
     """A real temp repo, the real scheduler, store and git checks; instant agents."""
     repo = Path(tempfile.mkdtemp(prefix="anima-bench-")) / "repo"
+    atexit.register(shutil.rmtree, repo.parent, ignore_errors=True)  # (callers read it till then)
     paths = new_project(repo)
     paths.milestone_md("bench").write_text(milestone(features))
     config = Config(max_iterations_per_milestone=features + 5)
