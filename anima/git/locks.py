@@ -90,8 +90,11 @@ def clear_stale_locks(root: Path, git_dir: Path) -> list[str]:
 def worktree_git_dir(worktree: Path) -> Path:
     """The git folder a worktree's `.git` file names: the one a program started in the tree
     (an agent's CLI) reads. Anima's own git never uses it (`admin_dir`). OSError when there
-    is none, or it is no regular file (a FIFO would hang the read)."""
+    is none, or it is no regular file (a FIFO would hang the read), or names no folder as git
+    reads it (`gitdir: <path>`)."""
     text = read_regular(worktree / ".git", 4096).decode(errors="replace").strip()
+    if not text.startswith("gitdir:"):
+        raise OSError(f"{worktree / '.git'} names no git folder")
     return Path(os.path.realpath(worktree / text.removeprefix("gitdir:").strip()))
 
 

@@ -21,7 +21,7 @@ from anima.atomic import no_link_above, read_regular, write_model_atomic, write_
 from anima.config import Config
 from anima.errors import InTheWay
 from anima.git import GitRepo
-from anima.git.locks import admin_dir, remove_links
+from anima.git.locks import admin_dir, remove_links, worktree_git_dir
 from anima.git.objects import take_objects
 from anima.git.worktree_include import copy_included, included_paths
 from anima.loop.checks import CheckResult, Confine, display, run_check
@@ -112,9 +112,7 @@ class MilestoneWorktree:
         repository of its own."""
         dot_git = self.path / ".git"
         with contextlib.suppress(OSError):
-            says = read_regular(dot_git, 4096).decode(errors="replace").strip()
-            if says.startswith("gitdir:") and os.path.realpath(
-                    self.path / says.removeprefix("gitdir:").strip()) == os.path.realpath(admin):
+            if worktree_git_dir(self.path) == Path(os.path.realpath(admin)):
                 return
         if dot_git.is_dir() and not dot_git.is_symlink():
             shutil.rmtree(dot_git)
