@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -142,3 +143,30 @@ def test_an_abort_as_the_milestone_starts_is_not_undone_by_its_start(
         engine.shutdown()
     assert fake_claude.prompts("developer") == []
     assert not (git_repo / ".anima" / "worktrees" / "m1").exists()
+
+
+def test_a_stop_while_the_agent_starts_pauses_before_its_first_prompt(
+        engine: Engine, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """"Stop now" came while the Developer's CLI was starting (a slow disk, codex's
+    handshake): no agent was running to interrupt, so nothing was stopped, the prompt went
+    out after the stop, and the milestone worked on (here: hung) instead of pausing."""
+    fake_claude.write_script({"developer": [{"hang": True}]})
+    make = engine.agents.make
+    stopping: list[threading.Thread] = []
+
+    def make_while_stopped(*args: object, **kwargs: object) -> object:
+        agent = make(*args, **kwargs)  # type: ignore[arg-type]
+        if not stopping:  # the human presses Stop now while it starts
+            stopping.append(threading.Thread(target=engine.stop_now))
+            stopping[0].start()
+            wait_for(lambda: all(s.control.stop.is_set() for s in engine._sessions.values()))
+        return agent
+
+    monkeypatch.setattr(engine.agents, "make", make_while_stopped)
+    engine.start()
+    wait_for(lambda: bool(stopping))
+    wait_for(lambda: record(engine.root, "m1").status is MilestoneStatus.PAUSED, timeout=15)
+    rec = record(engine.root, "m1")
+    assert rec.pause_reason == "stopped by you" and rec.rounds == 0
+    assert fake_claude.prompts("developer") == []  # no turn began after the stop
+    stopping[0].join(10)

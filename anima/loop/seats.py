@@ -220,9 +220,10 @@ class Seats:
                 if (held := self.accounts[role].holding()) is not None:
                     self._log(f"{role}: waits for the account's usage limit ({held[1]})")
                     self.accounts[role].wait(self.control.stop)
-                    if self.control.stop.is_set():
-                        raise Stopped
-                    board(self.store).waiting(None)  # its wait is over (whoever met it)
+                    if not self.control.stop.is_set():
+                        board(self.store).waiting(None)  # its wait is over (whoever met it)
+                if self.control.stop.is_set():  # it came while the agent started (or waited)
+                    raise Stopped
                 result = agent.send(prompt)
                 self._claim(agent)
                 if self.control.stop.is_set():  # an interrupted turn's result: not an answer
@@ -343,11 +344,12 @@ class Seats:
         """
         self.control.stop_reason = reason
         self.control.stop.set()
-        agents = list(self._agents.values())
-        for agent in agents:
+        for agent in list(self._agents.values()):
             agent.interrupt(timeout=grace)  # returns at once when no turn runs
         if self.idle.wait(grace):
             return
         self._log(f"an agent did not answer the interrupt within {grace:g}s; stopping it")
-        for agent in agents:
+        # Taken again: one that was starting is among them now, or sees the stop before its
+        # turn (`turn` checks it once the agent is in `_agents`).
+        for agent in list(self._agents.values()):
             agent.stop(grace=1.0)
