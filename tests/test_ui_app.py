@@ -406,6 +406,28 @@ def test_a_failed_milestone_shows_its_error_and_abort_removes_its_worktree(
         app_window.close()
 
 
+def test_a_merge_that_waits_for_your_file_is_on_the_board_as_needing_you(
+        qtbot, git_repo: Path, fake: FakeClaude, app_window: Window) -> None:
+    """Left overnight, a completed milestone whose merge waits for a file of yours must not
+    sit among the done ones saying "merging…": it needs you, and the card names the file."""
+    make_project(git_repo, {"m1": milestone_md("Greeter", ["Greet command"])})
+    mine = git_repo / "features" / "F1.txt"  # in the way of the merge, which adds it
+    mine.parent.mkdir()
+    mine.write_text("my own notes\n", encoding="utf-8")
+    window = app_window.window
+    window.open_project(git_repo)
+    app_window.wait_status("m1", "completed", timeout=30000)
+    qtbot.waitUntil(lambda: window._records["m1"].merge is not None
+                    and "waits" in window._records["m1"].merge.detail, timeout=10000)
+    assert window.board.column_ids("needs_you") == ["m1"]
+    state = window.board.cards["m1"].state.text()
+    assert "features/F1.txt" in state and "commit, stash or move" in state, state
+    assert window.windowTitle() == "Anima — repo — 1 needs you"
+    review = app_window.page().review
+    assert not review.reason.text().startswith("Merging into main…"), review.reason.text()
+    assert "features/F1.txt" in review.reason.text()
+
+
 def test_a_usage_limit_wait_and_the_limits_show_in_the_window(
         qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
     fake.write_script({"developer": [{"replay": "usage-2.1.330", "resets_in": 2}],

@@ -25,9 +25,10 @@ MAIN_ACTION = {"paused": ("resume", "Resume"), "awaiting_review": ("review", "Re
 
 def column_of(record: Any) -> str:
     status = enum_text(record.status)
-    if status == "completed" and record.merge is not None \
-            and enum_text(record.merge.state) == "failed":
-        return "needs_you"  # completed but not merged: the human has to merge it
+    if status == "completed" and record.merge is not None and (
+            enum_text(record.merge.state) == "failed" or record.merge.waits_for_you):
+        return "needs_you"  # completed but not merged: the human has to merge it, or clear
+        # the way for the merge
     return _COLUMN_OF_STATUS.get(status, "pending")
 
 
@@ -50,9 +51,16 @@ def needs_you_reason(record: Any) -> str:
         return no_new_commit(record) or (
             f"Done — ready for your review ({record.features_done}/{len(record.features)} "
             "features)")
+    if record.merge is not None and record.merge.waits_for_you:
+        return merge_waits_text(record.merge)
     if record.merge is not None:
         return f"Not merged: {record.merge.detail}"
     return ""
+
+
+def merge_waits_text(merge: Any) -> str:
+    """A merge held up by the human's files, as a sentence: which files, and what to do."""
+    return f"Not merged yet: {merge.detail}"
 
 
 def ended_text(record: Any) -> str:

@@ -30,7 +30,12 @@ from PySide6.QtWidgets import (
 
 from ui.dialogs import confirm
 from ui.formatting import enum_text
-from ui.record_facts import current_rejections, dropped_rounds, no_new_commit
+from ui.record_facts import (
+    current_rejections,
+    dropped_rounds,
+    merge_waits_text,
+    no_new_commit,
+)
 from ui.widgets import ElidedLabel, set_style_state
 
 if TYPE_CHECKING:
@@ -178,6 +183,8 @@ class ReviewPanel(QFrame):
         if merge is None:
             self.reason.setText("Not merged (merge_on_complete is off): its branch "
                                 f"{record.branch_name} is kept for you to merge.")
+        elif merge.waits_for_you:
+            self.reason.setText(merge_waits_text(merge))
         else:
             words = {"merged": "Merged: ", "pending": "Merging into main… "}.get(
                 enum_text(merge.state), "Not merged: ")

@@ -272,7 +272,7 @@ def _details(record: MilestoneRecord) -> list[str]:
     lines += [f"{role}: {run.describe(getattr(record.sessions, f'{role}_model', None))}"
               for role, run in record.agents.items()]
     merge = record.merge
-    if merge is not None and merge.state is MergeState.PENDING and " waits" in merge.detail:
+    if merge is not None and merge.waits_for_you:
         lines.append(f"merge waiting: {merge.detail}")  # names the human's files
     elif merge is not None and merge.state is MergeState.PENDING:
         lines.append(f"merge pending: {merge.detail} (cut short; the next `anima run` or the "

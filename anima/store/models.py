@@ -228,6 +228,12 @@ class MergeInfo(_Model):
     detail: str
     at: datetime | None = None
 
+    @property
+    def waits_for_you(self) -> bool:
+        """Pending because a file of the human's is in its way (`detail` names it): the merge
+        goes on by itself only once they commit, stash or move it."""
+        return self.state is MergeState.PENDING and " waits" in self.detail
+
 
 class MilestoneRecord(_Model):
     schema_version: int = RECORD_SCHEMA_VERSION
