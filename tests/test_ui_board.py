@@ -173,6 +173,21 @@ def test_a_click_opens_the_page_and_open_pages_update_live_each_their_own(
     assert set(window.milestone_pages) == {"a"}
 
 
+def test_a_pages_title_is_shown_whole_when_there_is_room(qtbot, board: Window) -> None:
+    """At 1280 px, "Greeter CLI" read "Greeter C…" beside an empty header: a title whose
+    width in pixels is not a whole number was cut by the fraction."""
+    window = board.window
+    page = window.open_page("a")
+    assert page is not None
+    title = page.monitor.header.title
+    with scans_held(board):
+        for text in ("Greeter CLI", "Rate limiting", "Search index", "Billing export"):
+            changed(board, "a", title=text)
+            qtbot.waitUntil(lambda text=text: title.text() == text, timeout=5000)
+            qtbot.wait(50)  # laid out
+            assert title.shown_text() == text
+
+
 def test_review_and_resume_in_place(qtbot, board: Window, git_repo: Path) -> None:
     window = board.window
     changed(board, "a", status="awaiting_review", started_at=NOW)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QPainter, QPaintEvent, QPalette
+from PySide6.QtGui import QFontMetricsF, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import QLabel, QToolButton, QWidget
 
 
@@ -51,8 +53,10 @@ class ElidedLabel(QLabel):
                      self.fontMetrics().height())
 
     def sizeHint(self) -> QSize:
-        return QSize(self.fontMetrics().horizontalAdvance(self.text()),
-                     self.fontMetrics().height())
+        # Rounded up: `shown_text` elides a text that is a fraction of a pixel too wide.
+        width = math.ceil(QFontMetricsF(self.font()).horizontalAdvance(self.text()))
+        margins = self.contentsMargins()
+        return QSize(width + margins.left() + margins.right(), self.fontMetrics().height())
 
     def paintEvent(self, _event: QPaintEvent) -> None:
         painter = QPainter(self)
