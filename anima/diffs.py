@@ -24,6 +24,7 @@ from functools import cached_property
 
 from anima.errors import AnimaError
 from anima.git import GitRepo
+from anima.paths import printable
 from anima.store.models import MilestoneRecord, MilestoneStatus
 from anima.text.redact import LineRedactor, redact
 
@@ -62,6 +63,9 @@ class DiffRow:
 
 @dataclass(frozen=True)
 class FileDiff:
+    #: As the record keeps a name (`anima.paths.printable`): a byte that is not UTF-8 written
+    #: `\\xNN`, so a comment on the file names it as the diff does (and Qt, which drops a
+    #: lone surrogate, can carry it).
     path: str
     old_path: str | None  # set when the file was renamed or copied
     added: int
@@ -230,7 +234,8 @@ def diff_between(repo: GitRepo, old: str, new: str, label: str,
             patch = (patch.partition("\n")[0] + f"\n{NOT_SHOWN} {old_path or path} is copied "
                      "in from .worktreeinclude: a secret\n")
         files.append(FileDiff(
-            path=redact(path), old_path=old_path and redact(old_path), added=added or 0,
+            path=redact(printable(path)), old_path=old_path and redact(printable(old_path)),
+            added=added or 0,
             removed=removed or 0, binary=binary, whitespace_only=not binary and whole
             and bool(added or removed) and _whitespace_only(patch),
             generated=is_generated(path), patch=_redacted(patch)))

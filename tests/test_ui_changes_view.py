@@ -193,6 +193,36 @@ def test_a_file_name_that_is_not_utf8_is_listed_with_its_odd_byte(qtbot, git_rep
     assert view.files.index(0, 0).data() == "bad\\xff.txt"
 
 
+def test_a_comment_on_a_file_whose_name_is_not_utf8_stays_under_its_line(
+        qtbot, git_repo: Path) -> None:
+    """A click on its line opened no editor (Qt dropped the name's odd byte on the way), and
+    the record keeps such a name as `caf\\xe9.txt`, which no file of the diff matched."""
+    from anima import comments
+    from anima.store.store import Store
+
+    name = os.fsdecode(b"caf\xe9.txt")
+    rec = branch_changing(git_repo, {"a.txt": "a\n"}, {name: "one\ntwo\n"})
+    store = Store(ProjectPaths(git_repo))
+    store.paths.milestones.mkdir(parents=True)
+    store.save_record(rec)
+    view = open_view(qtbot, git_repo, rec)
+    view.file_table.selectRow(next(r for r, f in enumerate(view.files.files)
+                                   if f is not None and f.path.startswith("caf")))
+    diff = view.diff
+    n = row_of(view, "+ two")
+    added: list[tuple[Any, ...]] = []
+    view.comment_added.connect(lambda *a: added.append(a))
+    qtbot.mouseMove(diff.viewport(), diff.block_rect(n).center())
+    qtbot.mouseClick(diff.viewport(), Qt.MouseButton.LeftButton, pos=diff.block_rect(n).center())
+    qtbot.keyClicks(view.comment_box.text, "why two?")
+    qtbot.keyClick(view.comment_box.text, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    (_, path, line, text), = added
+    comments.add_comment(store, "m1", path, line, text)  # as the window's engine saves it
+    view.show_record(store.load_record("m1"))  # back with the record, as after a restart
+    n = row_of(view, "+ two")
+    assert (diff.rows[n + 1].kind, diff.rows[n + 1].text) == ("#", "why two?")
+
+
 def test_anima_files_are_listed_apart_never_folded_and_not_counted(qtbot, git_repo) -> None:
     view, _ = review_view(qtbot, git_repo)
     model = view.files

@@ -50,7 +50,6 @@ from PySide6.QtWidgets import (
 )
 
 from anima.diffs import ChangeSet, DiffRow, FileDiff
-from anima.paths import printable
 from ui.diff_view import PREFIX, DiffView, SideBySideView, comment_line
 from ui.formatting import enum_text
 from ui.search_bar import SearchBar
@@ -67,9 +66,9 @@ ANIMA_SECTION = "Anima's files — not counted"
 
 
 def _name(diff: FileDiff) -> str:
-    """A file's name in the list; a name that is not UTF-8 keeps its odd bytes as `\\xNN`
-    (Qt would drop them silently, showing another file's name)."""
-    return printable(f"{diff.old_path} → {diff.path}" if diff.old_path else diff.path)
+    """A file's name in the list; a name that is not UTF-8 has its odd bytes as `\\xNN`
+    (`FileDiff.path`)."""
+    return f"{diff.old_path} → {diff.path}" if diff.old_path else diff.path
 
 
 def fingerprint(diff: FileDiff) -> str:
