@@ -176,6 +176,8 @@ def test_three_rejections_pause_then_a_note_resumes_and_a_restart_replays(
         assert page.monitor.header.rejections.value.property("level") == "bad"
         # The reason is said once, in the decision bar; the phase bar just says "Paused".
         assert page.monitor.phase_bar.text == "Paused"
+        # It fits a screen 540 px high (1920×1080 at 200 %) with this page open: it needed 552.
+        assert w.window.minimumSizeHint().height() <= 500
     # A restart: the new window replays the paused milestone's transcript.
     w2 = Window(qtbot, tmp_path)
     try:

@@ -102,6 +102,8 @@ class AgentPane(QFrame):
 
         self.view = TranscriptView(max_lines, self)
         self.view.setObjectName("transcript")
+        # Three lines at the least (Qt's own minimum is five): the window fits a 540-px screen.
+        self.view.setMinimumHeight(3 * self.view.fontMetrics().lineSpacing() + 8)
         self.search = SearchBar(self.view, self)
 
         layout = QVBoxLayout(self)

@@ -309,6 +309,8 @@ class IterationMonitor(QWidget):
         self.panes = {role: AgentPane(role, parent=self) for role in ROLES}
         self.checklist = FeatureChecklist(self)
         self.history = RoundHistory(self)
+        for table in (self.checklist, self.history):  # a row or two: the panes come first
+            table.setMinimumHeight(2 * table.fontMetrics().lineSpacing() + 12)
         self.phase_bar = PhaseBar(self)
 
         self.pane_splitter = QSplitter(Qt.Orientation.Horizontal, self)
