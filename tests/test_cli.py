@@ -386,6 +386,52 @@ def test_a_run_that_leaves_milestones_on_a_depends_on_cycle_exits_2_naming_them(
     assert "nothing left to do" not in done.stdout
 
 
+@pytest.mark.parametrize("text", [
+    "no title here\n",
+    "---\ndepends_on: [bad]\n---\n" + milestone_md("Bad", ["B"]),  # a cycle of one
+], ids=["no-title", "depends-on-itself"])
+def test_a_run_that_leaves_a_malformed_milestone_file_exits_2_naming_it(
+        git_repo: Path, fake_env: dict[str, str], text: str) -> None:
+    """README, exit codes: 0 is "all completed, cancelled or awaiting review"; a milestone
+    that can never start as its file is written is exit 2's kind. A `.md` without a title,
+    or one that depends on itself, never starts: the run used to end "nothing left to do"
+    and exit 0, a line on stderr only. The good one still runs first."""
+    make_project(git_repo, {"good": milestone_md("Good", ["A"])})
+    bad = git_repo / ".anima" / "milestones" / "bad.md"
+    bad.write_text(text, encoding="utf-8")
+    done = anima("run", str(git_repo), "--headless", env=fake_env, timeout=120)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr
+    assert record(git_repo, "good").status.value == "completed"
+    assert str(bad) in done.stderr
+    assert "nothing left to do" not in done.stdout
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("[anima] bad never starts") and str(bad) in last, last
+    assert bad.read_text(encoding="utf-8") == text  # never rewritten
+
+
+def test_a_run_that_meets_a_record_of_a_newer_anima_exits_2_naming_it(
+        git_repo: Path, fake_env: dict[str, str]) -> None:
+    """README: a record of a newer schema is refused and left as it is; its milestone cannot
+    run here, which the run's end says (exit 2, the file named), not "nothing left to do"."""
+    make_project(git_repo, {"new": milestone_md("New", ["A"]),
+                            "good": milestone_md("Good", ["B"])})
+    assert anima("add", str(git_repo), str(git_repo / ".anima" / "milestones" / "new.md")
+                 ).returncode == 0
+    path = git_repo / ".anima" / "milestones" / "new.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["schema_version"] = 99
+    path.write_text(json.dumps(data), encoding="utf-8")
+    written = path.read_bytes()
+    done = anima("run", str(git_repo), "--headless", env=fake_env, timeout=120)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr
+    assert record(git_repo, "good").status.value == "completed"
+    assert str(path) in done.stderr and "newer Anima" in done.stderr
+    assert "nothing left to do" not in done.stdout
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("[anima] new ") and str(path) in last, last
+    assert path.read_bytes() == written
+
+
 def anima_to_a_reader_gone(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """`anima ARGS | head -1` with `head` long gone: stdout is a pipe nobody reads."""
     command = [ANIMA] if ANIMA else [sys.executable, "-m", "anima"]

@@ -143,8 +143,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     for milestone_id, why in outcome.blocked:  # a definition to fix: exit 2's kind
         print(f"[anima] {milestone_id} never starts as its file is written: {why} — fix "
               f".anima/milestones/{milestone_id}.md")
+    for milestone_id, problem in outcome.unreadable:  # likewise
+        print(f"[anima] {milestone_id} never starts as its file is written: {problem}")
     if not (stopped or outcome.paused or outcome.failed or outcome.awaiting_review
-            or outcome.unmerged or outcome.blocked):
+            or outcome.unmerged or outcome.blocked or outcome.unreadable):
         print("[anima] nothing left to do")
     if stopped:
         return 128 + received[0]
@@ -152,7 +154,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_PAUSED
     if outcome.failed:
         return EXIT_ERROR
-    return EXIT_USAGE if outcome.blocked else EXIT_OK
+    return EXIT_USAGE if outcome.blocked or outcome.unreadable else EXIT_OK
 
 
 def _commands(command: str, milestone_ids: tuple[str, ...], options: str = "") -> str:

@@ -521,7 +521,7 @@ class Engine:
     def _ended(self, scan: Scan) -> RunOutcome:
         """Nothing is driven any more: state.json says so, as the records do."""
         reconcile_state(self.store, scan.records)
-        return RunOutcome.of(scan.records, [str(p) for p in scan.problems],
+        return RunOutcome.of(scan.records, scan.problems,
                              scan.dependencies.waiting, scan.dependencies.broken)
 
     # ------------------------------------------------------------------ requests

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from anima.errors import AnimaError, MilestoneError, RecordError
 from anima.loop.completion import merge_pending
 from anima.store.models import MilestoneRecord, MilestoneStatus
 
@@ -28,9 +29,13 @@ class RunOutcome:
     #: Pending, and why it can never start as its file is written (a `depends_on` cycle,
     #: an unknown or cancelled dependency).
     blocked: tuple[tuple[str, str], ...] = ()
+    #: A milestone's file the run could not read (a malformed `.md`, a bad name, a record
+    #: of a newer Anima), and the problem: it never runs until the file is fixed (README,
+    #: exit codes: exit 2's kind, as `blocked`).
+    unreadable: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def of(cls, records: list[MilestoneRecord], problems: list[str],
+    def of(cls, records: list[MilestoneRecord], problems: list[AnimaError],
            waiting: dict[str, list[str]] | None = None,
            broken: dict[str, str] | None = None) -> RunOutcome:
         """What the records say once nothing is driven any more."""
@@ -38,12 +43,18 @@ class RunOutcome:
             return tuple(r.id for r in records if r.status is status)
 
         pending = having(MilestoneStatus.PENDING)
+        # An ended milestone's new `.md` is only reported: the milestone is done.
+        ended = set(having(MilestoneStatus.COMPLETED) + having(MilestoneStatus.CANCELLED))
         return cls(failed=having(MilestoneStatus.FAILED), paused=having(MilestoneStatus.PAUSED),
                    awaiting_review=having(MilestoneStatus.AWAITING_REVIEW),
-                   problems=tuple(problems), in_progress=having(MilestoneStatus.IN_PROGRESS),
+                   problems=tuple(map(str, problems)),
+                   in_progress=having(MilestoneStatus.IN_PROGRESS),
                    waiting=tuple((m, tuple(deps)) for m, deps in (waiting or {}).items()
                                  if m in pending),
                    unmerged=tuple((r.id, r.merge.detail) for r in records
                                   if merge_pending(r) and r.merge is not None),
                    blocked=tuple((m, why) for m, why in (broken or {}).items()
-                                 if m in pending))
+                                 if m in pending),
+                   unreadable=tuple((p.path.stem, str(p)) for p in problems
+                                    if isinstance(p, (MilestoneError, RecordError))
+                                    and p.path.stem not in ended | set(broken or {})))
