@@ -392,7 +392,8 @@ def test_abort_of_a_running_milestone_is_refused_until_it_is_stopped(
     run = headless()
     wait_for(lambda: len(fake_claude.prompts("developer")) == 1)
     refused = anima("abort", str(git_repo), "m1")
-    assert refused.returncode == 2 and "anima stop" in refused.stderr, refused
+    assert refused.returncode == 2, refused
+    assert f"`anima stop {git_repo} m1`" in refused.stderr  # ready to paste
     assert status(git_repo, "m1") is MilestoneStatus.IN_PROGRESS
     assert anima("stop", str(git_repo), "m1").returncode == 0
     wait_for(lambda: status(git_repo, "m1") is MilestoneStatus.PAUSED)

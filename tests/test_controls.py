@@ -68,6 +68,8 @@ def test_stop_now_interrupts_then_resume_finishes(engine: Engine,
     assert time.monotonic() - started < 10
     rec = record(engine.root, "m1")
     assert rec.pause_reason == "stopped by you" and rec.rounds == 0  # the round is redone
+    log = (engine.root / ".anima" / "logs" / "m1.log").read_text()
+    assert "stopped by you during developer; the round is redone on resume" in log
     engine.resume("m1", "carry on")
     wait_for(lambda: record(engine.root, "m1").status is MilestoneStatus.COMPLETED, timeout=30)
     assert "carry on" in fake_claude.prompts("developer")[1]

@@ -671,7 +671,7 @@ class Engine:
             # An abort takes what `anima status` shows waiting or pending, as with no Anima
             # running (README, CLI); a pending one that is starting is stopped first.
             raise ActionError(f"{milestone_id} is running: stop it first "
-                              f"(`anima stop PROJECT {milestone_id}`)")
+                              f"(`anima stop {shlex.quote(str(self.root))} {milestone_id}`)")
         self.milestones.broken.discard(milestone_id)
         result: queue.Queue[MilestoneRecord | AnimaError] = queue.Queue()
 

@@ -195,7 +195,8 @@ class MilestoneRun:
             why = self.control.stop_reason or "shutdown"
             self.ledger.drop(f"stopped: {why}")
             self._save()
-            self._log(f"stopped during {self.phase}: {why}")
+            by = "by you" if why == "user" else "as Anima shuts down"
+            self._log(f"stopped {by} during {self.phase}; the round is redone on resume")
             return self.phase
         except _NotNow as e:
             self._log(str(e))
