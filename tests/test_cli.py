@@ -409,6 +409,22 @@ def test_a_run_that_leaves_a_malformed_milestone_file_exits_2_naming_it(
     assert bad.read_text(encoding="utf-8") == text  # never rewritten
 
 
+def test_a_milestone_that_depends_on_an_unreadable_file_waits_for_it_to_be_fixed(
+        git_repo: Path, fake_env: dict[str, str]) -> None:
+    """`depends_on` naming a milestone whose `.md` is there but malformed said "which is not a
+    milestone of this project" (fix your own file): it waits for that file to be fixed."""
+    make_project(git_repo, {"after": "---\ndepends_on: [bad]\n---\n"
+                                     + milestone_md("After", ["A"])})
+    (git_repo / ".anima" / "milestones" / "bad.md").write_text("no title\n", encoding="utf-8")
+    done = anima("run", str(git_repo), "--headless", env=fake_env, timeout=120)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr
+    assert "[anima] after waits for bad" in done.stdout
+    assert "not a milestone" not in done.stdout + done.stderr
+    shown = anima("status", str(git_repo)).stdout
+    assert "waiting for bad (its file cannot be read" in shown, shown
+    assert record(git_repo, "after").status.value == "pending"
+
+
 def test_a_run_that_meets_a_record_of_a_newer_anima_exits_2_naming_it(
         git_repo: Path, fake_env: dict[str, str]) -> None:
     """README: a record of a newer schema is refused and left as it is; its milestone cannot

@@ -246,7 +246,9 @@ def _print_table(paths: ProjectPaths) -> None:
         for line in _details(r):
             print(f"      {line}")
         if r.status.value == "pending" and r.id in blocked:
-            print(f"      waiting for {', '.join(_awaited(by_id[d]) for d in blocked[r.id])}")
+            print("      waiting for " + ", ".join(
+                _awaited(by_id[d]) if d in by_id else f"{d} (its file cannot be read: see "
+                "the problem below)" for d in blocked[r.id]))
     for problem in scan.problems:
         print(f"problem: {problem}", file=sys.stderr)
 

@@ -3,7 +3,7 @@ that names no milestone, a cancelled one or one whose merge failed, or a cycle).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 
 from anima.store.models import MergeState, MilestoneRecord, MilestoneStatus
@@ -38,31 +38,35 @@ def _not_merged(record: MilestoneRecord) -> bool:
         and record.merge.state is MergeState.FAILED
 
 
-def dependencies(records: list[MilestoneRecord], in_main: InMain | None = None) -> Dependencies:
-    """What every milestone's `depends_on` says now."""
+def dependencies(records: list[MilestoneRecord], in_main: InMain | None = None,
+                 unreadable: Set[str] = frozenset()) -> Dependencies:
+    """What every milestone's `depends_on` says now. `unreadable`: milestones whose file is
+    there but cannot be read as it is written; one waits for them (until they are fixed)."""
     by_id = {r.id: r for r in records}
     found = Dependencies()
     for record in records:
-        if unknown := [d for d in record.depends_on if d not in by_id]:
+        known = [d for d in record.depends_on if d in by_id]
+        if unknown := [d for d in record.depends_on if d not in by_id and d not in unreadable]:
             found.broken[record.id] = (
                 f"depends_on names {', '.join(unknown)}, which "
                 f"{'is not a milestone' if len(unknown) == 1 else 'are not milestones'} of "
                 "this project")
         elif (cycle := _cycle(record.id, by_id)) is not None:
             found.broken[record.id] = f"depends_on makes a cycle: {' → '.join(cycle)}"
-        elif cancelled := [d for d in record.depends_on
+        elif cancelled := [d for d in known
                            if by_id[d].status is MilestoneStatus.CANCELLED]:
             found.broken[record.id] = (
                 f"depends_on names {', '.join(cancelled)}, which "
                 f"{'was' if len(cancelled) == 1 else 'were'} cancelled: it can never start "
                 "unless you remove it from depends_on")
-        elif unmerged := [d for d in record.depends_on if _not_merged(by_id[d])]:
+        elif unmerged := [d for d in known if _not_merged(by_id[d])]:
             found.broken[record.id] = (
                 f"depends_on names {', '.join(unmerged)}, completed but never merged into "
                 "main (`anima status` says why): it can never start unless you merge "
                 f"{'it' if len(unmerged) == 1 else 'them'} yourself and remove "
                 f"{'it' if len(unmerged) == 1 else 'them'} from depends_on")
-        elif waiting := [d for d in record.depends_on if not done(by_id[d], in_main)]:
+        elif waiting := [d for d in record.depends_on
+                         if d not in by_id or not done(by_id[d], in_main)]:
             found.waiting[record.id] = waiting
     return found
 

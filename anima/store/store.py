@@ -397,7 +397,8 @@ class Store:
                 except RecordError as e:
                     result.problems.append(e)
         result.records.sort(key=lambda r: (r.created_at, r.id))
-        result.dependencies = dependencies(result.records, in_main)
+        result.dependencies = dependencies(result.records, in_main, unreadable=listed - {
+            r.id for r in result.records})
         for milestone_id, why in result.dependencies.broken.items():
             result.problems.append(MilestoneError(self.paths.milestone_md(milestone_id),
                                                   f"{why}; it is not started"))
