@@ -2,13 +2,18 @@
 
 So a paused milestone, one awaiting review or a completed one reaches a phone or a chat while
 nobody watches the window (`curl` to a webhook, `notify-send`, a mail script…). The command
-runs through the shell, off the engine's thread, at most `NOTIFY_TIMEOUT_SECONDS` each; a
-failure is logged on the milestone's log, never raised into the loop.
+runs through the shell, off the engine's thread, at most `NOTIFY_TIMEOUT_SECONDS` each, in a
+session of its own: one that runs longer is killed with every process of that session (a child
+it left in the background would otherwise run for ever; one that starts a session of its own is
+out of reach). A failure is logged on the milestone's log, never raised into the loop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import threading
 from datetime import UTC, datetime
@@ -41,12 +46,20 @@ class NotifyCommand:
 
     def _run(self, notice: Notice) -> None:
         try:
-            done = subprocess.run(self.command, shell=True, input=notice_json(notice, self.project),
-                                  text=True, capture_output=True, timeout=NOTIFY_TIMEOUT_SECONDS,
-                                  check=False, start_new_session=True)
-            problem = f"exited {done.returncode}: {done.stderr.strip()[-300:]}" \
-                if done.returncode else ""
-        except (OSError, subprocess.TimeoutExpired) as e:
+            with subprocess.Popen(self.command, shell=True, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True) as proc:
+                try:
+                    _, err = proc.communicate(notice_json(notice, self.project),
+                                              timeout=NOTIFY_TIMEOUT_SECONDS)
+                    problem = f"exited {proc.returncode}: {err.strip()[-300:]}" \
+                        if proc.returncode else ""
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):  # all gone meanwhile
+                        os.killpg(proc.pid, signal.SIGKILL)  # its session's group: pgid = pid
+                    problem = (f"did not finish within {NOTIFY_TIMEOUT_SECONDS:g}s; Anima "
+                               "killed it and every process it started")
+        except OSError as e:
             problem = str(e)
         if problem:
             self.bus.publish(LogLine(notice.milestone_id, f"notify_command failed: {problem}"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,25 @@ def test_approving_from_the_command_line_notifies_like_the_window(
     assert completed["event"] == "completed" and completed["milestone"] == "m1"
     assert completed["message"].startswith("Greeter is completed")
     assert "approved m1: completed" in capsys.readouterr().out
+
+
+def test_a_timed_out_notify_command_is_stopped_with_what_it_started(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """A notify command that outlives its time is stopped with every process it started
+    (a child it left in the background would otherwise run for ever), and the log says so."""
+    fake_claude.use_env(monkeypatch)
+    monkeypatch.setattr("anima.notify.NOTIFY_TIMEOUT_SECONDS", 1.0)
+    pid_file = tmp_path / "child.pid"
+    make_project(git_repo, {"m1": milestone_md("Greeter", ["Greet"])},
+                 {"notify_command": f"sleep 300 & echo $! > {pid_file}; wait"})
+    run_engine(git_repo, summarizer={"enabled": False})
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{child}").exists() and \
+            Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the notify command's child still runs"
+        time.sleep(0.05)
+    log = (git_repo / ".anima" / "logs" / "m1.log").read_text()
+    assert "notify_command failed: did not finish within 1s; Anima killed it and every " \
+        "process it started" in log
