@@ -89,3 +89,8 @@ def unexpected(error: Exception) -> str:
         return (f"the disk is full{where}: free some space, then start Anima again; what was "
                 "saved before stays as it was, and the milestones go on from there")
     return f"unexpected error: {error!r}"
+
+
+class GitStopped(AnimaError):
+    """A stop ended a git command of Anima's that the milestone waited for (anima.git.watch):
+    the milestone leaves as stopped. Not a GitError: nothing may take it for git's failure."""

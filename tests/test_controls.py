@@ -172,3 +172,35 @@ def test_a_stop_while_the_agent_starts_pauses_before_its_first_prompt(
     assert rec.pause_reason == "stopped by you" and rec.rounds == 0
     assert fake_claude.prompts("developer") == []  # no turn began after the stop
     stopping[0].join(10)
+
+
+def test_stop_now_ends_a_git_command_of_anima_that_waits_for_good(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the sandbox the Developer can make the repository's `.git/info/exclude` a
+    FIFO, and every `git status` then waits for a writer for ever. Anima's own waited
+    silently, and Stop now did not stop the milestone (its worker was inside git): the log
+    names the command once, a stop ends it, and the milestone pauses as stopped by you,
+    leaving no lock behind."""
+    fake_claude.use_env(monkeypatch)
+    monkeypatch.setattr("anima.git.watch.SLOW_GIT_SECONDS", 1.0)
+    make_project(git_repo, {"m1": milestone_md("M", ["Alpha"])}, config={"sandbox": "off"})
+    fake_claude.write_script({"developer": [{"shell": [  # (its own `git status` would wait)
+        'x="$(git rev-parse --git-common-dir)/info/exclude"; mkdir -p "${x%/*}"; rm -f "$x"; '
+        'mkfifo "$x"'], "text": "Working on it."}]})
+    log = git_repo / ".anima" / "logs" / "m1.log"
+    engine = Engine(git_repo)
+    engine.start()
+    try:
+        wait_for(lambda: log.exists() and "Anima waits for it" in log.read_text(), timeout=30)
+        time.sleep(1.5)  # said once, however long it waits
+        waits = [line for line in log.read_text().splitlines() if "Anima waits for it" in line]
+        assert len(waits) == 1, waits
+        assert f"git status in {git_repo / '.anima' / 'worktrees' / 'm1'} has run for 1 s; " \
+               "Anima waits for it (a stop ends it)" in waits[0]
+        engine.stop_now()
+        wait_for(lambda: record(git_repo, "m1").status is MilestoneStatus.PAUSED, timeout=15)
+    finally:
+        (git_repo / ".git" / "info" / "exclude").unlink(missing_ok=True)
+        engine.shutdown()
+    assert record(git_repo, "m1").pause_reason == "stopped by you"
+    assert not list((git_repo / ".git").rglob("*.lock"))

@@ -33,13 +33,13 @@ _VALUE_OPTIONS = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace
                             "--config-env", "--super-prefix"})
 #: Commands that only read, so they hold no lock: an editor keeps `cat-file --batch` running
 #: in your checkout, a `git log` waits in its pager, the fsmonitor daemon runs for hours.
-_READERS = frozenset({"cat-file", "log", "show", "diff", "blame", "grep", "rev-list",
+READERS = frozenset({"cat-file", "log", "show", "diff", "blame", "grep", "rev-list",
                       "rev-parse", "ls-files", "ls-tree", "for-each-ref", "shortlog", "describe",
                       "name-rev", "merge-base", "show-ref", "check-ignore", "check-attr",
                       "fsmonitor--daemon", "credential-cache--daemon", "help", "version"})
 
 
-def _command(argv: list[str]) -> str:
+def git_command(argv: list[str]) -> str:
     """The git command an argv runs (`git -C x -c k=v log` runs `log`)."""
     words = iter(argv[1:])
     for word in words:
@@ -55,7 +55,7 @@ def git_processes(root: Path) -> list[int]:
     not those that only read."""
     return [pid for pid in procfs.pids()
             if (argv := procfs.cmdline(pid)) and os.path.basename(argv[0]) == "git"
-            and _command(argv) not in _READERS
+            and git_command(argv) not in READERS
             and procfs.alive(pid) and procfs.in_tree(pid, root)]
 
 

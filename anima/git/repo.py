@@ -3,7 +3,8 @@
 Each call shells out through GitPython's `Git.execute` (one short-lived `git` process per
 call; no persistent `cat-file` helpers are started, so nothing is left running), and uses as
 few calls as it can: the loop checks, commits and snapshots every round. Every failure is a
-`GitError` naming the folder, branch, commit or files involved.
+`GitError` naming the folder, branch, commit or files involved (a command a stop ended is a
+`GitStopped`: anima.git.watch).
 
 Anima's own files live under `.anima/`: runtime files (records, state, logs, transcripts, the
 lock) are never reported dirty, committed, stashed, reverted or deleted; definitions
@@ -26,6 +27,7 @@ from typing import Any, BinaryIO, NoReturn, Self
 import git
 
 from anima.errors import GitError
+from anima.git.watch import watched
 from anima.git_options import ANIMA_GIT_ENV, NO_AGENT_CODE, HumanConfig, human_config
 from anima.paths import is_under_anima
 
@@ -195,6 +197,7 @@ class RepoBase:
         what: str | None = None,
     ) -> tuple[int, bytes, str]:
         """Run one git command in the project; return (exit code, stdout bytes, stderr).
+        In a milestone's loop it is watched (anima.git.watch): a stop may end it.
 
         With `check`, a non-zero exit raises GitError starting with `what` (or the command)
         and git's own message. No program named in git's configuration runs (`git_options`),
@@ -207,10 +210,11 @@ class RepoBase:
                 stream = stack.enter_context(tempfile.TemporaryFile())
                 stream.write(stdin)
                 stream.seek(0)
-            code, out, err = self._execute(args, istream=stream, with_extended_output=True,
-                                           with_exceptions=False, stdout_as_string=False,
-                                           strip_newline_in_stdout=False)
-        stderr = err.decode(errors="replace") if isinstance(err, bytes) else str(err or "")
+            handle = self._execute(args, istream=stream, as_process=True)  # kept: see _output
+            with watched(handle.proc, args, self.root):
+                out, err = handle.proc.communicate()
+            code = handle.proc.returncode
+        stderr = err.decode(errors="replace").removesuffix("\n")
         if check and code != 0:
             self._failed(args, what, stderr.strip() or out.decode(errors="replace").strip())
         return code, out, stderr
@@ -224,16 +228,17 @@ class RepoBase:
         handle = self._execute(args, as_process=True)  # its end would stop git: kept
         proc = handle.proc
         read_all = False
-        try:
-            yield proc.stdout
-            read_all = not proc.stdout.read(1)
-        finally:
-            if not read_all:
-                proc.kill()
-            err = proc.stderr.read()
-            proc.stdout.close()
-            proc.stderr.close()
-            code = proc.wait()
+        with watched(proc, args, self.root):
+            try:
+                yield proc.stdout
+                read_all = not proc.stdout.read(1)
+            finally:
+                if not read_all:
+                    proc.kill()
+                err = proc.stderr.read()
+                proc.stdout.close()
+                proc.stderr.close()
+                code = proc.wait()
         if check and read_all and code != 0:
             self._failed(args, what, err.decode(errors="replace").strip())
 

@@ -22,6 +22,7 @@ from anima.agents.dialect import Dialect
 from anima.config import Config
 from anima.errors import (
     AgentCrashed,
+    GitStopped,
     InTheWay,
     MilestoneError,
     ProjectError,
@@ -42,6 +43,7 @@ from anima.events import (
 from anima.git import GitRepo
 from anima.git.branches import Tips
 from anima.git.objects import taking_objects
+from anima.git.watch import watching
 from anima.guard.restore import RestoringGuard
 from anima.guard.turns import TurnGuard
 from anima.loop.account import AccountGate
@@ -159,39 +161,13 @@ class MilestoneRun:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Phase:
-        """The seed's scheduler loop. Returns the phase it ended in.
-
-        The pause checks (rejections, limits, a pause you asked for) come before each round
-        rather than after the verdict: the same thing in a running loop, and a restart right
-        after a third rejection then pauses instead of running a fourth round.
-        """
+        """The seed's scheduler loop. Returns the phase it ended in. Its git commands are
+        watched (anima.git.watch): one that runs long is named in the log, and a stop ends
+        one that only reads, as it interrupts a turn."""
         try:
-            if self.control.stop.is_set():
-                return self.phase
-            self._begin()
-            while True:
-                self.ledger.apply_summaries()
-                if self.control.stop.is_set():
-                    return self.phase
-                if (gone := self._definition_gone()) is not None:
-                    return self.pause_now(gone)
-                self._follow_definition()
-                # Finally accepted work merges first: no limit stands between it and main.
-                if self._ready_to_merge() and (phase := self._merge()) is not None:
-                    return phase
-                if (reason := self._pause_reason()) is not None:
-                    return self.pause_now(reason)
-                self.seats.roll_over(new_feature=self._next_kind() is RoundKind.FEATURE)
-                report = self._developer_round()
-                if report is None:  # rejected before review (git check, timeout, unreadable)
-                    continue
-                if report.kind is ReportKind.ALL_COMPLETE:
-                    if self._final_acceptance(report).accepted and \
-                            (phase := self._complete()) is not None:
-                        return phase
-                    continue  # final rejection: back to the Developer, not counted
-                self._review(report)  # ACCEPTED or REJECTED, recorded with its counters
-        except Stopped:
+            with watching(self.control.stop, self._log):
+                return self._loop()
+        except (Stopped, GitStopped):
             why = self.control.stop_reason or "shutdown"
             self.ledger.drop(f"stopped: {why}")
             self._save()
@@ -218,6 +194,39 @@ class MilestoneRun:
             self.ledger.apply_summaries(wait=True)
             for detach in self._detach:
                 detach()
+
+    def _loop(self) -> Phase:
+        """`run`'s rounds, until one ends the run (`run` handles how).
+
+        The pause checks (rejections, limits, a pause you asked for) come before each round
+        rather than after the verdict: the same thing in a running loop, and a restart right
+        after a third rejection then pauses instead of running a fourth round.
+        """
+        if self.control.stop.is_set():
+            return self.phase
+        self._begin()
+        while True:
+            self.ledger.apply_summaries()
+            if self.control.stop.is_set():
+                return self.phase
+            if (gone := self._definition_gone()) is not None:
+                return self.pause_now(gone)
+            self._follow_definition()
+            # Finally accepted work merges first: no limit stands between it and main.
+            if self._ready_to_merge() and (phase := self._merge()) is not None:
+                return phase
+            if (reason := self._pause_reason()) is not None:
+                return self.pause_now(reason)
+            self.seats.roll_over(new_feature=self._next_kind() is RoundKind.FEATURE)
+            report = self._developer_round()
+            if report is None:  # rejected before review (git check, timeout, unreadable)
+                continue
+            if report.kind is ReportKind.ALL_COMPLETE:
+                if self._final_acceptance(report).accepted and \
+                        (phase := self._complete()) is not None:
+                    return phase
+                continue  # final rejection: back to the Developer, not counted
+            self._review(report)  # ACCEPTED or REJECTED, recorded with its counters
 
     # ------------------------------------------------------------------ phases
     def enter(self, target: Phase, reason: str = "", deadline: float | None = None) -> None:
