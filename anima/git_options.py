@@ -43,6 +43,8 @@ from anima.errors import GitError
 #: partial clone's lazy fetch would run the repository's `remote.*.uploadpack`, ssh command
 #: or proxy (`protocol.<name>.allow` in the repository's config outranks `protocol.allow`,
 #: hence `GIT_ALLOW_PROTOCOL` in `ANIMA_GIT_ENV` too).
+#: No `.mailmap`: `git log` and `git show` would open the work tree's, which the Developer
+#: writes, and a FIFO there would hang them for good.
 NO_AGENT_CODE = (
     "--no-replace-objects", "--no-pager",
     "-c", "core.hooksPath=/dev/null",
@@ -54,6 +56,7 @@ NO_AGENT_CODE = (
     "-c", "tag.gpgSign=false",
     "-c", "merge.verifySignatures=false",
     "-c", "log.showSignature=false",
+    "-c", "log.mailmap=false",
     "-c", "credential.helper=",
     "-c", "core.askPass=",
     "-c", "protocol.allow=never",

@@ -88,3 +88,18 @@ def test_a_fifo_the_developer_named_gitignore_does_not_hang_the_round(
     assert "notes/.gitignore was a FIFO (or another special file) where git reads its rules" \
         in done.stdout
     assert ".gitattributes was a FIFO" in done.stdout
+
+
+@pytest.mark.timeout(90)
+def test_a_fifo_the_developer_named_mailmap_does_not_hang_anima_s_git_log(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """`git log` and `git show` open the work tree's `.mailmap` (log.mailmap is on by default),
+    and a FIFO's open waits for a writer: Anima's log of the round's commits used to wait for
+    ever, saying nothing."""
+    fake_claude.write_script({"developer": [  # (its own `git log` would wait too)
+        {"shell": ["mkfifo .mailmap"], "auto": True},
+        {"text": "## ALL_FEATURES_COMPLETE\n\n### Summary\nEvery feature is implemented."}]})
+    done = subprocess.run([*ANIMA_COMMAND, "run", str(project), "--headless"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
