@@ -155,6 +155,44 @@ def test_ctrl_c_while_anima_runs_git_is_a_stop_not_a_failure(
     assert record(project, "m1").status is MilestoneStatus.COMPLETED
 
 
+def test_a_stop_while_the_merge_waits_on_git_leaves_the_merge_owed_not_failed(
+        project: Path, fake_claude: FakeClaude, tmp_path: Path,
+        our_processes: Callable[[], list[int]]) -> None:
+    """A stop ends a git command of Anima's that only reads (anima.git.watch): one the merge
+    into main waited for made the merge "failed" (main never got the milestone by itself);
+    it stays owed, and the next run merges it."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(
+        '#!/bin/sh\ncase " $* " in *" --diff-filter=A "*) touch "$0.busy"\n'
+        "  sleep 60 >/dev/null 2>&1 & trap 'kill $!; exit 143' TERM; wait $!;; esac\n"
+        f'exec {shutil.which("git")} "$@"\n', encoding="utf-8")
+    (shim / "git").chmod(0o755)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
+           "ANIMA_CLAUDE_COMMAND": fake_claude.command, **fake_claude.env,
+           "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    anima = subprocess.Popen([sys.executable, "-m", "anima", "run", str(project), "--headless"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        wait_until(lambda: (shim / "git.busy").exists(), what="the merge's git diff running",
+                   timeout=60)
+        anima.send_signal(signal.SIGTERM)
+        out, _ = anima.communicate(timeout=30)
+    finally:
+        if anima.poll() is None:
+            anima.kill()
+            anima.wait()
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge is not None, out[-2000:]
+    assert rec.merge.state.value == "pending", rec.merge
+    assert our_processes() == []
+    again = run_to_end(project, fake_claude)
+    assert again.proc.returncode == 0, again.stdout[-2000:]
+    merged = record(project, "m1").merge
+    assert merged is not None and merged.merged
+
+
 def test_an_agent_that_ignores_the_interrupt_is_stopped_anyway(
         project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
     fake_claude.write_script({"developer": [{"hang": True, "ignore_interrupt": True}]})

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from datetime import datetime
 
 from anima.config import Config
-from anima.errors import AnimaError
+from anima.errors import AnimaError, GitStopped
 from anima.events import EventBus, LogLine, MilestoneChanged, Notice
 from anima.git import GitRepo
 from anima.git.locks import clear_stale_locks
@@ -183,6 +183,8 @@ def _merge(record: MilestoneRecord, repo: GitRepo, config: Config,
                                                "no longer runs; removed"))
             return repo.merge_branch(branch, main, f"Merge {branch}: {record.title}",
                                      replaceable=memory_as_started(paths, record))
+    except GitStopped:
+        raise  # not the merge's failure: it is owed, and tried again on resume
     except AnimaError as e:
         return MergeOutcome(False, f"merging {branch} into {main} failed: {e}; {main} is "
                                    f"unchanged and {branch} is kept")
