@@ -360,6 +360,11 @@ class CheckFinished(Event):
     tail: str = ""
 
 
+#: What a milestone's transcript keeps (`anima.journal`): its agents' events and Anima's own
+#: verdict and check lines, so a window replays them as its panes showed them live.
+TranscriptEvent = AgentEvent | VerdictReached | CheckStarted | CheckFinished
+
+
 @dataclass(frozen=True)
 class LogLine(Event):
     """A human-readable line of what Anima itself did ("[anima] …" in headless output)."""

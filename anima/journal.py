@@ -1,9 +1,12 @@
 """What Anima writes about a milestone: its log and its agents' transcripts.
 
 `.anima/logs/<id>.log` holds `[HH:MM:SS] …` lines (phase changes, verdicts, commits,
-timeouts, pauses); `.anima/transcripts/<id>/events.jsonl` holds every agent event, so the
-monitor can replay a milestone after a restart. Secrets never reach either file: agent events
-are redacted where they enter the engine (`anima.agents.process`), and log lines again here.
+timeouts, pauses); `.anima/transcripts/<id>/events.jsonl` holds every agent event, and the
+verdicts and check runs the panes show between them, so the monitor can replay a milestone
+after a restart as it was shown live (a reader skips a line of a type it does not know).
+Secrets never reach either file: agent events are redacted where they enter the engine
+(`anima.agents.process`), the checks' output where it is read (`anima.loop.checks`), and log
+lines again here.
 
 A transcript is capped (`transcript_max_mb`): when `events.jsonl` reaches half the cap it
 becomes `events.1.jsonl` (replacing the older half), so a milestone's transcripts never take
@@ -25,10 +28,14 @@ from typing import IO
 from anima import events as ev
 from anima.events import (
     AgentEvent,
+    CheckFinished,
+    CheckStarted,
     EngineError,
     Event,
     EventBus,
     LogLine,
+    TranscriptEvent,
+    VerdictReached,
 )
 from anima.paths import ProjectPaths
 from anima.text.redact import redact
@@ -36,9 +43,11 @@ from anima.text.redact import redact
 TRANSCRIPT = "events.jsonl"
 ROTATED_TRANSCRIPT = "events.1.jsonl"
 
-_AGENT_EVENT_TYPES: dict[str, type[AgentEvent]] = {
+_ANIMA_LINES = (VerdictReached, CheckStarted, CheckFinished)
+_TRANSCRIPT_TYPES: dict[str, type[TranscriptEvent]] = {
     cls.__name__: cls for cls in vars(ev).values()
-    if isinstance(cls, type) and issubclass(cls, AgentEvent) and cls is not AgentEvent
+    if isinstance(cls, type) and issubclass(cls, (AgentEvent, *_ANIMA_LINES))
+    and cls is not AgentEvent
 }
 
 
@@ -55,7 +64,7 @@ class _Files:
         self.transcript = _append(self.folder / TRANSCRIPT)
         self.size = self.transcript.tell()
 
-    def write_event(self, event: AgentEvent) -> None:
+    def write_event(self, event: TranscriptEvent) -> None:
         self.transcript = _revived(self.transcript, self.folder / TRANSCRIPT)
         record = {"t": round(time.time(), 3), "type": type(event).__name__,
                   **dataclasses.asdict(event)}
@@ -116,6 +125,10 @@ class Journal:
     def _on_event(self, event: Event) -> None:
         if isinstance(event, LogLine):
             self.write_log(event.milestone_id, event.text)
+        elif isinstance(event, _ANIMA_LINES):
+            with self._lock:
+                if (files := self._open.get(event.milestone_id)) is not None:
+                    files.write_event(event)
         elif isinstance(event, AgentEvent):
             with self._lock:
                 # An agent outside a milestone (a tool's) belongs to the only one open.
@@ -173,27 +186,29 @@ def transcript_files(folder: Path) -> list[Path]:
     return [folder / ROTATED_TRANSCRIPT, folder / TRANSCRIPT]
 
 
-def read_transcript_tail(folder: Path, max_bytes: int) -> list[AgentEvent]:
-    """The newest events of a milestone's transcripts, from at most `max_bytes` of them.
+def read_transcript_tail(folder: Path, max_bytes: int) -> list[TranscriptEvent]:
+    """The newest events of a milestone's transcripts, from at most `max_bytes` of them,
+    stamped with the milestone (the folder's name) as they were published.
 
     A window replaying a long milestone shows only its last lines anyway; reading 50 MB
     would cost seconds and hundreds of MB for nothing.
     """
-    events: list[AgentEvent] = []
+    events: list[TranscriptEvent] = []
     budget = max_bytes
     for path in reversed(transcript_files(folder)):
         if budget <= 0 or not path.exists():
             continue
         size = path.stat().st_size
-        events[:0] = read_transcript(path, tail_bytes=budget)
+        events[:0] = read_transcript(path, tail_bytes=budget, milestone_id=folder.name)
         budget -= size
     return events
 
 
-def read_transcript(path: Path, tail_bytes: int | None = None) -> list[AgentEvent]:
+def read_transcript(path: Path, tail_bytes: int | None = None,
+                    milestone_id: str | None = None) -> list[TranscriptEvent]:
     """Events of a transcript file (of its last `tail_bytes`, from the first whole line);
     a torn last line (a kill mid-write) is skipped."""
-    out: list[AgentEvent] = []
+    out: list[TranscriptEvent] = []
     if not path.exists():
         return out
     with path.open("rb") as raw:
@@ -208,12 +223,13 @@ def read_transcript(path: Path, tail_bytes: int | None = None) -> list[AgentEven
                 data = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            cls = _AGENT_EVENT_TYPES.get(data.pop("type", ""))
+            cls = _TRANSCRIPT_TYPES.get(data.pop("type", ""))
             data.pop("t", None)
             if cls is None:
                 continue
             names = {f.name for f in dataclasses.fields(cls)}
             kwargs = {k: v for k, v in data.items() if k in names}
+            kwargs["milestone_id"] = milestone_id
             for k, v in kwargs.items():
                 if isinstance(v, list) and k in ("tools", "permission_denials"):
                     kwargs[k] = tuple(v)

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from anima.events import AssistantText, EventBus, LogLine, RawOutput, ToolResult, ToolUse
+from anima.events import (
+    AssistantText,
+    CheckFinished,
+    CheckStarted,
+    EventBus,
+    LogLine,
+    RawOutput,
+    ToolResult,
+    ToolUse,
+    VerdictReached,
+)
 from anima.journal import Journal, read_transcript, read_transcript_tail, transcript_files
 from anima.paths import ProjectPaths
 from anima.text.redact import AgentRedactor
@@ -39,6 +49,27 @@ def test_transcripts_replay_and_secrets_never_reach_them(tmp_path: Path) -> None
     assert events[-1].text == "after the key"
     log = paths.log("m1").read_text()
     assert log.startswith("[") and "] saw <REDACTED>" in log
+
+
+def test_verdicts_and_checks_replay_between_the_agents_events_as_published(
+        tmp_path: Path) -> None:
+    """The panes show them live between the agents' lines; a restart replays them there
+    too, equal to the live ones (a page drops what it holds twice by equality)."""
+    paths = ProjectPaths(tmp_path)
+    bus = EventBus()
+    journal = Journal(paths, bus)
+    journal.open("m1")
+    published = [
+        AssistantText(role="developer", text="committed", milestone_id="m1"),
+        CheckStarted("m1", 1, "pytest -q", 1700000000.5, 600.0),
+        CheckFinished("m1", 1, "pytest -q", False, "exited 1 after 0.4 s", "1 failed"),
+        VerdictReached("m1", 1, "feature", False, "checks failed"),
+        AssistantText(role="developer", text="fixing", milestone_id="m1"),
+    ]
+    for event in [*published, VerdictReached("m2", 1, "feature", True)]:
+        bus.publish(event)
+    journal.close()
+    assert read_transcript_tail(paths.transcripts("m1"), 100_000) == published
 
 
 def test_a_torn_last_line_is_skipped_on_replay(tmp_path: Path) -> None:

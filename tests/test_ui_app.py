@@ -196,6 +196,52 @@ def test_three_rejections_pause_then_a_note_resumes_and_a_restart_replays(
         w2.close()
 
 
+def restarted_pane_texts(qtbot, git_repo: Path, tmp_path: Path) -> dict[str, str]:
+    """Both panes of `m1` as a new window replays them from the transcript."""
+    w = Window(qtbot, tmp_path)
+    try:
+        w.window.open_project(git_repo)
+        qtbot.waitUntil(lambda: "replayed from the transcript" in w.pane_text("developer"),
+                        timeout=10000)
+        return {role: w.pane_text(role) for role in ("developer", "acceptor")}
+    finally:
+        w.close()
+
+
+def test_a_restart_replays_the_verdict_lines_the_panes_showed_live(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """Live, the Developer's pane says why each round was rejected; replayed after a restart,
+    the panes held only what the agents said."""
+    with paused_by_rejections(qtbot, git_repo, fake, tmp_path) as w:
+        live = w.pane_text("developer")
+    assert "✘ Round 1 REJECTED: still wrong" in live
+    replayed = restarted_pane_texts(qtbot, git_repo, tmp_path)
+    for role in ("developer", "acceptor"):
+        assert replayed[role].count("✘ Round 1 REJECTED: still wrong") == 1, replayed[role]
+        assert "✘ Round 3 REJECTED: still wrong" in replayed[role]
+
+
+def test_a_restart_replays_the_rounds_the_checks_rejected(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """A round the checks rejected was said by no agent: after a restart it left no trace."""
+    make_project(git_repo, {"m1": TWO})
+    w = Window(qtbot, tmp_path, check_command="echo '1 failed in 0.01s'; exit 1")
+    try:
+        w.window.open_project(git_repo)
+        w.page()  # watched live
+        w.wait_status("m1", "paused", timeout=30000)
+        live = {role: w.pane_text(role) for role in ("developer", "acceptor")}
+    finally:
+        w.close()
+    replayed = restarted_pane_texts(qtbot, git_repo, tmp_path)
+    assert "✗ checks exited 1" in live["acceptor"] and "1 failed in 0.01s" in live["acceptor"]
+    assert "✘ Round 1 REJECTED: " in live["developer"]
+    assert "▶ Anima runs the checks: echo" in replayed["acceptor"], replayed["acceptor"]
+    assert replayed["acceptor"].count("✗ checks exited 1") == 3
+    assert "1 failed in 0.01s" in replayed["acceptor"]
+    assert replayed["developer"].count("✘ Round 1 REJECTED: ") == 1, replayed["developer"]
+
+
 def test_approve_a_milestone_that_requires_human_review(qtbot, git_repo: Path,
                                                         fake: FakeClaude, app_window) -> None:
     make_project(git_repo, {"m1": "---\nrequires_human_review: true\n---\n" + TWO})

@@ -109,12 +109,12 @@ def test_the_acceptor_pane_shows_the_checks_while_they_run(qtbot) -> None:
     monitor = IterationMonitor()
     qtbot.addWidget(monitor)
     pane = monitor.panes["acceptor"]
-    monitor.on_check(ev.CheckStarted("m1", 2, "pytest -q", time.time() - 65, 600.0))
+    monitor.show_events([ev.CheckStarted("m1", 2, "pytest -q", time.time() - 65, 600.0)])
     pane.flush()
     assert "▶ Anima runs the checks: pytest -q" in pane.plain_text()
     assert pane.state_label.text() in ("running checks · 1:05", "running checks · 1:06")
-    monitor.on_check(ev.CheckFinished("m1", 2, "pytest -q", False, "exited 1 after 65.2 s",
-                                      "collected 3 items\nFAILED test_version"))
+    monitor.show_events([ev.CheckFinished("m1", 2, "pytest -q", False, "exited 1 after 65.2 s",
+                                          "collected 3 items\nFAILED test_version")])
     pane.flush()
     text = pane.plain_text()
     assert "✗ checks exited 1 after 65.2 s" in text and "FAILED test_version" in text
@@ -192,7 +192,7 @@ def test_while_several_run_the_monitor_stays_with_the_one_it_follows(qtbot) -> N
     monitor.on_phase_changed(ev.PhaseChanged("m1", "developer", "idle"))
     monitor.on_phase_changed(ev.PhaseChanged("m2", "acceptor", "developer"))
     assert monitor.live_milestone == "m1" and monitor.phase_bar.text == "Waiting for Developer"
-    monitor.feed_agent_events([
+    monitor.show_events([
         ev.AssistantText(role="developer", text="from m1", milestone_id="m1"),
         ev.AssistantText(role="developer", text="from m2", milestone_id="m2")])
     pane = monitor.panes["developer"]
@@ -243,7 +243,7 @@ def test_live_lines_that_come_while_a_page_replays_land_after_the_history(qtbot)
     page.begin_replay()
     page.on_phase_changed(ev.PhaseChanged("m", Phase.ACCEPTOR, Phase.DEVELOPER))
     page.feed([ev.AssistantText("acceptor", "live review line", milestone_id="m")])
-    page.on_verdict(ev.VerdictReached("m", 7, "feature", True))
+    page.feed([ev.VerdictReached("m", 7, "feature", True)])
     page.feed([ev.AssistantText("acceptor", "after the verdict", milestone_id="m")])
     page.replay([ev.AssistantText("acceptor", f"old review {i}\nACCEPTED", milestone_id="m")
                  for i in range(3)])
@@ -255,6 +255,30 @@ def test_live_lines_that_come_while_a_page_replays_land_after_the_history(qtbot)
                                      "Round 7 ACCEPTED", "after the verdict")]
     assert order == sorted(order), text
     assert page.monitor.phase_bar.text == "Waiting for Acceptor"
+
+
+def test_a_verdict_both_replayed_and_held_live_is_shown_once(qtbot) -> None:
+    """The transcript keeps the verdicts too: one that came while it was read is in both."""
+    from ui.milestone_page import MilestonePage
+
+    page = MilestonePage("m")
+    qtbot.addWidget(page)
+    page.show()
+    page.begin_replay()
+    said = ev.AssistantText("acceptor", "REJECTED: no test", milestone_id="m")
+    verdict = ev.VerdictReached("m", 2, "feature", False, "no test")
+    after = ev.AssistantText("developer", "adding the test", milestone_id="m")
+    page.feed([said, verdict, after])
+    page.replay([ev.AssistantText("acceptor", "earlier", milestone_id="m"), said, verdict])
+    qtbot.waitUntil(lambda: not page.replaying)
+    texts = {}
+    for role, pane in page.monitor.panes.items():
+        pane.flush()
+        texts[role] = pane.plain_text()
+    assert texts["acceptor"].count("✘ Round 2 REJECTED: no test") == 1, texts["acceptor"]
+    assert texts["developer"].count("✘ Round 2 REJECTED: no test") == 1, texts["developer"]
+    developer = texts["developer"]
+    assert developer.index("REJECTED: no test") < developer.index("adding the test")
 
 
 def test_a_new_verdict_redraws_its_row_and_an_edited_criterion_reaches_the_checklist(

@@ -259,8 +259,8 @@ class MainWindow(ReadOnlyProject):
         bridge.problem_reported.connect(lambda event: self.errors.add(event.text))
         bridge.problem_resolved.connect(lambda event: self.errors.dismiss(event.text))
         bridge.engine_ready.connect(self._on_engine_ready)
-        bridge.verdict_reached.connect(self._on_verdict)
-        bridge.check_event.connect(self._on_check)
+        bridge.verdict_reached.connect(self._on_anima_line)
+        bridge.check_event.connect(self._on_anima_line)
         bridge.error_raised.connect(self._on_error)
         bridge.notice_posted.connect(self._on_notice)
         bridge.usage_limit_wait.connect(self._on_usage_limit_wait)
@@ -329,7 +329,7 @@ class MainWindow(ReadOnlyProject):
         self.tabs.setTabToolTip(index, f"{record.title} ({milestone_id})")
         self.tabs.setCurrentIndex(index)
         if self.bridge is not None:
-            def replay(events: list[ev.AgentEvent], opened: MilestonePage = page) -> None:
+            def replay(events: list[ev.TranscriptEvent], opened: MilestonePage = page) -> None:
                 if self.milestone_pages.get(milestone_id) is opened:  # not closed meanwhile
                     opened.replay(events)
             self.bridge.transcript(milestone_id, on_done=replay)
@@ -470,14 +470,11 @@ class MainWindow(ReadOnlyProject):
                 page.feed(mine)
 
     @Slot(object)
-    def _on_verdict(self, event: ev.VerdictReached) -> None:
+    def _on_anima_line(self, event: ev.VerdictReached | ev.CheckStarted | ev.CheckFinished
+                       ) -> None:
+        """A verdict or a run of the checks: shown among its milestone's agent output."""
         if (page := self.milestone_pages.get(event.milestone_id)) is not None:
-            page.on_verdict(event)
-
-    @Slot(object)
-    def _on_check(self, event: ev.CheckStarted | ev.CheckFinished) -> None:
-        if (page := self.milestone_pages.get(event.milestone_id)) is not None:
-            page.on_check(event)
+            page.feed([event])
 
     @Slot(str, object)
     def _load_changes(self, milestone_id: str, round_no: int | None) -> None:

@@ -2,15 +2,15 @@
 Iteration Monitor (both agents live, features, rounds) and its Changes.
 
 Several pages can be open at once; each shows only its milestone's events. A page opened
-while its milestone runs first replays the transcript the engine wrote, then the live output:
-events that arrive while the transcript is read (with the phase, verdict and check lines) are
-held and shown after it in the order they came, the overlap dropped, so nothing shows twice or
-above the history.
+while its milestone runs first replays the transcript the engine wrote (the agents' events with
+the verdict and check lines), then the live output: events that arrive while the transcript is
+read (with the phase lines) are held and shown after it in the order they came, the overlap
+dropped, so nothing shows twice or above the history.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QTabWidget, QVBoxLayout, QWidget
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from anima.engine.facade import MilestoneRecord
 
 
-def drop_overlap(replayed: list[ev.AgentEvent], held: list[ev.AgentEvent]
-                 ) -> list[ev.AgentEvent]:
+def drop_overlap(replayed: list[ev.TranscriptEvent], held: list[ev.TranscriptEvent]
+                 ) -> list[ev.TranscriptEvent]:
     """The held live events that the transcript does not already end with."""
     for n in range(min(len(replayed), len(held)), 0, -1):
         if replayed[-n:] == held[:n]:
@@ -56,9 +56,9 @@ class MilestonePage(QWidget):
         layout.setSpacing(0)
         layout.addWidget(self.review)
         layout.addWidget(self.tabs, 1)
-        self._held: list[ev.AgentEvent] | None = None
-        # Phase changes, verdicts and checks held with them: (live events held before it, what
-        # to show), so they land after the history, in the order they came.
+        self._held: list[ev.TranscriptEvent] | None = None
+        # Phase changes held with them: (live events held before it, what to show), so they
+        # land after the history, in the order they came.
         self._held_calls: list[tuple[int, Callable[[], None]]] = []
         self.monitor.history.round_selected.connect(self._on_round_selected)
 
@@ -81,12 +81,12 @@ class MilestonePage(QWidget):
 
     # --- agent output ------------------------------------------------------------------------
     def begin_replay(self) -> None:
-        """The transcript is being read: hold live output (and phase, verdict and check lines)
-        until it is on screen."""
+        """The transcript is being read: hold live output (and phase lines) until it is on
+        screen."""
         self._held = []
         self._held_calls = []
 
-    def replay(self, events: list[ev.AgentEvent]) -> None:
+    def replay(self, events: list[ev.TranscriptEvent]) -> None:
         """Show the transcript read from disk, then what arrived meanwhile."""
         if self._held is None:
             self._held = []
@@ -98,32 +98,27 @@ class MilestonePage(QWidget):
             calls, self._held, self._held_calls = self._held_calls, None, []
             for at, show in calls:
                 if at > position:
-                    self.monitor.feed_agent_events(held[position:at])
+                    self.monitor.show_events(held[position:at])
                     position = at
                 show()
             if position < len(held):
-                self.monitor.feed_agent_events(held[position:])
+                self.monitor.show_events(held[position:])
 
         if events:
             self.monitor.replay(events, then=done)
         else:
             done()
 
-    def feed(self, events: list[ev.AgentEvent]) -> None:
+    def feed(self, events: Sequence[ev.TranscriptEvent]) -> None:
+        """Live output: agent events, verdicts and check lines, in the order they came."""
         if self._held is not None:
             self._held.extend(events)
         else:
-            self.monitor.feed_agent_events(events)
+            self.monitor.show_events(events)
 
     @property
     def replaying(self) -> bool:
         return self._held is not None
-
-    def on_verdict(self, event: ev.VerdictReached) -> None:
-        self._show_or_hold(lambda: self.monitor.on_verdict(event))
-
-    def on_check(self, event: ev.CheckStarted | ev.CheckFinished) -> None:
-        self._show_or_hold(lambda: self.monitor.on_check(event))
 
     def _on_round_selected(self, round_no: int) -> None:
         self.changes.show_round(round_no)

@@ -10,7 +10,7 @@ thread and is fed by `ui.bridge.EngineBridge` signals.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -291,10 +291,19 @@ class FeatureChecklist(QListWidget):
         return [self.item(i).text() for i in range(self.count())]
 
 
+def shown_in(event: ev.TranscriptEvent) -> tuple[str, ...]:
+    """The roles whose panes show an event."""
+    if isinstance(event, ev.AgentEvent):
+        return (event.role,)
+    if isinstance(event, ev.VerdictReached) and not event.accepted:
+        return (ev.ACCEPTOR, ev.DEVELOPER)
+    return (ev.ACCEPTOR,)
+
+
 class IterationMonitor(QWidget):
     """The monitor page: header, the two agent panes, checklist, history, phase bar.
 
-    It shows one milestone's record (`show_record`) and the live agents (`feed_agent_events`);
+    It shows one milestone's record (`show_record`) and the live agents (`show_events`);
     the scheduler's phase decides which pane is highlighted.
     """
 
@@ -419,41 +428,33 @@ class IterationMonitor(QWidget):
             pane = self.panes[active]
             pane.append_separator(f"{title} · {datetime.now().strftime('%H:%M:%S')}")
 
-    @Slot(object)
-    def feed_agent_events(self, events: list[ev.AgentEvent]) -> None:
-        """Route a run of agent events to their panes (batched per pane)."""
+    def show_events(self, events: Sequence[ev.TranscriptEvent]) -> None:
+        """Route a run of events, live or replayed, to the panes that show them (batched
+        per pane): an agent's to its own; a verdict to the Acceptor's, and a rejection to the
+        Developer's too; Anima's run of the checks, between the two, to the Acceptor's."""
+        mine: dict[str, list[ev.TranscriptEvent]] = {role: [] for role in self.panes}
+        for event in events:
+            if self.follows(event.milestone_id):
+                for role in shown_in(event):
+                    mine[role].append(event)
         for role, pane in self.panes.items():
-            mine = [e for e in events if e.role == role and self.follows(e.milestone_id)]
-            if mine:
-                pane.feed_many(mine)
+            if mine[role]:
+                pane.feed_many(mine[role])
 
-    @Slot(object)
-    def on_verdict(self, event: ev.VerdictReached) -> None:
-        if not self.follows(event.milestone_id):
-            return
-        self.panes["acceptor"].feed(event)
-        if not event.accepted:
-            self.panes["developer"].feed(event)
-
-    @Slot(object)
-    def on_check(self, event: ev.CheckStarted | ev.CheckFinished) -> None:
-        """Anima's run of the checks sits between the Developer and the Acceptor: its pane."""
-        if self.follows(event.milestone_id):
-            self.panes["acceptor"].feed(event)
-
-    def replay(self, events: list[ev.AgentEvent],
+    def replay(self, events: list[ev.TranscriptEvent],
                then: Callable[[], None] | None = None) -> None:
         """Show a transcript recorded before a restart, marked as such: a slice of events per
         event-loop turn, so a long one never freezes the window; `then` runs after the last."""
-        # Only the panes whose agent said something are marked.
-        panes = [p for role, p in self.panes.items() if any(e.role == role for e in events)]
+        # Only the panes that show something of it are marked.
+        roles = {role for event in events for role in shown_in(event)}
+        panes = [p for role, p in self.panes.items() if role in roles]
         for pane in panes:
             pane.append_separator("replayed from the transcript")
 
         def step(start: int) -> None:
             deadline = time.perf_counter() + REPLAY_SLICE_SECONDS
             while start < len(events) and time.perf_counter() < deadline:
-                self.feed_agent_events(events[start:start + REPLAY_CHUNK])
+                self.show_events(events[start:start + REPLAY_CHUNK])
                 start += REPLAY_CHUNK
             if start < len(events):
                 QTimer.singleShot(0, self, lambda: step(start))

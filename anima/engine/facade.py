@@ -48,13 +48,13 @@ from anima.errors import (
 )
 from anima.events import (
     ROLES,
-    AgentEvent,
     EngineError,
     Event,
     EventBus,
     LogLine,
     Notice,
     PhaseChanged,
+    TranscriptEvent,
 )
 from anima.git import GitRepo
 from anima.git.objects import take_objects
@@ -706,11 +706,11 @@ class Engine:
         return milestone_changes(self.repo, self.store.load_record(milestone_id), round_no,
                                  secret_paths(self.paths, milestone_id))
 
-    def last_transcript(self) -> tuple[str | None, list[AgentEvent]]:
+    def last_transcript(self) -> tuple[str | None, list[TranscriptEvent]]:
         """What a restarted window replays. Read-only."""
         return read_only.last_transcript(self.root)
 
-    def transcript(self, milestone_id: str) -> list[AgentEvent]:
+    def transcript(self, milestone_id: str) -> list[TranscriptEvent]:
         """The newest events of a milestone's transcripts (the last REPLAY_BYTES of them)."""
         return read_transcript_tail(self.paths.transcripts(milestone_id), read_only.REPLAY_BYTES)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from anima.config import load_config
 from anima.engine.merged import merged_by_you
 from anima.errors import AnimaError
-from anima.events import AgentEvent
+from anima.events import TranscriptEvent
 from anima.journal import read_transcript_tail
 from anima.lock import LockInfo, ProjectLock
 from anima.paths import ProjectPaths
@@ -52,7 +52,7 @@ def read_records(root: Path) -> Scan:
                              in_main=merged_by_you(root))
 
 
-def last_transcript(root: Path) -> tuple[str | None, list[AgentEvent]]:
+def last_transcript(root: Path) -> tuple[str | None, list[TranscriptEvent]]:
     """The current milestone (state.json) and the newest events of its transcript."""
     paths = ProjectPaths(root)
     try:
@@ -65,6 +65,6 @@ def last_transcript(root: Path) -> tuple[str | None, list[AgentEvent]]:
     return milestone_id, read_transcript_tail(paths.transcripts(milestone_id), REPLAY_BYTES)
 
 
-def transcript(root: Path, milestone_id: str) -> list[AgentEvent]:
+def transcript(root: Path, milestone_id: str) -> list[TranscriptEvent]:
     """The newest events of one milestone's transcript (a read-only window's page)."""
     return read_transcript_tail(ProjectPaths(root).transcripts(milestone_id), REPLAY_BYTES)
