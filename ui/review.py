@@ -3,10 +3,10 @@
 `ReviewPanel` is a compact bar over the milestone's page (two lines at most, so the diff below
 keeps the height): it says why a milestone stopped (its pause reason and the last rejection reasons)
 and offers the decisions that make sense: Resume (with a note to the Developer) or Abort for a
-paused milestone; Approve, Request changes or Abort for one awaiting review; Start or Abort for
-a pending one (Abort always after a confirmation dialog); a completed one says whether it was
-merged. Line comments left in the Changes
-view go with Resume and Request changes. It only emits requests; `MainWindow` sends them to the
+paused milestone (Retry for a failed one); Approve, Request changes or Abort for one awaiting
+review; Start or Abort for a pending one (Abort always after a confirmation dialog); a
+completed one says whether it was merged. Line comments left in the Changes view go with Resume
+and Request changes. It only emits requests; `MainWindow` sends them to the
 engine through the bridge. `RunControls` holds the
 toolbar's "Pause after this round" and "Stop now".
 """
@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 from ui.dialogs import confirm
 from ui.formatting import enum_text
 from ui.record_facts import (
+    MAIN_ACTION,
     current_rejections,
     dropped_rounds,
     merge_waits_text,
@@ -72,6 +73,9 @@ class ReviewPanel(QFrame):
         self.reason.setObjectName("reviewReason")
         self.rejections = ElidedLabel(self)
         self.rejections.setObjectName("reviewRejections")
+        # What to do about a failure, on a line of its own: after a long error it is elided.
+        self.advice = ElidedLabel(self)
+        self.advice.setObjectName("reviewAdvice")
         self.note = QPlainTextEdit(self)
         self.note.setObjectName("reviewNote")
         self.note.setFixedHeight(30)
@@ -100,6 +104,7 @@ class ReviewPanel(QFrame):
             top.addWidget(button)
         second = QHBoxLayout()
         second.setSpacing(10)
+        second.addWidget(self.advice)
         second.addWidget(self.rejections, 2)
         second.addWidget(self.note, 3)
         layout = QVBoxLayout(self)
@@ -141,8 +146,7 @@ class ReviewPanel(QFrame):
         paused = status in ("paused", "failed")
         if status == "failed":
             self.heading.setText("Failed —")
-            self.reason.setText(f"{record.error or 'Unknown error.'}\nResume retries it; the "
-                                "traceback is in .anima/logs/anima.log.")
+            self.reason.setText(record.error or "Unknown error.")
             self.note.setPlaceholderText("A note for the Developer (optional)")
         elif paused:
             self.heading.setText("Paused —")
@@ -162,8 +166,12 @@ class ReviewPanel(QFrame):
         self.rejections.setText("\n".join(f"✘ Round {r}: {why}" for r, why in reasons)
                                 if reasons else "")
         self.rejections.setVisible(bool(reasons))
+        self.advice.setText("Retry runs it again; the traceback is in .anima/logs/anima.log."
+                            if status == "failed" else "")
+        self.advice.setVisible(status == "failed")
         self.note.show()
         if paused:
+            self.resume_button.setText(MAIN_ACTION[status][1])  # as the board's card says
             self._fill_continue_menu(record)
             self._show_buttons(self.resume_button, self.abort_button,
                                *([self.continue_button] if self.continue_menu.actions() else []))
@@ -190,6 +198,7 @@ class ReviewPanel(QFrame):
                 enum_text(merge.state), "Not merged: ")
             self.reason.setText(words + merge.detail)
         self.rejections.hide()
+        self.advice.hide()
         self.note.hide()
         self._show_buttons()
         self.setEnabled(True)
@@ -207,6 +216,7 @@ class ReviewPanel(QFrame):
                             "by itself when a slot is free (config `auto_start`), or when you "
                             "click Start.")
         self.rejections.hide()
+        self.advice.hide()
         self.note.hide()
         self._show_buttons(self.start_button, self.abort_button)
         self.show()
