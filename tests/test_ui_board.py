@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 
 from anima import events as ev
 from anima.paths import ProjectPaths
-from anima.store.models import MergeInfo, MergeState, MilestoneStatus
+from anima.store.models import FeatureStatus, MergeInfo, MergeState, MilestoneStatus
 from anima.store.store import Store
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md
@@ -116,6 +116,25 @@ def test_cards_move_between_columns_as_records_change_and_the_title_counts_them(
         changed(board, "b", status="cancelled", completed_at=NOW)
         assert card(board, "b").state.text().startswith("Cancelled by you at ")
         assert window.windowTitle() == "Anima — repo"
+
+
+def test_at_1000_by_620_a_card_that_needs_you_shows_its_cost_and_time_whole(
+        qtbot, board: Window) -> None:
+    """Its button sat on the stats' line: "1/2 features · $0.88 …" lost cost and time."""
+    board.window.resize(1000, 620)
+    with scans_held(board):
+        for m, status in (("a", "paused"), ("b", "failed"), ("c", "awaiting_review")):
+            features = board.window._records[m].features
+            one_done = [features[0].model_copy(update={"status": FeatureStatus.DONE}),
+                        *features[1:]]
+            changed(board, m, status=status, started_at=NOW - timedelta(minutes=31),
+                    completed_at=NOW, features=one_done, cost_usd=12.88,
+                    pause_reason="3 consecutive rejections", error="git broke")
+        qtbot.wait(100)
+        for m in ("a", "b", "c"):
+            stats = card(board, m).stats
+            assert stats.text() == "1/2 features · $12.88 · 31:00"
+            assert stats.shown_text() == stats.text(), (m, stats.shown_text())
 
 
 def test_several_running_cards_each_show_their_agents_live(board: Window) -> None:

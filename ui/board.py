@@ -112,14 +112,16 @@ class MilestoneCard(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 8, 10, 8)
         layout.setSpacing(3)
-        layout.addWidget(self.title)
+        # The button beside the title, not the stats: at 1000 px it left the stats no room
+        # for the cost and the time.
+        top = QHBoxLayout()
+        top.addWidget(self.title, 1)
+        top.addWidget(self.button, 0, Qt.AlignmentFlag.AlignTop)
+        layout.addLayout(top)
         layout.addWidget(self.state)
         for label in self.lines.values():
             layout.addWidget(label)
-        bottom = QHBoxLayout()
-        bottom.addWidget(self.stats, 1)
-        bottom.addWidget(self.button)
-        layout.addLayout(bottom)
+        layout.addWidget(self.stats)
 
     def show_record(self, record: Any, records: Iterable[Any], phase: Phase | None,
                     clock: ElapsedClock) -> None:
