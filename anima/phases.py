@@ -25,14 +25,13 @@ class Phase(StrEnum):
 RUNNING = frozenset({Phase.STARTING, Phase.RECOVERING, Phase.DEVELOPER, Phase.ACCEPTOR,
                      Phase.FINAL_ACCEPTANCE, Phase.MERGING})
 
-#: What the window (its phase bar, a running card) and `anima status` say in each phase; an
-#: agent in its turn is at work, not waited for.
+#: What the bottom bar of the window says in each phase (seed: 等待 Developer / 等待 Acceptor).
 PHASE_TEXT: dict[Phase, str] = {
     Phase.IDLE: "Idle",
     Phase.STARTING: "Starting the agents…",
     Phase.RECOVERING: "Resuming",  # after a restart, or a human's Resume: the reason says which
-    Phase.DEVELOPER: "Developer working",
-    Phase.ACCEPTOR: "Acceptor reviewing",
+    Phase.DEVELOPER: "Waiting for Developer",
+    Phase.ACCEPTOR: "Waiting for Acceptor",
     Phase.FINAL_ACCEPTANCE: "Final acceptance",
     Phase.MERGING: "Merging into main",
     Phase.PAUSED: "Paused",

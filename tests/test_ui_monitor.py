@@ -125,7 +125,7 @@ def test_the_acceptor_pane_shows_the_checks_while_they_run(qtbot) -> None:
 def test_phase_bar_follows_the_scheduler_and_counts_down(qtbot) -> None:
     monitor = IterationMonitor()
     qtbot.addWidget(monitor)
-    expected = {"developer": "Developer working", "acceptor": "Acceptor reviewing",
+    expected = {"developer": "Waiting for Developer", "acceptor": "Waiting for Acceptor",
                 "final_acceptance": "Final acceptance", "recovering": "Resuming",
                 "completed": "Completed", "awaiting_review": "Awaiting your review"}
     for phase, text in expected.items():
@@ -191,7 +191,7 @@ def test_while_several_run_the_monitor_stays_with_the_one_it_follows(qtbot) -> N
     qtbot.addWidget(monitor)
     monitor.on_phase_changed(ev.PhaseChanged("m1", "developer", "idle"))
     monitor.on_phase_changed(ev.PhaseChanged("m2", "acceptor", "developer"))
-    assert monitor.live_milestone == "m1" and monitor.phase_bar.text == "Developer working"
+    assert monitor.live_milestone == "m1" and monitor.phase_bar.text == "Waiting for Developer"
     monitor.show_events([
         ev.AssistantText(role="developer", text="from m1", milestone_id="m1"),
         ev.AssistantText(role="developer", text="from m2", milestone_id="m2")])
@@ -200,7 +200,7 @@ def test_while_several_run_the_monitor_stays_with_the_one_it_follows(qtbot) -> N
     assert "from m1" in pane.plain_text() and "from m2" not in pane.plain_text()
     monitor.on_phase_changed(ev.PhaseChanged("m1", "completed", "merging"))
     monitor.on_phase_changed(ev.PhaseChanged("m2", "developer", "acceptor"))
-    assert monitor.live_milestone == "m2" and monitor.phase_bar.text == "Developer working"
+    assert monitor.live_milestone == "m2" and monitor.phase_bar.text == "Waiting for Developer"
 
 
 def test_the_checklist_updates_a_line_in_place_and_keeps_its_scroll(qtbot) -> None:
@@ -251,10 +251,10 @@ def test_live_lines_that_come_while_a_page_replays_land_after_the_history(qtbot)
     pane = page.monitor.panes["acceptor"]
     pane.flush()
     text = pane.plain_text()
-    order = [text.index(s) for s in ("old review 2", "──── Acceptor reviewing · ",
-                                     "live review line", "Round 7 ACCEPTED", "after the verdict")]
+    order = [text.index(s) for s in ("old review 2", "──── Acceptor · ", "live review line",
+                                     "Round 7 ACCEPTED", "after the verdict")]
     assert order == sorted(order), text
-    assert page.monitor.phase_bar.text == "Acceptor reviewing"
+    assert page.monitor.phase_bar.text == "Waiting for Acceptor"
 
 
 def test_a_verdict_both_replayed_and_held_live_is_shown_once(qtbot) -> None:

@@ -424,8 +424,9 @@ class IterationMonitor(QWidget):
         for role, pane in self.panes.items():
             pane.set_active(role == active)
         if active is not None:
-            self.panes[active].append_separator(
-                f"{PHASE_TEXT[event.phase]} · {datetime.now().strftime('%H:%M:%S')}")
+            title = PHASE_TEXT[event.phase].replace("Waiting for ", "")
+            pane = self.panes[active]
+            pane.append_separator(f"{title} · {datetime.now().strftime('%H:%M:%S')}")
 
     def show_events(self, events: Sequence[ev.TranscriptEvent]) -> None:
         """Route a run of events, live or replayed, to the panes that show them (batched
