@@ -1,9 +1,10 @@
 """What Anima writes about a milestone: its log and its agents' transcripts.
 
 `.anima/logs/<id>.log` holds `[HH:MM:SS] …` lines (phase changes, verdicts, commits,
-timeouts, pauses); `.anima/transcripts/<id>/events.jsonl` holds every agent event, and the
+timeouts, pauses); `.anima/transcripts/<id>/events.jsonl` holds every agent event (and only
+those: users' scripts read it as the agents' raw events), and `rounds.jsonl` beside it the
 verdicts and check runs the panes show between them, so the monitor can replay a milestone
-after a restart as it was shown live (a reader skips a line of a type it does not know).
+after a restart as it was shown live, the two merged by time.
 Secrets never reach either file: agent events are redacted where they enter the engine
 (`anima.agents.process`), the checks' output where it is read (`anima.loop.checks`), and log
 lines again here.
@@ -16,6 +17,7 @@ more than the cap, a long run cannot fill the disk, and rotating is one rename.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import logging
 import os
@@ -42,6 +44,8 @@ from anima.text.redact import redact
 
 TRANSCRIPT = "events.jsonl"
 ROTATED_TRANSCRIPT = "events.1.jsonl"
+#: Anima's own lines among the agents' (small: a few per round, never rotated).
+ROUNDS = "rounds.jsonl"
 
 _ANIMA_LINES = (VerdictReached, CheckStarted, CheckFinished)
 _TRANSCRIPT_TYPES: dict[str, type[TranscriptEvent]] = {
@@ -63,13 +67,23 @@ class _Files:
         self.rotate_at = max(1, max_bytes // 2) if max_bytes else None
         self.transcript = _append(self.folder / TRANSCRIPT)
         self.size = self.transcript.tell()
+        self.rounds: IO[str] | None = None  # made with the first of Anima's lines
+        self.written = 0.0  # the last line's time: each file's lines in order, and both's
 
     def write_event(self, event: TranscriptEvent) -> None:
-        self.transcript = _revived(self.transcript, self.folder / TRANSCRIPT)
-        record = {"t": round(time.time(), 3), "type": type(event).__name__,
+        # Strictly later than the line before, so a replay merges the two files in order.
+        self.written = max(time.time(), self.written + 1e-6)
+        record = {"t": round(self.written, 6), "type": type(event).__name__,
                   **dataclasses.asdict(event)}
         del record["milestone_id"]  # the transcript's folder says it
         line = json.dumps(record, ensure_ascii=False) + "\n"
+        if isinstance(event, _ANIMA_LINES):
+            self.rounds = _revived(self.rounds, self.folder / ROUNDS) if self.rounds \
+                else _append(self.folder / ROUNDS)
+            self.rounds.write(line)
+            self.rounds.flush()
+            return
+        self.transcript = _revived(self.transcript, self.folder / TRANSCRIPT)
         self.transcript.write(line)
         self.transcript.flush()
         self.size += len(line.encode("utf-8")) if not line.isascii() else len(line)
@@ -91,6 +105,8 @@ class _Files:
     def close(self) -> None:
         self.log.close()
         self.transcript.close()
+        if self.rounds is not None:
+            self.rounds.close()
 
 
 class Journal:
@@ -191,24 +207,34 @@ def read_transcript_tail(folder: Path, max_bytes: int) -> list[TranscriptEvent]:
     stamped with the milestone (the folder's name) as they were published.
 
     A window replaying a long milestone shows only its last lines anyway; reading 50 MB
-    would cost seconds and hundreds of MB for nothing.
+    would cost seconds and hundreds of MB for nothing. Anima's lines (`ROUNDS`) go where
+    they were published among the agents' events, from the oldest of those kept.
     """
-    events: list[TranscriptEvent] = []
+    agents: list[tuple[float, TranscriptEvent]] = []
     budget = max_bytes
     for path in reversed(transcript_files(folder)):
         if budget <= 0 or not path.exists():
             continue
         size = path.stat().st_size
-        events[:0] = read_transcript(path, tail_bytes=budget, milestone_id=folder.name)
+        agents[:0] = _read_lines(path, budget, folder.name)
         budget -= size
-    return events
+    since = agents[0][0] if agents and budget <= 0 else float("-inf")
+    anima = [line for line in _read_lines(folder / ROUNDS, max_bytes, folder.name)
+             if line[0] >= since]
+    return [event for _, event in heapq.merge(agents, anima, key=lambda line: line[0])]
 
 
 def read_transcript(path: Path, tail_bytes: int | None = None,
                     milestone_id: str | None = None) -> list[TranscriptEvent]:
     """Events of a transcript file (of its last `tail_bytes`, from the first whole line);
     a torn last line (a kill mid-write) is skipped."""
-    out: list[TranscriptEvent] = []
+    return [event for _, event in _read_lines(path, tail_bytes, milestone_id)]
+
+
+def _read_lines(path: Path, tail_bytes: int | None,
+                milestone_id: str | None) -> list[tuple[float, TranscriptEvent]]:
+    """`read_transcript`, each event with the time it was written."""
+    out: list[tuple[float, TranscriptEvent]] = []
     if not path.exists():
         return out
     with path.open("rb") as raw:
@@ -224,7 +250,7 @@ def read_transcript(path: Path, tail_bytes: int | None = None,
             except json.JSONDecodeError:
                 continue
             cls = _TRANSCRIPT_TYPES.get(data.pop("type", ""))
-            data.pop("t", None)
+            written = data.pop("t", 0.0)
             if cls is None:
                 continue
             names = {f.name for f in dataclasses.fields(cls)}
@@ -233,7 +259,7 @@ def read_transcript(path: Path, tail_bytes: int | None = None,
             for k, v in kwargs.items():
                 if isinstance(v, list) and k in ("tools", "permission_denials"):
                     kwargs[k] = tuple(v)
-            out.append(cls(**kwargs))
+            out.append((float(written), cls(**kwargs)))
     return out
 
 
