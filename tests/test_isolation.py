@@ -1297,3 +1297,48 @@ def test_animas_put_back_of_a_definition_never_deletes_your_file_through_a_link(
     run_engine(project)
     assert_allowed(fake, "plant")
     assert yours.read_bytes() == before
+
+
+#: Waits for Anima's take of its store's objects to begin (its bait objects go), then puts a
+#: link to the repository's own `pack/` where the store's `pack/` was listed.
+SWAP_PACK = r'''
+import os, subprocess, sys, time
+
+common = subprocess.check_output(["git", "rev-parse", "--path-format=absolute",
+                                  "--git-common-dir"], text=True).strip()
+store = os.path.join(common, "objects")  # the Developer's own store, in the sandbox
+bait = [subprocess.check_output(["git", "hash-object", "-w", "--stdin"], text=True,
+                                input=f"bait {i} {time.time()}\n").strip() for i in range(60)]
+files = [os.path.join(store, b[:2], b[2:]) for b in bait]
+os.makedirs(os.path.join(store, "pack"), exist_ok=True)
+deadline = time.monotonic() + 20
+while all(os.path.exists(f) for f in files):
+    if time.monotonic() > deadline:
+        sys.exit("no take")
+    time.sleep(0.0005)
+os.rmdir(os.path.join(store, "pack"))
+# Outside the sandbox this path is the repository's own pack folder.
+os.symlink(os.path.join(common, "objects", "pack"), os.path.join(store, "pack"))
+print("swapped")
+'''
+
+
+def test_a_folder_of_its_store_swapped_for_a_link_mid_take_never_deletes_main_history(
+        git_repo: Path, fake: FakeClaude) -> None:
+    """Anima takes the Developer's objects in while it works: a store folder listed as a
+    folder and then swapped for a link to the repository's own `pack/` must not make Anima
+    empty that one (main's whole history)."""
+    project = project_with(git_repo, "auto")
+    run_git(project, "repack", "-adq")
+    packs = sorted(p.name for p in (project / ".git" / "objects" / "pack").iterdir())
+    assert any(name.endswith(".pack") for name in packs)
+    (fake.root / "swap.py").write_text(SWAP_PACK, encoding="utf-8")
+    race = attack(fake, "swap", f"{PY} {fake.root / 'swap.py'}")
+    fake.write_script({"developer": [{"shell": [race], "auto": True}, AUTO]})
+    run_engine(project)
+    assert_allowed(fake, "swap")
+    assert sorted(p.name for p in (project / ".git" / "objects" / "pack").iterdir()
+                  if p.name in packs) == packs
+    fsck = subprocess.run(["git", "fsck", "--full", "--no-dangling"], cwd=project,
+                          capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr

@@ -33,6 +33,9 @@ _CHUNK = 1 << 20
 #: zlib's best ratio is about 1032:1: a larger declared size is a lie.
 _MAX_RATIO = 1032
 _TAKING = threading.Lock()
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: O_NONBLOCK: a FIFO in the store opens at once (and is refused as no regular file).
+_FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 #: What a take that did not report refused, per store, for the next one that does.
 _PENDING: dict[Path, list[str]] = {}
 
@@ -77,30 +80,56 @@ def taking_objects(store: Path, common_dir: Path, every: float = 2.0) -> Iterato
 
 def _take(store: Path, common_dir: Path) -> list[str]:
     # Its packs and loose-object folders; `info/` (its alternates) stays, links are skipped.
-    folders = [f for f in (sorted(store.iterdir()) if store.is_dir() else [])
-               if (f.name == "pack" or (len(f.name) == 2 and _is_hex(f.name)))
-               and f.is_dir() and not f.is_symlink()]
+    # Each folder is opened once, without following a link, and read and emptied through
+    # that descriptor: the agent writes the store while Anima takes from it, and a folder
+    # swapped for a link to the repository's own after it was listed would have Anima
+    # delete the repository's objects.
+    folders = _open_folders(store)
     if not folders:
         return []
+    try:
+        return _take_folders(store, folders, common_dir)
+    finally:
+        for fd in folders.values():
+            os.close(fd)
+
+
+def _open_folders(store: Path) -> dict[str, int]:
+    """The store's `pack/` and loose-object folders, each opened without following a link."""
+    try:
+        names = sorted(os.listdir(store))
+    except OSError:
+        return {}
+    folders = {}
+    for name in names:
+        if name == "pack" or (len(name) == 2 and _is_hex(name)):
+            with contextlib.suppress(OSError):  # a link, a file, gone
+                folders[name] = os.open(store / name, _FOLDER_FLAGS)
+    return folders
+
+
+def _take_folders(store: Path, folders: dict[str, int], common_dir: Path) -> list[str]:
     algorithm = _object_format(common_dir)
     id_length = hashlib.new(algorithm).digest_size * 2
     refused: list[str] = []
     problems: list[str] = []
     written: set[Path] = set()
-    for folder in folders:
-        if folder.name == "pack":
-            problems += _take_packs(folder, common_dir)
+    for folder, fd in folders.items():
+        if folder == "pack":
+            problems += _take_packs(fd, common_dir)
         else:
-            for path in sorted(folder.iterdir()):
-                name = folder.name + path.name
+            for entry in sorted(os.listdir(fd)):
+                name = folder + entry
                 if len(name) != id_length or not _is_hex(name):
                     continue  # a temporary file of a git still running: the next turn's
-                taken = _take_loose(path, name, algorithm, common_dir / "objects", written)
+                taken = _take_loose(fd, entry, name, algorithm, common_dir / "objects",
+                                    written)
                 if taken is False:
                     refused.append(name)
-                path.unlink(missing_ok=True)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry, dir_fd=fd)
         with contextlib.suppress(OSError):  # empty now, unless its git wrote more meanwhile
-            folder.rmdir()
+            os.rmdir(store / folder)
     for directory in {p.parent for p in written}:
         _fsync_dir(directory)
     if refused:
@@ -123,12 +152,13 @@ def _is_hex(text: str) -> bool:
     return all(c in "0123456789abcdef" for c in text)
 
 
-def _take_loose(path: Path, name: str, algorithm: str, into: Path,
+def _take_loose(folder: int, entry: str, name: str, algorithm: str, into: Path,
                 written: set[Path]) -> bool | None:
-    """Copy one loose object file in, if it holds exactly the object `name`. False: refused;
-    None: gone (the agent's git removed it since the folder was listed)."""
+    """Copy one loose object file (`entry` in the open `folder`) in, if it holds exactly the
+    object `name`. False: refused; None: gone (the agent's git removed it since the folder was
+    listed)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(entry, _FILE_FLAGS, dir_fd=folder)
     except FileNotFoundError:
         return None
     except OSError:
@@ -198,24 +228,30 @@ def _inflated(source: BinaryIO, inflater: zlib._Decompress) -> Iterator[bytes]:
                 break
 
 
-def _take_packs(folder: Path, common_dir: Path) -> list[str]:
-    """Packs (the agent ran a `git gc` or `repack`): read through git, which checks them."""
+def _take_packs(folder: int, common_dir: Path) -> list[str]:
+    """Packs (the agent ran a `git gc` or `repack`) in the open `folder`: read through git,
+    which checks them."""
     refused = []
-    for pack in sorted(folder.glob("*.pack")):
-        if pack.is_symlink() or not pack.is_file():
+    for name in sorted(n for n in os.listdir(folder) if n.endswith(".pack")):
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=folder)
+        except OSError:
             continue
-        with pack.open("rb") as stream:
+        with os.fdopen(fd, "rb") as stream:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
             done = subprocess.run(
                 ["git", *NO_AGENT_CODE, f"--git-dir={common_dir}", "unpack-objects", "-q"],
                 stdin=stream, capture_output=True, env=git_environment(), check=False,
                 start_new_session=True)
         if done.returncode != 0:
             detail = done.stderr.decode(errors="replace").strip().splitlines()
-            refused.append(f"the pack {pack.name} the Developer's git wrote could not be "
+            refused.append(f"the pack {name} the Developer's git wrote could not be "
                            f"read ({detail[-1] if detail else done.returncode}); not taken")
-    for leftover in folder.iterdir():
-        if leftover.is_file() or leftover.is_symlink():
-            leftover.unlink(missing_ok=True)
+    for leftover in os.listdir(folder):
+        with contextlib.suppress(OSError):  # a folder, or gone
+            if not stat.S_ISDIR(os.stat(leftover, dir_fd=folder, follow_symlinks=False).st_mode):
+                os.unlink(leftover, dir_fd=folder)
     return refused
 
 
