@@ -1342,3 +1342,25 @@ def test_a_folder_of_its_store_swapped_for_a_link_mid_take_never_deletes_main_hi
     fsck = subprocess.run(["git", "fsck", "--full", "--no-dangling"], cwd=project,
                           capture_output=True, text=True)
     assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+
+
+def test_a_link_left_in_its_git_folder_before_a_kill_never_deletes_your_lock_files(
+        git_repo: Path, fake: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    """The Developer writes its worktree's git folder: a `refs` there linked to your
+    checkout, then a kill. The next start clears git's stale lock files (`*.lock` under
+    `refs/`) in every worktree's git folder: never through that link, so never your
+    `uv.lock`."""
+    project = project_with(git_repo, "auto")
+    lock = project / "uv.lock"  # yours, not committed yet
+    lock.write_text("version = 1\n", encoding="utf-8")
+    touch, marker = done_marker(fake)
+    plant = attack(fake, "plant", f'ln -s {project} "$(git rev-parse --git-dir)/refs"')
+    fake.write_script({"developer": [{"shell": [plant, touch], "hang_after": True}]})
+    first = Runner(project, fake)
+    wait_until(marker.exists, what="the Developer's link", timeout=30)
+    first.kill()
+    assert_allowed(fake, "plant")
+    second = run_to_end(project, fake)
+    assert second.proc.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
+    assert lock.read_text(encoding="utf-8") == "version = 1\n"
+    assert_merged_after_final_acceptance(project)

@@ -73,9 +73,11 @@ def wait_for_git(root: Path, timeout: float) -> list[int]:
 
 def clear_stale_locks(root: Path, git_dir: Path) -> list[str]:
     """Remove git's lock files when no git process works here; returns them, relative to
-    the git directory. Call `wait_for_git` first."""
+    the git directory. Call `wait_for_git` first. A worktree's git folder is the
+    Developer's to write: its `refs` made a link to your checkout would have every `*.lock`
+    there deleted, so a linked `refs` is not entered (nor are links below it)."""
     found = [git_dir / name for name in _TOP_LOCKS if (git_dir / name).exists()]
-    if (refs := git_dir / "refs").is_dir():
+    if (refs := git_dir / "refs").is_dir() and not refs.is_symlink():
         found += sorted(refs.rglob("*.lock"))
     if not found or git_processes(root):
         return []
