@@ -1364,3 +1364,45 @@ def test_a_link_left_in_its_git_folder_before_a_kill_never_deletes_your_lock_fil
     assert second.proc.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
     assert lock.read_text(encoding="utf-8") == "version = 1\n"
     assert_merged_after_final_acceptance(project)
+
+
+@pytest.fixture
+def ssh_agent(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Your SSH agent, listening where the sandbox hides no folder (1Password's
+    `~/.1password/agent.sock`; here a folder of /run, which only root may make), named by
+    SSH_AUTH_SOCK as Anima's environment has it."""
+    folder = Path("/run") / f"anima-test-ssh-{uuid.uuid4().hex[:12]}"
+    try:
+        folder.mkdir()
+    except PermissionError:
+        pytest.skip("only root may make a folder in /run, outside every hidden one")
+    path = folder / "agent.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(path))
+    try:
+        yield path
+    finally:
+        server.close()
+        shutil.rmtree(folder)
+
+
+def test_your_ssh_agent_is_out_of_the_sandboxs_reach(
+        git_repo: Path, fake: FakeClaude, ssh_agent: Path) -> None:
+    """Your keys are hidden (`~/.ssh`), and so must be the agent that signs with them: the
+    network is open, and it would let the Developer or its checks push or log in anywhere
+    as you."""
+    reach = fake.root / "reach_path.py"
+    reach.write_text(REACH_PATH, encoding="utf-8")
+    seen = fake.root / "seen"
+    project = project_with(git_repo, "auto",
+                           check_command=f'{PY} {reach} "${{SSH_AUTH_SOCK:-{ssh_agent}}}"')
+    fake.write_script({"developer": [{"shell": [
+        f'{PY} {reach} "${{SSH_AUTH_SOCK:-{ssh_agent}}}" > {seen}'], "auto": True}]})
+    run_engine(project)
+
+    check = next(i.check for i in record(project, "m1").iterations if i.check)
+    assert seen.read_text(encoding="utf-8").startswith("refused")
+    assert check.tail.startswith("refused"), check.tail
+    assert_merged_after_final_acceptance(project)

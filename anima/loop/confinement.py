@@ -54,6 +54,10 @@ _HIDDEN_FILES_IN_HOME = (".pypirc", ".gem/credentials", ".cargo/credentials.toml
 _HIDDEN_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock",
                    "/run/containerd/containerd.sock", "/var/run/libvirt/libvirt-sock",
                    "/var/snap/lxd/common/lxd/unix.socket", "/var/lib/incus/unix.socket")
+#: Sockets named by the environment, made unconnectable wherever they are: your SSH agent
+#: signs with the keys `~/.ssh` holds (one under /tmp or /run/user is hidden with its folder;
+#: 1Password's listens in your home), and the network is open.
+_HIDDEN_SOCKETS_FROM_ENV = ("SSH_AUTH_SOCK",)
 
 
 def sandbox_problem(mode: str) -> str | None:
@@ -155,7 +159,9 @@ class MilestoneSandbox:
 
 def _hidden_files() -> tuple[Path, ...]:
     home = [Path.home() / name for name in _HIDDEN_FILES_IN_HOME]
-    return tuple(p for p in (*home, *map(Path, _HIDDEN_SOCKETS))
+    from_env = [Path(os.environ[var]) for var in _HIDDEN_SOCKETS_FROM_ENV
+                if os.path.isabs(os.environ.get(var, ""))]
+    return tuple(p for p in (*home, *map(Path, _HIDDEN_SOCKETS), *from_env)
                  if p.exists() and not p.is_dir())
 
 
