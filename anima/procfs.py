@@ -39,10 +39,11 @@ def pids() -> list[int]:
         return []
 
 
-def _stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (index 0 is the state)."""
+def _stat(pid: int, task: str = "") -> list[str] | None:
+    """Fields of /proc/<pid>/stat (of its thread `task`) after the command name (index 0 is
+    the state)."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
+        raw = Path(f"/proc/{pid}/{f'task/{task}/' if task else ''}stat").read_bytes()
     except OSError:
         return None
     return raw[raw.rfind(b")") + 2:].decode(errors="replace").split()
@@ -53,9 +54,25 @@ _GONE = ("Z", "X")
 _STOPPED = ("T", "t")
 
 
+def _running_state(pid: int, state: str) -> str:
+    """`state` (the process's own), or for a zombie the state of a thread of it that still
+    runs: a process whose main thread ended reads as a zombie while its other threads go on
+    (and a signal to it still reaches them)."""
+    if state != "Z":
+        return state
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return state
+    for task in tasks:
+        if task != str(pid) and (fields := _stat(pid, task)) and fields[0] not in _GONE:
+            return fields[0]
+    return state
+
+
 def _state(pid: int) -> str:
     fields = _stat(pid)
-    return fields[0] if fields else "X"
+    return _running_state(pid, fields[0]) if fields else "X"
 
 
 def alive(pid: int) -> bool:
@@ -108,14 +125,28 @@ def in_tree(pid: int, root: Path) -> bool:
 
 def environ_value(pid: int, name: str) -> str | None:
     """`name` in the environment `pid` was started with; None if unset or unreadable."""
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
+    raw = _environ(pid)
+    if raw is None:
         return None
     key = name.encode() + b"="
     for item in raw.split(b"\0"):
         if item.startswith(key):
             return item[len(key):].decode(errors="replace")
+    return None
+
+
+def _environ(pid: int) -> bytes | None:
+    """`pid`'s environment as it was exec'd. A process whose main thread ended shows it no
+    more (ESRCH), its threads that go on still do."""
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for task in tasks:
+        with contextlib.suppress(OSError):
+            return Path(f"/proc/{pid}/task/{task}/environ").read_bytes()
     return None
 
 
@@ -169,7 +200,7 @@ def _children() -> tuple[dict[int, list[int]], set[int]]:
     for pid in pids():
         if (fields := _stat(pid)) is not None and len(fields) > 1:
             children.setdefault(int(fields[1]), []).append(pid)
-            if fields[0] not in _GONE:
+            if _running_state(pid, fields[0]) not in _GONE:
                 live.add(pid)
     return children, live
 

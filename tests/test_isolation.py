@@ -666,20 +666,43 @@ def test_nothing_the_developer_left_running_acts_between_its_turns(
     assert len(ticks.read_text()) == count  # the job ended with the Developer
 
 
+#: Appends a tick to argv[1] from a second thread after its main thread ended: /proc then
+#: shows the process as a zombie (its leader's state) while that thread runs on.
+ZOMBIE_LEADER = r'''
+import ctypes, sys, threading, time
+
+
+def tick():
+    while True:
+        with open(sys.argv[1], "a") as f:
+            f.write(".")
+        time.sleep(0.01)
+
+
+threading.Thread(target=tick).start()
+time.sleep(0.05)
+ctypes.CDLL(None).pthread_exit(None)  # (ctypes lets go of the GIL first)
+'''
+
+
 @pytest.mark.parametrize("mode", ["auto", "off"])
-@pytest.mark.parametrize("disguise", ["", "< /proc/$PPID/fd/0", "double fork"])
+@pytest.mark.parametrize("disguise", ["", "< /proc/$PPID/fd/0", "double fork", "zombie leader"])
 def test_the_tree_holds_still_while_it_is_reviewed(
         git_repo: Path, fake: FakeClaude, mode: str, disguise: str) -> None:
     """A job the Developer left running would go on changing its tree while the Acceptor
     reviews it. It is held from the end of the Developer's turn to the start of its next;
     also one that reads the CLI's own input (as the CLI does, which is not held), alone
-    or after leaving the CLI's process tree."""
+    or after leaving the CLI's process tree, and one whose main thread ended (/proc shows it
+    as a zombie) while another of its threads goes on."""
     project = project_with(git_repo, mode)
     ticks = fake.root / "ticks"
     loop = f"while :; do echo . >> {ticks}; sleep 0.01; done"
+    zombie = fake.root / "zombie.py"
+    zombie.write_text(ZOMBIE_LEADER, encoding="utf-8")
     job = {"": f"( {loop} ) > /dev/null 2>&1 &",
            "< /proc/$PPID/fd/0": f"( {loop} ) < /proc/$PPID/fd/0 > /dev/null 2>&1 &",
-           "double fork": f"( ( {loop} ) < /proc/$PPID/fd/0 > /dev/null 2>&1 & ) &"}[disguise]
+           "double fork": f"( ( {loop} ) < /proc/$PPID/fd/0 > /dev/null 2>&1 & ) &",
+           "zombie leader": f"{PY} {zombie} {ticks} > /dev/null 2>&1 &"}[disguise]
     seen = [fake.root / "seen-before", fake.root / "seen-after"]
     look = [f"wc -c < {ticks} > {seen[0]}", "sleep 0.5", f"wc -c < {ticks} > {seen[1]}"]
     fake.write_script({"developer": [{"shell": [job, "sleep 0.2"], "auto": True}],
