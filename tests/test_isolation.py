@@ -1429,3 +1429,53 @@ def test_your_ssh_agent_is_out_of_the_sandboxs_reach(
     assert seen.read_text(encoding="utf-8").startswith("refused")
     assert check.tail.startswith("refused"), check.tail
     assert_merged_after_final_acceptance(project)
+
+
+#: A line of processes (each forks the next and leaves at once, so the hold between turns
+#: does not catch one) that waits for the milestone's completion, then moves the branch to
+#: argv[3] after argv[4] seconds: between the check of the tip and the merge.
+MOVE_AT_MERGE = r'''
+import json, os, sys, time
+
+record, ref, evil, delay = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+while True:
+    if os.fork():
+        os._exit(0)
+    try:
+        with open(record) as f:
+            phase = json.load(f).get("phase")
+    except (OSError, ValueError):
+        phase = None
+    if phase == "completed":
+        time.sleep(delay)
+        with open(ref + ".swap", "w") as f:
+            f.write(evil + "\n")
+        os.rename(ref + ".swap", ref)
+        os._exit(0)
+'''
+
+
+@pytest.mark.parametrize("delay", [0.01, 0.02, 0.03, 0.05, 0.07])
+def test_main_gets_the_tip_the_final_acceptance_judged_even_if_the_branch_moves(
+        git_repo: Path, fake: FakeClaude, delay: float) -> None:
+    """The branch is the Developer's to write. Something of its own still running when the
+    milestone completes moves it to a commit nobody reviewed while the merge begins: main
+    gets the commit the final acceptance judged, or nothing, never that one."""
+    project = project_with(git_repo, "auto")
+    mover = fake.root / "mover.py"
+    mover.write_text(MOVE_AT_MERGE, encoding="utf-8")
+    record_file = project / ".anima" / "milestones" / "m1.json"
+    ref = project / ".git" / "refs" / "heads" / "milestone" / "m1"
+    unreviewed = ("echo unreviewed > backdoor.txt && git add backdoor.txt && "
+                  "E=$(git commit-tree $(git write-tree) -p HEAD -m 'feat: backdoor') && "
+                  "git reset -q && rm backdoor.txt && "
+                  f"({PY} {mover} {record_file} {ref} $E {delay} > /dev/null 2>&1 &)")
+    fake.write_script({"developer": [AUTO, {"shell": [unreviewed, "sleep 0.3"],
+                                            "auto": True}]})
+    run_engine(project)
+
+    assert "backdoor.txt" not in run_git(project, "ls-tree", "-r", "--name-only", "main")
+    rec = record(project, "m1")
+    final = [i for i in rec.iterations if i.kind is RoundKind.FINAL][-1]
+    if rec.merge is not None and rec.merge.merged:
+        assert run_git(project, "rev-parse", "main^2") == final.commit

@@ -109,7 +109,8 @@ class Merging(BranchOps, History, Worktrees):
         return names if code == 1 else []
 
     def merge_branch(self, branch: str, main: str, message: str,
-                     replaceable: dict[str, bytes] | None = None) -> MergeOutcome:
+                     replaceable: dict[str, bytes] | None = None,
+                     tip: str | None = None) -> MergeOutcome:
         """Merge a finished milestone branch into main with a merge commit, without checking
         anything out: whatever branch the human's checkout is on, main gets the merge.
 
@@ -121,12 +122,18 @@ class Merging(BranchOps, History, Worktrees):
         last, only from where it was read.
         `replaceable`: untracked files of the human's that the merge may replace while they
         hold exactly these bytes (memory notes the Developer started from).
+        `tip`: the commit to merge (the one a final acceptance judged; None: the branch's
+        tip). The branch is the Developer's to write: read again here, it could have moved
+        since the caller checked it, and main would get a commit nobody judged.
         """
         replaceable = replaceable or {}
         for name in (branch, main):
             if not self.branch_exists(name):
                 raise GitError(f"Cannot merge {branch} into {main}: there is no branch {name!r}")
-        before, tip = self.branch_head(main), self.branch_head(branch)
+        before = self.branch_head(main)
+        tip = self.branch_head(branch) if tip is None else self.resolve(tip)
+        if tip is None:
+            raise GitError(f"Cannot merge {branch} into {main}: its commit is missing")
         if self.is_ancestor(tip, before):
             return MergeOutcome(True, f"{main} already contains {branch}; nothing to merge")
         humans = self._humans_worktrees()

@@ -182,7 +182,8 @@ def _merge(record: MilestoneRecord, repo: GitRepo, config: Config,
                 bus.publish(LogLine(record.id, f".git/{lock} was left by a git command that "
                                                "no longer runs; removed"))
             return repo.merge_branch(branch, main, f"Merge {branch}: {record.title}",
-                                     replaceable=memory_as_started(paths, record))
+                                     replaceable=memory_as_started(paths, record),
+                                     tip=record.accepted_tip)
     except GitStopped:
         raise  # not the merge's failure: it is owed, and tried again on resume
     except AnimaError as e:
