@@ -219,7 +219,8 @@ def _below(root: int, children: dict[int, list[int]], live: set[int]) -> list[in
     return [pid for pid in found if pid in live]
 
 
-def _program(root: int, program: tuple[int, int], children: dict[int, list[int]]) -> set[int]:
+def _program(root: int, program: tuple[int, int], children: dict[int, list[int]]
+             ) -> list[int]:
     """`root` and the line of processes below it that runs the program: at each step the
     first-started child reading `program` (a wrapper, a launcher, the CLI). Any process can
     open the CLI's input through /proc and read it too; only the first of its siblings, in
@@ -227,7 +228,13 @@ def _program(root: int, program: tuple[int, int], children: dict[int, list[int]]
     line = [root]
     while kids := [pid for pid in children.get(line[-1], ()) if stdin_of(pid) == program]:
         line.append(min(kids, key=lambda pid: start_time(pid) or 0))
-    return set(line)
+    return line
+
+
+def _reaped(pids: list[int]) -> int:
+    """The page faults of the children these processes have reaped (`cminflt`): it grows
+    as an orphan that ran below them ends."""
+    return sum(int(fields[8]) for pid in pids if (fields := _stat(pid)) and len(fields) > 8)
 
 
 # --------------------------------------------------------------------------- holding
@@ -246,21 +253,40 @@ def stdin_of(pid: int) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+#: Scans in a row that must find nothing running before a hold is taken as complete.
+_QUIET_SCANS = 3
+
+
 def hold(root: int, marker: str | None, program: tuple[int, int],
-         rounds: int = 100) -> list[Held]:
+         rounds: int = 100) -> tuple[list[Held], bool]:
     """SIGSTOP every process below `root` and every one carrying `marker` (what left the
     tree keeps it) but the program itself (`_program`: the line below `root` reading
     `program`, the CLI's input; its tools read none of it). Rescans until a
     scan finds none running, so what a process forked just before it stopped is held too.
-    `release` continues them."""
+    `release` continues them. The flag: whether all is held — scans in a row found none
+    running and nothing ended below the program's wrappers meanwhile; not after `rounds`."""
     held: dict[int, int] = {}
     children, live = _children()
-    spared = _ancestry() | _program(root, program, children)
+    line = _program(root, program, children)
+    spared = _ancestry() | set(line)
+    # The wrappers around the program (a sandbox's init) reap what is orphaned below them.
+    reaped = _reaped(line[:-1])
+    quiet = 0  # scans in a row that found none running
     for _ in range(rounds):
         found = {*_below(root, children, live), *(marked(marker) if marker else ())} - spared
         fresh = [pid for pid in found if pid not in held]
         if not fresh:
-            break
+            # One scan can miss a process of such a line: it left between the listing of
+            # /proc and the read of its stat, its child came after the listing.
+            quiet += 1
+            if quiet == _QUIET_SCANS:
+                # A line of processes each forking the next and leaving is never seen
+                # running by a scan; orphaned, its ends are reaped above it meanwhile.
+                return list(held.items()), _reaped(line[:-1]) == reaped
+            time.sleep(0.003)
+            children, live = _children()
+            continue
+        quiet = 0
         for pid in fresh:
             if (started := start_time(pid)) is not None:
                 held[pid] = started
@@ -270,7 +296,7 @@ def hold(root: int, marker: str | None, program: tuple[int, int],
                 and time.monotonic() < deadline:
             time.sleep(0.001)
         children, live = _children()
-    return list(held.items())
+    return list(held.items()), False
 
 
 def release(held: list[Held]) -> None:

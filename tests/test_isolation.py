@@ -714,6 +714,52 @@ def test_the_tree_holds_still_while_it_is_reviewed(
     assert_merged_after_final_acceptance(project)
 
 
+#: A line of processes, each forking the next and leaving at once, ticking into argv[1]:
+#: whichever one a scan of /proc finds is gone before a signal lands.
+FORK_CHAIN = r'''
+import os, sys, time
+
+last = 0.0
+while True:
+    if os.fork():
+        os._exit(0)
+    if time.monotonic() - last > 0.01:
+        last = time.monotonic()
+        with open(sys.argv[1], "a") as f:
+            f.write(".")
+'''
+
+
+def test_a_fork_chain_the_developer_left_is_stopped_before_the_review(
+        git_repo: Path, fake: FakeClaude) -> None:
+    """A line of processes each forking the next could never be held between turns (each
+    scan found none running): it went on writing the tree while it was checked and
+    reviewed. Confined, a hold that cannot settle stops the Developer with its sandbox,
+    which ends everything started in it; the round's notes say so. (Unconfined, what is
+    orphaned leaves Anima's sight: docs/guarantees.md.)"""
+    project = project_with(git_repo, "auto")
+    ticks, chain = fake.root / "ticks", fake.root / "chain.py"
+    chain.write_text(FORK_CHAIN, encoding="utf-8")
+    seen = [fake.root / "seen-before", fake.root / "seen-after"]
+    look = [f"wc -c < {ticks} > {seen[0]}", "sleep 0.5", f"wc -c < {ticks} > {seen[1]}"]
+    fake.write_script({"developer": [{"shell": [f"{PY} {chain} {ticks} > /dev/null 2>&1 &",
+                                                "sleep 0.2"], "auto": True}],
+                       "acceptor": [{"shell": look, "auto": True}]})
+    try:
+        run_engine(project)
+        count = len(ticks.read_text())
+        time.sleep(0.3)
+        assert len(ticks.read_text()) == count  # it did not outlive the run
+    finally:
+        chain.write_text("", encoding="utf-8")
+    before, after = (int(path.read_text()) for path in seen)
+    assert before > 0 and after == before
+    notes = "\n".join(record(project, "m1").notes + [
+        n for it in record(project, "m1").iterations for n in it.notes])
+    assert "kept forking faster than they could be held" in notes
+    assert_merged_after_final_acceptance(project)
+
+
 #: Writes a result for the CLI whose pid is argv[1] into that CLI's own output, as if the CLI
 #: had ended its turn: a report of the commit checked out.
 FORGE_RESULT = r'''

@@ -198,6 +198,7 @@ class AgentProcess:
         self._interrupt_sent = False
         self._stopping = False
         self._went_on = False
+        self._held_still = True
 
     def stop(self, grace: float = 5.0) -> None:
         """End the process in steps and reap it (see `PtyProcess.stop`)."""
@@ -285,6 +286,12 @@ class AgentProcess:
         return taken
 
     @property
+    def held_still(self) -> bool:
+        """Whether everything the agent left running was held after its last turn
+        (`procfs.hold`); if not, only stopping it (its sandbox: all it started) ends them."""
+        return self._held_still
+
+    @property
     def went_on(self) -> bool:
         """Whether the CLI worked (spoke, called a tool, gave a result) after a turn had
         ended: a result that ended a turn before the CLI's own would be one it did not give
@@ -357,8 +364,8 @@ class AgentProcess:
                 st = os.fstat(proc.stdin.fileno())
                 # Confined, nothing leaves the sandbox's process tree; unconfined, what left
                 # it (a daemon) still carries the marker.
-                self._held = procfs.hold(proc.pid, None if self._confine else self._marker,
-                                         (st.st_dev, st.st_ino))
+                self._held, self._held_still = procfs.hold(
+                    proc.pid, None if self._confine else self._marker, (st.st_dev, st.st_ino))
 
     def _release(self) -> None:
         held, self._held = self._held, []

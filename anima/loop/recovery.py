@@ -146,6 +146,10 @@ class TrackedAgent:
     def went_on(self) -> bool:
         return bool(self._agent.went_on)
 
+    @property
+    def held_still(self) -> bool:
+        return bool(self._agent.held_still)
+
     def send(self, prompt: str) -> Any:
         return self._agent.send(prompt)
 

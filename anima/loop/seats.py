@@ -49,6 +49,9 @@ class Agent(Protocol):
     @property
     def went_on(self) -> bool: ...
 
+    @property
+    def held_still(self) -> bool: ...
+
     def send(self, prompt: str) -> TurnResult: ...
 
     def take_unclaimed(self) -> list[TurnResult]: ...
@@ -226,6 +229,8 @@ class Seats:
                     raise Stopped
                 result = agent.send(prompt)
                 self._claim(agent)
+                if not agent.held_still:
+                    self._stop_unheld(role)
                 if self.control.stop.is_set():  # an interrupted turn's result: not an answer
                     self.ledger.account(result)  # though spent all the same
                     raise Stopped
@@ -290,6 +295,18 @@ class Seats:
         if self._remote_refs is None:
             self._remote_refs = remote_refs(self.root)
         return self._remote_refs
+
+    def _stop_unheld(self, role: str) -> None:
+        """What the agent left running could not be held (it forks on and on): it would go
+        on writing the tree while it is checked and reviewed. Stopping the agent ends it
+        (confined, with the sandbox: everything started in it); it resumes its session next
+        turn."""
+        what = (f"the {role} left processes running that kept forking faster than they "
+                "could be held; its agent was stopped with them (it resumes its session "
+                "next turn)")
+        self._log(what)
+        self.ledger.note(what)
+        self.drop(role)
 
     def check_pushes(self, who: str, before: RefMap) -> None:
         """A push the tool rules missed (an agent's, or the checks' running the Developer's
