@@ -219,12 +219,14 @@ def agent_burst(milestone_id: str, role: str, n: int) -> list[Any]:
 
 
 class Streamer(threading.Thread):
-    """Both agents of one milestone, `LINES_PER_S` lines a second each, on the engine's bus
-    from a thread of its own (as agent reader threads publish)."""
+    """Both agents of one milestone, `lines_per_s` lines a second each, on the engine's bus
+    from a thread of its own (as agent reader threads publish). The rate may be changed while
+    it runs."""
 
-    def __init__(self, bus: Any, milestone_id: str) -> None:
+    def __init__(self, bus: Any, milestone_id: str, lines_per_s: float = LINES_PER_S) -> None:
         super().__init__(name=f"stream-{milestone_id}", daemon=True)
         self.bus, self.milestone_id = bus, milestone_id
+        self.lines_per_s = lines_per_s
         self.stop = threading.Event()
         self.lines = 0
 
@@ -233,8 +235,10 @@ class Streamer(threading.Thread):
 
         n = 0
         next_at = time.perf_counter()
-        per_tick = max(1, round(LINES_PER_S * TICK_S / 10))  # bursts of ~10 lines
         while not self.stop.is_set():
+            # Bursts of ~10 lines; a slow stream has fewer of them, not smaller ones.
+            tick = max(TICK_S, 10 / self.lines_per_s)
+            per_tick = max(1, round(self.lines_per_s * tick / 10))
             for role in ("developer", "acceptor"):
                 for _ in range(per_tick):
                     n += 1
@@ -244,8 +248,68 @@ class Streamer(threading.Thread):
                 if n % 100 < per_tick:
                     self.bus.publish(ev.ContextUsage(role, "s", 60_000 + 10 * (n % 5000),
                                                      200_000, milestone_id=self.milestone_id))
-            next_at += TICK_S
+            next_at += tick
             time.sleep(max(0.0, next_at - time.perf_counter()))
+
+
+class Responsiveness:
+    """A 1 ms timer on the GUI thread measuring its own gaps (a stall as the user feels it)
+    and the GUI thread's CPU time between them (our own share of it, which a loaded machine,
+    other processes on the cores, does not stretch)."""
+
+    def __init__(self) -> None:
+        self.gaps: list[float] = []
+        self.cpu_gaps: list[float] = []
+        self.wall = self.cpu = 0.0
+
+    def run(self, app: Any, seconds: float, each_second: Any = None) -> None:
+        """Turn the event loop for `seconds`, calling `each_second()` once a second."""
+        from PySide6.QtCore import QElapsedTimer, Qt, QTimer
+
+        clock = QElapsedTimer()
+        ticker = QTimer()
+        ticker.setTimerType(Qt.TimerType.PreciseTimer)
+        ticker.setInterval(1)
+        last = [0.0, time.thread_time()]
+
+        def on_tick() -> None:
+            now, cpu_now = clock.nsecsElapsed() / 1e6, time.thread_time()
+            self.gaps.append(now - last[0])
+            self.cpu_gaps.append((cpu_now - last[1]) * 1000)
+            last[:] = [now, cpu_now]
+
+        ticker.timeout.connect(on_tick)
+        cpu_start, wall_start = time.thread_time(), time.perf_counter()
+        clock.start()
+        last[1] = cpu_start
+        ticker.start()
+        end = time.monotonic() + seconds
+        next_second = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            app.processEvents()
+            if each_second is not None and time.monotonic() >= next_second:
+                each_second()
+                next_second += 1.0
+            time.sleep(0.0005)
+        ticker.stop()
+        self.wall = time.perf_counter() - wall_start
+        self.cpu = time.thread_time() - cpu_start
+
+    @property
+    def worst_ms(self) -> float:
+        return max(0.0, max(self.gaps, default=0.0) - 1.0)
+
+    @property
+    def worst_own_ms(self) -> float:
+        return max(self.cpu_gaps, default=0.0)
+
+    @property
+    def cpu_percent(self) -> float:
+        return self.cpu / self.wall * 100 if self.wall else 0.0
+
+    @property
+    def ticks_per_s(self) -> float:
+        return len(self.gaps) / self.wall if self.wall else 0.0
 
 
 def rss_mb() -> float:
@@ -262,8 +326,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-up", type=float, default=25.0)
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import QElapsedTimer, Qt, QTimer
-
     from ui.app import styled_application
 
     app = styled_application()
@@ -276,24 +338,6 @@ def main(argv: list[str] | None = None) -> int:
             window.open_page(milestone_id)
         window.tabs.setCurrentIndex(0)  # the board on screen, the pages in the background
         streamers = [Streamer(window.engine.bus, m) for m in running]
-        gaps: list[float] = []
-        clock = QElapsedTimer()
-        ticker = QTimer()
-        ticker.setTimerType(Qt.TimerType.PreciseTimer)
-        ticker.setInterval(1)
-        last = [0.0]
-        # The GUI thread's own CPU time between ticks: a stall of ours, which a loaded
-        # machine (other processes on the cores) does not stretch.
-        cpu_gaps: list[float] = []
-        last_cpu = [time.thread_time()]
-
-        def on_tick() -> None:
-            now, cpu_now = clock.nsecsElapsed() / 1e6, time.thread_time()
-            gaps.append(now - last[0])
-            cpu_gaps.append((cpu_now - last_cpu[0]) * 1000)
-            last[0], last_cpu[0] = now, cpu_now
-
-        ticker.timeout.connect(on_tick)
         gc.collect()
         gc.freeze()
         for streamer in streamers:
@@ -302,23 +346,12 @@ def main(argv: list[str] | None = None) -> int:
         while time.monotonic() < warm_until:
             app.processEvents()
             time.sleep(0.001)
-        rss_start, cpu_start, wall_start = rss_mb(), time.thread_time(), time.perf_counter()
+        rss_start = rss_mb()
         lines_start = sum(s.lines for s in streamers)
-        clock.start()
-        last_cpu[0] = time.thread_time()
-        ticker.start()
         samples: list[float] = []
-        end = time.monotonic() + args.seconds
-        next_sample = time.monotonic() + 1.0
-        while time.monotonic() < end:
-            app.processEvents()
-            if time.monotonic() >= next_sample:
-                samples.append(rss_mb())
-                next_sample += 1.0
-            time.sleep(0.0005)
-        ticker.stop()
-        cpu = (time.thread_time() - cpu_start) / (time.perf_counter() - wall_start) * 100
-        wall = time.perf_counter() - wall_start
+        probe = Responsiveness()
+        probe.run(app, args.seconds, lambda: samples.append(rss_mb()))
+        cpu, wall = probe.cpu_percent, probe.wall
         lines = sum(s.lines for s in streamers) - lines_start
         rss_end = rss_mb()
         for streamer in streamers:
@@ -331,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             app.processEvents()
             time.sleep(0.01)
 
-    worst = max(0.0, max(gaps, default=0.0) - 1.0)
+    worst = probe.worst_ms
     # Growth: the last quarter's peak against the first quarter's, per minute, times five.
     quarter = max(1, len(samples) // 4)
     growth = max(samples[-quarter:], default=rss_end) - max(samples[:quarter], default=rss_start)
@@ -344,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
           f"from {len(streamers)} milestones x 2 agents); live cards: "
           f"{sum(1 for text in cards.values() if 'pytest' in text)}/{len(cards)}")
     print(f"worst stall        {worst:>10.1f}  ms        target < {TARGET_STALL_MS:.0f}"
-          f"   {mark(worst < TARGET_STALL_MS)}   ({len(gaps):,} ticks)")
-    print(f"  of it our own    {max(cpu_gaps, default=0.0):>10.1f}  ms        (the most CPU time "
+          f"   {mark(worst < TARGET_STALL_MS)}   ({len(probe.gaps):,} ticks)")
+    print(f"  of it our own    {probe.worst_own_ms:>10.1f}  ms        (the most CPU time "
           f"the GUI thread spent between two ticks; load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores)")
     print(f"GUI thread CPU     {cpu:>10.1f}  % of one core")
