@@ -269,10 +269,36 @@ def test_scrollback_is_capped(qtbot, bus) -> None:
     for i in range(1000):
         pane.feed(ev.AssistantText("developer", f"line {i}"))
         if i % 150 == 0:
-            pane.flush()  # several flushes: the cap holds across document swaps
+            pane.flush()  # several flushes: the cap holds across trims
     text = shown(qtbot, pane)
     assert pane.view.line_count <= 100 and pane.view.document().blockCount() <= 100
     assert text.endswith("line 999") and "line 0\n" not in text
+
+
+def test_a_full_pane_keeps_nearly_its_whole_scrollback_and_the_readers_place(qtbot) -> None:
+    """Past the cap the oldest lines go a twentieth of the cap at a time: the pane still holds
+    nearly the cap (not half of it), and a reader scrolled up keeps the line they read."""
+    pane = AgentPane("developer", max_lines=200)
+    qtbot.addWidget(pane)
+    pane.resize(500, 300)
+    pane.show()
+    view = pane.view
+
+    def top_line() -> str:
+        return view.cursorForPosition(view.viewport().rect().topLeft()).block().text()
+
+    wraps = " and a long line of agent prose that wraps in the pane" * 3  # every third line
+    pane.feed_many([ev.AssistantText("developer", f"line {i}{wraps * (i % 3 == 0)}")
+                    for i in range(200)])
+    shown(qtbot, pane)
+    view.verticalScrollBar().setSliderPosition(150)  # the user drags the scroll bar up
+    reading = top_line()
+    for batch in range(4):
+        pane.feed_many([ev.AssistantText("developer", f"more {batch}.{i}{wraps * (i % 3 == 0)}")
+                        for i in range(30)])
+        text = shown(qtbot, pane)
+        assert 190 <= view.line_count <= 200 and text.endswith(f"more {batch}.29")
+        assert top_line() == reading and not view.following
 
 
 def test_auto_scroll_pauses_while_the_user_reads_and_resumes_at_the_bottom(qtbot,
