@@ -254,6 +254,15 @@ class Compacted(AgentEvent):
 
 
 @dataclass(frozen=True)
+class SandboxFailure(AgentEvent):
+    """The CLI's own sandbox cannot start a command: every command the agent runs fails the
+    same way, and the CLI tells only the model why (codex sends no item for such a command),
+    so the log and the round's notes must. `message` says what failed and what to do."""
+
+    message: str
+
+
+@dataclass(frozen=True)
 class RawOutput(AgentEvent):
     """A line that was not stream-json (crash trace, warning): shown, never lost."""
 

@@ -206,8 +206,8 @@ def test_a_resume_asks_for_no_turn_history() -> None:
     deprecated"); Anima reads only the thread's id and model from the answer."""
     conv = CodexBackend({}).conversation(DEVELOPER, session_id="t-1", resume=True,
                                          system_prompt="x", role_config=Config().developer)
-    resume = [json.loads(line) for line in conv.opening().splitlines()][-1]
-    assert resume["method"] == "thread/resume"
+    (resume,) = [m for m in map(json.loads, conv.opening().splitlines())
+                 if m["method"] == "thread/resume"]
     assert resume["params"] == {"threadId": "t-1", "excludeTurns": True}
 
 

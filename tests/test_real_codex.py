@@ -514,3 +514,22 @@ def test_a_codex_session_past_the_rollover_share_continues_in_a_fresh_thread(
     assert developer and developer[0].tokens > developer[0].window / 100 > 0
     assert developer[0].old_session in threads and rec.sessions.developer in threads
     assert developer[0].old_session != rec.sessions.developer
+
+
+def test_a_codex_sandbox_that_cannot_start_a_command_is_said(
+        real_codex_bin: str, tmp_path: Path, git_repo: Path) -> None:
+    """Unconfined, the Acceptor runs in Codex's own read-only sandbox, which cannot start a
+    command when CODEX_HOME is under /tmp (nor nested in Anima's as root). Codex then sends
+    no item for the command at all: only the model saw "bwrap: …", and it reviewed blind
+    while the log and the record said nothing."""
+    repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin), sandbox="off")
+    with ResponsesStub(default=for_codex(ProbingAcceptor("git log -1; echo probed"))) as stub:
+        result = run_headless(repo, real_codex_env(stub, tmp_path / "codex-home"))
+    assert_ran(result)
+    said = "acceptor: Codex's own sandbox cannot start a command"
+    assert said in (repo / ".anima" / "logs" / "m1.log").read_text(encoding="utf-8")
+    assert f"[anima] {said}" in result.stdout
+    notes = record(repo, "m1").iterations[0].notes
+    assert any(said in n and "bwrap: execvp codex-linux-sandbox" in n for n in notes), notes
+    assert "developer: Codex's own sandbox" not in result.stdout  # full access: it works

@@ -24,6 +24,7 @@ from anima.events import (
     EventBus,
     Notice,
     RateLimitChanged,
+    SandboxFailure,
     SessionStarted,
     ToolUse,
     TurnResult,
@@ -336,6 +337,8 @@ class Seats:
             self.rate_limits[event.role] = event
         elif isinstance(event, ApiRetry):
             self._log(f"{event.role}: {event.describe()}")
+        elif isinstance(event, SandboxFailure):
+            self.ledger.note(f"{event.role}: {event.message}")
         elif (isinstance(event, SessionStarted) and event.model
               and getattr(self.record.sessions, event.role, None) in (
                   event.session_id, self._opening.get(event.role))):

@@ -36,6 +36,7 @@ from anima.events import (
     Event,
     RateLimitChanged,
     RawOutput,
+    SandboxFailure,
     SessionStarted,
     Thinking,
     ToolResult,
@@ -52,6 +53,13 @@ _WINDOWS = {300: "five_hour", 10080: "seven_day"}
 _RETRY_COUNT = re.compile(r"\b(\d+)/(\d+)\b")
 _OPEN_ID = "anima-open"
 _INIT_ID = "anima-init"
+#: `true` run through the sandbox the turns get (`command/exec`): where Codex's own sandbox
+#: cannot start a command, codex sends no item for any command the model runs, and only the
+#: model reads the "bwrap: …" it got back.
+_PROBE_ID = "anima-sandbox-probe"
+_PROBE_ADVICE = ("every command this agent runs fails the same way, and only its model sees "
+                 "why. Unconfined, Codex's sandbox needs CODEX_HOME outside /tmp; inside "
+                 "Anima's sandbox, leave `sandbox_mode` out of the role's extra_args")
 
 
 def build_argv(binary_argv: list[str], role_config: RoleConfig, *,
@@ -163,7 +171,9 @@ class CodexConversation:
                      "params": {"developerInstructions": self._system_prompt}}
         return (_line({"method": "initialize", "id": _INIT_ID, "params": {
                     "clientInfo": {"name": "anima", "title": "Anima", "version": "1"}}})
-                + _line({"method": "initialized"}) + _line(start))
+                + _line({"method": "initialized"}) + _line(start)
+                + _line({"method": "command/exec", "id": _PROBE_ID,
+                         "params": {"command": ["true"]}}))
 
     def user_message(self, prompt: str) -> bytes:
         self._next_id += 1
@@ -213,9 +223,21 @@ class CodexConversation:
                 self.thread_id = str(thread.get("id") or self.thread_id)
                 self.model = str((result or {}).get("model") or thread.get("model") or "")
             return [SessionStarted(role=self.role, session_id=self.thread_id, model=self.model)]
+        if obj.get("id") == _PROBE_ID:
+            return self._probed(obj.get("result"))
         if error is not None and str(obj.get("id", "")).startswith("anima-turn-"):
             return [self._result(False, "error", message, None)]  # the turn never started
         return []
+
+    def _probed(self, result: Any) -> list[Event]:
+        """The sandbox probe's answer (none from a codex without `command/exec`)."""
+        if not isinstance(result, dict) or _int(result.get("exitCode")) == 0:
+            return []
+        why = clean_text(str(result.get("stderr") or "")).strip() or \
+            f"exit code {_int(result.get('exitCode'))}"
+        return [SandboxFailure(role=self.role, message=(
+            f"Codex's own sandbox cannot start a command (`true` failed: {why}): "
+            + _PROBE_ADVICE))]
 
     def _notification(self, method: str, params: dict[str, Any]) -> list[Event]:
         item = params.get("item")
