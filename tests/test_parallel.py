@@ -579,3 +579,24 @@ def test_one_milestones_developer_cannot_move_a_branch_made_after_it_started(
     assert subprocess.run(["git", "merge-base", "--is-ancestor", a_first, "milestone/b"],
                           cwd=git_repo).returncode == 1
     assert "restarted on its session" in (git_repo / ".anima" / "logs" / "a.log").read_text()
+
+
+def test_one_milestones_agent_events_stay_out_of_anothers_round(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bus carries every running milestone's agent events. A milestone's seats took all
+    of them: another's Developer's context rolled this one's session over, and its tool calls
+    and context were counted in this one's rounds."""
+    features = [f"Part {i}" for i in range(1, 7)]
+    make_project(git_repo, {i: milestone_md(i.capitalize(), features) for i in ("big", "small")},
+                 config={"usage_limit_margin_seconds": 0, "context_rollover_percent": 50})
+    own_dirs(fake_claude, ["big", "small"],
+             big={"developer_default": {"auto": True, "delay": 0.3, "context_tokens": 180_000}},
+             small={"developer_default": {"auto": True, "delay": 0.3, "context_tokens": 1_000}})
+    fake_claude.use_env(monkeypatch)
+    run_engine(git_repo)
+    small = record(git_repo, "small")
+    assert small.status is MilestoneStatus.COMPLETED, small.pause_reason
+    assert {it.context["developer"].tokens for it in small.iterations
+            if "developer" in it.context} == {1_000}
+    assert small.rollovers == []
+    assert record(git_repo, "big").rollovers  # its own context does roll it over

@@ -18,6 +18,7 @@ from anima.errors import AgentCrashed, AnimaError, SessionLost, TurnTimeout
 from anima.events import (
     ACCEPTOR,
     DEVELOPER,
+    AgentEvent,
     ApiRetry,
     Compacted,
     ContextUsage,
@@ -321,7 +322,10 @@ class Seats:
         self.ledger.note(what)
 
     def on_event(self, event: object) -> None:
-        """What the agents' events tell the seats and the round in flight."""
+        """What this milestone's agents' events tell the seats and the round in flight (the
+        bus carries every running milestone's)."""
+        if not isinstance(event, AgentEvent) or event.milestone_id != self.record.id:
+            return
         if isinstance(event, ToolUse) and event.role == DEVELOPER and self.ledger.round:
             self.ledger.round.tool_calls += 1
         elif isinstance(event, ContextUsage):
