@@ -533,3 +533,32 @@ def test_a_codex_sandbox_that_cannot_start_a_command_is_said(
     notes = record(repo, "m1").iterations[0].notes
     assert any(said in n and "bwrap: execvp codex-linux-sandbox" in n for n in notes), notes
     assert "developer: Codex's own sandbox" not in result.stdout  # full access: it works
+
+
+def test_an_approval_codex_asks_for_is_refused_at_once(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """A role's extra_args may set another approval policy (or a tool server ask); nobody
+    answers an unattended run: the request is refused at once, and the turn goes on instead of
+    waiting for the idle timeout (a timeout counted as the Developer's rejection)."""
+    escalated = {"cmd": "echo escalated", "sandbox_permissions": "require_escalated",
+                 "justification": "needs it"}
+    config = Config.model_validate({"developer": {"extra_args": [
+        "-c", 'approval_policy="on-request"', "-c", 'sandbox_mode="workspace-write"']}})
+    backend = CodexBackend({})
+    with ResponsesStub() as stub:
+        stub.push(Reply(calls=[("exec_command", escalated)]), "done")
+        agent = AgentProcess(DEVELOPER, backend.find(real_codex_bin),
+                             backend.profile(DEVELOPER, config, git_repo), git_repo, EventBus(),
+                             session_id="", turn_timeout=60, idle_timeout=20,
+                             env=real_codex_env(stub, codex_home), dialect=backend)
+        agent.start()
+        try:
+            started = time.monotonic()
+            result = agent.send("go")
+            took = time.monotonic() - started
+        finally:
+            agent.stop()
+        (refused,) = tool_outputs(stub.requests[-1])
+    assert result.text == "done" and took < 10
+    assert "escalated" not in refused.replace("echo escalated", "")
+    assert "codex asked 'item/commandExecution/requestApproval'" in agent.stderr_tail

@@ -115,6 +115,12 @@ class Conversation(Protocol):
         """One stdout line in, its typed events out."""
         ...
 
+    def replies(self) -> bytes:
+        """The answers to what the lines parsed so far asked of Anima (b"": nothing asked),
+        written to stdin at once: nobody answers an unattended run, and a CLI that waited
+        for an answer would wait until the idle timeout."""
+        ...
+
 
 class Dialect(Protocol):
     """One agent CLI's command line, wire format and error language."""

@@ -235,6 +235,9 @@ class AgentProcess:
     def _on_line(self, is_stdout: bool, line: bytes) -> None:
         if is_stdout:
             events = self._conv.parse(line)
+            if replies := self._conv.replies():  # not from the reader: stdin may be busy
+                threading.Thread(target=self._reply, args=(replies,), daemon=True,
+                                 name=f"anima-{self.role}-reply").start()
         else:
             text = clean_text(line.decode("utf-8", errors="replace")).rstrip()
             events = [RawOutput(role=self.role, text=text)] if text.strip() else []
@@ -480,11 +483,21 @@ class AgentProcess:
         self.stop(grace=0.5)
 
     def _send_control(self, data: bytes) -> None:
-        """Write one control line; waits for a prompt being written so lines never interleave."""
+        """Write one control line (an interrupt)."""
+        self._interrupt_sent = True
+        self._write_line(data)
+
+    def _reply(self, data: bytes) -> None:
+        """Answer what the CLI asked; a process that is gone needs no answer."""
+        with contextlib.suppress(AgentError, OSError):
+            self._write_line(data)
+
+    def _write_line(self, data: bytes) -> None:
+        """Write lines outside a turn's prompt; waits for a prompt being written so lines
+        never interleave."""
         proc = self._io.proc
         if proc is None or proc.stdin is None or proc.stdin.closed:
             raise AgentError(f"{self.role} agent is not running")
-        self._interrupt_sent = True
         fd = proc.stdin.fileno()
         view = memoryview(data)
         deadline = time.monotonic() + 2.0

@@ -36,6 +36,9 @@ class ClaudeConversation:
     def parse(self, line: bytes) -> list[Event]:
         return protocol.parse_line(self._role, line, self._meter)
 
+    def replies(self) -> bytes:
+        return b""  # no permission prompt tool: it asks nothing
+
 
 class ClaudeBackend:
     """Claude Code in print mode with stream-json on both sides."""

@@ -156,6 +156,7 @@ class CodexConversation:
         self._seen_total: dict[str, int] = {}
         self.model = ""
         self._unpriced_said = False
+        self._replies = b""  # answers to its requests, not written yet
 
     # --- what Anima writes ----------------------------------------------------------------
 
@@ -187,6 +188,10 @@ class CodexConversation:
         return _line({"method": "turn/interrupt", "id": f"anima-stop-{self._next_id}",
                       "params": {"threadId": self.thread_id, "turnId": self._turn_id}})
 
+    def replies(self) -> bytes:
+        replies, self._replies = self._replies, b""
+        return replies
+
     # --- what it prints -------------------------------------------------------------------
 
     def parse(self, line: bytes) -> list[Event]:
@@ -202,10 +207,11 @@ class CodexConversation:
             return [RawOutput(role=self.role, text=cleaned)] if cleaned.strip() else []
         if "method" not in obj:
             return self._response(obj)
-        if "id" in obj:  # a request to Anima: with approvals off none should come
-            return [RawOutput(role=self.role, text=f"codex asked {obj['method']!r}, which Anima "
-                              "does not answer (approvals are off); the idle timeout ends "
-                              "the turn if it waits for it")]
+        if "id" in obj:  # a request to Anima (an approval the role's extra_args turned on)
+            self._replies += _line({"id": obj["id"], "error": {
+                "code": -32000, "message": "refused: Anima runs unattended, nobody answers"}})
+            return [RawOutput(role=self.role, text=f"codex asked {obj['method']!r}, which "
+                              "nobody answers in an unattended run: refused")]
         params = obj.get("params")
         return self._notification(str(obj["method"]), params if isinstance(params, dict) else {})
 
