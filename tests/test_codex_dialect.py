@@ -19,9 +19,11 @@ LINES = Path(__file__).resolve().parent / "fixtures" / "cli_lines"
 PRICE = ModelPrice(input=2.0, cached_input=0.5, output=8.0)
 
 
-def replay(name: str, prices: dict[str, ModelPrice] | None = None) -> list[Event]:
+def replay(name: str, prices: dict[str, ModelPrice] | None = None,
+           resume: bool = False) -> list[Event]:
     backend = CodexBackend({"gpt-stub": PRICE} if prices is None else prices)
-    conversation = backend.conversation(DEVELOPER, session_id="", resume=False,
+    conversation = backend.conversation(DEVELOPER, session_id="t-1" if resume else "",
+                                        resume=resume,
                                         system_prompt="x", role_config=Config().developer)
     events: list[Event] = []
     for line in (LINES / f"codex-{name}-0.169.0.jsonl").read_bytes().splitlines():
@@ -104,7 +106,7 @@ def test_a_5xx_past_the_retries_is_transient_and_an_interrupt_is_a_stop() -> Non
 
 
 def test_a_thread_that_is_gone_is_a_lost_session() -> None:
-    result = result_of(replay("noconv"))
+    result = result_of(replay("noconv", resume=True))
     assert CodexBackend({}).session_lost(result) and "no rollout found" in result.text
 
 

@@ -562,3 +562,24 @@ def test_an_approval_codex_asks_for_is_refused_at_once(
     assert result.text == "done" and took < 10
     assert "escalated" not in refused.replace("echo escalated", "")
     assert "codex asked 'item/commandExecution/requestApproval'" in agent.stderr_tail
+
+
+def test_a_codex_that_cannot_start_a_thread_pauses_saying_why(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """A Codex config that names no usable provider fails `thread/start`: that is this
+    machine's set-up, not an API outage. It was sent again on a thread that never opened
+    ("invalid thread id"), and the pause named that, with "resume when it works again"."""
+    repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin))
+    with ResponsesStub(default=for_codex(PairModel())) as stub:
+        env = real_codex_env(stub, codex_home)
+        config = codex_home / "config.toml"
+        config.write_text(config.read_text(encoding="utf-8").replace(
+            'model_provider = "stub"', 'model_provider = "nowhere"'), encoding="utf-8")
+        result = run_headless(repo, env)
+    assert_ran(result, 3)
+    rec = record(repo, "m1")
+    assert rec.status is MilestoneStatus.PAUSED and rec.iterations == []
+    reason = rec.pause_reason or ""
+    assert "Model provider `nowhere` not found" in reason and "config.toml" in reason
+    assert "sending the prompt again" not in result.stdout

@@ -34,6 +34,7 @@ def clean_text(raw: str) -> str:
 class FaultKind(StrEnum):
     STOPPED = "stopped"  # Anima's own interrupt ended the turn
     AUTH = "auth"  # not logged in, bad or expired key
+    SETUP = "setup"  # the CLI cannot start a session as this machine configures it
     USAGE_LIMIT = "usage_limit"  # a subscriber's limit is used up until its reset
     PROMPT_TOO_LONG = "prompt_too_long"
     TRANSIENT = "transient"  # overloaded, 5xx, a plain 429, a dropped connection, the unknown

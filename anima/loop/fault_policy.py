@@ -30,8 +30,8 @@ class AgentFault(AnimaError):
 
 
 class NotLoggedIn(AgentFault):
-    """The agent CLI cannot use the API at all (no login, a bad key): a set-up error on this
-    machine, not anything the agents did."""
+    """The agent CLI cannot use the API at all (no login, a bad key, a config it cannot
+    start a session with): a set-up error on this machine, not anything the agents did."""
 
 
 def not_logged_in(fault: Fault) -> NotLoggedIn:
@@ -66,7 +66,7 @@ class FaultPolicy:
     def handle(self, role: str, fault: Fault) -> Retry:
         """Wait as the fault requires and say how to retry; raise AgentFault to pause."""
         who = role.capitalize()
-        if fault.kind is FaultKind.AUTH:
+        if fault.kind in (FaultKind.AUTH, FaultKind.SETUP):
             raise not_logged_in(fault)
         if fault.kind is FaultKind.USAGE_LIMIT:
             self._wait_for_reset(fault)

@@ -6,7 +6,9 @@
 - a refused key: `{"httpConnectionFailed": {"httpStatusCode": 401}}`, "unexpected status 401
   Unauthorized: …"; no key at all: "Missing environment variable: `OPENAI_API_KEY`";
 - a 5xx that outlasted the CLI's retries: `internalServerError` (or `serverOverloaded`);
-- a context that no longer fits: `contextWindowExceeded`.
+- a context that no longer fits: `contextWindowExceeded`;
+- a config it cannot start a thread with: `thread/start` answers an error ("failed to load
+  configuration: Model provider `x` not found").
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import re
 import time
 from datetime import datetime, timedelta
 
-from anima.agents.codex.protocol import INTERRUPTED, SESSION_LOST
+from anima.agents.codex.protocol import INTERRUPTED, NOT_STARTED, SESSION_LOST
 from anima.agents.dialect import Fault, FaultKind
 from anima.events import RateLimitChanged, TurnResult
 
@@ -37,6 +39,12 @@ def login_advice(message: str) -> str:
             "set OPENAI_API_KEY (or the key your Codex provider names); then resume")
 
 
+def setup_advice(message: str) -> str:
+    return (f"codex could not start a thread ({message}): fix its configuration (config.toml "
+            "in CODEX_HOME, ~/.codex by default, or the role's extra_args in "
+            ".anima/config.json); then resume")
+
+
 def classify(result: TurnResult, rate_limit: RateLimitChanged | None = None,
              now: float | None = None) -> Fault | None:
     """The fault behind a failed turn, or None for a real reply. `rate_limit` is the latest
@@ -55,6 +63,8 @@ def classify(result: TurnResult, rate_limit: RateLimitChanged | None = None,
                      limit_type=known.limit_type if known else "")
     if status in (401, 403) or kind in _AUTH_KINDS or _AUTH_TEXT.search(text):
         return Fault(FaultKind.AUTH, text, status, advice=login_advice(text))
+    if result.subtype == NOT_STARTED:
+        return Fault(FaultKind.SETUP, text, status, advice=setup_advice(text))
     if kind == "contextWindowExceeded" or _TOO_LONG_TEXT.search(text):
         return Fault(FaultKind.PROMPT_TOO_LONG, text, status)
     return Fault(FaultKind.TRANSIENT, text or result.subtype, status)

@@ -46,6 +46,8 @@ from anima.events import (
 
 #: Result subtypes this dialect gives (the loop reads faults, not these).
 SESSION_LOST = "session_lost"
+#: A new thread codex could not start (its config names no usable provider, model…).
+NOT_STARTED = "thread_not_started"
 INTERRUPTED = "interrupted"
 
 #: A plan window's length in minutes -> its name in Anima's events.
@@ -222,7 +224,7 @@ class CodexConversation:
             if error is not None:
                 return [TurnResult(role=self.role, text=message or "the thread was not found",
                                    is_error=True, session_id=self.thread_id,
-                                   subtype=SESSION_LOST)]
+                                   subtype=SESSION_LOST if self._resume else NOT_STARTED)]
             result = obj.get("result")
             thread = result.get("thread") if isinstance(result, dict) else None
             if isinstance(thread, dict):
