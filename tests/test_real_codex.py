@@ -583,3 +583,35 @@ def test_a_codex_that_cannot_start_a_thread_pauses_saying_why(
     reason = rec.pause_reason or ""
     assert "Model provider `nowhere` not found" in reason and "config.toml" in reason
     assert "sending the prompt again" not in result.stdout
+
+
+def test_a_model_changed_in_the_config_holds_for_a_resumed_codex_thread(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """`thread/resume` keeps the model the thread last used, whatever `-c model=` says: a
+    Developer's model changed in `.anima/config.json` before a restart was ignored, while
+    the record and `anima status` named the new one."""
+    repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin))
+    with ResponsesStub(default=for_codex(PairModel())) as stub:
+        stub.push(Reply(text="thinking…", delay=60))  # the first turn hangs on the model
+        env = real_codex_env(stub, codex_home)
+        first = subprocess.Popen(
+            [sys.executable, "-m", "anima", "run", str(repo), "--headless"],
+            env={k: v for k, v in {**os.environ, **env}.items() if k != "CLAUDECODE"},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+        try:
+            stub.wait_for_requests(1, timeout=60)
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.communicate(timeout=30)
+        thread = record(repo, "m1").sessions.developer
+        config = repo / ".anima" / "config.json"
+        settings = json.loads(config.read_text(encoding="utf-8"))
+        settings["developer"]["model"] = "gpt-other"
+        config.write_text(json.dumps(settings), encoding="utf-8")
+        result = run_headless(repo, env)
+        resumed = [r["model"] for r in stub.requests[1:] if r["prompt_cache_key"] == thread]
+    assert_ran(result)
+    assert resumed and set(resumed) == {"gpt-other"}
+    assert record(repo, "m1").sessions.developer == thread

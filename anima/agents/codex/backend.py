@@ -78,7 +78,8 @@ class CodexBackend:
     def conversation(self, role: str, *, session_id: str, resume: bool,
                      system_prompt: str, role_config: RoleConfig) -> protocol.CodexConversation:
         return protocol.CodexConversation(role, thread_id=session_id if resume else None,
-                                          system_prompt=system_prompt, prices=self.prices)
+                                          system_prompt=system_prompt, prices=self.prices,
+                                          model=role_config.model)
 
     def session_lost(self, result: TurnResult) -> bool:
         return faults.session_lost(result)

@@ -142,8 +142,10 @@ class CodexConversation:
     """One app-server process's wire state: its thread, the turn in flight, what it spent."""
 
     def __init__(self, role: str, *, thread_id: str | None, system_prompt: str,
-                 prices: dict[str, ModelPrice]) -> None:
+                 prices: dict[str, ModelPrice], model: str | None = None) -> None:
         self.role = role
+        #: The role's configured model: a resumed thread keeps its last one without it.
+        self._model = model
         self.thread_id = thread_id or ""
         self._resume = thread_id is not None
         self._system_prompt = system_prompt
@@ -167,8 +169,10 @@ class CodexConversation:
         if self._resume:
             # Only the id and model are read back: no turn history (asked for, codex says
             # "Full-history hydration is deprecated").
-            start = {"method": "thread/resume", "id": _OPEN_ID,
-                     "params": {"threadId": self.thread_id, "excludeTurns": True}}
+            params: dict[str, Any] = {"threadId": self.thread_id, "excludeTurns": True}
+            if self._model:
+                params["model"] = self._model
+            start = {"method": "thread/resume", "id": _OPEN_ID, "params": params}
         else:
             start = {"method": "thread/start", "id": _OPEN_ID,
                      "params": {"developerInstructions": self._system_prompt}}
