@@ -615,3 +615,36 @@ def test_a_model_changed_in_the_config_holds_for_a_resumed_codex_thread(
     assert_ran(result)
     assert resumed and set(resumed) == {"gpt-other"}
     assert record(repo, "m1").sessions.developer == thread
+
+
+def test_what_a_crashed_codex_turn_spent_counts(real_codex_bin: str, codex_home: Path,
+                                                git_repo: Path) -> None:
+    """Codex reports each model call's tokens as it goes; a process that died mid-turn had
+    spent them all the same (its retried turn spends again). They were dropped with it."""
+    repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin))
+    with ResponsesStub(default=for_codex(PairModel())) as stub:
+        # One paid call, then the turn hangs on the model until the process is killed.
+        stub.push(Reply(commands=["echo one"]), Reply(text="thinking…", delay=60))
+        env = real_codex_env(stub, codex_home)
+        run = subprocess.Popen(
+            [sys.executable, "-m", "anima", "run", str(repo), "--headless"],
+            env={k: v for k, v in {**os.environ, **env}.items() if k != "CLAUDECODE"},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            start_new_session=True, text=True)
+        try:
+            stub.wait_for_requests(2, timeout=60)
+            time.sleep(1)  # its usage notification is out
+            (developer,) = json.loads((repo / ".anima" / "agents.json").read_text())["agents"]
+            os.kill(developer["pid"], signal.SIGKILL)
+            out, _ = run.communicate(timeout=150)
+        finally:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+                run.communicate()
+        answered = [r for i, r in enumerate(stub.requests) if i != 1]  # not the hung call
+    assert run.returncode == 0, out[-3000:]
+    assert "developer crashed" in out
+    rec = record(repo, "m1")
+    assert rec.usage.input_tokens == sum(len(json.dumps(r["input"])) // 4 for r in answered)
+    assert rec.cost_usd == pytest.approx(sum(i.cost_usd for i in rec.iterations))

@@ -116,6 +116,12 @@ class Conversation(Protocol):
         """One stdout line in, its typed events out."""
         ...
 
+    def unsettled(self) -> TurnResult | None:
+        """What the process spent that no result carried yet (it died, or was stopped, in
+        the middle of a turn), as a result no turn takes; None when nothing is known (a CLI
+        that states its spend only in its results)."""
+        ...
+
     def replies(self) -> bytes:
         """The answers to what the lines parsed so far asked of Anima (b"": nothing asked),
         written to stdin at once: nobody answers an unattended run, and a CLI that waited

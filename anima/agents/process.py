@@ -209,6 +209,7 @@ class AgentProcess:
             self._stopping = True
             self._release()
         self._io.stop(grace)
+        self._settle()
         self._publish_exit(expected=True)
         log.info("%s agent stopped (exit %s)", self.role, proc.returncode)
 
@@ -280,6 +281,14 @@ class AgentProcess:
                 with self._cond:
                     self._results.append(event)
                     self._cond.notify_all()
+
+    def _settle(self) -> None:
+        """What the process spent in a turn it did not finish (its reader is done): no
+        result carries it, yet it counts (`take_unclaimed`)."""
+        if (spent := self._conv.unsettled()) is not None:
+            spent = self._with_turn_cost(spent)
+            with self._cond:
+                self._unclaimed.append(spent)
 
     def take_unclaimed(self) -> list[TurnResult]:
         """The results no turn took since the last call (a timed-out turn's, one that came
@@ -462,6 +471,7 @@ class AgentProcess:
             self._io.wait(5.0)
         self._io.kill_stragglers()
         self._io.close_reader()
+        self._settle()
         self._publish_exit(expected=False)
         outcome = self.outcome
         assert outcome is not None

@@ -39,6 +39,9 @@ class ClaudeConversation:
     def replies(self) -> bytes:
         return b""  # no permission prompt tool: it asks nothing
 
+    def unsettled(self) -> TurnResult | None:
+        return None  # its spend is in its results only
+
 
 class ClaudeBackend:
     """Claude Code in print mode with stream-json on both sides."""

@@ -198,6 +198,13 @@ class CodexConversation:
         replies, self._replies = self._replies, b""
         return replies
 
+    def unsettled(self) -> TurnResult | None:
+        """The model calls codex reported since the last result: paid, whatever became of
+        the turn."""
+        if not (self._spend.input or self._spend.output):
+            return None
+        return self._result(False, "error", "the process ended before its turn did", None)
+
     # --- what it prints -------------------------------------------------------------------
 
     def parse(self, line: bytes) -> list[Event]:
