@@ -648,3 +648,35 @@ def test_what_a_crashed_codex_turn_spent_counts(real_codex_bin: str, codex_home:
     rec = record(repo, "m1")
     assert rec.usage.input_tokens == sum(len(json.dumps(r["input"])) // 4 for r in answered)
     assert rec.cost_usd == pytest.approx(sum(i.cost_usd for i in rec.iterations))
+
+
+def test_a_codex_sub_agent_left_running_is_named_when_the_round_is_rejected(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """A sub-agent the Developer started and did not wait for works on after its turn (in
+    codex's own process, which nothing holds), so the round is rejected; the reason blamed a
+    result "one of its tools wrote", which told neither the user nor the Developer what to
+    change."""
+    pair = for_codex(PairModel())
+    spawned: list[bool] = []
+
+    def model(request: dict[str, Any]) -> Reply:
+        if codex_prompts(request)[-1:] == ["child task"]:
+            return Reply(text="CHILD-DONE", delay=2)
+        if ACCEPTOR_MARK in all_text(request):
+            return Reply(text=pair(request).text, delay=3)  # the sub-agent answers meanwhile
+        if not spawned:
+            spawned.append(True)
+            return Reply(calls=[("multi_agent_v1.spawn_agent", {"message": "child task"})])
+        outputs = tool_outputs(request)
+        if len(outputs) == 1:  # the spawn's: on with the feature as if asked afresh
+            return pair({**request, "input": request["input"][:-2]})
+        return pair(request)
+
+    repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin))
+    with ResponsesStub(default=model) as stub:
+        result = run_headless(repo, real_codex_env(stub, codex_home))
+    assert_ran(result)
+    first = record(repo, "m1").iterations[0]
+    assert first.verdict is Verdict.REJECTED
+    assert "a sub-agent it started" in first.reason and "wait for" in first.reason

@@ -767,17 +767,20 @@ class MilestoneRun:
             raise AgentCrashed(f"{role} could not go on: its worktree was deleted") from e
 
     def _developer_went_on(self, during: str) -> None:
-        """A Developer turn that ended on a result its CLI did not give (one of its tools
-        can write to the CLI's output) goes on: the tree may have changed while `during`
-        looked at it. The Developer is stopped (it resumes its session next turn) and the
-        round rejected."""
+        """A Developer that works on after its turn ended (a sub-agent it started and left
+        running, which nothing holds inside codex's own process, or a turn ended on a result
+        its CLI did not give: one of its tools can write to the CLI's output): the tree may
+        have changed while `during` looked at it. The Developer is stopped (it resumes its
+        session next turn) and the round rejected."""
         if not self.seats.went_on(DEVELOPER):
             return
         self.seats.drop(DEVELOPER)
         self.branch.settle()
         problem = (f"the Developer went on working after its turn had ended, during {during} "
-                   "(the result that ended it was not its CLI's: one its tools wrote?), so "
-                   "the tree may have changed while it was looked at; Anima stopped it")
+                   "(a sub-agent it started and did not wait for, or a result one of its tools "
+                   "wrote that ended the turn early), so the tree may have changed while it "
+                   "was looked at; Anima stopped it: wait for your sub-agents before you "
+                   "report")
         self._log(problem)
         self.branch.guarded.append(problem)
 
