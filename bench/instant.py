@@ -46,6 +46,7 @@ class Clock:
 
 class InstantAgent:
     went_on = False
+    held_still = True
 
     def __init__(self, role: str, repo: Path, clock: Clock, session_id: str) -> None:
         self.role, self.repo, self.clock, self.session_id = role, repo, clock, session_id
