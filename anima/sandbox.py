@@ -117,7 +117,8 @@ class Confinement:
     #: Folders and files bound read-write (the worktree, `git_writable`'s paths; none for a
     #: read-only reviewer).
     writable: tuple[Path, ...] = ()
-    #: Existing paths bound read-only on top of a writable bind (other branches' ref files).
+    #: Existing paths bound read-only on top of a writable bind (other branches' ref files;
+    #: the reviewer's CLI instructions in its home).
     protected: tuple[Path, ...] = ()
     #: Bound read-write elsewhere, as (real path, where it appears): the CLI's login file in
     #: the private HOME; the Developer's own object store over the repository's `objects/`.
@@ -307,6 +308,22 @@ def own_file(path: Path) -> None:
     elif os.path.lexists(path):
         path.unlink()
     path.touch(mode=0o600)
+
+
+def own_paths(home: Path, names: tuple[str, ...]) -> list[Path]:
+    """`names` under `home` made as `own_dir` (a name ending in "/") or `own_file` (an empty
+    one where there was none), to be bound read-only over themselves: a path that did not
+    exist would be created through the writable home."""
+    made = []
+    for name in names:
+        path = home / name
+        own_dir(path.parent)
+        if name.endswith("/"):
+            own_dir(path)
+        else:
+            own_file(path)
+        made.append(path)
+    return made
 
 
 def prepare_home(home: Path, identity: tuple[str | None, str | None]) -> None:

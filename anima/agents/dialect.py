@@ -164,6 +164,9 @@ class Backend(Dialect, Protocol):
     #: The model API its account speaks ("anthropic", "openai"): Anima's own summaries and
     #: token counts use Anthropic's, so they run only beside a backend that speaks it.
     api: str
+    #: What the CLI reads in its HOME as its user's instructions and settings (folders end in
+    #: "/"): read-only to a confined reviewer, whose commands run the Developer's code.
+    home_config: tuple[str, ...]
 
     def find(self, configured: str | None, roles: tuple[str, ...] = ()) -> AgentBinary:
         """The CLI to run: `configured`, else its environment variable, else PATH; raises

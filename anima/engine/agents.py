@@ -147,7 +147,8 @@ class AgentFactory:
         publisher = MilestonePublisher(
             self.bus, milestone_id, lambda e: describe_tool(e.tool, e.input, cwd))
         backend = self.backend(role)
-        confine = sandbox.confine(role, backend.prepare_home) if sandbox else None
+        confine = (sandbox.confine(role, backend.prepare_home, backend.home_config)
+                   if sandbox else None)
         home = sandbox.home(role) if sandbox is not None and confine is not None else None
         profile = backend.profile(role, self.config, cwd, confined=confine is not None)
         agent = AgentProcess(role, self.binary(role), profile, cwd, publisher, dialect=backend,

@@ -117,10 +117,13 @@ class MilestoneSandbox:
         """The private HOME of `role`'s processes (kept across restarts: its CLI's sessions)."""
         return self.paths.agent_state(self.id, role) / "home"
 
-    def confine(self, role: str, cli_home: CliHome | None = None) -> Confine | None:
+    def confine(self, role: str, cli_home: CliHome | None = None,
+                cli_config: tuple[str, ...] = ()) -> Confine | None:
         """How to wrap a process of `role` ("developer", "acceptor", "checks", "setup"), or
         None when processes run unconfined. `cli_home` fills the private HOME with what the
-        agent's CLI needs (its backend's), returning files to bind read-write."""
+        agent's CLI needs (its backend's), returning files to bind read-write; `cli_config`:
+        what that CLI reads there as its user's instructions (`Backend.home_config`), which a
+        reviewer's commands run the Developer's code and must not write."""
         if not self.active:
             return None
         worktree = self.paths.worktree(self.id)
@@ -138,6 +141,8 @@ class MilestoneSandbox:
         state, home = self.paths.agent_state(self.id, role), self.home(role)
         sandbox.prepare_home(home, self._user_identity())
         rw_files = cli_home(home, Path.home()) if cli_home is not None else ()
+        if role in _READS_ONLY:
+            protected += sandbox.own_paths(home, cli_config)
         c = sandbox.Confinement(
             cwd=worktree, home=home, tmp=state / "tmp",
             writable=(*writable, *git.writable, *extra),

@@ -48,6 +48,9 @@ class ClaudeBackend:
 
     name = "claude"
     api = "anthropic"
+    home_config = tuple(f".claude/{name}" for name in (
+        "CLAUDE.md", "settings.json", "settings.local.json", "commands/", "agents/", "skills/",
+        "hooks/", "output-styles/", "plugins/", "rules/"))
 
     def argv(self, binary_argv: list[str], role_config: RoleConfig, *, session_id: str,
              resume: bool, system_prompt: str, session_model: str | None = None) -> list[str]:

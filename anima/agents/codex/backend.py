@@ -66,6 +66,9 @@ class CodexBackend:
 
     name = "codex"
     api = "openai"
+    home_config = (*(f".codex/{name}" for name in (
+        "AGENTS.md", "AGENTS.override.md", "config.toml", "hooks.json", "hooks/", "skills/",
+        "rules/", "prompts/", "memories/", "plugins/")), ".agents/")
 
     def __init__(self, prices: dict[str, ModelPrice]) -> None:
         self.prices = prices
