@@ -1064,6 +1064,73 @@ def test_the_developer_cannot_delete_or_rewrite_the_repositorys_objects(
     assert f"({readme[:12]}); not taken" in notes
 
 
+#: A commit whose tree holds `.GIT/config` (git's fsck: hasDotgit), made the branch's tip.
+DOTGIT_COMMIT = (
+    "blob=$(echo '[core]' | git hash-object -w --stdin) && "
+    "sub=$(printf '100644 blob %s\\tconfig\\n' $blob | git mktree) && "
+    "tree=$( (git ls-tree HEAD; printf '040000 tree %s\\t.GIT\\n' $sub) | git mktree) && "
+    "c=$(git commit-tree $tree -p HEAD -m 'feat: F1') && git reset -q --soft $c")
+
+
+def host_refuses(project: Path, tmp_path: Path) -> str:
+    """What a host that checks pushes (`receive.fsckObjects`, as GitHub does) says to a push of
+    main ("" when it takes it)."""
+    host = tmp_path / "host.git"
+    run_git(tmp_path, "init", "-q", "--bare", str(host))
+    run_git(host, "config", "receive.fsckObjects", "true")
+    push = subprocess.run(["git", "push", "-q", str(host), "main"], cwd=project,
+                          capture_output=True, text=True)
+    return "" if push.returncode == 0 else push.stderr
+
+
+@pytest.mark.parametrize("then", ["", " && echo f1 > f1.txt && git add f1.txt && "
+                                      "git commit -qm 'feat: F1'"],
+                         ids=["at-the-tip", "deleted-by-the-next-commit"])
+def test_a_tree_git_refuses_is_rejected_before_review_and_never_reaches_main(
+        git_repo: Path, fake: FakeClaude, tmp_path: Path, then: str) -> None:
+    """A commit whose tree holds `.GIT/config` (git refuses to check it out; its fsck, and a
+    host that checks pushes with it, refuse the tree): at the branch's tip, Anima could not
+    commit the round's leftovers on it and the milestone failed for good; deleted again by
+    the next commit, the round was reviewed and main's history held it. The round is
+    rejected before review, naming the commit; the branch goes back to before it and the
+    next round goes on."""
+    project = project_with(git_repo, "auto")
+    fake.write_script({"developer": [
+        {"shell": [attack(fake, "forge", DOTGIT_COMMIT + then)], "text": report()},
+        AUTO]})
+    _, outcome = run_engine(project)
+
+    assert_allowed(fake, "forge")
+    rec = record(project, "m1")
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED and "hasDotgit" in first.reason, first.reason
+    bad = run_git(project, "rev-parse", f"refs/anima/refused-trees/m1/1~{1 if then else 0}")
+    assert bad[:7] in first.reason
+    assert outcome.paused == ()
+    assert_merged_after_final_acceptance(project)
+    assert host_refuses(project, tmp_path) == ""
+
+
+def test_a_path_git_refuses_left_uncommitted_never_reaches_main(
+        git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """`.g<U+200C>it/` is `.git/` to a Mac's checkout; git on Linux indexes it, so Anima's
+    own commit of the leftovers would carry it to main. That commit is checked as well."""
+    project = project_with(git_repo, "auto")
+    name = "$(printf '.g\\342\\200\\214it')"
+    fake.write_script({"developer": [
+        {"shell": [attack(fake, "plant", f'mkdir "{name}" && echo x > "{name}/config"')],
+         "text": report()},
+        {"shell": [f'rm -rf "{name}"'], "auto": True}, AUTO]})
+    _, outcome = run_engine(project)
+
+    assert_allowed(fake, "plant")
+    first = record(project, "m1").iterations[0]
+    assert first.verdict is Verdict.REJECTED and "hasDotgit" in first.reason, first.reason
+    assert outcome.paused == ()
+    assert_merged_after_final_acceptance(project)
+    assert host_refuses(project, tmp_path) == ""
+
+
 def test_the_changes_view_shows_a_commit_of_the_turn_still_running(
         git_repo: Path, fake: FakeClaude) -> None:
     """The commit's objects are in the Developer's own store until its turn ends; the

@@ -271,10 +271,11 @@ class BranchOps(RepoBase):
                 target.unlink()
         return self.head()
 
-    def reset_branch(self, branch: str, commit: str) -> None:
-        """Put `branch` back at `commit`; when it is checked out here, its files follow."""
+    def reset_branch(self, branch: str, commit: str, *, keep_files: bool = False) -> None:
+        """Put `branch` back at `commit`; when it is checked out here, its files follow (or,
+        `keep_files`, stay as they are, their differences uncommitted)."""
         if self.current_branch() != branch:
             self.keep_ref(f"refs/heads/{branch}", commit)
             return
-        self._run(["reset", "-q", "--hard", self._rev_arg(commit)],
+        self._run(["reset", "-q", "--soft" if keep_files else "--hard", self._rev_arg(commit)],
                   what=f"Cannot reset {branch} to {short_hash(commit)} in {self.root}")

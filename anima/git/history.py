@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import tempfile
 import uuid
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
 
 from anima.errors import GitError
@@ -18,6 +20,7 @@ from anima.git.repo import (
 
 _FULL_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _CHUNK = 1 << 20
+_OBJECT_ID = re.compile(r"\b[0-9a-f]{40}(?:[0-9a-f]{24})?\b")
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,53 @@ class History(RepoBase):
                                                                             wanted):
                     return commit, current, True
         return None
+
+    def first_refused_tree(self, since: str, tip: str, main: str | None = None
+                           ) -> tuple[str, str, str] | None:
+        """The oldest commit of `since..tip` (and not of `main`) that adds a tree git's own
+        checks refuse (an entry named `.git` in any spelling some system's checkout takes for
+        it, `.`, `..`, an empty name, one with `/`): (commit, the tree's folder, git's
+        words), or None. git will not check out or index such a path, and a host that checks
+        pushes refuses a history holding it. Only the trees these commits add are checked,
+        by git itself (`index-pack --strict` of a pack of them): two git calls, whatever the
+        size of the repository."""
+        revs = [f"{self._rev_arg(since)}..{self._rev_arg(tip)}",
+                *([f"^{self._rev_arg(main)}"] if main else [])]
+        what = f"Cannot check the trees of {short_hash(since)}..{short_hash(tip)}"
+        _, pack, _ = self._run(["pack-objects", "-q", "--revs", "--stdout",
+                                "--filter=object:type=tree"],
+                               stdin="".join(f"{rev}\n" for rev in revs).encode(), what=what)
+        with tempfile.TemporaryDirectory(prefix="anima-trees-") as folder:
+            (Path(folder) / "trees.pack").write_bytes(pack)
+            code, _, err = self._run(["index-pack", "--strict", "-o", f"{folder}/trees.idx",
+                                      f"{folder}/trees.pack"], check=False)
+        if code == 0:
+            return None
+        added = self._added_trees(revs, what)
+        for line in err.splitlines():  # "error: object <id>: hasDotgit: contains '.git'"
+            if (tree := next((i for i in _OBJECT_ID.findall(line) if i in added), None)):
+                first, where = added[tree]
+                words = line.removeprefix("error: ").removeprefix("fatal: ")
+                return first, where, words.replace(f"object {tree}: ", "")
+        self._failed(["index-pack", "--strict"], what, err.strip())
+
+    def _added_trees(self, revs: Sequence[str], what: str) -> dict[str, tuple[str, str]]:
+        """Each tree the commits of `revs` add: (the oldest commit that has it, its folder)."""
+        # each new object after the first commit that has it, with its path
+        _, listed, _ = self._run(["rev-list", "--objects", "--in-commit-order", "--reverse",
+                                  *revs, "--"], what=what)
+        _, typed, _ = self._run(["cat-file", "--batch-check=%(objecttype) %(objectname) %(rest)"],
+                                stdin=listed, what=what)
+        added: dict[str, tuple[str, str]] = {}
+        commit = ""
+        for line in os.fsdecode(typed).splitlines():
+            kind, _, rest = line.partition(" ")
+            name, _, folder = rest.partition(" ")
+            if kind == "commit":
+                commit = name
+            elif kind == "tree":
+                added.setdefault(name, (commit, folder))
+        return added
 
     def _blob_holds(self, commit: str, path: str, wanted: Sequence[bytes]) -> bool:
         """Whether the file (none when the commit deletes it) holds a value, read in

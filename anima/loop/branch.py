@@ -274,20 +274,22 @@ class BranchKeeper:
         return (note + f". Accepted commits must stay as they are: add new commits on top "
                        f"of {last[:7]} (you can cherry-pick from {ref}).")
 
-    def _put_back(self, to: str, ref: str, tip: str | None) -> str | None:
+    def _put_back(self, to: str, ref: str, tip: str | None, *, keep_files: bool = False
+                  ) -> str | None:
         """Reset the milestone branch to `to`, keeping what it had (`tip`) under `ref`; the
-        uncommitted work in its tree is committed on it first, or the reset would take it.
-        Returns what was kept."""
+        uncommitted work in its tree is committed on it first, or the reset would take it
+        (`keep_files`: the tree and index stay as they are instead, when `tip` holds a tree
+        git can commit nothing on). Returns what was kept."""
         rec, rnd = self.record, self.ledger.round
         assert rec.branch_name
-        if self.repo.current_branch() == rec.branch_name:
+        if not keep_files and self.repo.current_branch() == rec.branch_name:
             self.repo.commit_leftovers(
                 f"chore(anima): uncommitted work of round {rnd.round if rnd else rec.rounds + 1}"
                 ", kept before the branch is put back", keep_out=self._secrets())
             tip = self.repo.head()
         if tip is not None:
             self.repo.keep_ref(ref, tip)
-        self.repo.reset_branch(rec.branch_name, to)
+        self.repo.reset_branch(rec.branch_name, to, keep_files=keep_files)
         self.refresh()
         return tip
 
@@ -329,6 +331,37 @@ class BranchKeeper:
                f"`git rm --cached {where}` before you commit (it stays in your tree)")
         return (f"{note}. Redo the work without it: `git cherry-pick -n` the commits you "
                 f"need, then {fix}.")
+
+    def trees_refused(self, since: str | None = None) -> str | None:
+        """A commit since the last accepted one (or since `since`) whose tree git refuses (a
+        `.GIT/` folder: see `first_refused_tree`) never reaches a review or main: git cannot
+        commit the round's leftovers on it, and a host that checks pushes would refuse main.
+        The branch goes back to before it (the commits are kept under a local ref), its tree
+        and index as they are, and the round is rejected for it. Returns the rejection, or
+        None."""
+        rec, rnd = self.record, self.ledger.round
+        tips = self._known()
+        if not tips.branch or not rec.branch_name:
+            return None
+        found = self.repo.first_refused_tree(since or self._since(), tips.branch, tips.main)
+        if found is None:
+            return None
+        commit, folder, why = found
+        parent, last = self.repo.resolve(f"{commit}^"), self._since()
+        # not before the last accepted commit, when the round rewrote history too
+        back_to = parent if parent and self.repo.is_ancestor(last, parent) else last
+        ref = f"refs/anima/refused-trees/{rec.id}/{rnd.round if rnd else rec.rounds + 1}"
+        self._put_back(back_to, ref, tips.branch, keep_files=True)
+        note = (f"{commit[:7]} commits a tree git refuses (in {folder or 'the top folder'}: "
+                f"{why}): git cannot check it out, and a host that checks pushes refuses it; "
+                f"Anima put {rec.branch_name} back to {back_to[:7]}, with your files as they "
+                f"are, and kept the commits under {ref} (on this machine only)")
+        if rnd is not None:
+            rnd.notes.append(note)
+        self._log(note)
+        return (f"{note}. Commit your work again without that path: a name git itself would "
+                "take for its own folder (`.git` in any case or spelling), `.`, `..`, an "
+                "empty one or one holding `/`.")
 
     def after_developer_turn(self, findings: TurnFindings, settled: list[str]) -> None:
         """Undo what a Developer turn may not do, and say so; the round is rejected for it.

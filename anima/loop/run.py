@@ -429,13 +429,16 @@ class MilestoneRun:
         rnd = self.ledger.round
         assert rnd is not None
         rnd.report = report.text
-        if (rewritten := self.branch.history_rewritten()) is not None:
-            self._reject(rewritten)
+        # first the trees: git can neither switch to nor commit on a tip holding one it refuses
+        if (refused := self.branch.trees_refused() or self.branch.history_rewritten()
+                ) is not None:
+            self._reject(refused)
             return None
         self.branch.back_on_branch(fresh=False)
         leftover = self.branch.commit_round_work(report)
-        if (secret := self.branch.secrets_committed()) is not None:
-            self._reject(secret)
+        if (refused := (leftover and self.branch.trees_refused(f"{leftover}^"))
+                or self.branch.secrets_committed()) is not None:
+            self._reject(refused)
             return None
         if self.branch.guarded:
             self._reject("")
