@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -312,6 +313,18 @@ class Responsiveness:
         return len(self.gaps) / self.wall if self.wall else 0.0
 
 
+def close_window(app: Any, window: Any, streamers: Sequence[Streamer] = ()) -> None:
+    """Stop the streams, close the window and give its engine 20 s to stop."""
+    for streamer in streamers:
+        streamer.stop.set()
+        streamer.join()
+    window.close_without_asking()
+    stop_by = time.monotonic() + 20
+    while window.engine is not None and time.monotonic() < stop_by:
+        app.processEvents()
+        time.sleep(0.01)
+
+
 def rss_mb() -> float:
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
@@ -358,11 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             streamer.stop.set()
             streamer.join()
         cards = {m: window.board.cards[m].lines["developer"].toolTip() for m in running}
-        window.close_without_asking()
-        stop_by = time.monotonic() + 20
-        while window.engine is not None and time.monotonic() < stop_by:
-            app.processEvents()
-            time.sleep(0.01)
+        close_window(app, window)
 
     worst = probe.worst_ms
     # Growth: the last quarter's peak against the first quarter's, per minute, times five.

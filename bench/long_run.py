@@ -196,6 +196,7 @@ def write_transcript(repo: Path, milestone_id: str, megabytes: int) -> int:
 def replay_stall(repo: Path) -> tuple[float, float, int]:
     """Part 2: open the window on the project as after a restart; worst GUI-thread gap, in
     wall time and in the GUI thread's own CPU time (which a loaded machine does not stretch)."""
+    from board import close_window
     from PySide6.QtCore import QElapsedTimer, QSettings, QTimer
 
     from anima.engine.facade import Engine
@@ -249,11 +250,7 @@ def replay_stall(repo: Path) -> tuple[float, float, int]:
     while time.monotonic() < settle:
         app.processEvents()
     timer.stop()
-    window.close_without_asking()
-    stop_by = time.monotonic() + 20
-    while window.engine is not None and time.monotonic() < stop_by:
-        app.processEvents()
-        time.sleep(0.01)
+    close_window(app, window)
     return max(0.0, max(gaps, default=0.0) - 1.0), max(cpu_gaps, default=0.0), size
 
 

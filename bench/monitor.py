@@ -29,7 +29,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from board import Responsiveness, Streamer, agent_burst, make_project, open_window, start_running
+from board import (
+    Responsiveness,
+    Streamer,
+    agent_burst,
+    close_window,
+    make_project,
+    open_window,
+    start_running,
+)
 
 TARGET_STALL_MS = 100.0
 RATES = (50, 1000)  # lines a second per agent
@@ -85,14 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             laid_out = sum(p.lines_rendered for p in page.monitor.panes.values()) - shown
             following = sum(p.view.following for p in page.monitor.panes.values())
             results.append((rate, probe, laid_out, following))
-        for streamer in streamers:
-            streamer.stop.set()
-            streamer.join()
-        window.close_without_asking()
-        stop_by = time.monotonic() + 20
-        while window.engine is not None and time.monotonic() < stop_by:
-            app.processEvents()
-            time.sleep(0.01)
+        close_window(app, window, streamers)
 
     def mark(good: bool) -> str:
         return "ok" if good else "MISSED"

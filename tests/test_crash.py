@@ -120,20 +120,28 @@ def test_a_signal_stops_both_agents_within_seconds_and_the_next_run_resumes(
     assert resumed["resume"] and RECOVERY_MARK in resumed["prompt"]
 
 
+def git_shim(tmp_path: Path, fake: FakeClaude, words: str, then: str
+             ) -> tuple[Path, dict[str, str]]:
+    """A `git` first on PATH that, for a command holding `words`, touches `git.busy` beside
+    it and runs `then` before the real git; and the environment of a run that uses it."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(
+        f'#!/bin/sh\ncase " $* " in *"{words}"*) touch "$0.busy"; {then};; esac\n'
+        f'exec {shutil.which("git")} "$@"\n', encoding="utf-8")
+    (shim / "git").chmod(0o755)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
+           "ANIMA_CLAUDE_COMMAND": fake.command, **fake.env,
+           "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    return shim, env
+
+
 def test_ctrl_c_while_anima_runs_git_is_a_stop_not_a_failure(
         project: Path, fake_claude: FakeClaude, tmp_path: Path,
         our_processes: Callable[[], list[int]]) -> None:
     """A terminal's Ctrl+C reaches its whole foreground process group: a git Anima was
     running died of it, and the milestone ended `failed` ("Cannot add a worktree")."""
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "git").write_text(
-        '#!/bin/sh\ncase " $* " in *" worktree add "*) touch "$0.busy"; sleep 2;; esac\n'
-        f'exec {shutil.which("git")} "$@"\n', encoding="utf-8")
-    (shim / "git").chmod(0o755)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
-           "ANIMA_CLAUDE_COMMAND": fake_claude.command, **fake_claude.env,
-           "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    shim, env = git_shim(tmp_path, fake_claude, " worktree add ", "sleep 2")
     anima = subprocess.Popen([sys.executable, "-m", "anima", "run", str(project), "--headless"],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, text=True,
@@ -161,16 +169,8 @@ def test_a_stop_while_the_merge_waits_on_git_leaves_the_merge_owed_not_failed(
     """A stop ends a git command of Anima's that only reads (anima.git.watch): one the merge
     into main waited for made the merge "failed" (main never got the milestone by itself);
     it stays owed, and the next run merges it."""
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "git").write_text(
-        '#!/bin/sh\ncase " $* " in *" --diff-filter=A "*) touch "$0.busy"\n'
-        "  sleep 60 >/dev/null 2>&1 & trap 'kill $!; exit 143' TERM; wait $!;; esac\n"
-        f'exec {shutil.which("git")} "$@"\n', encoding="utf-8")
-    (shim / "git").chmod(0o755)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
-           "ANIMA_CLAUDE_COMMAND": fake_claude.command, **fake_claude.env,
-           "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    shim, env = git_shim(tmp_path, fake_claude, " --diff-filter=A ",
+                         "sleep 60 >/dev/null 2>&1 & trap 'kill $!; exit 143' TERM; wait $!")
     anima = subprocess.Popen([sys.executable, "-m", "anima", "run", str(project), "--headless"],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, text=True, start_new_session=True)

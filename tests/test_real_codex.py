@@ -339,24 +339,30 @@ def test_codex_5xx_past_its_retries_is_sent_again(real_codex_bin: str, codex_hom
     assert [i.verdict for i in rec.iterations] == [Verdict.ACCEPTED, Verdict.ACCEPTED]
 
 
+def killed_in_first_turn(repo: Path, stub: ResponsesStub, env: dict[str, str]) -> str | None:
+    """A headless run SIGKILLed (with its agents) while its first turn waits on the model;
+    the Developer's thread, as on record."""
+    stub.push(Reply(text="thinking…", delay=60))
+    first = subprocess.Popen(
+        [sys.executable, "-m", "anima", "run", str(repo), "--headless"],
+        env={k: v for k, v in {**os.environ, **env}.items() if k != "CLAUDECODE"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        start_new_session=True)
+    try:
+        stub.wait_for_requests(1, timeout=60)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.communicate(timeout=30)
+    return record(repo, "m1").sessions.developer
+
+
 def test_a_kill_mid_turn_resumes_the_codex_thread(real_codex_bin: str, codex_home: Path,
                                                  git_repo: Path) -> None:
     repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
                    acceptor=codex_role(real_codex_bin))
     with ResponsesStub(default=for_codex(PairModel())) as stub:
-        stub.push(Reply(text="thinking…", delay=60))  # the first turn hangs on the model
         env = real_codex_env(stub, codex_home)
-        first = subprocess.Popen(
-            [sys.executable, "-m", "anima", "run", str(repo), "--headless"],
-            env={k: v for k, v in {**os.environ, **env}.items() if k != "CLAUDECODE"},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-        try:
-            stub.wait_for_requests(1, timeout=60)
-            thread = record(repo, "m1").sessions.developer
-        finally:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.communicate(timeout=30)
+        thread = killed_in_first_turn(repo, stub, env)
         result = run_headless(repo, env)
         after = stub.requests[1]
     assert_ran(result)
@@ -594,19 +600,8 @@ def test_a_model_changed_in_the_config_holds_for_a_resumed_codex_thread(
     repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
                    acceptor=codex_role(real_codex_bin))
     with ResponsesStub(default=for_codex(PairModel())) as stub:
-        stub.push(Reply(text="thinking…", delay=60))  # the first turn hangs on the model
         env = real_codex_env(stub, codex_home)
-        first = subprocess.Popen(
-            [sys.executable, "-m", "anima", "run", str(repo), "--headless"],
-            env={k: v for k, v in {**os.environ, **env}.items() if k != "CLAUDECODE"},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-        try:
-            stub.wait_for_requests(1, timeout=60)
-        finally:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.communicate(timeout=30)
-        thread = record(repo, "m1").sessions.developer
+        thread = killed_in_first_turn(repo, stub, env)
         config = repo / ".anima" / "config.json"
         settings = json.loads(config.read_text(encoding="utf-8"))
         settings["developer"]["model"] = "gpt-other"

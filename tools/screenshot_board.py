@@ -22,7 +22,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from board import MILESTONES, Streamer, make_project, open_window, start_running  # noqa: E402
+from board import (  # noqa: E402
+    MILESTONES,
+    Streamer,
+    close_window,
+    make_project,
+    open_window,
+    start_running,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,14 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             window.resize(*size)
             settle(0.8)
             saved.append(window.grab().save(str(args.out_dir / name)))
-        for streamer in streamers:
-            streamer.stop.set()
-            streamer.join()
-        window.close_without_asking()
-        deadline = time.monotonic() + 20
-        while window.engine is not None and time.monotonic() < deadline:
-            app.processEvents()
-            time.sleep(0.01)
+        close_window(app, window, streamers)
     print("saved board.png, board_1024.png, milestone_page.png, milestone_page_1024.png"
           if all(saved) else "FAILED to save")
     return 0 if all(saved) else 1
