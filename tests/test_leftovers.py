@@ -38,7 +38,9 @@ from tests.test_recovery import (
 NO_BWRAP = sandbox_problem("auto")
 #: A Developer turn that leaves three sleepers behind, each escaping its shell differently.
 ESCAPES = ["setsid sleep 600 &", "nohup sleep 601 &", "(sleep 602 &)"]
-SPAWN = {"own_session": True, "shell": ESCAPES, "auto": True}
+#: The pause lets each become `sleep` before the turn ends: what is held between turns (all
+#: of them) stays as it was, a shell that had not yet run its `sleep`.
+SPAWN = {"own_session": True, "shell": [*ESCAPES, "sleep 0.5"], "auto": True}
 
 
 def sleepers(our_processes: Callable[[], list[int]]) -> list[int]:
