@@ -386,9 +386,10 @@ class Store:
                 result.records.append(record)
             except (MilestoneError, RecordError) as e:
                 result.problems.append(e)
+        # Milestones whose file is there but cannot be read as it is written.
+        unreadable = {getattr(p, "path", Path()).stem for p in result.problems}
         # A record whose definition went missing still says where its milestone stands.
-        listed = {r.id for r in result.records} | {getattr(p, "path", Path()).stem
-                                                    for p in result.problems}
+        listed = {r.id for r in result.records} | unreadable
         for milestone_id in self._record_ids():
             if milestone_id not in listed:
                 try:
@@ -397,8 +398,7 @@ class Store:
                 except RecordError as e:
                     result.problems.append(e)
         result.records.sort(key=lambda r: (r.created_at, r.id))
-        result.dependencies = dependencies(result.records, in_main, unreadable=listed - {
-            r.id for r in result.records})
+        result.dependencies = dependencies(result.records, in_main, unreadable=unreadable)
         for milestone_id, why in result.dependencies.broken.items():
             result.problems.append(MilestoneError(self.paths.milestone_md(milestone_id),
                                                   f"{why}; it is not started"))
