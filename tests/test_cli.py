@@ -448,6 +448,20 @@ def test_a_run_that_meets_a_record_of_a_newer_anima_exits_2_naming_it(
     assert path.read_bytes() == written
 
 
+def test_a_run_that_meets_a_state_of_a_newer_anima_writes_nothing_and_exits_2(
+        git_repo: Path, fake_env: dict[str, str]) -> None:
+    """state.json of a newer Anima: the run is refused before it registers a milestone (the
+    newer Anima's files are left exactly as they were), naming the file."""
+    make_project(git_repo, {"one": milestone_md("One", ["A"])})
+    state = git_repo / ".anima" / "state.json"
+    state.write_text(json.dumps({"schema_version": 99, "status": "sleeping"}), encoding="utf-8")
+    before = sorted(p.name for p in (git_repo / ".anima" / "milestones").iterdir())
+    done = anima("run", str(git_repo), "--headless", env=fake_env, timeout=120)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr
+    assert str(state) in done.stderr and "newer Anima" in done.stderr
+    assert sorted(p.name for p in (git_repo / ".anima" / "milestones").iterdir()) == before
+
+
 def anima_to_a_reader_gone(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """`anima ARGS | head -1` with `head` long gone: stdout is a pipe nobody reads."""
     command = [ANIMA] if ANIMA else [sys.executable, "-m", "anima"]

@@ -180,6 +180,7 @@ class Engine:
                             "that a kill cut short had changed it")
         self.config = self.agents.config = self.settings.load()
         sandbox_problem(self.config.sandbox)  # "required" without bubblewrap: refused here
+        self.store.load_state()  # a newer Anima's is refused before a record is registered
         self.agents.start_probe()
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
         ensure_gitignore(self.paths)
