@@ -168,17 +168,18 @@ TURN_WORK = (AssistantText, Thinking, ToolUse, ToolResult, TurnResult)
 class ApiRetry(AgentEvent):
     """The CLI retries a failed API call by itself (`system/api_retry`)."""
 
-    attempt: int
+    attempt: int  # 0: not said (nor max_retries)
     max_retries: int
-    delay_ms: float
+    delay_ms: float | None  # None: not said (Codex)
     error_status: int | None = None
     error: str = ""
 
     def describe(self) -> str:
         """"API retry 3/10: 529 overloaded, next in 4 s"."""
         cause = " ".join(str(p) for p in (self.error_status, self.error) if p) or "error"
-        return (f"API retry {self.attempt}/{self.max_retries}: {cause}, "
-                f"next in {self.delay_ms / 1000:.0f} s")
+        count = f" {self.attempt}/{self.max_retries}" if self.attempt else ""
+        delay = "" if self.delay_ms is None else f", next in {self.delay_ms / 1000:.0f} s"
+        return f"API retry{count}: {cause}{delay}"
 
 
 @dataclass(frozen=True)
@@ -246,11 +247,20 @@ class ContextUsage(AgentEvent):
 
 @dataclass(frozen=True)
 class Compacted(AgentEvent):
-    """The CLI compacted the conversation by itself (`system/compact_boundary`)."""
+    """The CLI compacted the conversation by itself (Claude's `system/compact_boundary`,
+    Codex's `contextCompaction` item, which gives no sizes: the context before is the last
+    one it reported)."""
 
     trigger: str
-    pre_tokens: int
+    pre_tokens: int | None
     post_tokens: int | None = None
+
+    def sizes(self, tokens: Callable[[int], str] = str) -> str:
+        """": 160000 → 9000 tokens", as far as they are known."""
+        if self.pre_tokens is None:
+            return ""
+        after = f" → {tokens(self.post_tokens)}" if self.post_tokens else ""
+        return f": {tokens(self.pre_tokens)}{after} tokens"
 
 
 @dataclass(frozen=True)

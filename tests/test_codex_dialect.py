@@ -13,7 +13,16 @@ import pytest
 from anima.agents.codex.backend import CodexBackend
 from anima.agents.dialect import FaultKind
 from anima.config import Config, ModelPrice, load_config
-from anima.events import ACCEPTOR, DEVELOPER, ContextUsage, Event, ToolResult, ToolUse, TurnResult
+from anima.events import (
+    ACCEPTOR,
+    DEVELOPER,
+    Compacted,
+    ContextUsage,
+    Event,
+    ToolResult,
+    ToolUse,
+    TurnResult,
+)
 
 LINES = Path(__file__).resolve().parent / "fixtures" / "cli_lines"
 PRICE = ModelPrice(input=2.0, cached_input=0.5, output=8.0)
@@ -136,7 +145,12 @@ def test_a_retry_codex_announces_shows_as_an_api_retry() -> None:
             b'{"httpStatusCode":502}}},"willRetry":true,"threadId":"t","turnId":"u"}}')
     (retry,) = conversation.parse(line)
     assert isinstance(retry, ApiRetry)
-    assert retry.describe().startswith("API retry 2/5: 502 Reconnecting... 2/5")
+    # Codex does not say when it tries again: no made-up "next in 0 s"
+    assert retry.describe() == ("API retry 2/5: 502 Reconnecting... 2/5 (stream disconnected "
+                                "before completion)")
+    line = line.replace(b"Reconnecting... 2/5 ", b"")
+    (retry,) = conversation.parse(line)
+    assert retry.describe() == "API retry: 502 (stream disconnected before completion)"
 
 
 def test_a_plans_windows_show_in_the_pane_and_name_the_exact_reset() -> None:
@@ -222,3 +236,24 @@ def test_a_worktree_git_file_made_a_fifo_does_not_hang_the_acceptors_start(
     profile = CodexBackend({}).profile(ACCEPTOR, Config(), tmp_path)
     assert f'{json.dumps(str(tmp_path))}={{trust_level="untrusted"}}' in " ".join(
         profile.config.extra_args)
+
+
+def test_codex_compacting_its_context_by_itself_is_told_with_the_size_before() -> None:
+    """Claude's compaction was logged and shown in the pane; Codex's (a `contextCompaction`
+    item, no sizes in it) went unsaid. The size before is the context it last reported."""
+    lines = (LINES / "codex-tool-0.169.0.jsonl").read_bytes().splitlines()
+    conv = CodexBackend({"gpt-stub": PRICE}).conversation(
+        DEVELOPER, session_id="", resume=False, system_prompt="x",
+        role_config=Config().developer)
+    events: list[Event] = []
+    for line in lines:
+        if json.loads(line).get("method") == "turn/started":
+            conv.user_message("p")
+        if json.loads(line).get("method") == "turn/completed":
+            events += conv.parse(json.dumps({"method": "item/completed", "params": {
+                "item": {"type": "contextCompaction", "id": "c1"}, "threadId": conv.thread_id,
+                "turnId": "u"}}).encode())
+        events += conv.parse(line)
+    (context,) = [e for e in events if isinstance(e, ContextUsage)]
+    (compacted,) = [e for e in events if isinstance(e, Compacted)]
+    assert compacted.sizes() == f": {context.tokens} tokens"

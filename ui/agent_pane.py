@@ -231,9 +231,8 @@ class AgentPane(QFrame):
             self._show_context(event)
             return []
         if isinstance(event, ev.Compacted):
-            after = f" → {format_tokens(event.post_tokens)}" if event.post_tokens else ""
-            return [(("meta", f"⟲ the CLI compacted the context ({event.trigger}): "
-                              f"{format_tokens(event.pre_tokens)}{after} tokens"),)]
+            return [(("meta", f"⟲ the CLI compacted the context ({event.trigger})"
+                              f"{event.sizes(format_tokens)}"),)]
         if isinstance(event, ev.CheckStarted | ev.CheckFinished):
             return self._check_lines(event)
         if isinstance(event, ev.VerdictReached):

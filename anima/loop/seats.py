@@ -334,9 +334,8 @@ class Seats:
             if self.ledger.round is not None:
                 self.ledger.round.context[event.role] = use
         elif isinstance(event, Compacted):
-            after = f" → {event.post_tokens}" if event.post_tokens is not None else ""
             self._log(f"{event.role}: the CLI compacted its context by itself "
-                      f"({event.trigger}): {event.pre_tokens}{after} tokens")
+                      f"({event.trigger}){event.sizes()}")
         elif isinstance(event, RateLimitChanged):
             self.rate_limits[event.role] = event
         elif isinstance(event, ApiRetry):

@@ -32,6 +32,7 @@ from anima.config import ModelPrice, RoleConfig
 from anima.events import (
     ApiRetry,
     AssistantText,
+    Compacted,
     ContextUsage,
     Event,
     RateLimitChanged,
@@ -280,7 +281,7 @@ class CodexConversation:
             message = str(error.get("message", ""))
             count = _RETRY_COUNT.search(message)  # "Reconnecting... 2/5"
             return [ApiRetry(role=self.role, attempt=int(count[1]) if count else 0,
-                             max_retries=int(count[2]) if count else 0, delay_ms=0.0,
+                             max_retries=int(count[2]) if count else 0, delay_ms=None,
                              error_status=error_status(error.get("codexErrorInfo")),
                              error=message)]
         elif method == "account/rateLimits/updated":
@@ -354,6 +355,9 @@ class CodexConversation:
             failed = item.get("status") != "completed" or _int(item.get("exitCode")) != 0
             return [ToolResult(role=self.role, tool_use_id=item_id,
                                content=str(item.get("aggregatedOutput") or ""), is_error=failed)]
+        if kind == "contextCompaction" and own:
+            before = None if self._context is None else self._context.tokens
+            return [Compacted(role=self.role, trigger="auto", pre_tokens=before)]
         if kind == "fileChange":
             return [ToolResult(role=self.role, tool_use_id=item_id, content="",
                                is_error=item.get("status") != "completed")]
