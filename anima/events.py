@@ -345,6 +345,8 @@ class EngineReady(Event):
     (`anima.config.Config`), before the first record is published."""
 
     config: Any
+    #: milestones run at once: `max_parallel_milestones`, or 1 without the sandbox
+    parallel: int = 1
 
 
 @dataclass(frozen=True)

@@ -350,6 +350,26 @@ def test_a_run_that_ends_paused_still_names_what_awaits_review(
     assert "[anima] awaiting your review: b" in ending, ending
 
 
+def test_one_at_a_time_a_pause_holds_the_next_milestone_and_both_ends_say_so(
+        git_repo: Path, fake_claude: FakeClaude, fake_env: dict[str, str]) -> None:
+    """Run one at a time, nothing starts while a milestone waits for you after a pause
+    (milestones build on each other). The run's end and `anima status` named only the
+    paused one: the next sat pending with no word why."""
+    no = {"text": "REJECTED: not yet"}
+    fake_claude.write_script({"milestones": {"a": {"feature_dir": "fa", "acceptor": [no] * 3},
+                                             "b": {"feature_dir": "fb"}}})
+    make_project(git_repo, {"a": milestone_md("A", ["Alpha"]), "b": milestone_md("B", ["Beta"])},
+                 config={"max_parallel_milestones": 1})
+    done = anima("run", str(git_repo), "--headless", env=fake_env, timeout=120)
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr
+    assert record(git_repo, "b").status.value == "pending"
+    said = "b waits until a is resumed or aborted (milestones run one at a time)"
+    assert f"[anima] {said}" in done.stdout, done.stdout[-1500:]
+    shown = anima("status", str(git_repo)).stdout
+    assert "waiting until a is resumed or aborted (milestones run one at a time)" in shown, \
+        shown
+
+
 def test_a_run_whose_merge_waits_for_your_file_ends_naming_it(
         git_repo: Path, fake_env: dict[str, str]) -> None:
     """An untracked file of yours where the milestone adds one: its merge into main waits

@@ -118,6 +118,29 @@ def test_cards_move_between_columns_as_records_change_and_the_title_counts_them(
         assert window.windowTitle() == "Anima — repo"
 
 
+def test_one_at_a_time_the_pending_cards_say_a_pause_holds_them(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """Run one at a time, nothing starts while a milestone is paused: the pending cards said
+    "Pending" and offered a Start that did nothing."""
+    make_project(git_repo, {m: milestone_md(f"Milestone {m.upper()}", ["One", "Two"])
+                            for m in ("a", "b")}, config={"max_parallel_milestones": 1})
+    w = Window(qtbot, tmp_path, auto_start=False)
+    try:
+        w.window.open_project(git_repo)
+        qtbot.waitUntil(lambda: len(w.window.board.cards) == 2, timeout=10000)
+        with scans_held(w):
+            changed(w, "a", status="paused", started_at=NOW, pause_reason="3 consecutive "
+                    "rejections")
+            b = card(w, "b")
+            assert b.state.text() == ("Waiting until a is resumed or aborted (milestones run "
+                                      "one at a time)")
+            assert not b.button.isVisibleTo(b)
+            changed(w, "a", status="in_progress")
+            assert b.state.text() == "Pending · 2 features"
+    finally:
+        w.close()
+
+
 def test_at_1000_by_620_a_card_that_needs_you_shows_its_cost_and_time_whole(
         qtbot, board: Window) -> None:
     """Its button sat on the stats' line: "1/2 features · $0.88 …" lost cost and time."""

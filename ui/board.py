@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from anima import events as ev
 from anima.phases import PHASE_TEXT, Phase
+from anima.store.dependencies import held_by_pause, held_line
 from ui.formatting import ElapsedClock, enum_text
 from ui.record_facts import (
     COLUMNS,
@@ -48,7 +49,7 @@ from ui.record_facts import (
 from ui.widgets import ElidedLabel, set_style_state
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
 #: How often cards with new agent output are redrawn.
 REFRESH_MS = 250
@@ -124,7 +125,8 @@ class MilestoneCard(QFrame):
         layout.addWidget(self.stats)
 
     def show_record(self, record: Any, records: Iterable[Any], phase: Phase | None,
-                    clock: ElapsedClock) -> None:
+                    clock: ElapsedClock, held: Sequence[str] = ()) -> None:
+        """`held`: run one at a time, the paused milestones every start waits for."""
         self.record = record
         status = enum_text(record.status)
         if self.asked_in is not None and status != self.asked_in:
@@ -146,6 +148,7 @@ class MilestoneCard(QFrame):
         elif column == "pending":
             waits = waiting_for(record, records)
             self.state.setText(f"Waiting for {', '.join(waits)}" if waits else
+                               f"Waiting {held_line(held)}" if held else
                                f"Pending · {len(record.features)} features")
         elif column == "needs_you":
             self.state.setText(needs_you_reason(record))
@@ -155,8 +158,8 @@ class MilestoneCard(QFrame):
         for label in self.lines.values():
             label.setVisible(running)
         self.action, text = MAIN_ACTION.get(status, ("", ""))
-        if column == "pending" and waiting_for(record, records):
-            self.action = ""
+        if column == "pending" and (held or waiting_for(record, records)):
+            self.action = ""  # Start would do nothing
         self.button.setText(text)
         self.button.setVisible(bool(self.action))
         # What a screen reader says: "Resume" alone would not say which milestone.
@@ -282,6 +285,8 @@ class Board(QWidget):
         self.columns = {key: BoardColumn(key, title, self) for key, title in COLUMNS}
         self.cards: dict[str, MilestoneCard] = {}
         self.records: dict[str, Any] = {}
+        #: how many milestones the engine runs at once, once it says (`EngineReady`)
+        self.parallel = 0
         self.phases: dict[str, Phase] = {}
         self._lines: dict[tuple[str, str], str] = {}
         self._context: dict[tuple[str, str], float] = {}
@@ -309,18 +314,39 @@ class Board(QWidget):
         for gone in set(self.cards) - {r.id for r in records}:
             self.remove(gone)
         self.records = {r.id: r for r in records}
+        held = self._held()
         for record in records:
-            self._show(record)
+            self._show(record, held)
         self._recount()
 
+    def set_parallel(self, limit: int) -> None:
+        """The engine's parallel limit: at 1, a paused milestone holds the pending ones."""
+        self.parallel = limit
+        self._show_pending()
+
     def update_record(self, record: Any) -> None:
+        before = self.records.get(record.id)
         self.records[record.id] = record
-        self._show(record)
-        # A milestone completing may free the pending ones that wait for it.
-        for other in self.records.values():
-            if other.id != record.id and record.id in (getattr(other, "depends_on", None) or ()):
-                self._show(other)
+        held = self._held()
+        self._show(record, held)
+        statuses = {enum_text(record.status), enum_text(before.status) if before else ""}
+        if self.parallel == 1 and "paused" in statuses:
+            self._show_pending()  # a pause holds them, or lets them go
+        else:  # a milestone completing may free the pending ones that wait for it
+            for other in self.records.values():
+                if other.id != record.id and record.id in (
+                        getattr(other, "depends_on", None) or ()):
+                    self._show(other, held)
         self._recount()
+
+    def _held(self) -> list[str]:
+        return held_by_pause(self.records.values(), self.parallel)
+
+    def _show_pending(self) -> None:
+        held = self._held()
+        for record in self.records.values():
+            if column_of(record) == "pending":
+                self._show(record, held)
 
     def requests_in_flight(self) -> list[str]:
         """The milestones whose card sent a request that has not taken effect yet."""
@@ -338,7 +364,7 @@ class Board(QWidget):
             card.deleteLater()
         self._recount()
 
-    def _show(self, record: Any) -> None:
+    def _show(self, record: Any, held: list[str]) -> None:
         card = self.cards.get(record.id)
         if card is None:
             card = MilestoneCard(record.id)
@@ -355,7 +381,8 @@ class Board(QWidget):
                 card.setFocus(Qt.FocusReason.OtherFocusReason)
         if column.key != "running":
             self.phases.pop(record.id, None)
-        card.show_record(record, self.records.values(), self.phases.get(record.id), self.clock)
+        card.show_record(record, self.records.values(), self.phases.get(record.id), self.clock,
+                         held)
         self._dirty.add(record.id)
 
     def _recount(self) -> None:

@@ -402,6 +402,7 @@ class MainWindow(ReadOnlyProject):
     @Slot(object)
     def _on_engine_ready(self, event: ev.EngineReady) -> None:
         self._max_rejections = event.config.max_consecutive_rejections
+        self.board.set_parallel(event.parallel)
         for page in self.milestone_pages.values():
             page.monitor.set_limits(self._max_rejections)
         self.listen_for_raise()  # the lock is ours: a second window may ask us forward

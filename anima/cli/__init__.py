@@ -90,6 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     the next start resumes it; the exit code is then 128 + the signal (130, 143, 129) so
     scripts can tell."""
     from anima.engine.facade import Engine
+    from anima.store.dependencies import held_line
 
     paths = _project(args.project)
     engine = Engine(paths.root)
@@ -121,6 +122,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for milestone_id, awaited in outcome.waiting:  # no run can start them before you act
         print(f"[anima] {milestone_id} waits for {', '.join(awaited)} (`anima status` says "
               "why)")
+    if outcome.held:
+        print(f"[anima] {', '.join(outcome.held)} wait{'s' if len(outcome.held) == 1 else ''} "
+              + held_line(list(outcome.held_by)))
     # Every milestone that waits for you is named; then the exit code says the worst.
     stopped = bool(received and outcome.in_progress)
     if stopped:

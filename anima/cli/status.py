@@ -188,7 +188,7 @@ def sandbox_line(status: dict[str, Any]) -> str:
     return f"agents: NOT confined — {problem}; sandbox is {mode}"
 
 
-def _scan(paths: ProjectPaths) -> tuple[int, State, Scan]:
+def _scan(paths: ProjectPaths) -> tuple[int, int, State, Scan]:
     """The full scan, which also lists definitions that wait for their record (as pending,
     without writing one: registering is left to a running Anima or `anima add`)."""
     from anima.config import load_config
@@ -200,13 +200,14 @@ def _scan(paths: ProjectPaths) -> tuple[int, State, Scan]:
     scan = store.scan(max_iterations=config.max_iterations_per_milestone,
                       requires_human_review=config.requires_human_review, register=False,
                       in_main=merged_by_you(paths.root))
-    return config.max_consecutive_rejections, store.load_state(), scan
+    return (config.max_consecutive_rejections, config.max_parallel_milestones,
+            store.load_state(), scan)
 
 
 def _scanned_report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
     from anima.store.models import MilestoneRecord, State
 
-    _, state, scan = _scan(paths)
+    _, _, state, scan = _scan(paths)
     dump = MilestoneRecord.__pydantic_serializer__.to_json
     return (_assemble(State.__pydantic_serializer__.to_json(state),
                       [dump(r) for r in scan.records], paths), scan.problems)
@@ -214,8 +215,9 @@ def _scanned_report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
 
 def _print_table(paths: ProjectPaths) -> None:
     from anima.lock import ProjectLock
+    from anima.store.dependencies import held_by_pause, held_line
 
-    max_rejections, state, scan = _scan(paths)
+    max_rejections, limit, state, scan = _scan(paths)
     waiting = f"; {state.waiting_reason}" if state.waiting_reason else ""
     was = "running"
     if (state.running or state.status.value == "awake") and \
@@ -235,7 +237,9 @@ def _print_table(paths: ProjectPaths) -> None:
               + (f" (in {running.worktree})" if running.worktree else ""))
     blocked = scan.dependencies.waiting
     by_id = {r.id: r for r in scan.records}
-    print(sandbox_line(sandbox_status(paths)))
+    confinement = sandbox_status(paths)
+    held = held_by_pause(scan.records, limit if confinement["confined"] else 1)
+    print(sandbox_line(confinement))
     if not scan.records:
         print("no milestones yet")
     for r in scan.records:
@@ -249,6 +253,8 @@ def _print_table(paths: ProjectPaths) -> None:
             print("      waiting for " + ", ".join(
                 _awaited(by_id[d]) if d in by_id else f"{d} (its file cannot be read: see "
                 "the problem below)" for d in blocked[r.id]))
+        elif r.status.value == "pending" and held and r.id not in scan.dependencies.broken:
+            print(f"      waiting {held_line(held)}")
     for problem in scan.problems:
         print(f"problem: {problem}", file=sys.stderr)
 

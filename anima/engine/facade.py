@@ -118,7 +118,7 @@ class Engine:
         self.paths = ProjectPaths(self.root)
         self.bus = bus or RedactingBus()
         self.store = Store(self.paths)
-        self.settings = LiveConfig(self.paths, self.bus, config_overrides)
+        self.settings = LiveConfig(self.paths, self.bus, config_overrides, self._told_limit)
         self.config = self.settings.config
         self._repo: GitRepo | None = None
         self._lock = ProjectLock(self.paths.lock, command=shlex.join(sys.argv))
@@ -255,12 +255,23 @@ class Engine:
         return self._repo
 
     def _parallel_limit(self) -> int:
+        return self._limit_of(self.config)
+
+    def _limit_of(self, config: Config) -> int:
         """How many milestones may run at once: without the sandbox, one (the guard that
         then puts back what an agent changed compares the whole project before and after a
         turn, which another milestone's turn would spoil)."""
-        if not self._sandbox.active(self.config.sandbox):
+        if not self._sandbox.active(config.sandbox):
             return 1
-        return self.config.max_parallel_milestones
+        return config.max_parallel_milestones
+
+    def _told_limit(self, config: Config) -> int:
+        """The limit the window is told (`EngineReady`); 0 where no milestone can start
+        (`sandbox: "required"` without bubblewrap: the error says why)."""
+        try:
+            return self._limit_of(config)
+        except ConfigError:
+            return 0
 
     # ------------------------------------------------------------------ the loop
     def run(self, *, watch: bool = False, start_all: bool = False) -> RunOutcome:
@@ -522,8 +533,8 @@ class Engine:
     def _ended(self, scan: Scan) -> RunOutcome:
         """Nothing is driven any more: state.json says so, as the records do."""
         reconcile_state(self.store, scan.records)
-        return RunOutcome.of(scan.records, scan.problems,
-                             scan.dependencies.waiting, scan.dependencies.broken)
+        return RunOutcome.of(scan.records, scan.problems, scan.dependencies.waiting,
+                             scan.dependencies.broken, self._parallel_limit())
 
     # ------------------------------------------------------------------ requests
     def _submit(self, fn: Callable[[], object]) -> None:

@@ -25,6 +25,7 @@ from anima.events import (
     ProblemReported,
     ProblemResolved,
 )
+from anima.store.dependencies import held_by_pause
 from anima.store.models import MilestoneRecord, MilestoneStatus
 from anima.store.store import Scan, Store
 
@@ -97,10 +98,10 @@ class MilestoneQueue:
     def startable(self, scan: Scan, running: set[str], limit: int) -> list[MilestoneRecord]:
         """What to start now so that at most `limit` run, besides the `running` ones: interrupted
         ones first, then pending ones, earliest first, whose dependencies are completed and
-        merged. Run one at a time (a `limit` of 1), nothing starts while one
-        waits for a human after a pause (milestones build on each other); with several,
-        `depends_on` says what builds on what. Never one without its definition: the
-        human's `.md` is what a milestone is, and a record alone may be anyone's."""
+        merged. Run one at a time, nothing starts while one waits for a human after a
+        pause (`held_by_pause`); with several, `depends_on` says what builds on what.
+        Never one without its definition: the human's `.md` is what a milestone is, and a
+        record alone may be anyone's."""
         self._report_orphans(scan)
         deps = scan.dependencies
         records = [r for r in scan.records if r.id not in self.broken | scan.orphans | running
@@ -109,8 +110,7 @@ class MilestoneQueue:
         if slots <= 0:
             return []
         active = [r for r in records if r.status is MilestoneStatus.IN_PROGRESS]
-        if limit == 1 and (running or any(
-                r.status is MilestoneStatus.PAUSED for r in records)):
+        if limit == 1 and (running or held_by_pause(records, limit)):
             return active[:1] if not running else []
         pending = [r for r in records if r.status is MilestoneStatus.PENDING
                    and r.id not in deps.waiting]

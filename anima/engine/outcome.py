@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from anima.errors import AnimaError, MilestoneError, RecordError
 from anima.loop.completion import merge_pending
+from anima.store.dependencies import held_by_pause
 from anima.store.models import MilestoneRecord, MilestoneStatus
 
 
@@ -33,16 +34,20 @@ class RunOutcome:
     #: of a newer Anima), and the problem: it never runs until the file is fixed (README,
     #: exit codes: exit 2's kind, as `blocked`).
     unreadable: tuple[tuple[str, str], ...] = ()
+    #: Run one at a time: the pending milestones that wait behind `held_by` (paused).
+    held: tuple[str, ...] = ()
+    held_by: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, records: list[MilestoneRecord], problems: list[AnimaError],
            waiting: dict[str, list[str]] | None = None,
-           broken: dict[str, str] | None = None) -> RunOutcome:
+           broken: dict[str, str] | None = None, limit: int = 0) -> RunOutcome:
         """What the records say once nothing is driven any more."""
         def having(status: MilestoneStatus) -> tuple[str, ...]:
             return tuple(r.id for r in records if r.status is status)
 
         pending = having(MilestoneStatus.PENDING)
+        held_by = tuple(held_by_pause(records, limit))
         # An ended milestone's new `.md` is only reported: the milestone is done.
         ended = set(having(MilestoneStatus.COMPLETED) + having(MilestoneStatus.CANCELLED))
         return cls(failed=having(MilestoneStatus.FAILED), paused=having(MilestoneStatus.PAUSED),
@@ -57,4 +62,7 @@ class RunOutcome:
                                  if m in pending),
                    unreadable=tuple((p.path.stem, str(p)) for p in problems
                                     if isinstance(p, (MilestoneError, RecordError))
-                                    and p.path.stem not in ended | set(broken or {})))
+                                    and p.path.stem not in ended | set(broken or {})),
+                   held=tuple(m for m in pending if held_by and m not in (waiting or {})
+                              and m not in (broken or {})),
+                   held_by=held_by)

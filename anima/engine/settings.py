@@ -4,6 +4,7 @@ announced with `EngineReady`, so the window shows the limits really in force."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,12 @@ def file_stamp(path: Path) -> tuple[int, int] | None:
 class LiveConfig:
     """The settings in force, and the `notify_command` listener that goes with them."""
 
-    def __init__(self, paths: ProjectPaths, bus: EventBus,
-                 overrides: dict[str, Any] | None) -> None:
+    def __init__(self, paths: ProjectPaths, bus: EventBus, overrides: dict[str, Any] | None,
+                 parallel: Callable[[Config], int]) -> None:
+        """`parallel`: how many milestones run at once under a config."""
         self.paths = paths
         self._bus = bus
+        self._parallel = parallel
         self._overrides = overrides
         self.config = Config()
         self._stamp: tuple[int, int] | None = None
@@ -71,7 +74,7 @@ class LiveConfig:
             self._notify = None
         if command and self._notify is None:
             self._notify = NotifyCommand(self._bus, command, str(self.paths.root))
-        self._bus.publish(EngineReady(config.model_copy(deep=True)))
+        self._bus.publish(EngineReady(config.model_copy(deep=True), self._parallel(config)))
 
     def close(self) -> None:
         if self._notify is not None:

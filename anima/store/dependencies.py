@@ -3,7 +3,7 @@ that names no milestone, a cancelled one or one whose merge failed, or a cycle).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Set
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass, field
 
 from anima.store.models import MergeState, MilestoneRecord, MilestoneStatus
@@ -84,3 +84,18 @@ def _cycle(start: str, by_id: dict[str, MilestoneRecord]) -> list[str] | None:
                 seen.add(dep)
                 stack.append((dep, [*path, dep]))
     return None
+
+
+def held_by_pause(records: Iterable[MilestoneRecord], limit: int) -> list[str]:
+    """Run one at a time (a parallel `limit` of 1: so configured, or without the sandbox),
+    the paused milestones that hold every start until you resume or abort them: milestones
+    build on each other, and the next may need what the paused one was to bring."""
+    if limit != 1:
+        return []
+    return [r.id for r in records if r.status == MilestoneStatus.PAUSED]
+
+
+def held_line(paused: Sequence[str]) -> str:
+    """What a milestone held by `paused` waits for, as the run's end and `status` say it."""
+    return (f"until {', '.join(paused)} {'is' if len(paused) == 1 else 'are'} resumed or "
+            "aborted (milestones run one at a time)")
