@@ -57,9 +57,14 @@ def no_link_above(root: Path, rel: str) -> bool:
 def read_regular(path: Path, limit: int = -1) -> bytes:
     """A regular file's bytes (the first `limit`). The agents share the tree: a FIFO where
     Anima expects a file would hang the read, a link to /dev/zero would never end it; both
-    are an OSError here, like a missing file."""
+    are an OSError here, like a missing file. A folder opens too: it is refused before a file
+    object would take the descriptor (which fails, and leaves it open)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as fh:
+    try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as fh:
         return fh.read(limit)

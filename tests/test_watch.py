@@ -165,3 +165,24 @@ def test_sigterm_while_a_dropped_milestone_runs_leaves_it_to_resume(
     assert runner.wait(15) == 143
     assert record(git_repo, "late").status is MilestoneStatus.IN_PROGRESS
     assert our_processes() == []
+
+
+def test_a_folder_named_like_a_milestone_file_is_reported_without_using_up_files(
+        git_repo: Path, fake_claude: FakeClaude) -> None:
+    """A folder `b.json` (or `c.md`) where a file goes is read again on every scan of a
+    `--watch` run: each failed read used to keep the folder open, one descriptor a scan, until
+    Anima could open no file at all after a quarter of an hour."""
+    make_project(git_repo, {"b": milestone_md("Bee", ["Alpha"])})
+    folder = git_repo / ".anima" / "milestones"
+    (folder / "b.json").mkdir()
+    (folder / "c.md").mkdir()
+    runner = Runner(git_repo, fake_claude, "--watch")
+    wait_until(lambda: "b.json" in runner.stdout and "c.md" in runner.stdout,
+               what="both folders to be reported")
+    time.sleep(3)  # several scans
+    fds = Path(f"/proc/{runner.pid}/fd")
+    held = [link for fd in fds.iterdir()
+            if (link := os.readlink(fd)).startswith(str(folder))]
+    runner.signal(signal.SIGTERM)
+    assert runner.wait(15) == 2  # the folders, as at the end of any run
+    assert held == []
