@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -427,6 +428,35 @@ def test_a_run_that_leaves_a_malformed_milestone_file_exits_2_naming_it(
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("[anima] bad never starts") and str(bad) in last, last
     assert bad.read_text(encoding="utf-8") == text  # never rewritten
+
+
+def test_a_run_with_a_milestone_in_progress_but_its_md_gone_does_not_end_nothing_to_do(
+        git_repo: Path, fake_claude: FakeClaude, fake_env: dict[str, str]) -> None:
+    """Its `.md` taken away while it ran, the milestone pauses ("put the file back, then
+    resume it"); resumed before the file is back, it is in progress and never goes on. The
+    next run used to end "nothing left to do" with exit 0, the milestone left in progress:
+    it now names it and the file, exit 2's kind (a milestone that cannot go on as its files
+    are)."""
+    fake_claude.write_script({"developer": [{"auto": True, "delay": 1.0}]})
+    make_project(git_repo, {"m1": milestone_md("M", ["Greet"])})
+    md = git_repo / ".anima" / "milestones" / "m1.md"
+    command = [ANIMA] if ANIMA else [sys.executable, "-m", "anima"]
+    with subprocess.Popen([*command, "run", str(git_repo), "--headless"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          stdin=subprocess.DEVNULL, env={**os.environ, **fake_env}) as first:
+        deadline = time.monotonic() + 30
+        while not fake_claude.entries("developer") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        md.unlink()
+        assert first.wait(60) == 3
+    assert anima("resume", str(git_repo), "m1").returncode == 0
+    done = anima("run", str(git_repo), "--headless", env=fake_env)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr
+    assert "nothing left to do" not in done.stdout
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("[anima] m1 does not go on") and ".anima/milestones/m1.md" in last \
+        and f"anima abort {git_repo} m1" in last, last
+    assert record(git_repo, "m1").status.value == "in_progress"
 
 
 def test_a_milestone_that_depends_on_an_unreadable_file_waits_for_it_to_be_fixed(

@@ -149,8 +149,12 @@ def cmd_run(args: argparse.Namespace) -> int:
               f".anima/milestones/{milestone_id}.md")
     for milestone_id, problem in outcome.unreadable:  # likewise
         print(f"[anima] {milestone_id} never starts as its file is written: {problem}")
+    for milestone_id in outcome.undefined:  # likewise
+        print(f"[anima] {milestone_id} does not go on without its definition: "
+              f".anima/milestones/{milestone_id}.md is missing — put the file back, or "
+              f"`anima abort {args.project} {milestone_id}`")
     if not (stopped or outcome.paused or outcome.failed or outcome.awaiting_review
-            or outcome.unmerged or outcome.blocked or outcome.unreadable):
+            or outcome.unmerged or outcome.blocked or outcome.unreadable or outcome.undefined):
         print("[anima] nothing left to do")
     if stopped:
         return 128 + received[0]
@@ -158,7 +162,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_PAUSED
     if outcome.failed:
         return EXIT_ERROR
-    return EXIT_USAGE if outcome.blocked or outcome.unreadable else EXIT_OK
+    return EXIT_USAGE if outcome.blocked or outcome.unreadable or outcome.undefined \
+        else EXIT_OK
 
 
 def _commands(command: str, milestone_ids: tuple[str, ...], options: str = "") -> str:

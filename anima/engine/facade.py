@@ -534,7 +534,7 @@ class Engine:
         """Nothing is driven any more: state.json says so, as the records do."""
         reconcile_state(self.store, scan.records)
         return RunOutcome.of(scan.records, scan.problems, scan.dependencies.waiting,
-                             scan.dependencies.broken, self._parallel_limit())
+                             scan.dependencies.broken, scan.orphans, self._parallel_limit())
 
     # ------------------------------------------------------------------ requests
     def _submit(self, fn: Callable[[], object]) -> None:

@@ -37,23 +37,30 @@ class RunOutcome:
     #: Run one at a time: the pending milestones that wait behind `held_by` (paused).
     held: tuple[str, ...] = ()
     held_by: tuple[str, ...] = ()
+    #: In progress, its `.md` gone (taken away, then resumed, or while Anima was down): it
+    #: does not go on until the file is back (exit 2's kind, as `blocked`).
+    undefined: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, records: list[MilestoneRecord], problems: list[AnimaError],
            waiting: dict[str, list[str]] | None = None,
-           broken: dict[str, str] | None = None, limit: int = 0) -> RunOutcome:
-        """What the records say once nothing is driven any more."""
+           broken: dict[str, str] | None = None,
+           orphans: set[str] | None = None, limit: int = 0) -> RunOutcome:
+        """What the records say once nothing is driven any more; `orphans` are the records
+        whose definition is gone."""
         def having(status: MilestoneStatus) -> tuple[str, ...]:
             return tuple(r.id for r in records if r.status is status)
 
-        pending = having(MilestoneStatus.PENDING)
+        pending, in_progress = having(MilestoneStatus.PENDING), having(
+            MilestoneStatus.IN_PROGRESS)
         held_by = tuple(held_by_pause(records, limit))
         # An ended milestone's new `.md` is only reported: the milestone is done.
         ended = set(having(MilestoneStatus.COMPLETED) + having(MilestoneStatus.CANCELLED))
         return cls(failed=having(MilestoneStatus.FAILED), paused=having(MilestoneStatus.PAUSED),
                    awaiting_review=having(MilestoneStatus.AWAITING_REVIEW),
                    problems=tuple(map(str, problems)),
-                   in_progress=having(MilestoneStatus.IN_PROGRESS),
+                   in_progress=tuple(m for m in in_progress if m not in (orphans or ())),
+                   undefined=tuple(m for m in in_progress if m in (orphans or ())),
                    waiting=tuple((m, tuple(deps)) for m, deps in (waiting or {}).items()
                                  if m in pending),
                    unmerged=tuple((r.id, r.merge.detail) for r in records
