@@ -570,6 +570,26 @@ def test_the_example_gitignore_hides_every_runtime_file() -> None:
     assert [p for p in RUNTIME_IGNORES if p not in lines] == []
 
 
+def test_commands_that_write_runtime_files_keep_them_ignored_by_git(
+        git_repo: Path, tmp_path: Path) -> None:
+    """design.md: the runtime files are ignored through `.anima/.gitignore`, which Anima adds
+    when missing. `anima add`, `resume` and `abort` wrote a record and a log without it, so
+    `git status` offered them for your next `git add -A`."""
+    make_project(git_repo, {"m1": milestone_md("One", ["A"])})
+    (git_repo / ".anima" / ".gitignore").unlink()
+    source = tmp_path / "m2.md"
+    source.write_text(milestone_md("Two", ["B"]), encoding="utf-8")
+    run_git(git_repo, "add", ".anima")
+    run_git(git_repo, "commit", "-qm", "chore: milestones")
+    for command in (("add", str(git_repo), str(source)), ("resume", str(git_repo), "m2"),
+                    ("abort", str(git_repo), "m1")):
+        anima(*command)
+        shown = run_git(git_repo, "status", "--porcelain", "--untracked-files=all")
+        assert [line for line in shown.splitlines()
+                if not line.endswith((".gitignore", "m2.md"))] == [], (command, shown)
+    assert record(git_repo, "m1").status.value == "cancelled"
+
+
 def test_status_json_is_the_records_dump_and_loads_only_what_it_needs(tmp_path: Path) -> None:
     """Scripts poll `anima status`: the output is the pydantic dump of the state and every
     record (non-ASCII intact), and a project whose milestones all have records parses no

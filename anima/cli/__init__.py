@@ -254,7 +254,6 @@ def cmd_approve(args: argparse.Namespace) -> int:
     if (code := _ask_running(paths, "approve", args.id)) is not None:
         return code
     from anima.config import load_config
-    from anima.engine.project import ensure_gitignore
     from anima.git import GitRepo
     from anima.lock import ProjectLock
     from anima.loop import actions
@@ -263,7 +262,6 @@ def cmd_approve(args: argparse.Namespace) -> int:
     config = load_config(paths.config)
     with ProjectLock(paths.lock, command=f"anima approve {args.id}"), \
             _action_bus(paths, config) as bus:
-        ensure_gitignore(paths)
         record = actions.approve(Store(paths), GitRepo.open(paths.root), config, args.id, bus)
     if record.status.value == "in_progress":  # main moved: a merge round comes first
         print(f"approved {record.id}: {record.notes[-1]}; run `anima run {args.project} "
@@ -377,16 +375,20 @@ def _command(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _configure_logging(args: argparse.Namespace) -> Path | None:
-    """The project's anima.log, when the command names a project that has `.anima/`."""
+    """The project's anima.log, when the command names a project that has `.anima/`. The
+    command writes runtime files there (this log, records, a milestone's log): git is told
+    to ignore them first, should `.anima/.gitignore` be missing (design.md)."""
     project = getattr(args, "project", None)
     if args.command == "init" or project is None:
         return None
+    from anima.engine.project import ensure_gitignore
     from anima.logsetup import configure_logging
 
     paths = ProjectPaths(Path(project).resolve())
     if not paths.anima.is_dir():
         return None
     try:
+        ensure_gitignore(paths)
         return configure_logging(paths)
     except OSError:
         return None
