@@ -168,6 +168,11 @@ class ProjectPaths:
         """There once `worktree_setup_command` passed in the milestone's worktree."""
         return self.sandbox(milestone_id) / "setup.done"
 
+    def removing(self, milestone_id: str) -> Path:
+        """There once what the ended milestone's worktree held uncommitted is stashed and
+        git may be deleting it: a tree a kill left half deleted holds nothing of anyone's."""
+        return self.sandbox(milestone_id) / "removing"
+
     def milestone_md(self, milestone_id: str) -> Path:
         return self.milestones / f"{milestone_id}.md"
 

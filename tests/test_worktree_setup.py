@@ -324,3 +324,47 @@ def test_a_cancel_cut_short_while_the_worktree_goes_still_cancels(
     assert record(project, "m1").status is MilestoneStatus.CANCELLED
     assert not worktree.exists()
     assert "worktrees/m1" not in run_git(project, "worktree", "list")
+
+
+@pytest.mark.parametrize("ended", ["cancelled", "completed"])
+def test_a_removal_cut_short_stashes_nothing_git_had_deleted(
+        project: Path, fake_claude: FakeClaude, tmp_path: Path, ended: str) -> None:
+    """git deletes a worktree's files before its `.git`: a kill halfway through the removal
+    of an ended milestone's worktree left a tree whose missing files read as uncommitted
+    deletions, and the restart stashed them as work the milestone had left, named in its
+    record ("found at a restart: what was left uncommitted…"): a merged milestone that
+    left nothing got a stash of its own files' deletions, a cancelled one a second stash
+    beside the one holding its real leftovers."""
+    worktree = project / ".anima" / "worktrees" / "m1"
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *" worktree remove "*) rm -f "{worktree}/.gitignore" '
+        f'"{worktree}/README.md"; kill -9 $PPID; exit 1;; esac\n'
+        f'exec {shutil.which("git")} "$@"\n', encoding="utf-8")
+    (shim / "git").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    if ended == "cancelled":  # paused with work of the Developer's left uncommitted
+        fake_claude.write_script({"developer": [{"shell": ["echo wip > wip.txt"],
+                                                 "text": "oops"}, {"text": "no report"}]})
+        run_engine(project, max_iterations_per_milestone=1)
+        command = ["anima", "abort", str(project), "m1"]
+    else:
+        command = ["anima", "run", str(project), "--headless"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == -9, done.stdout[-2000:] + done.stderr
+    assert worktree.is_dir() and not (worktree / "README.md").exists()
+
+    run_engine(project)
+
+    rec = record(project, "m1")
+    assert rec.status.value == ended and not worktree.exists()
+    stashes = run_git(project, "stash", "list").splitlines()
+    stashed = [n for n in rec.notes if "stash" in n]
+    if ended == "completed":
+        assert rec.merge is not None and rec.merge.merged
+        assert stashes == [] and stashed == [], rec.notes
+    else:  # the Developer's leftovers, stashed by the abort, and nothing else
+        assert len(stashes) == 1 and len(stashed) == 1, (stashes, rec.notes)
+        assert "wip" in run_git(project, "stash", "show", "-p", "--include-untracked")

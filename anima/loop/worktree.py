@@ -251,12 +251,18 @@ def remove_worktree(project: GitRepo, paths: ProjectPaths, record: MilestoneReco
     named stash, noted in the record), and so do its agents' own folders. The branch stays."""
     path = paths.worktree(record.id)
     half_made = any(w.path == path and w.half_made for w in project.worktrees())
+    # git deletes the tree's files before its `.git`: what a removal that a kill cut short
+    # left reads as deletions, which are git's, not work to stash.
+    half_removed = paths.removing(record.id).exists()
     for note in take_objects(paths.agent_objects(record.id), project.common_dir):
         log(note)
-    if path.is_dir() and (path / ".git").exists() and not half_made:  # git's half checkout
+    if path.is_dir() and (path / ".git").exists() and not (half_made or half_removed):
         tree = project.worktree_repo(path)
         if tree.dirty_paths():
             stash_changes(record, tree, log, f"uncommitted changes in the worktree when {why}")
+    if path.is_dir():
+        paths.removing(record.id).parent.mkdir(parents=True, exist_ok=True)
+        paths.removing(record.id).touch()
     there = path.exists()  # a folder git does not know is removed too: said all the same
     if project.remove_worktree(path) or there:
         log(f"removed the worktree {path.relative_to(paths.root)} ({why}); "
