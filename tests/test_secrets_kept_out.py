@@ -5,6 +5,9 @@ engine, the fake `claude`, real git."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -282,3 +285,36 @@ def test_what_the_final_turn_leaves_uncommitted_is_checked_before_the_final_acce
     assert len(fake_claude.prompts("acceptor")) == 3  # the rejected final was never reviewed
     never_in_main(project)
     assert ".key" not in run_git(project, "show", "main:.worktreeinclude")
+
+
+def test_a_kill_right_after_the_secret_is_taken_off_the_branch_still_copies_it_in_again(
+        project: Path, fake_claude: FakeClaude, tmp_path: Path) -> None:
+    """The reset that takes the secret's commit off the branch takes its file out of the
+    tree too, and a copy puts it back: a kill between the two left the worktree without its
+    `.env` for good (its copy is done once per worktree), and every later turn and check
+    ran without it."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    fake_claude.write_script({"developer": [
+        {"shell": ["git add -f .env && git commit -qm 'feat: config'"], "auto": True},
+        {"shell": [f"cp .env {marks}/seen"], "auto": True}]})
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *" reset -q --hard "*) {shutil.which("git")} "$@"; '
+        'kill -9 $PPID; exit 1;; esac\n'
+        f'exec {shutil.which("git")} "$@"\n', encoding="utf-8")
+    (shim / "git").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["anima", "run", str(project), "--headless"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == -9, done.stdout[-2000:] + done.stderr
+    worktree = project / ".anima" / "worktrees" / "m1"
+    assert not (worktree / ".env").exists()  # the reset took it; the copy never came
+
+    run_engine(project, sandbox="off")
+
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+    assert (marks / "seen").read_text() == f"PAYMENT_KEY={SECRET}\n"
+    never_in_main(project)

@@ -95,6 +95,11 @@ class MilestoneWorktree:
             copied_in.parent.mkdir(parents=True, exist_ok=True)
             write_model_atomic(copied_in, CopiedIn(at=now(), secrets=secrets))
             self._secrets = frozenset(secrets)
+        elif again := self.copy_secrets_again():
+            # Gone from the tree re-attached: a kill came between the reset that took them
+            # out with a secret's commit (`secrets_committed`) and their copy back.
+            self._log("copied in again from .worktreeinclude, missing from the worktree: "
+                      + ", ".join(again))
         self._hide_secret_values()
         tree = self.project.worktree_repo(self.path)
         self._point_at(tree.git_dir)
