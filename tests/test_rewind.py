@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ from anima.store.models import FeatureStatus, MilestoneStatus, RoundKind, Verdic
 from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
+from tests.test_crash import git_shim
 
 OK = {"auto": True}
 NO = {"text": "REJECTED: F3 is wrong"}
@@ -65,3 +70,49 @@ def test_continue_from_an_accepted_round_keeps_the_dropped_commits(
     assert not any("rewritten" in it.reason for it in after), [it.reason for it in after]
     for dropped in (paused.iterations[1].commit, old_head):
         assert dropped and not repo.is_ancestor(dropped, "main")
+
+
+@pytest.mark.parametrize("killed_after", [" reset -q --hard ", " update-ref --no-deref "])
+def test_a_continue_from_round_that_a_kill_cut_short_is_finished_or_undone_at_restart(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path, killed_after: str) -> None:
+    """"Continue from round 1", killed once the branch was back at round 1 but before the
+    record said so: on resume the next review took the move for the Developer rewriting
+    history, put the dropped rounds back and paused again. The restart finishes it; killed
+    before the branch moved, nothing was done, and the restart says so."""
+    fake_claude.use_env(monkeypatch)
+    fake_claude.write_script({"acceptor": [OK, OK, NO, NO, NO]})
+    make_project(git_repo, {"m1": milestone_md("Three", ["One", "Two", "Three"])},
+                 config={"max_iterations_per_milestone": 6})
+    run_engine(git_repo, summarizer={"enabled": False})
+    paused = record(git_repo, "m1")
+    round1, old_head = paused.iterations[0].commit, paused.iterations[-1].commit
+    # the real git first, then the kill of its caller
+    _, env = git_shim(tmp_path, fake_claude, killed_after,
+                      f'{shutil.which("git")} "$@"; rc=$?; kill -9 $PPID; exit $rc')
+    code = ("import sys; from pathlib import Path; from anima.config import Config; "
+            "from anima.git import GitRepo; from anima.loop.rewind import continue_from_round; "
+            "from anima.paths import ProjectPaths; from anima.store.store import Store; "
+            "root = Path(sys.argv[1]); continue_from_round(Store(ProjectPaths(root)), "
+            "GitRepo.open(root), Config(), 'm1', 1)")
+    killed = subprocess.run([sys.executable, "-c", code, str(git_repo)], env=env, check=False)
+    assert killed.returncode == -signal.SIGKILL
+    assert record(git_repo, "m1").status is MilestoneStatus.PAUSED  # the record never knew
+    moved = killed_after.startswith(" reset")
+    assert run_git(git_repo, "rev-parse", "milestone/m1").strip() == (
+        round1 if moved else old_head)
+
+    run_engine(git_repo, summarizer={"enabled": False})
+    done = record(git_repo, "m1")
+    log = (git_repo / ".anima" / "logs" / "anima.log").read_text(encoding="utf-8")
+    if not moved:
+        assert "had not moved the branch yet: nothing was done; choose it again" in log
+        assert done.status is MilestoneStatus.PAUSED and done.notes == paused.notes
+        assert not run_git(git_repo, "for-each-ref", "refs/anima/dropped/")
+        return
+    assert any("continued from round 1" in n and "finished at the restart" in n
+               for n in done.notes), done.notes
+    assert done.status is MilestoneStatus.COMPLETED, done.pause_reason
+    last = paused.iterations[-1].round
+    assert not any("rewritten" in it.reason for it in done.iterations[last:])
+    assert not GitRepo.open(git_repo).is_ancestor(old_head, "main")

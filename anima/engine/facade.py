@@ -235,6 +235,9 @@ class Engine:
                 self._log(record.id, line)
         for line in prune_leftover_worktrees(self.repo, self.paths, records):
             self._log(None, line)
+        for line in rewind.finish_cut_short(self.store, self.repo, self.config, records,
+                                            self.bus):
+            self._log(None, line)
         # (as on disk: a stash made just now by the prune is not on record either)
         for record in note_unnamed_stashes(self.milestones.read(register=False).records,
                                            self.repo):

@@ -68,26 +68,70 @@ def continue_from_round(store: Store, repo: GitRepo, config: Config, milestone_i
             tree.ensure_clean()  # the reset must not take uncommitted edits with it
             repo.keep_ref(kept_under, head)
             tree.reset_branch(record.branch_name, target)
-        for feature in record.features:
-            kept = [c for c in feature.commits if repo.is_ancestor(c, target)]
-            if kept != feature.commits:
-                feature.commits = kept
-                if feature.status is FeatureStatus.DONE or not kept:
-                    feature.status = FeatureStatus.IN_PROGRESS if kept else FeatureStatus.PENDING
-        newly = [it for it in record.standing if it.round > round_no]
-        for it in newly:
-            it.withdrawn = Withdrawn.DROPPED
-        last = max(it.round for it in record.iterations)
-        # The rounds after it leave the count and the round limit: the limit is the
-        # milestone's progress, and that is undone.
-        record.max_iterations += len(newly)
-        dropped = f" (rounds {round_no + 1}–{last} dropped)" if last > round_no else ""
-        record.notes.append(
-            f"continued from round {round_no}{dropped}: {record.branch_name} put back to "
-            f"{target[:7]}"
-            + (f"; the dropped commits (up to {head[:7]}) are kept under {kept_under}"
-               if head != target else "")
-            + ("; the dropped rounds no longer count toward the round limit"
-               if dropped else ""))
+        _drop_rounds(record, repo, round_no, head, kept_under)
         store.save_record(record)
         return actions.resume(store, config, milestone_id, note, bus)
+
+
+def _drop_rounds(record: MilestoneRecord, repo: GitRepo, round_no: int, head: str,
+                 kept_under: str, why: str = "") -> None:
+    """The record's side of a rewind to round `round_no` (the branch is there now, `head`
+    kept under `kept_under`): the rounds after it withdrawn, their features undone."""
+    target = next(it.commit for it in record.iterations if it.round == round_no)
+    assert target is not None
+    for feature in record.features:
+        kept = [c for c in feature.commits if repo.is_ancestor(c, target)]
+        if kept != feature.commits:
+            feature.commits = kept
+            if feature.status is FeatureStatus.DONE or not kept:
+                feature.status = FeatureStatus.IN_PROGRESS if kept else FeatureStatus.PENDING
+    newly = [it for it in record.standing if it.round > round_no]
+    for it in newly:
+        it.withdrawn = Withdrawn.DROPPED
+    last = max(it.round for it in record.iterations)
+    # The rounds after it leave the count and the round limit: the limit is the
+    # milestone's progress, and that is undone.
+    record.max_iterations += len(newly)
+    dropped = f" (rounds {round_no + 1}–{last} dropped)" if last > round_no else ""
+    record.notes.append(
+        f"continued from round {round_no}{dropped}: {record.branch_name} put back to "
+        f"{target[:7]}"
+        + (f"; the dropped commits (up to {head[:7]}) are kept under {kept_under}"
+           if head != target else "")
+        + ("; the dropped rounds no longer count toward the round limit"
+           if dropped else "") + why)
+
+
+def finish_cut_short(store: Store, repo: GitRepo, config: Config,
+                     records: list[MilestoneRecord], bus: EventBus | None = None) -> list[str]:
+    """At start-up: a "Continue from round" that a kill cut short, told by a ref under
+    `DROPPED_REFS` no note names (it is made before the branch moves, the note after). The
+    branch moved: the record follows and the milestone resumes, as you asked (else the next
+    review took the move for the Developer's rewriting history, and put the dropped rounds
+    back). It did not: nothing was done, and the ref goes."""
+    lines = []
+    for record in records:
+        if not (branch := record.branch_name):
+            continue
+        for ref, kept in repo.refs_under(f"{DROPPED_REFS}/{record.id}/"):
+            if any(ref in note for note in record.notes):
+                continue
+            head = repo.branch_head(branch)
+            if head == kept:
+                repo.delete_ref(ref, kept)
+                lines.append(f"{record.id}: a \"Continue from round\" that a kill cut short "
+                             "had not moved the branch yet: nothing was done; choose it again")
+                continue
+            rounds = [n for n in accepted_rounds(record) if next(
+                it.commit for it in record.iterations if it.round == n) == head]
+            if not rounds or not repo.is_ancestor(head, kept):
+                continue
+            with comments.LOCK:
+                record = store.load_record(record.id)
+                _drop_rounds(record, repo, rounds[-1], kept, ref,
+                             " (finished at the restart: a kill had cut it short)")
+                store.save_record(record)
+            lines.append(f"{record.id}: {record.notes[-1]}")
+            if record.status is MilestoneStatus.PAUSED:
+                record = actions.resume(store, config, record.id, "", bus)
+    return lines
