@@ -291,3 +291,30 @@ def test_a_stopped_wait_does_not_haunt_state_json_after_the_resume(
     finally:
         (fake_claude.root / "go").touch()
         engine.shutdown()
+
+
+@pytest.mark.parametrize("odd", [
+    {"usage": {"input_tokens": "lots", "output_tokens": 1e400}},  # failed the milestone
+    {"usage": {"input_tokens": [100], "output_tokens": 50}},
+    {"cost_usd": -5},  # "unexpected error": the whole run raised
+    {"cost_usd": "nan"},
+    {"cost_usd": "inf"},  # written as null: the record no start could read again
+    {"noise": [json.dumps({"type": "system", "subtype": "api_retry", "attempt": "two",
+                           "retry_delay_ms": "soon", "error_status": 529})]},  # a "crash"
+])
+def test_odd_numbers_from_the_cli_neither_fail_the_milestone_nor_spoil_its_record(
+        project: Path, fake_claude: FakeClaude, odd: dict[str, Any]) -> None:
+    """A figure that is text, a list, NaN, infinite or negative counts as 0; the rest of
+    the turn, and what the other turns spent, count as usual."""
+    fake_claude.write_script({"developer": [{"auto": True, **odd}]})
+    _, outcome = run_engine(project, max_budget_usd=5.0)
+    assert outcome.problems == () and outcome.failed == ()
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    assert rec.cost_usd == pytest.approx(sum(i.cost_usd for i in rec.iterations))
+    assert 0 < rec.cost_usd < 1  # the acceptor's turns and the developer's second
+    assert rec.usage.output_tokens >= 150
+    assert "crashed" not in log_text(project)
+    status = subprocess.run([sys.executable, "-m", "anima", "status", "--json", str(project)],
+                            capture_output=True, text=True, check=True)
+    assert json.loads(status.stdout)

@@ -6,12 +6,13 @@ factory (`anima.engine.agents`) picks one (an import-linter contract keeps it so
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from anima.config import Config, RoleConfig
 from anima.events import ROLES, Event, RateLimitChanged, TurnResult
@@ -29,6 +30,25 @@ def clean_text(raw: str) -> str:
     """A line as a human reads it: the terminal escapes and carriage returns a
     terminal-minded CLI prints (on stderr, or instead of its protocol) removed."""
     return _TERMINAL_CODES.sub("", raw).replace("\r", "")
+
+
+def wire_number(value: Any) -> float:
+    """A figure an agent CLI reports (a cost, tokens, milliseconds) as Anima counts it: a
+    finite number not below 0, else 0. One odd field (text, a list, NaN, an infinity, a
+    negative cost) must not fail the milestone that reads it, nor reach its record, which
+    refuses a negative cost and could not be read back with an infinite one."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        return 0.0
+    return number if math.isfinite(number) and number >= 0 else 0.0
+
+
+def wire_count(value: Any) -> int:
+    """`wire_number` for a count (tokens, turns, a retry's attempt)."""
+    return int(wire_number(value))
 
 
 class FaultKind(StrEnum):

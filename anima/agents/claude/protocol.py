@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from anima.agents.dialect import clean_text
+from anima.agents.dialect import clean_text, wire_count, wire_number
 from anima.agents.tools import describe_tool
 from anima.config import RoleConfig
 from anima.events import (
@@ -124,7 +124,7 @@ def _spent_since_last_result(obj: dict[str, Any]) -> float | None:
     by_model = obj.get("model_usage_since_last_result")
     if not isinstance(by_model, dict):
         return None
-    return sum(float(m.get("costUSD") or 0.0) for m in by_model.values() if isinstance(m, dict))
+    return sum(wire_number(m.get("costUSD")) for m in by_model.values() if isinstance(m, dict))
 
 
 def _turn_result(role: str, obj: dict[str, Any]) -> TurnResult:
@@ -139,10 +139,10 @@ def _turn_result(role: str, obj: dict[str, Any]) -> TurnResult:
         is_error=bool(obj.get("is_error", False)),
         session_id=str(obj.get("session_id", "")),
         subtype=str(obj.get("subtype", "success")),
-        cost_usd=float(obj.get("total_cost_usd") or 0.0),
-        usage=usage if isinstance(usage, dict) else {},
-        duration_ms=int(obj.get("duration_ms") or 0),
-        num_turns=int(obj.get("num_turns") or 0),
+        cost_usd=wire_number(obj.get("total_cost_usd")),
+        usage=_token_counts(usage),
+        duration_ms=wire_count(obj.get("duration_ms")),
+        num_turns=wire_count(obj.get("num_turns")),
         turn_cost_usd=_spent_since_last_result(obj),
         permission_denials=_denials(obj),
         api_error_status=_int_or_none(obj.get("api_error_status")),
@@ -152,13 +152,22 @@ def _turn_result(role: str, obj: dict[str, Any]) -> TurnResult:
     )
 
 
+def _token_counts(usage: Any) -> dict[str, Any]:
+    """The result's `usage`, its token counts read as numbers (`wire_count`)."""
+    if not isinstance(usage, dict):
+        return {}
+    return {k: wire_count(v) if k.endswith("_tokens") else v for k, v in usage.items()}
+
+
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _float_or_none(value: Any) -> float | None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    return float(value) if ok else None
+    """A figure the line may leave out (a reset time): None when absent, or not one
+    `wire_number` takes as it is."""
+    number = wire_number(value)
+    return number if number == value else None
 
 
 _RATE_STATUS_RANK = {"allowed": 0, "allowed_warning": 1, "rejected": 2}
@@ -203,10 +212,6 @@ def _redacted_input(tool_input: Any) -> dict[str, Any]:
     return cleaned if isinstance(cleaned, dict) else {}
 
 
-def _int(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) else 0
-
-
 class ContextMeter:
     """Follows one process's context in use: the last main-loop API call's input + cache
     tokens (from its `assistant` lines) and the window the `result` line reports.
@@ -226,17 +231,19 @@ class ContextMeter:
             return
         usage = message.get("usage")
         if isinstance(usage, dict):
-            self.tokens = (_int(usage.get("input_tokens"))
-                           + _int(usage.get("cache_read_input_tokens"))
-                           + _int(usage.get("cache_creation_input_tokens")))
+            self.tokens = (wire_count(usage.get("input_tokens"))
+                           + wire_count(usage.get("cache_read_input_tokens"))
+                           + wire_count(usage.get("cache_creation_input_tokens")))
             self.model = str(message.get("model") or "")
 
     def at_result(self, role: str, obj: dict[str, Any]) -> ContextUsage | None:
         """The figure after a turn, or None when no API call reported usage yet."""
         if self.tokens is None:
             return None
-        windows = {name: _int(u.get("contextWindow"))
-                   for name, u in (obj.get("modelUsage") or {}).items() if isinstance(u, dict)}
+        by_model = obj.get("modelUsage")
+        windows = {name: wire_count(u.get("contextWindow"))
+                   for name, u in (by_model if isinstance(by_model, dict) else {}).items()
+                   if isinstance(u, dict)}
         window = windows.get(self.model) or max(windows.values(), default=0) \
             or DEFAULT_CONTEXT_WINDOW
         return ContextUsage(role=role, session_id=str(obj.get("session_id", "")),
@@ -248,8 +255,8 @@ def _compacted(role: str, obj: dict[str, Any]) -> Compacted:
     meta = meta if isinstance(meta, dict) else {}
     post = meta.get("post_tokens")
     return Compacted(role=role, trigger=str(meta.get("trigger") or "auto"),
-                     pre_tokens=_int(meta.get("pre_tokens")),
-                     post_tokens=_int(post) if post is not None else None)
+                     pre_tokens=wire_count(meta.get("pre_tokens")),
+                     post_tokens=wire_count(post) if post is not None else None)
 
 
 def parse_line(role: str, line: bytes | str, meter: ContextMeter | None = None) -> list[Event]:
@@ -289,9 +296,9 @@ def parse_line(role: str, line: bytes | str, meter: ContextMeter | None = None) 
     if kind == "system" and obj.get("subtype") == "api_retry":
         return [ApiRetry(
             role=role,
-            attempt=int(obj.get("attempt") or 0),
-            max_retries=int(obj.get("max_retries") or 0),
-            delay_ms=float(obj.get("retry_delay_ms") or 0.0),
+            attempt=wire_count(obj.get("attempt")),
+            max_retries=wire_count(obj.get("max_retries")),
+            delay_ms=wire_number(obj.get("retry_delay_ms")),
             error_status=_int_or_none(obj.get("error_status")),
             error=str(obj.get("error") or ""),
         )]

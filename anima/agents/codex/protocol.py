@@ -27,7 +27,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from anima.agents.dialect import clean_text
+from anima.agents.dialect import clean_text, wire_count, wire_number
 from anima.config import ModelPrice, RoleConfig
 from anima.events import (
     ApiRetry,
@@ -94,9 +94,9 @@ class _Spend:
     output: int = 0
 
     def add(self, usage: dict[str, Any]) -> None:
-        self.input += _int(usage.get("inputTokens"))
-        self.cached += _int(usage.get("cachedInputTokens"))
-        self.output += _int(usage.get("outputTokens"))
+        self.input += wire_count(usage.get("inputTokens"))
+        self.cached += wire_count(usage.get("cachedInputTokens"))
+        self.output += wire_count(usage.get("outputTokens"))
 
     def cost(self, price: ModelPrice) -> float:
         fresh = max(0, self.input - self.cached)
@@ -315,15 +315,15 @@ class CodexConversation:
                    if isinstance(w, dict)]
         if not windows:
             return None
-        window = max(windows, key=lambda w: _int(w.get("usedPercent")))
-        used = _int(window.get("usedPercent"))
+        window = max(windows, key=lambda w: wire_number(w.get("usedPercent")))
+        used = wire_count(window.get("usedPercent"))
         status = "rejected" if used >= 100 or limits.get("rateLimitReachedType") else \
             "allowed_warning" if used >= 90 else "allowed"
         resets_at = window.get("resetsAt")
         return RateLimitChanged(
             role=self.role, status=status, utilization=used / 100,
-            resets_at=float(resets_at) if isinstance(resets_at, int | float) else None,
-            limit_type=_WINDOWS.get(_int(window.get("windowDurationMins")), ""))
+            resets_at=wire_number(resets_at) or None,
+            limit_type=_WINDOWS.get(wire_count(window.get("windowDurationMins")), ""))
 
     def _tool_use(self, item: dict[str, Any]) -> list[Event]:
         kind, item_id = item.get("type"), str(item.get("id", ""))
@@ -366,10 +366,10 @@ class CodexConversation:
     def _own_usage(self, usage: Any) -> None:
         """The agent's own call: counted, and its context (a sub-agent's is another)."""
         last = self._usage(self.thread_id, usage)
-        if last is not None and (window := _int(usage.get("modelContextWindow"))):
+        if last is not None and (window := wire_count(usage.get("modelContextWindow"))):
             self._context = ContextUsage(
                 role=self.role, session_id=self.thread_id,
-                tokens=_int(last.get("inputTokens")) + _int(last.get("outputTokens")),
+                tokens=wire_count(last.get("inputTokens")) + wire_count(last.get("outputTokens")),
                 window=window)
 
     def _usage(self, thread: str, usage: Any) -> dict[str, Any] | None:
@@ -378,7 +378,7 @@ class CodexConversation:
             return None
         total = usage.get("total")
         if isinstance(total, dict):
-            seen = _int(total.get("totalTokens"))
+            seen = wire_count(total.get("totalTokens"))
             if self._seen_total.get(thread) == seen:
                 return None  # an interrupt repeats the last call's usage: the total stands
             self._seen_total[thread] = seen
@@ -393,7 +393,7 @@ class CodexConversation:
         error = turn.get("error")
         error = error if isinstance(error, dict) else None
         message = str(error.get("message", "")) if error else ""
-        took = _int(turn.get("durationMs"))
+        took = wire_count(turn.get("durationMs"))
         if status == "completed" and error is None:
             result = self._result(True, "success", self._turn_text, None, took)
         elif status == INTERRUPTED:
