@@ -5,9 +5,9 @@ engine, the fake `claude`, real git."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ from tests.helpers import (
     record,
     run_engine,
 )
+from tests.test_crash import git_shim
 from tests.test_integrity import report
 
 SECRET = "sk-local-only-0123456789-do-not-commit"
@@ -298,15 +299,9 @@ def test_a_kill_right_after_the_secret_is_taken_off_the_branch_still_copies_it_i
     fake_claude.write_script({"developer": [
         {"shell": ["git add -f .env && git commit -qm 'feat: config'"], "auto": True},
         {"shell": [f"cp .env {marks}/seen"], "auto": True}]})
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "git").write_text(
-        "#!/bin/sh\n"
-        f'case " $* " in *" reset -q --hard "*) {shutil.which("git")} "$@"; '
-        'kill -9 $PPID; exit 1;; esac\n'
-        f'exec {shutil.which("git")} "$@"\n', encoding="utf-8")
-    (shim / "git").chmod(0o755)
-    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    # the real git first, then the kill of its caller
+    _, env = git_shim(tmp_path, fake_claude, " reset -q --hard ",
+                      f'{shutil.which("git")} "$@"; kill -9 $PPID; exit 1')
     done = subprocess.run(["anima", "run", str(project), "--headless"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == -9, done.stdout[-2000:] + done.stderr
@@ -318,3 +313,25 @@ def test_a_kill_right_after_the_secret_is_taken_off_the_branch_still_copies_it_i
     assert record(project, "m1").status is MilestoneStatus.COMPLETED
     assert (marks / "seen").read_text() == f"PAYMENT_KEY={SECRET}\n"
     never_in_main(project)
+
+
+def test_a_window_that_did_not_run_the_milestone_hides_the_copied_in_values_too(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value too short to refuse the commit (under twelve characters) written into the
+    code: the Changes view of the process that ran the milestone hid it, a window opened
+    after the run (another process, which never opened that worktree) showed it as it is."""
+    fake_claude.use_env(monkeypatch)
+    ignored_dotenv(git_repo, "WEBHOOK=wh7Qz2pX\n")
+    project = make_project(git_repo, {"m1": TWO})
+    fake_claude.write_script({"developer": [{"shell": [
+        "echo 'ID = \"wh7Qz2pX\"' > pay.py && git add -A && git commit -qm 'feat: pay'"],
+        "auto": True}]})
+    run_engine(project)
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+    window = ("from anima.engine.facade import Engine\n"
+              f"engine = Engine({str(project)!r})\n"
+              "print(engine.changes('m1').file('pay.py').patch)\n"
+              "engine.shutdown()\n")
+    shown = subprocess.run([sys.executable, "-c", window], capture_output=True, text=True,
+                           check=True).stdout
+    assert "wh7Qz2pX" not in shown and '+ID = "<REDACTED>"' in shown, shown

@@ -75,7 +75,7 @@ from anima.loop.recovery import AgentRegistry, note_unnamed_stashes, recover_pro
 from anima.loop.run import MilestoneRun
 from anima.loop.seats import Agent, RunControl
 from anima.loop.state import board, reconcile_state
-from anima.loop.worktree import prune_leftover_worktrees, secret_paths
+from anima.loop.worktree import hide_copied_in, prune_leftover_worktrees
 from anima.paths import ProjectPaths
 from anima.phases import Phase
 from anima.store.milestone_md import load_milestone
@@ -719,7 +719,7 @@ class Engine:
         take_objects(self.paths.agent_objects(milestone_id), self.repo.common_dir,
                      report=False)
         return milestone_changes(self.repo, self.store.load_record(milestone_id), round_no,
-                                 secret_paths(self.paths, milestone_id))
+                                 hide_copied_in(self.paths, milestone_id))
 
     def last_transcript(self) -> tuple[str | None, list[TranscriptEvent]]:
         """What a restarted window replays. Read-only."""

@@ -10,7 +10,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -133,12 +133,8 @@ class MilestoneWorktree:
     def secret_values(self, min_length: int = 0) -> list[str]:
         """The secret values the copied-in files hold (`secret_values`), as the human's
         checkout has them now, of at least `min_length` characters."""
-        values: list[str] = []
-        for rel in sorted(self.secrets()):
-            with contextlib.suppress(OSError):
-                text = read_regular(self.project.root / rel, _SECRET_FILE_BYTES)
-                values += secret_values(text.decode("utf-8", errors="replace"))
-        return [v for v in values if len(v) >= min_length]
+        return [v for v in values_held(self.project.root, self.secrets())
+                if len(v) >= min_length]
 
     def secrets(self) -> frozenset[str]:
         """The paths copied in from `.worktreeinclude` (see `secret_paths`)."""
@@ -237,6 +233,27 @@ def secret_paths(paths: ProjectPaths, milestone_id: str) -> frozenset[str]:
         if not paths.worktree(milestone_id).is_dir():
             return frozenset()  # what was committed was checked while it ran
         return frozenset(included_paths(paths.root))
+
+
+def values_held(root: Path, rels: Iterable[str]) -> list[str]:
+    """The secret values (`secret_values`) the files `rels` of the checkout `root` hold now."""
+    values: list[str] = []
+    for rel in sorted(rels):
+        with contextlib.suppress(OSError):
+            text = read_regular(root / rel, _SECRET_FILE_BYTES)
+            values += secret_values(text.decode("utf-8", errors="replace"))
+    return values
+
+
+def hide_copied_in(paths: ProjectPaths, milestone_id: str) -> frozenset[str]:
+    """`secret_paths`, with the values those files hold hidden from then on wherever
+    `redact` runs in this process (`add_known_secrets`), or, once that list went with the
+    tree, the values of the project's `.worktreeinclude` files now. Only a process that
+    opened the milestone's worktree knew them: a window started after the run showed one
+    written into another file as it is."""
+    hidden = secret_paths(paths, milestone_id)
+    add_known_secrets(values_held(paths.root, hidden or included_paths(paths.root)))
+    return hidden
 
 
 def memory_as_started(paths: ProjectPaths, record: MilestoneRecord) -> dict[str, bytes]:
