@@ -15,6 +15,7 @@ resumes exactly where it stopped.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import shlex
 import sys
@@ -87,7 +88,7 @@ from anima.store.names import validate_milestone_id
 from anima.store.store import Scan, Store
 from anima.text.context import ApiTokenCounter
 from anima.text.prompts import PromptBuilder
-from anima.text.redact import RedactingBus
+from anima.text.redact import RedactingBus, add_known_secrets, environment_secrets
 from anima.text.summarizer import Summarizer
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,8 @@ class Engine:
                  config_overrides: dict[str, Any] | None = None) -> None:
         self.root = Path(root).resolve()
         self.paths = ProjectPaths(self.root)
+        # The agents inherit Anima's environment: its credentials are secrets in their output.
+        add_known_secrets(environment_secrets(os.environ))
         self.bus = bus or RedactingBus()
         self.store = Store(self.paths)
         self.settings = LiveConfig(self.paths, self.bus, config_overrides, self._told_limit)

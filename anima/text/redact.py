@@ -21,7 +21,10 @@ What is replaced by `<REDACTED>`:
   `ANTHROPIC_API_KEY`, environment names ending `_PASS`/`_PWD`/`_KEY`/`_AUTH`,
   `--password x` …) in `k=v`, `k: v`, `"k": "v"`, `export K=v` forms, also inside JSON-escaped
   strings. Key and quotes stay, so JSON stays JSON. In `NAME=value` the value runs to white
-  space (`DB_PASS=a,b;c`, `API_TOKEN=abc.def`).
+  space (`DB_PASS=a,b;c`, `API_TOKEN=abc.def`);
+- verbatim, whatever they look like (`add_known_secrets`): the values of the files a project
+  copies into its worktrees, and of the secret-named variables of Anima's own environment,
+  which its agents inherit (`environment_secrets`).
 
 Deliberately left alone: commit hashes, UUIDs, paths, counters and short numbers
 (`token_count: 12`, `"input_tokens": 5`, `USE_AUTH=1`), placeholders (`${VAR}`, `<your-key>`,
@@ -38,7 +41,7 @@ import json
 import re
 import threading
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
 from anima.events import (
@@ -56,6 +59,7 @@ __all__ = [
     "LineRedactor",
     "RedactingBus",
     "add_known_secrets",
+    "environment_secrets",
     "is_secret_key",
     "redact",
     "redact_data",
@@ -380,6 +384,15 @@ def secret_values(text: str) -> list[str]:
             if len(value) >= 6 and not _is_placeholder(value)
             and (is_secret_key(name) or _ENV_SECRET_NAME.search(name) is not None
                  or not _is_setting(value))]
+
+
+def environment_secrets(environ: Mapping[str, str]) -> list[str]:
+    """The values of the variables whose names say secret (`is_secret_key`:
+    `ANTHROPIC_AUTH_TOKEN`, `AWS_SECRET_ACCESS_KEY`, `GH_TOKEN`), but placeholders and values
+    under six characters. Every agent, check and setup command inherits Anima's environment,
+    and printed bare (`printenv`, `echo $TOKEN`) nothing else marks them as secrets."""
+    return [value for name, value in environ.items()
+            if is_secret_key(name) and len(value) >= 6 and not _is_placeholder(value)]
 
 
 def _is_setting(value: str) -> bool:
