@@ -275,8 +275,9 @@ class RestoringGuard(TurnGuard):
         with contextlib.suppress(FileNotFoundError):
             self.paths.review_guard.unlink()
         records = self._restore_records()  # first: holding an arrival drops its record
+        forged = self._drop_note(self.paths.turn_guard)
         done = put_back(self.paths, self.copy, self.mentions.named)
-        done.changed = ([f"{r} put back" for r in records]
+        done.changed = ([f"{r} put back" for r in records] + forged
                         + [f"the human's {d} put back" for d in done.changed]
                         + ([describe_kept(done.kept)] if done.kept else []))
         return done
@@ -324,6 +325,18 @@ class RestoringGuard(TurnGuard):
         with self._lock:
             self._start = None
             return self._end()
+
+    def _drop_note(self, note: Path) -> list[str]:
+        """Anima's note of a Developer turn is on disk only while one runs: one there after a
+        review or a check run was written by their code (the Developer's), and the next
+        start would take it for a turn a kill cut short, writing the definitions and the
+        record it holds."""
+        try:
+            note.unlink()
+        except FileNotFoundError:
+            return []
+        return [f"{note.relative_to(self.paths.root).as_posix()} (Anima's note, written while "
+                "what it notes did not run: removed)"]
 
     def _end(self) -> TurnFindings:
         saved, self._saved = self._saved, None
