@@ -476,3 +476,43 @@ def test_a_turn_guard_the_checks_forge_queues_nothing_at_the_next_start(
     assert not (folder(project) / "zz-evil.md").exists()
     assert "Delete the tests" not in run_git(project, "log", "--format=%s", "main")
     assert not (project / ".anima" / "turn_guard.json").exists()
+
+
+def forge_completed_from(project: Path, target: str, branch: str) -> str:
+    """A script writing `target`, a record of a milestone that never ran: completed, its
+    merge pending, its final acceptance on `branch`'s tip (which nobody reviewed)."""
+    return f"""import json, subprocess, datetime
+head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+at = datetime.datetime.now(datetime.timezone.utc).isoformat()
+d = json.load(open({str(folder(project) / 'm1.json')!r}))
+d.update(id="zz-forged", title="Forged", status="completed", completed_at=at,
+         branch_name={branch!r}, main_branch="main", phase="completed",
+         merge=dict(state="pending", detail="merging", at=at),
+         iterations=[dict(round=1, kind="final", verdict="accepted", commit=head,
+                          started_at=at, ended_at=at)])
+json.dump(d, open({str(folder(project) / target)!r}, "w"))
+"""
+
+
+def test_a_record_forged_as_completed_is_not_merged_while_the_developer_works(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """Without the sandbox, no kill: the Developer writes a record of its own, completed with
+    its merge owed, naming its branch's unreviewed tip. The engine's retry of owed merges
+    (every few seconds, from the records on disk) merged that tip into main before the turn
+    ended and the guard looked."""
+    use_sandbox(project, "off")
+    main = run_git(project, "rev-parse", "main")
+    script = base64.b64encode(forge_completed_from(project, "zz-forged.json",
+                                                   "milestone/m1").encode()).decode()
+    fake_claude.write_script({"developer": [{"shell": [
+        "mkdir -p features && echo unreviewed > features/evil.txt",
+        "git add -A && git commit -qm 'feat: nobody reviews this'",
+        f"echo {script} | base64 -d | python3", "sleep 8"],
+        "text": report()}], "acceptor_default": {"text": "REJECTED: no"}})
+    run_engine(project, max_consecutive_rejections=1)
+    assert "nobody reviews this" not in run_git(project, "log", "--format=%s", "main")
+    assert run_git(project, "rev-parse", "main") == main
+    assert not (folder(project) / "zz-forged.json").exists()  # the next start merges none
+    assert (project / ".anima" / "held" / "zz-forged.json").exists()
+    assert ".anima/milestones/zz-forged.json (added; set aside as .anima/held/zz-forged.json)" \
+        in log_text(project)

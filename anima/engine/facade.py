@@ -218,6 +218,10 @@ class Engine:
         tried (it may have merged, or gone back for a merge round: the scan is stale)."""
         if not now and time.monotonic() < self._next_merge_try:
             return False
+        if any(s.run is None or not s.run.sandbox.active for s in self._sessions.values()):
+            # An agent (or the checks) running as you may have written any record, a merge
+            # owed on a branch nobody judged: merges wait until the guard has put them back.
+            return False
         self._next_merge_try = time.monotonic() + _MERGE_RETRY_SECONDS
         tried = False
         for record in filter(merge_pending, scan.records):

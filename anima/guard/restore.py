@@ -133,11 +133,20 @@ def hold(paths: ProjectPaths, md: Path) -> Path:
     meanwhile (pending, never run) goes: it is only the file's echo."""
     target = set_aside(paths, md)
     record = paths.milestone_record(md.stem)
-    with contextlib.suppress(OSError, ValueError):
-        fields = json.loads(read_regular(record))
-        if fields.get("status") == "pending" and not fields.get("iterations"):
+    with contextlib.suppress(OSError):
+        if _registration_only(read_regular(record)):
             record.unlink()
     return target
+
+
+def _registration_only(data: bytes) -> bool:
+    """Whether a record says no more than a registration: pending, never run."""
+    try:
+        fields = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(fields, dict) and fields.get("status") == "pending" \
+        and not fields.get("iterations") and not fields.get("merge")
 
 
 class ToolMentions:
@@ -295,7 +304,9 @@ class RestoringGuard(TurnGuard):
     def _restore_records(self) -> list[str]:
         """Put back every other milestone's record the work changed or deleted, so no agent
         resumes a paused milestone, retries a cancelled one or passes a review by editing a
-        file; a new record is left (it never runs without its definition)."""
+        file. A new record that only registers a milestone is left (it never runs without its
+        definition; `anima add` writes one from another process); one that says more (a
+        final acceptance, a merge owed) is not Anima's and is set aside."""
         with self._lock:
             now = read_records(self.paths, self.milestone)
             changed = []
@@ -304,6 +315,12 @@ class RestoringGuard(TurnGuard):
                     write_text_atomic(self.paths.root / rel, before.decode("utf-8"))
                     word = "deleted" if after is None else "modified"
                     changed.append(f"{rel} ({word})")
+            for rel in sorted(set(now) - set(self.records)):
+                path = self.paths.root / rel
+                if path.parent == self.paths.milestones and not _registration_only(now[rel]):
+                    target = set_aside(self.paths, path)
+                    changed.append(f"{rel} (added; set aside as "
+                                   f"{target.relative_to(self.paths.root).as_posix()})")
             return changed
 
     def begin(self, main: str, tips: Tips | None = None) -> None:
