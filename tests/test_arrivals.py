@@ -119,6 +119,24 @@ def test_a_milestone_the_developer_writes_is_held_and_never_runs(
         assert [n.kind for n in notices if line in n.message] == ["held"]
 
 
+def test_one_written_through_a_link_made_in_an_earlier_call_is_held(
+        project: Path, fake_claude: FakeClaude, tmp_path: Path) -> None:
+    """Without the sandbox: a link to the folder in one shell call, the write through it in
+    the next. Neither call named both the folder and the file, and it was queued, run and
+    merged."""
+    use_sandbox(project, "off")
+    link = tmp_path / "q"
+    fake_claude.write_script({"developer": [{"shell": [
+        "mkdir -p features && echo F1 > features/F1.txt",
+        "git add -A && git commit -qm 'feat: F1'",
+        f"ln -s {folder(project)} {link}",
+        shell_writing(link / "zz-evil.md")],
+        "text": report()}]})
+    run_engine(project)
+    assert_held(project, "zz-evil")
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_one_the_acceptor_writes_from_inside_the_folder_is_held_too(
         project: Path, fake_claude: FakeClaude, mode: str) -> None:

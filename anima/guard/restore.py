@@ -151,10 +151,11 @@ def _registration_only(data: bytes) -> bool:
 
 class ToolMentions:
     """The milestone files the agents' tool calls name: a bus subscriber for one milestone's
-    run. A call that can write (anything but the read-only tools) and whose input names the
-    milestones folder marks every `*.md` name in it: a Write or Edit of
-    `.anima/milestones/x.md`, `cat > .anima/milestones/x.md`, `cd .anima/milestones && …
-    > x.md`. The project's checks run code the Developer wrote, so the marks last the run."""
+    run. Once a call that can write (anything but the read-only tools) names the milestones
+    folder, every `*.md` name in such a call, before or after, is marked: a Write or Edit of
+    `.anima/milestones/x.md`, `cat > .anima/milestones/x.md`, a `cd .anima/milestones` (or a
+    link made to it) in one call and `… > x.md` in the next, which the shell's cwd carries.
+    The project's checks run code the Developer wrote, so the marks last the run."""
 
     #: Tools that cannot write a file; every other one (Bash above all) can.
     READ_ONLY = frozenset({"Read", "Glob", "Grep", "LS", "WebFetch", "WebSearch", "TodoWrite"})
@@ -162,18 +163,19 @@ class ToolMentions:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._names: set[str] = set()
+        self._folder_named = False
 
     def __call__(self, event: Event) -> None:
         if not isinstance(event, ToolUse) or event.tool in self.READ_ONLY:
             return
         text = "\n".join(_strings(event.input))
-        if "milestones" in text:
-            with self._lock:
-                self._names.update(m.lower() for m in _MD_NAME.findall(text))
+        with self._lock:
+            self._folder_named = self._folder_named or "milestones" in text
+            self._names.update(m.lower() for m in _MD_NAME.findall(text))
 
     def named(self, path: Path) -> bool:
         with self._lock:
-            return path.name.lower() in self._names
+            return self._folder_named and path.name.lower() in self._names
 
 
 _MD_NAME = re.compile(r"[\w.-]+\.md\b", re.IGNORECASE)
