@@ -27,10 +27,9 @@ import os
 import shutil
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import BinaryIO
-
-import pathspec
 
 from anima.errors import GitError
 from anima.git_options import NO_AGENT_CODE
@@ -59,10 +58,14 @@ def included_paths(source: Path) -> list[str]:
     list the ignored files."""
     if not Path(source).is_dir():
         raise GitError(f"{source} does not exist or is not a folder")
-    spec = _read_spec(source)
-    if spec is None:
+    data = _read_list(source)
+    if not data:
         return []
-    return sorted(p for p in _ignored_files(source) if _copyable(p) and spec.match_file(p))
+    with tempfile.NamedTemporaryFile(prefix="anima-include-") as listed:
+        listed.write(data)
+        listed.flush()
+        wanted = _ignored_files(source, f"--exclude-from={listed.name}")
+    return sorted(p for p in wanted & _ignored_files(source) if _copyable(p))
 
 
 def copy_included(source: Path, target: Path, wanted: list[str] | None = None) -> list[str]:
@@ -96,46 +99,31 @@ def copy_included(source: Path, target: Path, wanted: list[str] | None = None) -
     return copied
 
 
-def _read_spec(source: Path) -> pathspec.GitIgnoreSpec | None:
-    """The compiled list, or None when there is none or nothing in it can match."""
+def _read_list(source: Path) -> bytes | None:
+    """`.worktreeinclude`'s bytes, None when there is none or it is no regular file (a link,
+    a FIFO: git would follow or wait on it)."""
     path = source / WORKTREE_INCLUDE
     try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            log.info("%s is not a regular file; nothing is copied into worktrees", path)
-            return None
         fd = os.open(path, _READ_FLAGS)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        log.warning("Cannot read %s (%s); nothing is copied into worktrees", path, exc.strerror)
+    except OSError as exc:  # a link (ELOOP) too
+        log.info("Cannot read %s (%s); nothing is copied into worktrees", path, exc.strerror)
         return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped after the lstat
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder opens too
         os.close(fd)
         return None
     with os.fdopen(fd, "rb") as fh:
-        data = fh.read()
-    # Like git: bytes as the file system names them, a UTF-8 BOM skipped, lines split at \n
-    # with one trailing \r dropped. A line git would not accept is left out on its own.
-    text = os.fsdecode(data).removeprefix("\ufeff")
-    lines: list[str] = []
-    for line in text.split("\n"):
-        line = line.removesuffix("\r")
-        try:
-            pathspec.GitIgnoreSpec.from_lines([line])
-        except ValueError:
-            log.info("%s: ignoring the line %r, which is not a valid pattern", path, line)
-            continue
-        lines.append(line)
-    spec = pathspec.GitIgnoreSpec.from_lines(lines)
-    if not any(p.include for p in spec.patterns):  # only comments, blanks or negations
-        return None
-    return spec
+        return fh.read()
 
 
-def _ignored_files(source: Path) -> list[str]:
-    """Every untracked file git ignores in `source`, relative to it."""
+def _ignored_files(source: Path, *exclude: str) -> set[str]:
+    """Every untracked file of `source` (relative to it) that git ignores, or (`exclude`:
+    `--exclude-from=<file>`) that those patterns list, git parsing them as it parses a
+    `.gitignore` (comments, escapes, negations, a BOM, CRLF)."""
     try:
-        done = subprocess.run(["git", *NO_AGENT_CODE, *LS_IGNORED], cwd=source,
+        done = subprocess.run(["git", *NO_AGENT_CODE, *LS_IGNORED[:3],
+                               *(exclude or ("--exclude-standard",)), "-z"], cwd=source,
                               stdin=subprocess.DEVNULL, capture_output=True, check=False,
                               start_new_session=True)
     except FileNotFoundError:
@@ -143,7 +131,7 @@ def _ignored_files(source: Path) -> list[str]:
     if done.returncode != 0:
         detail = done.stderr.decode(errors="replace").strip()
         raise GitError(f"Cannot list the files git ignores in {source}: {detail}")
-    return [os.fsdecode(p) for p in done.stdout.split(b"\0") if p]
+    return {os.fsdecode(p) for p in done.stdout.split(b"\0") if p}
 
 
 def _copyable(rel: str) -> bool:
