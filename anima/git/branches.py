@@ -88,28 +88,10 @@ class BranchOps(RepoBase):
         if all(is_under_anima(e.path) for e in entries):
             return None
         paths = [e.path for e in entries if not is_under_anima(e.path) or is_memory_path(e.path)]
-        spec = b"\0".join(os.fsencode(p) for p in paths) + b"\0"
         what = f"Cannot commit the leftover changes in {self.root} ({listing(paths)})"
-        self._run(
-            ["--literal-pathspecs", "add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"],
-            stdin=spec,
-            what=what,
-        )
-        self._run(
-            [
-                *self._identity_args(),
-                "--literal-pathspecs",
-                "commit",
-                "-q",
-                "--no-verify",
-                "-m",
-                message,
-                "--pathspec-from-file=-",
-                "--pathspec-file-nul",
-            ],
-            stdin=spec,
-            what=what,
-        )
+        self._on_paths(["add", "-A"], paths, what)
+        self._on_paths([*self._identity_args(), "commit", "-q", "--no-verify", "-m", message],
+                       paths, what)
         return self.head()
 
     def stashes(self) -> list[tuple[str, str]]:
@@ -133,28 +115,13 @@ class BranchOps(RepoBase):
         if not entries:
             return None
         paths = [e.path for e in entries]
+        what = f"Cannot stash the changes in {self.root} ({listing(paths)})"
         if gone := [e.path for e in entries if e.xy[0] == "D"]:
             # `git stash push <path>` refuses a path whose deletion is staged ("did not
             # match any file(s) known to git"); unstaged, the deletion is stashed all the same.
-            self._run(["--literal-pathspecs", "reset", "-q", "--pathspec-from-file=-",
-                       "--pathspec-file-nul"], stdin=b"\0".join(map(os.fsencode, gone)) + b"\0",
-                      what=f"Cannot stash the changes in {self.root} ({listing(paths)})")
-        self._run(
-            [
-                *self._identity_args(),
-                "--literal-pathspecs",
-                "stash",
-                "push",
-                "--include-untracked",
-                "-q",
-                "-m",
-                name,
-                "--pathspec-from-file=-",
-                "--pathspec-file-nul",
-            ],
-            stdin=b"\0".join(os.fsencode(p) for p in paths) + b"\0",
-            what=f"Cannot stash the changes in {self.root} ({listing(paths)})",
-        )
+            self._on_paths(["reset", "-q"], gone, what)
+        self._on_paths([*self._identity_args(), "stash", "push", "--include-untracked", "-q",
+                        "-m", name], paths, what)
         return self._text(["rev-parse", "--verify", "refs/stash"])
 
     def agent_visits_since(self, since: float, branch: str) -> set[str]:
@@ -250,21 +217,13 @@ class BranchOps(RepoBase):
         """Commit `paths` back to how `base` has them (absent if it lacks them), and make the
         worktree's files match (else the next `git add -A` commits them again); return the
         new HEAD. Hooks are skipped (Anima's bookkeeping)."""
-        spec = b"\0".join(os.fsencode(p) for p in paths) + b"\0"
         what = f"Cannot put back {listing(list(paths))} in a commit in {self.root}"
-        self._run(
-            ["--literal-pathspecs", "reset", "-q", self._rev_arg(base), "--pathspec-from-file=-",
-             "--pathspec-file-nul"],
-            stdin=spec,
-            what=what,
-        )
+        self._on_paths(["reset", "-q", self._rev_arg(base)], paths, what)
         self._run([*self._identity_args(), "commit", "-q", "--no-verify", "-m", message],
                   what=what)
         kept = [p for p in paths if self._run(["cat-file", "-e", f"HEAD:{p}"], check=False)[0] == 0]
         if kept:
-            self._run(["--literal-pathspecs", "checkout", "-q", "HEAD", "--pathspec-from-file=-",
-                       "--pathspec-file-nul"],
-                      stdin=b"\0".join(os.fsencode(p) for p in kept) + b"\0", what=what)
+            self._on_paths(["checkout", "-q", "HEAD"], kept, what)
         for path in set(paths) - set(kept):
             target = self.root / path
             if no_link_above(self.root, path) and (target.is_symlink() or target.is_file()):

@@ -266,6 +266,13 @@ class RepoBase:
     def _text(self, args: Sequence[str], *, what: str | None = None) -> str:
         return os.fsdecode(self._run(args, what=what)[1]).strip()
 
+    def _on_paths(self, args: Sequence[str], paths: Iterable[str], what: str) -> None:
+        """`git args` on exactly `paths` (literal pathspecs, NUL-separated on stdin: any name,
+        any number of them)."""
+        self._run(["--literal-pathspecs", *args, "--pathspec-from-file=-",
+                   "--pathspec-file-nul"],
+                  stdin=b"".join(os.fsencode(p) + b"\0" for p in paths), what=what)
+
     def _human_config(self) -> HumanConfig:
         """The per-repository part of how Anima runs git here (cached: a few `stat`s)."""
         return human_config(self.root, self._git_dir, self._common_dir)

@@ -71,17 +71,8 @@ class ReviewGuard(RepoBase):
             e.path for e in status.entries if before.get(e.path, ("",))[0] == "?" and e.kind != "?"
         ]
         if restaged:
-            self._run(
-                [
-                    "--literal-pathspecs",
-                    "reset",
-                    "-q",
-                    "--pathspec-from-file=-",
-                    "--pathspec-file-nul",
-                ],
-                stdin=b"\0".join(os.fsencode(p) for p in restaged) + b"\0",
-                what=f"Cannot unstage {listing(restaged)} in {self.root}",
-            )
+            self._on_paths(["reset", "-q"], restaged,
+                           f"Cannot unstage {listing(restaged)} in {self.root}")
             undone += [f"{path} unstaged" for path in restaged]
             status = self._status()
             fingerprint = self._fingerprint(status.entries)
@@ -108,19 +99,9 @@ class ReviewGuard(RepoBase):
                     else f"uncommitted changes to {path} were undone during the review"
                 )
         if tracked:
-            self._run(
-                [
-                    "--literal-pathspecs",
-                    "restore",
-                    f"--source={snap.head}",
-                    "--staged",
-                    "--worktree",
-                    "--pathspec-from-file=-",
-                    "--pathspec-file-nul",
-                ],
-                stdin=b"\0".join(os.fsencode(e.path) for e in tracked) + b"\0",
-                what=f"Cannot restore {listing([e.path for e in tracked])} in {self.root}",
-            )
+            self._on_paths(["restore", f"--source={snap.head}", "--staged", "--worktree"],
+                           [e.path for e in tracked],
+                           f"Cannot restore {listing([e.path for e in tracked])} in {self.root}")
             undone += [self._describe_reverted(e) for e in tracked]
         for path in untracked:
             if self._remove_untracked(path):
