@@ -11,11 +11,11 @@ from __future__ import annotations
 from anima.git.check import CommitCheck
 from anima.git.merge import MergeOutcome, Merging
 from anima.git.review_guard import ReviewGuard, TreeSnapshot
-from anima.git.worktrees import Worktree, Worktrees
+from anima.git.worktrees import Worktree
 from anima.paths import is_definition_path, is_memory_path, is_under_anima
 
 
-class GitRepo(CommitCheck, ReviewGuard, Merging, Worktrees):
+class GitRepo(CommitCheck, ReviewGuard, Merging):
     """The managed project's git repository, as the loop needs it (`GitRepo.open(root)`)."""
 
 

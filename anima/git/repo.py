@@ -312,8 +312,7 @@ class RepoBase:
         head: str | None = None
         branch: str | None = None
         entries: list[StatusEntry] = []
-        tokens = iter(out.split(b"\0"))
-        for token in tokens:
+        for token in out.split(b"\0"):
             if not token:
                 continue
             line = os.fsdecode(token)
@@ -327,10 +326,6 @@ class RepoBase:
             elif kind == "1":
                 parts = line.split(" ", 8)
                 entries.append(StatusEntry(parts[8], "1", parts[1], " ".join(parts[1:8])))
-            elif kind == "2":  # only with rename detection, which we turn off
-                parts = line.split(" ", 9)
-                entries.append(StatusEntry(parts[9], "1", parts[1], " ".join(parts[1:9])))
-                next(tokens, None)
             elif kind == "u":
                 parts = line.split(" ", 10)
                 entries.append(StatusEntry(parts[10], "u", parts[1], " ".join(parts[1:10])))
