@@ -44,25 +44,6 @@ class Ancestry:
 class History(RepoBase):
     """A milestone's commits, files and diffs."""
 
-    def branch_log(self, base_commit: str, branch: str) -> list[tuple[str, str]]:
-        """(full hash, subject) of each commit in base..branch, oldest first."""
-        out = self._text(
-            [
-                "log",
-                "--reverse",
-                "--no-show-signature",
-                "--format=%H%x1f%s",
-                f"{self._rev_arg(base_commit)}..{self._rev_arg(branch, 'branch name')}",
-                "--",
-            ],
-            what=f"Cannot read the log of {branch} since {short_hash(base_commit)} in {self.root}",
-        )
-        pairs: list[tuple[str, str]] = []
-        for line in out.splitlines():
-            commit, _, subject = line.partition("\x1f")
-            pairs.append((commit, subject))
-        return pairs
-
     def ancestry(self, since: str, tip: str) -> Ancestry:
         """`since..tip` with each commit's parents, in one call whose cost is the commits
         made since `since` (the round's), not the milestone's whole history. Both are full

@@ -151,7 +151,7 @@ class TurnGuard:
         after = self.repo.resolve(f"refs/heads/{main}")
         if after is not None and after != start.main_before:
             findings.main_after = after
-            findings.main_commits = self.repo.branch_log(start.main_before, after)
+            findings.main_commits = list(self.repo.ancestry(start.main_before, after).commits)
             visited = self.repo.agent_visits_since(start.started, main)
             findings.developer_moved_main = after in visited or any(
                 c in visited for c, _ in findings.main_commits)

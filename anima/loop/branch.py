@@ -477,7 +477,7 @@ class BranchKeeper:
             return
         if not main or after in (None, before):
             return
-        commits = self.repo.branch_log(before, after) if before else []
+        commits = list(self.repo.ancestry(before, after).commits) if before else []
         visited = self.repo.agent_visits_since(began, main) | {reviewed}
         if after in visited or any(c in visited for c, _ in commits):
             self.guarded.append(self._foreign_main(who, before, after, commits))
