@@ -8,7 +8,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from anima.git.repo import RepoBase, blob_id, listing, short_hash
+from anima.git.history import History, RawChange
+from anima.git.repo import blob_id, listing, short_hash
 from anima.paths import (
     ANIMA_DIR,
     WORKTREE_INCLUDE,
@@ -16,15 +17,6 @@ from anima.paths import (
     is_memory_path,
     is_under_anima,
 )
-
-
-@dataclass(frozen=True)
-class RawChange:
-    """One path of `git diff --raw` between two commits."""
-
-    path: str
-    letter: str  # A, D, M, T…
-    blob: str  # the blob it has in the newer commit (zeros when deleted)
 
 
 @dataclass(frozen=True)
@@ -40,7 +32,7 @@ class Resolved:
     on_path: bool
 
 
-class CommitCheck(RepoBase):
+class CommitCheck(History):
     """The checks on a Developer's commit."""
 
     def check_developer_commit(
@@ -176,21 +168,6 @@ class CommitCheck(RepoBase):
             f"config.json or {WORKTREE_INCLUDE}, which says which of the human's ignored "
             "files every milestone gets, only exactly as the human wrote it)."
         ]
-
-    def raw_changes(self, base: str, commit: str, *paths: str) -> list[RawChange]:
-        """The paths base..commit changes (all of them, or those under `paths`), in git's
-        order (by path)."""
-        _, out, _ = self._run(
-            ["diff", "--raw", "-z", "--no-renames", "--no-abbrev", base, commit, "--", *paths],
-            what=f"Cannot diff {short_hash(base)}..{short_hash(commit)} in {self.root}",
-        )
-        tokens = out.split(b"\0")
-        changes: list[RawChange] = []
-        for meta, raw_path in zip(tokens[0::2], tokens[1::2], strict=False):
-            fields = os.fsdecode(meta).split()
-            if len(fields) >= 5:
-                changes.append(RawChange(os.fsdecode(raw_path), fields[4][0], fields[3]))
-        return changes
 
     def anima_changes(
         self, base: str, commit: str, definitions: Mapping[str, bytes] | None = None,

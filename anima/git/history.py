@@ -41,6 +41,16 @@ class Ancestry:
         return self.tip == self.since or self.tip in self.path
 
 
+@dataclass(frozen=True)
+class RawChange:
+    """One path of `git diff --raw` between two commits."""
+
+    path: str
+    letter: str  # A, D, M, T…
+    blob: str  # the blob it has in the newer commit (zeros when deleted)
+
+
+
 class History(RepoBase):
     """A milestone's commits, files and diffs."""
 
@@ -100,22 +110,26 @@ class History(RepoBase):
             what=f"Cannot read the log of {branch} since {short_hash(base)} in {self.root}",
         )
 
+    def raw_changes(self, base: str, commit: str, *paths: str) -> list[RawChange]:
+        """The paths base..commit changes (all of them, or those under `paths`), in git's
+        order (by path)."""
+        _, out, _ = self._run(
+            ["diff", "--raw", "-z", "--no-renames", "--no-abbrev",
+             f"{self._rev_arg(base)}^{{commit}}", f"{self._rev_arg(commit)}^{{commit}}", "--",
+             *paths],
+            what=f"Cannot diff {short_hash(base)}..{short_hash(commit)} in {self.root}",
+        )
+        tokens = out.split(b"\0")
+        changes: list[RawChange] = []
+        for meta, raw_path in zip(tokens[0::2], tokens[1::2], strict=False):
+            fields = os.fsdecode(meta).split()
+            if len(fields) >= 5:
+                changes.append(RawChange(os.fsdecode(raw_path), fields[4][0], fields[3]))
+        return changes
+
     def changed_files_between(self, old: str, new: str) -> list[str]:
         """Files that differ between two commits (a round's work: its start head to its commit)."""
-        _, out, _ = self._run(
-            [
-                "diff",
-                "--name-only",
-                "-z",
-                "--no-renames",
-                "--no-ext-diff",
-                f"{self._rev_arg(old)}^{{commit}}",
-                f"{self._rev_arg(new)}^{{commit}}",
-                "--",
-            ],
-            what=f"Cannot list the files changed between {old} and {new} in {self.root}",
-        )
-        return [os.fsdecode(p) for p in out.split(b"\0") if p]
+        return [change.path for change in self.raw_changes(old, new)]
 
     def first_leak(self, since: str, tip: str, paths: Collection[str],
                    values: Collection[str], main: str | None = None

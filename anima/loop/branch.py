@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from anima.errors import GitError
 from anima.git import GitRepo, TreeSnapshot
 from anima.git.branches import Tips
-from anima.git.check import RawChange, Resolved
-from anima.git.history import Ancestry
+from anima.git.check import Resolved
+from anima.git.history import Ancestry, RawChange
 from anima.git.locks import (
     clear_stale_locks,
     mend_branch_ref,
