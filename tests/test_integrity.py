@@ -401,6 +401,40 @@ def test_main_moved_by_someone_else_is_the_new_reference(project: Path,
     assert "not by the Developer: it is the new reference" in log_text(project)
 
 
+def test_main_you_moved_is_not_taken_for_the_confined_developers_when_it_visits_it(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """Confined, the Developer cannot write main: its HEAD visiting your new commit on main
+    (a look with `checkout --detach main`, a rebase onto it) paused the milestone with "the
+    Developer moved main"."""
+    use_sandbox(project, "auto")
+    began, done = fake_claude.root / "turn-began", fake_claude.root / "human-committed"
+    fake_claude.write_script({"developer": [{"shell": [
+        f"touch {began}; i=0; while [ ! -e {done} ] && [ $i -lt 600 ]; do sleep 0.05; "
+        "i=$((i+1)); done",
+        "git checkout -q --detach main && git checkout -q milestone/m1"], "auto": True}]})
+
+    def human() -> None:
+        try:
+            wait_until(began.exists, timeout=60, what="the Developer's turn")
+            (project / "human.txt").write_text("mine\n", encoding="utf-8")
+            run_git(project, "add", "human.txt")
+            run_git(project, "commit", "-qm", "human: my own change")
+        finally:
+            done.touch()
+
+    thread = threading.Thread(target=human)
+    thread.start()
+    try:
+        _, outcome = run_engine(project)
+    finally:
+        done.touch()
+        thread.join(60)
+    rec = record(project, "m1")
+    assert outcome.paused == (), rec.pause_reason
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged
+    assert "human: my own change" in run_git(project, "log", "--format=%s", "main")
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_main_moved_by_the_developer_pauses_at_once(project: Path, fake_claude: FakeClaude,
                                                     mode: str) -> None:

@@ -228,6 +228,8 @@ class RestoringGuard(TurnGuard):
     definitions (on disk while a Developer turn runs) and of the other milestones' records,
     and puts them back after every turn, review and check run."""
 
+    agents_write_main = True
+
     def __init__(self, paths: ProjectPaths, repo: GitRepo, milestone: str) -> None:
         super().__init__(paths, repo, milestone)
         self.copy: dict[str, bytes] = read_definitions(paths)

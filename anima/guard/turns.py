@@ -90,6 +90,10 @@ class TurnGuard:
     """One milestone's guard for confined agents: `begin` before each Developer turn, `end`
     after it. The hooks below do nothing here; `RestoringGuard` fills them in."""
 
+    #: Whether the agents can write main's ref: confined, a visit of their HEAD to a new
+    #: commit of main (a look, a rebase onto it) is no move of theirs.
+    agents_write_main = False
+
     def __init__(self, paths: ProjectPaths, repo: GitRepo, milestone: str) -> None:
         self.paths = paths
         self.repo = repo
@@ -152,7 +156,8 @@ class TurnGuard:
         if after is not None and after != start.main_before:
             findings.main_after = after
             findings.main_commits = list(self.repo.ancestry(start.main_before, after).commits)
-            visited = self.repo.agent_visits_since(start.started, main)
-            findings.developer_moved_main = after in visited or any(
-                c in visited for c, _ in findings.main_commits)
+            if self.agents_write_main:
+                visited = self.repo.agent_visits_since(start.started, main)
+                findings.developer_moved_main = after in visited or any(
+                    c in visited for c, _ in findings.main_commits)
         return findings
