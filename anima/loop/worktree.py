@@ -75,6 +75,9 @@ class MilestoneWorktree:
             self._log(f".git/{link} was a link (or a special file) in git's own folder, through "
                       "which git would write the file it names; removed")
         self._not_checked_out_elsewhere(branch)
+        # The confined Developer's last commits may still be in its own store (taken in every
+        # few seconds): the branch would name a commit git lacks, read as no branch at all.
+        take_objects(self.paths.agent_objects(self.id), self.project.common_dir, report=False)
         if never_started:
             self._set_aside(branch, main)
         known = any(w.path == self.path and not w.half_made
