@@ -35,12 +35,15 @@ WORKTREE_LOST = "the milestone's worktree was deleted during the Developer's tur
 @pytest.mark.parametrize(("hand", "said"), [
     (["worktree remove --force .anima/worktrees/m1"], WORKTREE_LOST),
     (["worktree remove --force .anima/worktrees/m1", "branch -D milestone/m1"], WORKTREE_LOST),
-], ids=["worktree-removed", "worktree-and-branch-removed"])
+    (["update-ref -d refs/heads/milestone/m1"], "milestone/m1 was deleted; Anima recreated it"),
+], ids=["worktree-removed", "worktree-and-branch-removed", "branch-deleted-under-it"])
 def test_what_you_remove_while_the_developer_works_is_made_again(
         project: Path, fake_claude: FakeClaude, hand: list[str], said: str) -> None:
     """The Developer's commit, in its own object store until Anima takes it in, was what the
     branch named: with the worktree gone, the milestone failed ("a branch named
-    'milestone/m1' already exists") and `git log --all` said "bad object"."""
+    'milestone/m1' already exists") and `git log --all` said "bad object". With the branch
+    deleted under its worktree, Anima committed the round's work as a new root commit and
+    failed ("bad revision …^")."""
     fake_claude.write_script({"developer": [{"shell": [COMMIT_THEN_HOLD,
                                                        hold(fake_claude.root)], "auto": True}]})
     with engine_held(project, fake_claude.root):

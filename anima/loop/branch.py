@@ -128,10 +128,13 @@ class BranchKeeper:
         if not branch or (self.refresh() if fresh else self._known()).on_branch:
             return
         current = self.repo.current_branch()
+        if not self.repo.branch_exists(branch):
+            # (deleted under the tree, HEAD still names it: the next commit would be a root)
+            self._recreate(branch)
+            if current == branch:
+                self.refresh()
         if current == branch:
             return
-        if not self.repo.branch_exists(branch):
-            self._recreate(branch)
         where = current or f"a detached HEAD at {(self.repo.head() or '?')[:7]}"
         try:
             self.repo.switch(branch)
