@@ -932,6 +932,54 @@ def test_merge_waits_while_the_human_finishes_a_merge_of_their_own_on_main(
     assert not (root / "src/feature.py").exists()
 
 
+@pytest.mark.parametrize("yours", ["cherry-pick", "revert", "stash pop", "merge"])
+def test_a_merge_waiting_for_your_unresolved_conflicts_names_them_and_what_left_them(
+    root: Path, repo: GitRepo, milestone: dict[str, str], yours: str
+) -> None:
+    """Your checkout on main, its index holding a conflict in a file the milestone does not
+    touch: git takes no tree into it, and the merge waited saying only "You need to resolve
+    your current index first", which named no file (the record, the window and `anima
+    status` show that sentence)."""
+    git(root, "switch", "-q", "-c", "theirs")
+    write(root, "src/app.py", "print('theirs')\n")
+    theirs = commit_all(root, "theirs")
+    git(root, "switch", "-q", "main")
+    if yours == "revert":
+        git(root, "merge", "-q", "theirs")
+        write(root, "src/app.py", "print('main, after theirs')\n")
+    else:
+        write(root, "src/app.py", "print('main')\n")
+    main = commit_all(root, "main")
+    if yours == "stash pop":
+        write(root, "src/app.py", "print('stashed')\n")
+        git(root, "stash", "-q")
+        write(root, "src/app.py", "print('main, then')\n")
+        main = commit_all(root, "main, then")
+    command = {"cherry-pick": ["cherry-pick", "theirs"], "revert": ["revert", theirs],
+               "stash pop": ["stash", "pop"], "merge": ["merge", "theirs"]}[yours]
+    subprocess.run(["git", *command], cwd=root, capture_output=True, check=False)
+    before = status(root)
+    assert before.startswith("UU src/app.py"), before
+    outcome = merge(repo)
+    assert not outcome.merged and outcome.retry and outcome.waiting == ["src/app.py"]
+    label = {"cherry-pick": " (an unfinished cherry-pick of yours)",
+             "revert": " (an unfinished revert of yours)", "stash pop": "",
+             "merge": " (an unfinished merge of yours)"}[yours]
+    assert outcome.detail == ("the merge of milestone/m1 into main waits: your checkout has "
+                              f"unresolved conflicts in src/app.py{label}; resolve them"
+                              + (" and finish or abort it" if label else "")
+                              + ", and it goes on")
+    assert repo.branch_head("main") == main and status(root) == before
+    write(root, "src/app.py", "print('resolved')\n")
+    git(root, "add", "src/app.py")
+    if yours != "stash pop":
+        subprocess.run(["git", "-c", "core.editor=true", yours, "--continue"], cwd=root,
+                       capture_output=True, check=True)
+    assert merge(repo).merged
+    assert (root / "src/feature.py").read_text() == "x = 1\n"
+    assert (root / "src/app.py").read_text() == "print('resolved')\n"
+
+
 def test_merge_conflict_leaves_main_the_branch_and_the_checkout_as_they_were(
     root: Path, repo: GitRepo, milestone: dict[str, str]
 ) -> None:

@@ -17,6 +17,8 @@ from anima.git.branches import BranchOps
 from anima.git.history import History
 from anima.git.locks import admin_dir
 from anima.git.repo import (
+    IN_PROGRESS,
+    StatusEntry,
     listing,
     short_hash,
 )
@@ -191,9 +193,12 @@ class Merging(BranchOps, History, Worktrees):
         """Make this checkout (`where`, on main at `before`) show `merge`'s files, all or
         nothing: the files in the way and why not, or None; and the replaceable files set
         aside for it (each under a name of its own, until main has the merge)."""
+        entries = self._status().entries
+        if unresolved := sorted(e.path for e in entries if e.kind == "u"):
+            return (unresolved, self._unresolved(where, unresolved)), {}
         touched = set(self.changed_files_between(before, merge))
         left = self._left_aside(replaceable)
-        if waiting := self._in_the_way(touched, before, merge, replaceable):
+        if waiting := self._in_the_way(entries, touched, before, merge, replaceable):
             return (waiting, f"{where} has changes to {listing(waiting)} (or files of its own "
                              "there), which the merge changes too; commit, stash or move them "
                              "away and it goes on"), {}
@@ -215,6 +220,17 @@ class Merging(BranchOps, History, Worktrees):
         _raise_if_full(err, self.root, f"{where} could not take the merge's files")
         files = [line.split("'")[1] for line in err.splitlines() if line.count("'") >= 2]
         return (files, f"in {where}, {err.strip().splitlines()[0]}"), {}
+
+    def _unresolved(self, where: str, files: list[str]) -> str:
+        """Why a checkout whose index holds conflicts keeps the merge waiting (git takes no
+        other tree into it, whatever files the merge changes), naming the operation of the
+        human's that left them, if any (a `git stash pop` leaves none)."""
+        label = next((label for marker, _, label in IN_PROGRESS
+                      if os.path.lexists(self.git_dir / marker)), None)
+        return (f"{where} has unresolved conflicts in {listing(files)}"
+                + (f" ({label} of yours)" if label else "")
+                + "; resolve them" + (" and finish or abort it" if label else "")
+                + ", and it goes on")
 
     def _undo_checkout(self, created: set[str], present: set[str], folders: set[str],
                        before: str) -> None:
@@ -294,13 +310,13 @@ class Merging(BranchOps, History, Worktrees):
                 os.replace(path, aside[path])
         return aside
 
-    def _in_the_way(self, touched: set[str], before: str, merge: str,
-                    replaceable: dict[str, bytes]) -> list[str]:
-        """The human's changed or untracked files that the merge would change, ignored ones
-        too (a local config the branch adds, which the checkout would overwrite), unless the
-        file already reads as the merge has it (a kill right after the checkout followed) or
-        is a replaceable one as it was."""
-        listed = {e.path for e in self._status().entries if e.path in touched}
+    def _in_the_way(self, entries: tuple[StatusEntry, ...], touched: set[str], before: str,
+                    merge: str, replaceable: dict[str, bytes]) -> list[str]:
+        """The human's changed or untracked files (`entries`, their checkout's status) that
+        the merge would change, ignored ones too (a local config the branch adds, which the
+        checkout would overwrite), unless the file already reads as the merge has it (a kill
+        right after the checkout followed) or is a replaceable one as it was."""
+        listed = {e.path for e in entries if e.path in touched}
         _, out, _ = self._run(["diff", "--name-only", "--no-renames", "--diff-filter=A", "-z",
                                before, merge, "--"])
         added = {os.fsdecode(p) for p in out.split(b"\0") if p}
