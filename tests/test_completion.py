@@ -348,6 +348,27 @@ def test_a_pending_merge_of_a_tip_the_final_acceptance_did_not_judge_is_not_merg
     assert not (git_repo / "unreviewed.txt").exists()
 
 
+def test_a_branch_you_deleted_while_its_merge_was_owed_is_kept_not_merged(
+        git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    """Finally accepted, its merge owed (waiting for a file of yours, or cut short), you
+    delete the branch (`git update-ref -d`: its worktree has it checked out). The record
+    said "milestone/m1 is at nothing … milestone/m1 is kept" while no ref held the work any
+    more, its worktree went, and git's next gc would have deleted it. It is not merged (you
+    deleted it), and the branch is back at the commit the final acceptance judged."""
+    make_project(git_repo, {"m1": ONE}, config={"requires_human_review": True})
+    assert run_to_end(git_repo, fake_claude).proc.returncode == 0
+    main, tip = pending_merge(git_repo, lambda rec: None)
+    run_git(git_repo, "update-ref", "-d", "refs/heads/milestone/m1")
+
+    again = run_to_end(git_repo, fake_claude)
+    assert again.proc.returncode == 0, again.stdout[-2000:] + again.stderr
+    assert_not_merged(git_repo, main, tip,
+                      f"milestone/m1 was deleted before it was merged; it is back at {tip[:7]}, "
+                      "the commit its final acceptance judged")
+    assert run_git(git_repo, "stash", "list") == ""
+    assert not (git_repo / ".anima" / "worktrees" / "m1").exists()
+
+
 @pytest.mark.parametrize("final", ["none", "rejected"])
 def test_a_pending_merge_without_a_final_acceptance_is_not_merged(
         git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]],

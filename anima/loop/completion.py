@@ -193,11 +193,17 @@ def _merge(record: MilestoneRecord, repo: GitRepo, config: Config,
 
 def _not_finally_accepted(record: MilestoneRecord, repo: GitRepo) -> str | None:
     """main receives only what a final acceptance (and the review of a merge round after
-    it) judged: the branch's tip must be that commit. Why not, or None."""
+    it) judged: the branch's tip must be that commit. Why not, or None. A branch deleted by
+    hand since (yours to delete, so not merged) is put back at that commit: with no ref
+    left, the work would go at git's next gc, and its worktree could not be put away."""
     accepted = record.accepted_tip
     tip = repo.resolve(f"refs/heads/{record.branch_name}") if record.branch_name else None
     if accepted is None:
         return "no final acceptance is on record"
+    if tip is None and record.branch_name and repo.resolve(accepted) == accepted:
+        repo.keep_ref(f"refs/heads/{record.branch_name}", accepted)
+        return (f"{record.branch_name} was deleted before it was merged; it is back at "
+                f"{accepted[:7]}, the commit its final acceptance judged")
     if tip != accepted:
         return (f"{record.branch_name} is at {(tip or 'nothing')[:7]}, not at "
                 f"{accepted[:7]}, the commit its final acceptance judged")
