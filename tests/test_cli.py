@@ -371,6 +371,31 @@ def test_one_at_a_time_a_pause_holds_the_next_milestone_and_both_ends_say_so(
         shown
 
 
+def test_status_says_a_running_anima_retries_a_pending_merge_not_that_it_was_cut_short(
+        git_repo: Path) -> None:
+    """A merge that lost a race to main stays pending while the running Anima tries it
+    again; `anima status` said "cut short; the next `anima run` … finishes it" all the same."""
+    from anima.lock import ProjectLock
+    from anima.paths import ProjectPaths
+    from anima.store.models import MergeInfo, MergeState, MilestoneStatus
+    from anima.store.store import Store
+
+    make_project(git_repo, {"m1": milestone_md("M", ["A"])})
+    assert anima("add", str(git_repo), str(git_repo / ".anima" / "milestones" / "m1.md")
+                 ).returncode == 0
+    paths = ProjectPaths(git_repo)
+    rec = record(git_repo, "m1")
+    rec.status = MilestoneStatus.COMPLETED
+    rec.branch_name, rec.main_branch = "milestone/m1", "main"
+    rec.merge = MergeInfo(state=MergeState.PENDING, detail="merging milestone/m1 into main")
+    Store(paths).save_record(rec)
+    assert "(cut short; the next `anima run`" in anima("status", str(git_repo)).stdout
+    with ProjectLock(paths.lock):
+        shown = anima("status", str(git_repo)).stdout
+    assert "merge pending: merging milestone/m1 into main (the running Anima tries it again " \
+           "shortly)" in shown, shown
+
+
 def test_a_run_whose_merge_waits_for_your_file_ends_naming_it(
         git_repo: Path, fake_env: dict[str, str]) -> None:
     """An untracked file of yours where the milestone adds one: its merge into main waits

@@ -220,8 +220,8 @@ def _print_table(paths: ProjectPaths) -> None:
     max_rejections, limit, state, scan = _scan(paths)
     waiting = f"; {state.waiting_reason}" if state.waiting_reason else ""
     was = "running"
-    if (state.running or state.status.value == "awake") and \
-            ProjectLock(paths.lock).holder() is None:
+    live = ProjectLock(paths.lock).holder() is not None
+    if (state.running or state.status.value == "awake") and not live:
         # state.json is as the last Anima left it, and it was killed before it could say so.
         print("state: not running (no Anima drives this project; the last one stopped without "
               "a word, killed perhaps: `anima run` or the app goes on where it stopped)")
@@ -247,7 +247,7 @@ def _print_table(paths: ProjectPaths) -> None:
               f"{len(r.features)}  rounds {r.rounds}  rejections {r.consecutive_rejections}/"
               f"{max_rejections}  {r.spent_text}"
               + (f"  paused: {r.pause_reason}" if r.pause_reason else ""))
-        for line in _details(r):
+        for line in _details(r, live):
             print(f"      {line}")
         if r.status.value == "pending" and r.id in blocked:
             print("      waiting for " + ", ".join(
@@ -271,9 +271,9 @@ def _awaited(record: MilestoneRecord) -> str:
     return f"{record.id} ({record.status.value})"
 
 
-def _details(record: MilestoneRecord) -> list[str]:
+def _details(record: MilestoneRecord, live: bool) -> list[str]:
     """What a human must know beyond the counters: why it failed, which agent CLI each role
-    ran, where its merge stands."""
+    ran, where its merge stands (`live`: an Anima drives the project, and retries it)."""
     from anima.store.models import MergeState
 
     lines = [f"failed: {record.error}"] if record.error else []
@@ -283,8 +283,9 @@ def _details(record: MilestoneRecord) -> list[str]:
     if merge is not None and merge.waits_for_you:
         lines.append(f"merge waiting: {merge.detail}")  # names the human's files
     elif merge is not None and merge.state is MergeState.PENDING:
-        lines.append(f"merge pending: {merge.detail} (cut short; the next `anima run` or the "
-                     "app finishes it)")
+        lines.append(f"merge pending: {merge.detail} " + (
+            "(the running Anima tries it again shortly)" if live else
+            "(cut short; the next `anima run` or the app finishes it)"))
     elif merge is not None and merge.state is MergeState.FAILED:
         lines.append(f"not merged: {merge.detail}")
     elif merge is not None:
