@@ -392,6 +392,12 @@ def test_a_known_secret_is_hidden_in_the_forms_a_shell_writes_it() -> None:
     assert redact(encoded).startswith(REDACTED) and len(redact(encoded)) < len(REDACTED) + 5
     assert redact(f"?key={urllib.parse.quote(value + '/', safe='')}") == f"?key={REDACTED}%2F"
     assert redact(f"{value[:8]}\x01{value[8:]}") == REDACTED  # a control char inside it
+    # `echo "KEY=$KEY" | base64`: the value starts inside a group of three bytes; the
+    # groups wholly its own read the same whatever comes before
+    for before in ("K=", "KY=", "KEY="):
+        encoded = base64.b64encode(f"{before}{value}\n".encode()).decode()
+        shown = redact(encoded)
+        assert REDACTED in shown and len(shown) <= len(REDACTED) + 12, (before, shown)
 
 
 def test_a_known_secret_is_hidden_verbatim_wherever_it_appears() -> None:

@@ -438,16 +438,21 @@ def _json_pairs(text: str) -> list[tuple[str, str]]:
 
 def add_known_secrets(values: Iterable[str]) -> None:
     """Hide these values verbatim from now on, wherever `redact` runs in this process, and
-    as base64 and URL-encoding write them (`echo $KEY | base64`, a query string). Base64 by
-    its whole groups of three bytes: they read the same whatever follows the value (the
-    newline `echo` adds)."""
+    as base64 and URL-encoding write them (`echo $KEY | base64`, `echo "KEY=$KEY" | base64`,
+    a query string). Base64 by the groups of three bytes wholly the value's, for each of the
+    three places it may start in a group: they read the same whatever comes before or after
+    it (a `KEY=`, the newline `echo` adds)."""
     global _known
     forms = set()
     for value in values:
         if len(value) >= 6:
             raw = value.encode()
-            forms |= {value, urllib.parse.quote(value, safe=""),
-                      base64.b64encode(raw[:len(raw) // 3 * 3]).decode()}
+            forms |= {value, urllib.parse.quote(value, safe="")}
+            for skip in range(3):  # the value's first byte at place `skip` of a group
+                whole = (skip + len(raw)) // 3 * 4
+                part = base64.b64encode(bytes(skip) + raw).decode()[4 if skip else 0:whole]
+                if len(part) >= 8:
+                    forms.add(part)
     with _KNOWN_LOCK:
         _known = tuple(sorted({*_known, *forms}, key=lambda v: (-len(v), v)))
 
