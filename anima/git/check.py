@@ -42,14 +42,12 @@ class CommitCheck(History):
         branch: str,
         base_commit: str,
         main: str,
-        main_head: str | None,
         definitions: Mapping[str, bytes] | None = None,
         since: str | None = None,
     ) -> list[str]:
         """Why the Developer's reported commit cannot go to review (empty list: it can).
-
-        `main_head`: where main must still be (None: main may have moved meanwhile, as
-        it does when other milestones merge; the loop's turn guard judges who moved it).
+        Main may have moved meanwhile, as it does when other milestones merge: the loop's
+        turn guard judges who moved it.
 
         `definitions` is Anima's copy of the human's definitions taken before the round (see
         `anima_changes`): the files on disk may be the Developer's by now. `since` is the
@@ -61,9 +59,8 @@ class CommitCheck(History):
         not the milestone's), diff `.anima/`. The loop, which has read the refs and the
         round's commits already, calls `check_resolved`: one call.
         """
-        revs = [commit, base_commit, f"refs/heads/{branch}", f"refs/heads/{main}",
-                main_head or f"refs/heads/{main}"]
-        c, base, tip, main_tip, main_was, *rest = self._resolve_many(
+        revs = [commit, base_commit, f"refs/heads/{branch}", f"refs/heads/{main}"]
+        c, base, tip, main_tip, *rest = self._resolve_many(
             revs + ([since] if since else []))
         start = (rest[0] if rest else None) or base
         on_path = False
@@ -76,7 +73,6 @@ class CommitCheck(History):
         found = Resolved(commit=c, base=base, tip=tip, main_tip=main_tip, on_path=on_path)
         return self.check_resolved(
             commit, found, branch=branch, base_commit=base_commit, main=main,
-            main_head=None if main_head is None else main_was or main_head,
             definitions=definitions, since=since)
 
     def check_resolved(
@@ -87,7 +83,6 @@ class CommitCheck(History):
         branch: str,
         base_commit: str,
         main: str,
-        main_head: str | None,
         definitions: Mapping[str, bytes] | None = None,
         since: str | None = None,
     ) -> list[str]:
@@ -103,12 +98,6 @@ class CommitCheck(History):
             problems.append(f"The milestone branch {branch} does not exist.")
         if main_tip is None:
             problems.append(f"The main branch {main} does not exist.")
-        elif main_head is not None and main_tip != main_head:
-            problems.append(
-                f"The main branch {main} has moved from {short_hash(main_head)} to "
-                f"{short_hash(main_tip)}: someone committed on {main}; milestone work must be "
-                f"committed on {branch} only."
-            )
         if c is not None and base is not None and tip is not None and not found.on_path:
             problems += self._off_branch(commit, c, branch, tip, base_commit, base, since)
         if c is not None and base is not None:

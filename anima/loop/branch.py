@@ -653,14 +653,14 @@ class BranchKeeper:
         elif new_work is None:
             problems = self.repo.check_developer_commit(
                 commit, branch=rec.branch_name or "", base_commit=rec.base_commit or "",
-                main=rec.main_branch or "", main_head=None,
+                main=rec.main_branch or "",
                 definitions=self.guard.definitions, since=since)
         else:  # everything is read already: only the `.anima/` diff is left to ask git
             problems = self.repo.check_resolved(
                 commit, Resolved(commit=commit, base=rec.base_commit, tip=tip,
                                  main_tip=tips.main, on_path=on_path),
                 branch=rec.branch_name or "", base_commit=rec.base_commit or "",
-                main=rec.main_branch or "", main_head=None,
+                main=rec.main_branch or "",
                 definitions=self.guard.definitions, since=since)
         if problems:
             return "git check failed: " + "; ".join(problems)
