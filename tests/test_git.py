@@ -17,6 +17,8 @@ import pytest
 
 from anima.errors import GitError
 from anima.git import GitRepo, MergeOutcome, TreeSnapshot, Worktree
+from anima.guard.turns import read_definitions
+from anima.paths import ProjectPaths
 from tests.conftest import init_repo, run_git
 
 GITIGNORE = ("*.json\n!config.json\nstate.json\nlogs/\ntranscripts/\nanima.lock\nanima.flock\n"
@@ -130,11 +132,12 @@ def milestone(root: Path, repo: GitRepo, wt: Path) -> dict[str, str]:
 
 
 def check(repo: GitRepo, ms: dict[str, str], **changes: str) -> list[str]:
-    """`check_developer_commit`, run in the milestone's worktree as the loop runs it."""
+    """`check_developer_commit`, run in the milestone's worktree as the loop runs it, against
+    the human's definitions as they are in their checkout."""
     args = {**ms, **changes}
     commit = args.pop("commit")
     return GitRepo.open(repo.root / ".anima" / "worktrees" / "m1").check_developer_commit(
-        commit, **args)
+        commit, **args, definitions=read_definitions(ProjectPaths(repo.root)))
 
 
 # ------------------------------------------------------------------------------ opening
@@ -394,11 +397,14 @@ def test_a_developer_edit_to_a_milestone_definition_is_rejected(
 
 
 def test_memory_and_as_is_definitions_may_be_committed(
-    wt: Path, repo: GitRepo, milestone: dict[str, str]
+    root: Path, wt: Path, repo: GitRepo, milestone: dict[str, str]
 ) -> None:
+    """A definition committed exactly as the human's checkout has it (their copy, never the
+    worktree's, which is the Developer's) is no change of theirs."""
     write(wt, ".anima/memory/project.md", "architecture\n")
-    write(wt, ".anima/milestones/m2.md", "# M2, written by the human\n")
-    write(wt, ".anima/soul.md", "be good, and kind\n")  # the human edited it
+    for where in (root, wt):
+        write(where, ".anima/milestones/m2.md", "# M2, written by the human\n")
+        write(where, ".anima/soul.md", "be good, and kind\n")  # the human edited it
     write(wt, "src/more.py", "z = 3\n")
     commit = commit_all(wt, "feat: F2 (git add -A)")
     assert check(repo, milestone, commit=commit) == []

@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,7 +166,8 @@ def test_a_commit_must_be_new_work_on_top_of_the_last_accepted_one(
     run_git(git_repo, "switch", "-q", "-c", "milestone/m1")
     first = commit(git_repo, "first")
     second = commit(git_repo, "second")
-    args = {"branch": "milestone/m1", "base_commit": base, "main": "main"}
+    args: dict[str, Any] = {"branch": "milestone/m1", "base_commit": base, "main": "main",
+                            "definitions": {}}
     assert repo.check_developer_commit(second, **args, since=first) == []
     assert repo.check_developer_commit(first, **args) == []  # from the base: new work
     [problem] = repo.check_developer_commit(first, **args, since=first)

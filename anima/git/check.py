@@ -42,7 +42,7 @@ class CommitCheck(History):
         branch: str,
         base_commit: str,
         main: str,
-        definitions: Mapping[str, bytes] | None = None,
+        definitions: Mapping[str, bytes],
         since: str | None = None,
     ) -> list[str]:
         """Why the Developer's reported commit cannot go to review (empty list: it can).
@@ -83,7 +83,7 @@ class CommitCheck(History):
         branch: str,
         base_commit: str,
         main: str,
-        definitions: Mapping[str, bytes] | None = None,
+        definitions: Mapping[str, bytes],
         since: str | None = None,
     ) -> list[str]:
         """`check_developer_commit` once `found` is known: one git call (the `.anima/` diff)
@@ -142,7 +142,7 @@ class CommitCheck(History):
         ]
 
     def _anima_violations(
-        self, commit: str, c: str, base: str, definitions: Mapping[str, bytes] | None
+        self, commit: str, c: str, base: str, definitions: Mapping[str, bytes]
     ) -> list[str]:
         """Say which paths under `.anima/` base..commit may not change."""
         offending = self.anima_changes(base, c, definitions)
@@ -159,14 +159,14 @@ class CommitCheck(History):
         ]
 
     def anima_changes(
-        self, base: str, commit: str, definitions: Mapping[str, bytes] | None = None,
+        self, base: str, commit: str, definitions: Mapping[str, bytes],
         changes: Sequence[RawChange] | None = None,
     ) -> list[tuple[str, str]]:
         """(path, git status letter) of each path under `.anima/` (and `.worktreeinclude`)
         that base..commit may not change, sorted: memory/ is free; a definition may be
-        committed only byte for byte as in `definitions` (Anima's copy of the human's files;
-        None: as on disk now). `changes`: base..commit's `raw_changes` when they were read
-        already (no git call)."""
+        committed only byte for byte as in `definitions` (Anima's copy of the human's files,
+        never the worktree's, which are the Developer's). `changes`: base..commit's
+        `raw_changes` when they were read already (no git call)."""
         if changes is None:
             changes = self.raw_changes(base, commit, ANIMA_DIR, WORKTREE_INCLUDE)
         offending: list[tuple[str, str]] = []
@@ -181,17 +181,13 @@ class CommitCheck(History):
         return sorted(offending)
 
     def _as_written(
-        self, path: str, letter: str, blob: str, definitions: Mapping[str, bytes] | None
+        self, path: str, letter: str, blob: str, definitions: Mapping[str, bytes]
     ) -> bool:
         """True when a committed definition is the human's file as it is (or a deletion of
         one the human does not have)."""
-        full = self.root / path
-        if definitions is None:
-            content = full.read_bytes() if full.is_file() else None
-        else:
-            content = definitions.get(path)
+        content = definitions.get(path)
         if letter == "D":
-            return content is None and not (definitions is None and os.path.lexists(full))
+            return content is None
         if content is None:
             return False
         if blob_id(content, len(blob)) == blob:
