@@ -212,9 +212,8 @@ class BranchKeeper:
         if tip is None or tip == rnd.previous_head:
             return None
         named = f"{named[:12]}, which does not exist" if named else "no commit"
-        rnd.notes.append(f"the report named {named}; reviewing {tip[:7]}, the newest of the "
-                         f"commits made on {rec.branch_name} this round")
-        self._log(rnd.notes[-1])
+        self._note([f"the report named {named}; reviewing {tip[:7]}, the newest of the "
+                    f"commits made on {rec.branch_name} this round"])
         return tip
 
     def accepted_commits(self) -> list[str]:
@@ -272,8 +271,7 @@ class BranchKeeper:
         note = (f"history was rewritten: accepted commit(s) {gone} are no longer on "
                 f"{rec.branch_name}; Anima put {rec.branch_name} back to {last[:7]}, the last "
                 f"accepted commit" + (f", and kept what you had under {ref}" if tip else ""))
-        rnd.notes.append(note)
-        self._log(note)
+        self._note([note])
         return (note + f". Accepted commits must stay as they are: add new commits on top "
                        f"of {last[:7]} (you can cherry-pick from {ref}).")
 
@@ -326,9 +324,7 @@ class BranchKeeper:
         note = (f"{commit[:7]} committed {what}: a secret, which must never be committed; "
                 f"Anima put {rec.branch_name} back to {back_to[:7]} and kept the commits "
                 f"under {ref} (on this machine only)")
-        if rnd is not None:
-            rnd.notes.append(note)
-        self._log(note)
+        self._note([note])
         fix = (f"have {where} read it at run time (from the environment, or from the file "
                "it was copied from) instead of holding it" if value else
                f"`git rm --cached {where}` before you commit (it stays in your tree)")
@@ -359,9 +355,7 @@ class BranchKeeper:
                 f"{why}): git cannot check it out, and a host that checks pushes refuses it; "
                 f"Anima put {rec.branch_name} back to {back_to[:7]}, with your files as they "
                 f"are, and kept the commits under {ref} (on this machine only)")
-        if rnd is not None:
-            rnd.notes.append(note)
-        self._log(note)
+        self._note([note])
         return (f"{note}. Commit your work again without that path: a name git itself would "
                 "take for its own folder (`.git` in any case or spelling), `.`, `..`, an "
                 "empty one or one holding `/`.")
@@ -452,9 +446,7 @@ class BranchKeeper:
         self._held(put_back.held, who)
         undone += put_back.changed
         if undone and self.ledger.round is not None:
-            note = f"{who} changed the repository; undone: " + "; ".join(undone)
-            self.ledger.round.notes.append(note)
-            self._log(note)
+            self._note([f"{who} changed the repository; undone: " + "; ".join(undone)])
 
     def after_restart(self) -> None:
         """A Developer turn, a review or a check run that a kill cut short: what it did to
@@ -569,9 +561,7 @@ class BranchKeeper:
         if not held:
             return
         line = describe_held(held, who)
-        if self.ledger.round is not None:
-            self.ledger.round.notes.append(line)
-        self._log(line)
+        self._note([line])
         self._notice(line)
 
     def _revert_branch_definitions(self, turn_began_at: str) -> str | None:
