@@ -29,8 +29,9 @@ from test_recovery import (  # noqa: F401 (our_processes: a fixture)
 from anima import sandbox
 from anima.engine.facade import Engine
 from anima.errors import ActionError
-from anima.events import Event, Notice, UsageLimitWait
+from anima.events import Event, Notice, PhaseChanged, UsageLimitWait
 from anima.paths import ProjectPaths
+from anima.phases import Phase
 from anima.store.models import MergeInfo, MergeState, MilestoneStatus, RoundKind, Verdict
 from anima.store.store import Store
 
@@ -178,6 +179,42 @@ def with_deps(deps: dict[str, list[str]]) -> dict[str, str]:
         front = f"---\ndepends_on: [{', '.join(needs)}]\n---\n" if needs else ""
         out[i] = front + milestone_md(f"Milestone {i}", ["Only"])
     return out
+
+
+def test_the_merge_queue_takes_them_in_the_order_their_final_acceptance_came(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """y is finally accepted, then x (its Acceptor answers once y's was recorded). y's run
+    took its place in the queue only when its loop got there, a few steps later: x, faster
+    through them (here a slow subscriber of y's phase change; on a busy machine, the
+    scheduler), merged first, and would have been the one to owe a merge round."""
+    ids = ["x", "y"]
+    project(git_repo, ids)
+    y_accepted = fake_claude.root / "y-accepted"
+    after_y = f"while [ ! -e {y_accepted} ]; do sleep 0.05; done"
+    own_dirs(fake_claude, ids, x={"acceptor": [{"auto": True}, {"auto": True},
+                                               {"shell": [after_y], "auto": True}]})
+    fake_claude.use_env(monkeypatch)
+    engine = Engine(git_repo)
+    x_accepted = threading.Event()
+
+    def slow_after_y_is_accepted(event: Event) -> None:
+        if not isinstance(event, PhaseChanged) or event.phase is not Phase.MERGING:
+            return
+        if event.milestone_id == "x":
+            x_accepted.set()
+        elif not y_accepted.exists():
+            y_accepted.touch()
+            x_accepted.wait(30)
+            time.sleep(1.0)
+    engine.bus.subscribe(slow_after_y_is_accepted)
+    try:
+        engine.run(watch=False, start_all=True)
+    finally:
+        engine.shutdown()
+    assert x_accepted.is_set()
+    finals = sorted(ids, key=lambda i: record(git_repo, i).iterations[-1].ended_at)
+    assert finals == ["y", "x"]
+    assert merged_order(git_repo) == finals
 
 
 @pytest.mark.parametrize("deps", [

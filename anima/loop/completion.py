@@ -64,6 +64,25 @@ class MergeQueue:
         self._waiting: list[tuple[datetime, str]] = []
         self._holder: tuple[datetime, str] | None = None
 
+    def enlist(self, milestone_id: str, accepted_at: datetime) -> None:
+        """Take the milestone's place as its acceptance is recorded: its run still has steps
+        to go before it asks for its `turn`, and one accepted after it that gets there first
+        must wait for it all the same."""
+        with self._changed:
+            self._drop(milestone_id)
+            bisect.insort(self._waiting, (accepted_at, milestone_id))
+            self._changed.notify_all()
+
+    def withdraw(self, milestone_id: str) -> None:
+        """The milestone will not ask for its turn (its run ended, or its acceptance no longer
+        stands): the ones after it stop waiting for it."""
+        with self._changed:
+            self._drop(milestone_id)
+            self._changed.notify_all()
+
+    def _drop(self, milestone_id: str) -> None:
+        self._waiting = [e for e in self._waiting if e[1] != milestone_id]
+
     @contextmanager
     def turn(self, milestone_id: str, accepted_at: datetime,
              stop: threading.Event) -> Iterator[bool]:
@@ -72,8 +91,7 @@ class MergeQueue:
         restart, comes next: it does not cut in); yields False when a stop came first
         (nothing may be merged then)."""
         entry = (accepted_at, milestone_id)
-        with self._changed:
-            bisect.insort(self._waiting, entry)
+        self.enlist(milestone_id, accepted_at)
         try:
             with self._changed:
                 while (self._holder is not None or self._waiting[0] != entry) \

@@ -190,6 +190,7 @@ class MilestoneRun:
                 raise
             return self._fail(e)
         finally:
+            self.merge_queue.withdraw(self.record.id)
             self.seats.stop_all()
             self.ledger.apply_summaries(wait=True)
             for detach in self._detach:
@@ -213,7 +214,9 @@ class MilestoneRun:
                 return self.pause_now(gone)
             self._follow_definition()
             # Finally accepted work merges first: no limit stands between it and main.
-            if self._ready_to_merge() and (phase := self._merge()) is not None:
+            if not self._ready_to_merge():
+                self.merge_queue.withdraw(self.record.id)  # its acceptance no longer stands
+            elif (phase := self._merge()) is not None:
                 return phase
             if (reason := self._pause_reason()) is not None:
                 return self.pause_now(reason)
@@ -550,6 +553,7 @@ class MilestoneRun:
         self.ledger.finish(verdict)
         if verdict.accepted and rnd.kind is RoundKind.MERGE:
             self._conflicts = None  # the resolution is reviewed: the queue tries again
+            self._enlist()
 
     def _final_acceptance(self, report: DeveloperReport) -> ReviewVerdict:
         rec, rnd = self.record, self.ledger.round
@@ -671,6 +675,7 @@ class MilestoneRun:
             self.bus.publish(Notice(rec.id, "awaiting_review",
                                     f"{rec.title} passed final acceptance: review it"))
             return self.phase
+        self._enlist()
         self.enter(Phase.MERGING, "final acceptance passed: its turn to merge into "
                                   f"{rec.main_branch} comes after those accepted earlier")
         return None
@@ -686,13 +691,11 @@ class MilestoneRun:
         branch (completed). When it conflicts with what main got meanwhile, None: the next
         round is a merge round, reviewed like any other, and then the queue again."""
         rec = self.record
-        accepted = next(it for it in reversed(rec.standing)
-                        if it.verdict is Verdict.ACCEPTED)
+        accepted = self._last_accepted()
         if self.phase is not Phase.MERGING:
             self.enter(Phase.MERGING, f"its turn to merge into {rec.main_branch} comes after "
                                       "those accepted earlier")
-        with self.merge_queue.turn(rec.id, accepted.ended_at or now(),
-                                   self.control.stop) as ours:
+        with self.merge_queue.turn(rec.id, accepted.ended_at, self.control.stop) as ours:
             if not ours:
                 raise Stopped
             main = rec.main_branch or ""
@@ -711,6 +714,16 @@ class MilestoneRun:
                 self.board.leave(rec.id)
                 finish_completed(rec, self.store, self.project, self.config, self.bus)
         return self.phase
+
+    def _last_accepted(self) -> Iteration:
+        """The acceptance that lets the branch merge: when it came is its place in the queue."""
+        return next(it for it in reversed(self.record.standing)
+                    if it.verdict is Verdict.ACCEPTED)
+
+    def _enlist(self) -> None:
+        """Accepted just now: its place in the merge queue is taken at once, not when the
+        loop gets to its turn (one accepted after it could get there first)."""
+        self.merge_queue.enlist(self.record.id, self._last_accepted().ended_at)
 
     def _owe_merge_round(self, tip: str) -> bool:
         """Whether `tip` conflicts with main as it is now; if so (or when `tip` is not the
