@@ -16,6 +16,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QElapsedTimer, QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent
 
+from anima import sandbox
 from anima.engine.facade import Engine
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record
@@ -501,6 +502,36 @@ def test_a_usage_limit_wait_and_the_limits_show_in_the_window(
         assert not window.wait_label.isVisible()
         assert "◔ 5-hour limit reached, resets " in app.pane_text("developer")
         assert "◔ 5-hour limit 95 % used, resets " in app.pane_text("acceptor")
+    finally:
+        app.close()
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None,
+                    reason="several milestones at once need the sandbox here")
+def test_the_usage_limit_wait_leaves_the_window_at_the_reset_when_its_pair_was_stopped(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """`hit` meets the account's usage limit and you stop it during the wait; `other` waits
+    for the reset with it, then goes on and completes. Only the pair that met a limit said
+    when its wait was over: the window said "waiting for the usage limit to reset" for
+    ever after."""
+    fake.write_script({"milestones": {
+        "hit": {"feature_dir": "features/hit",
+                "developer": [{"replay": "usage-2.1.330", "resets_in": 2}]},
+        "other": {"feature_dir": "features/other",
+                  "developer_default": {"auto": True, "delay": 0.5}}}})
+    make_project(git_repo, {i: milestone_md(i, ["Only"]) for i in ("hit", "other")})
+    app = Window(qtbot, tmp_path, usage_limit_margin_seconds=0)
+    try:
+        window = app.window
+        window.open_project(git_repo)
+        qtbot.waitUntil(lambda: window.wait_label is not None and window.wait_label.isVisible(),
+                        timeout=15000)
+        assert window.engine is not None
+        window.engine.stop_now("hit")
+        app.wait_status("hit", "paused")
+        app.wait_status("other", "completed", timeout=30000)
+        assert window.wait_label is not None
+        qtbot.waitUntil(lambda: not window.wait_label.isVisible(), timeout=5000)
     finally:
         app.close()
 

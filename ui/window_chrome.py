@@ -7,10 +7,11 @@ the attributes declared below, which `MainWindow.__init__` sets.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, Slot
+from PySide6.QtCore import QByteArray, QSettings, QTimer, Slot
 from PySide6.QtGui import (
     QAction,
     QDragEnterEvent,
@@ -40,6 +41,8 @@ MAX_RECENT = 8
 NOTICE_TITLES = {"paused": "Anima paused", "completed": "Milestone completed",
                  "awaiting_review": "Ready for your review", "failed": "Milestone failed",
                  "waiting": "Waiting for a usage limit", "held": "Milestone held"}
+#: The longest a Qt timer waits (ms, a 32-bit int): a longer usage-limit wait re-arms it.
+_LONGEST_TIMER_MS = 2**31 - 1
 
 def app_icon() -> QIcon:
     icon = resource("icons", "anima.svg")
@@ -217,13 +220,29 @@ class WindowChrome(QMainWindow):
 
     @Slot(object)
     def _on_usage_limit_wait(self, event: ev.UsageLimitWait) -> None:
-        """A permanent status-bar label while the loop waits for a usage limit to reset."""
+        """A permanent status-bar label while the loop waits for a usage limit to reset, gone
+        at the reset at the latest: the pairs that waited for it at the account go on without
+        a word, and so does everything once the pair that met it was stopped meanwhile."""
         if self.wait_label is None:
             self.wait_label = QLabel()
             self.wait_label.setObjectName("usageLimitWait")
             self.statusBar().addPermanentWidget(self.wait_label)
         self.wait_label.setText(event.message.split(" (")[0] if event.until else "")
         self.wait_label.setVisible(event.until is not None)
+        self.wait_label.setProperty("until", event.until)
+        if event.until is not None:
+            self._end_usage_limit_wait(self.wait_label, event.until)
+
+    def _end_usage_limit_wait(self, label: QLabel, until: float) -> None:
+        """Hide `label` once `until` (epoch s) has passed, unless a later wait replaced it."""
+        if label.property("until") != until:
+            return
+        left_ms = (until - time.time()) * 1000
+        if left_ms <= 0:
+            label.hide()
+            return
+        QTimer.singleShot(min(int(left_ms) + 1, _LONGEST_TIMER_MS), label,
+                          lambda: self._end_usage_limit_wait(label, until))
 
     @Slot(object)
     def _on_notice(self, event: ev.Notice) -> None:
