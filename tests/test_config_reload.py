@@ -94,3 +94,37 @@ def test_an_invalid_config_at_start_is_read_again_once_fixed(
                    "m1 completed once the config was fixed")
     finally:
         engine.shutdown()
+
+
+def test_a_summarizer_change_saved_mid_run_leaves_the_running_milestones_theirs(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Saving a new `summarizer.model` closed the summarizer the running milestone used:
+    its later rounds got the report's text, "summarizer closed", instead of a summary."""
+    from tests.fakes.api_stub import ApiStub
+
+    fake_claude.use_env(monkeypatch)
+    began, done = fake_claude.root / "began", fake_claude.root / "done"
+    fake_claude.write_script({"developer": [
+        {"auto": True},
+        {"shell": [f"touch {began}; i=0; while [ ! -e {done} ] && [ $i -lt 600 ]; do "
+                   "sleep 0.05; i=$((i+1)); done"], "auto": True}]})
+    make_project(git_repo, {"m1": milestone_md("M", ["A", "B"])})
+    with ApiStub(side_reply="Summary: what the model said") as stub:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-dummy")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", stub.url)
+        engine = Engine(git_repo)
+        engine.start(watch=True)
+        try:
+            wait_until(began.exists, "the second round's Developer turn")
+            save_config(git_repo, set_keys(git_repo, summarizer={"model": "claude-other"}))
+            wait_until(lambda: "settings reloaded" in (
+                git_repo / ".anima" / "logs" / "anima.log").read_text(encoding="utf-8"),
+                "the reload")
+            done.touch()
+            wait_until(lambda: record(git_repo, "m1").status is MilestoneStatus.COMPLETED,
+                       "m1 completed")
+        finally:
+            done.touch()
+            engine.shutdown()
+    summaries = [it.summary for it in record(git_repo, "m1").iterations]
+    assert summaries and all(s == "what the model said" for s in summaries), summaries

@@ -150,6 +150,8 @@ class Engine:
         self.bus.subscribe(self._keep_lock)
         self.journal = Journal(self.paths, self.bus)
         self.summarizer: Summarizer | None = None
+        #: summarizers a config change replaced, closed once no running milestone uses one
+        self._retired: list[Summarizer] = []
         self._unlog: Callable[[], None] | None = None
         self._control_server: ControlServer | None = None
 
@@ -368,6 +370,10 @@ class Engine:
                 self.milestones.broken.add(milestone_id)
                 self.milestones.requested.discard(milestone_id)
                 first = first or e
+        in_use = {id(s.run.summarizer) for s in self._sessions.values() if s.run is not None}
+        for old in [s for s in self._retired if id(s) not in in_use]:
+            self._retired.remove(old)
+            old.close()  # its last summaries are in: the run that used it waited for them
         return first
 
     def _stop_sessions(self, reason: str) -> None:
@@ -411,8 +417,8 @@ class Engine:
         apis = self.agents.apis()
         self.agents.use_config(config)
         changed = config.summarizer != self.config.summarizer or apis != self.agents.apis()
-        if changed and self.summarizer is not None:
-            self.summarizer.close()
+        if changed and self.summarizer is not None:  # the running milestones keep theirs
+            self._retired.append(self.summarizer)
             self.summarizer = self._summarizer(config)
         self.config = config
         self._log(None, f"{self.paths.config} changed: settings reloaded")
@@ -450,8 +456,9 @@ class Engine:
                 log.warning("engine worker still busy after %ss; releasing the lock anyway",
                             timeout)
         self.agents.wait_for_probe(timeout)
-        if self.summarizer is not None:
-            self.summarizer.close()
+        for summarizer in [*self._retired, self.summarizer]:
+            if summarizer is not None:
+                summarizer.close()
         self.settings.close()
         self.journal.detach()
         if self._unlog is not None:
