@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from anima.engine.facade import Engine
-from anima.events import EngineError, Event, PhaseChanged
+from anima.events import EngineError, Event, Notice, PhaseChanged
 from anima.store.models import MilestoneStatus
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record
@@ -145,6 +145,40 @@ def test_an_abort_as_the_milestone_starts_is_not_undone_by_its_start(
         engine.shutdown()
     assert fake_claude.prompts("developer") == []
     assert not (git_repo / ".anima" / "worktrees" / "m1").exists()
+
+
+def test_an_approval_as_the_milestone_goes_to_review_is_not_undone_by_its_run(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Approve in the window the moment the milestone shows awaiting review: main got the
+    merge and the record said completed, then the run, still stopping its agents, saved its
+    own copy over it (the final round's summary folded in): awaiting review again, no merge
+    on record, while main held it. The human's approve lands here while the run still has
+    its agents, as it announces the review."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m1": "---\nrequires_human_review: true\n---\n"
+                                  + milestone_md("M", ["Alpha"])})
+    engine = Engine(git_repo)
+    approved = threading.Event()
+
+    def approve_at_once(event: Event) -> None:
+        if isinstance(event, Notice) and event.kind == "awaiting_review":
+            engine.approve("m1")
+            assert approved.wait(30)  # merged, and said so
+        elif isinstance(event, Notice) and event.kind == "completed":
+            approved.set()
+
+    engine.bus.subscribe(approve_at_once)
+    engine.start(watch=True)
+    try:
+        assert approved.wait(30)
+        wait_for(lambda: not any(t.name == "anima-m1" for t in threading.enumerate()))
+    finally:
+        engine.shutdown()
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.phase == "completed"
+    assert rec.merge is not None and rec.merge.merged
+    assert "feat: F1" in run_git(git_repo, "log", "--format=%s", "main")
+    assert all(it.summary for it in rec.iterations)
 
 
 def test_a_stop_while_the_agent_starts_pauses_before_its_first_prompt(

@@ -199,8 +199,10 @@ class Ledger:
             self._pending_summaries.append((len(rec.iterations) - 1,
                                             self.summarizer.submit(digest)))
 
-    def apply_summaries(self, wait: bool = False) -> None:
-        """Fold finished background summaries into the record (they never block a round)."""
+    def apply_summaries(self, wait: bool = False, persist: bool = True) -> None:
+        """Fold finished background summaries into the record (they never block a round);
+        with `wait`, also those still running. Without `persist`, the caller's next write
+        saves them."""
         pending, changed = [], False
         for index, future in self._pending_summaries:
             if not future.done() and not wait:
@@ -221,5 +223,5 @@ class Ledger:
             it.cost_usd += result.cost_usd
             changed = True
         self._pending_summaries = pending
-        if changed:
+        if changed and persist:
             self._save()

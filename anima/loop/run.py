@@ -240,6 +240,10 @@ class MilestoneRun:
         previous, self.phase = self.phase, target
         self.record.phase = target
         if (status := STATUS_OF.get(target)) is not None:
+            if status is not MilestoneStatus.IN_PROGRESS:
+                # The record is the human's from this write on (a resume, an approve may
+                # follow at once): what the run still had to write goes in it, never after.
+                self.ledger.apply_summaries(wait=True, persist=False)
             self.record.status = status
         self._save()
         if target in RUNNING:
