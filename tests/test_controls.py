@@ -181,6 +181,39 @@ def test_an_approval_as_the_milestone_goes_to_review_is_not_undone_by_its_run(
     assert all(it.summary for it in rec.iterations)
 
 
+def test_a_stop_as_the_milestone_fails_leaves_it_failed_without_an_error_of_anima(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stop now at the instant a milestone failed: its run then paused it "as stopped by
+    you", which the transition table forbids from failed, so the window showed "illegal
+    scheduler transition failed → paused" as an error of Anima and the milestone was set
+    aside as one that could not be driven. It stays failed, as its record says."""
+    fake_claude.use_env(monkeypatch)
+    # Its branch deleted and a branch in the way of making it again: an unexpected error
+    # (outside the sandbox, which refuses the deletion).
+    fake_claude.write_script({"developer": [{"shell": [
+        "git checkout -q --detach && git branch -q -D milestone/m1 && "
+        "git branch milestone/m1/blocker"], "auto": True}]})
+    make_project(git_repo, {"m1": milestone_md("M", ["Alpha"])}, config={"sandbox": "off"})
+    engine = Engine(git_repo)
+    errors: list[str] = []
+
+    def stop_as_it_fails(event: Event) -> None:
+        if isinstance(event, EngineError):
+            errors.append(event.message)
+        elif isinstance(event, Notice) and event.kind == "failed":
+            engine.stop_now("m1")
+
+    engine.bus.subscribe(stop_as_it_fails)
+    try:
+        engine.run(watch=False, start_all=True)
+    finally:
+        engine.shutdown()
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.FAILED and rec.phase == "failed"
+    assert rec.error is not None and rec.pause_reason is None
+    assert errors == []
+
+
 def test_a_stop_while_the_agent_starts_pauses_before_its_first_prompt(
         engine: Engine, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
     """"Stop now" came while the Developer's CLI was starting (a slow disk, codex's

@@ -72,6 +72,7 @@ from anima.loop.confinement import (
     SandboxPolicy,
     sandbox_problem,
 )
+from anima.loop.phases import TRANSITIONS
 from anima.loop.recovery import AgentRegistry, note_unnamed_stashes, recover_project
 from anima.loop.run import MilestoneRun
 from anima.loop.seats import Agent, RunControl
@@ -509,8 +510,10 @@ class Engine:
             run.stop(control.stop_reason or "shutdown")
         try:
             phase = run.run()
+            # Stopped by you where it may pause; one that came to rest first (failed too,
+            # at the same instant) stays as it came.
             if control.stop.is_set() and control.stop_reason == "user" and \
-                    phase not in (Phase.PAUSED, Phase.COMPLETED, Phase.AWAITING_REVIEW):
+                    Phase.PAUSED in TRANSITIONS[phase]:
                 phase = run.pause_now("stopped by you")
             return phase
         finally:
