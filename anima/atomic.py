@@ -42,6 +42,22 @@ def write_text_atomic(path: Path, text: str, *, durable: bool = True) -> None:
         os.close(dir_fd)
 
 
+def create_atomic(path: Path, data: bytes) -> None:
+    """Make `path` a new file holding `data`, or raise FileExistsError: a reader sees no file
+    or all of it, and of two writers making the same name at once exactly one does (a
+    rename would let the second replace the first's)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.link(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 def write_model_atomic(path: Path, model: BaseModel) -> None:
     write_text_atomic(path, model.model_dump_json(indent=2) + "\n")
 

@@ -205,6 +205,59 @@ def test_adding_a_md_already_in_the_milestones_folder_registers_it(git_repo: Pat
     assert record(git_repo, "m1").status.value == "pending"
 
 
+def _add_at_once(project: Path, sources: list[Path]) -> dict[int, str]:
+    """Each source added by a thread of its own, all at one instant, each with an engine of
+    its own as each `anima add` process makes: what each said (its id, or why not)."""
+    import threading
+
+    from anima.engine.facade import Engine
+    from anima.errors import MilestoneError
+
+    engines = [Engine(project) for _ in sources]
+    start = threading.Barrier(len(sources))
+    said: dict[int, str] = {}
+
+    def add(i: int) -> None:
+        start.wait()
+        try:
+            said[i] = engines[i].add_milestone(sources[i])
+        except MilestoneError as e:
+            said[i] = str(e)
+        except Exception as e:
+            said[i] = repr(e)
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(len(sources))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return said
+
+
+def test_two_adds_of_one_name_at_once_add_one_and_refuse_the_other(git_repo: Path) -> None:
+    """Two `anima add` of different files named m1.md at the same instant (two terminals, a
+    script's loop): both said "added", one's file stood under the other's record (title,
+    features), or one ended on an unexpected FileNotFoundError (they shared a temp file)."""
+    make_project(git_repo)
+    folder = git_repo / ".anima" / "milestones"
+    sources = []
+    for i in range(4):
+        (git_repo.parent / f"from{i}").mkdir()
+        sources.append(git_repo.parent / f"from{i}" / "m1.md")
+        sources[-1].write_text(milestone_md(f"From {i}", [f"Feature {i}"]), encoding="utf-8")
+    for _ in range(10):
+        for leftover in folder.glob("m1.*"):
+            leftover.unlink()
+        said = _add_at_once(git_repo, sources)
+        added = [i for i, what in said.items() if what == "m1"]
+        assert len(added) == 1 and len(said) == len(sources), said
+        assert all("a milestone named 'm1' already exists" in what
+                   for i, what in said.items() if i not in added), said
+        assert (folder / "m1.md").read_bytes() == sources[added[0]].read_bytes()
+        assert record(git_repo, "m1").title == f"From {added[0]}"
+        assert sorted(p.name for p in folder.iterdir()) == ["m1.json", "m1.md"]
+
+
 def test_invalid_config_names_the_file_and_key(tmp_path: Path) -> None:
     assert anima("init", "--git-init", str(tmp_path)).returncode == 0
     config = tmp_path / ".anima" / "config.json"

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from anima import comments, procfs
+from anima.atomic import create_atomic
 from anima.config import Config
 from anima.diffs import ChangeSet, milestone_changes
 from anima.engine import read_only
@@ -589,17 +590,19 @@ class Engine:
             self.milestones.register(target, now())
             self._wake.set()
             return milestone_id
+        taken = MilestoneError(md, f"a milestone named {milestone_id!r} already exists "
+                                   f"({target}); rename the file")
         if target.exists():
-            raise MilestoneError(md, f"a milestone named {milestone_id!r} already exists "
-                                     f"({target}); rename the file")
+            raise taken
         self.paths.milestones.mkdir(parents=True, exist_ok=True)
         content = md.read_bytes()
         for session in list(self._sessions.values()):  # yours, not an agent's: not held
             if (run := session.run) is not None:
                 run.admit_definition(target, content)
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_bytes(content)
-        tmp.replace(target)
+        try:  # another `anima add` of the name may be at this very step
+            create_atomic(target, content)
+        except FileExistsError:
+            raise taken from None
         # Written whole, atomically: no need to wait for it to settle.
         self.milestones.register(target, now())
         if md.resolve().parent == self.paths.held.resolve():
