@@ -214,6 +214,44 @@ def test_a_stop_as_the_milestone_fails_leaves_it_failed_without_an_error_of_anim
     assert errors == []
 
 
+def test_a_stop_from_another_terminal_answers_once_paused_so_a_resume_may_follow_at_once(
+        engine: Engine, fake_claude: FakeClaude) -> None:
+    """`anima stop P m1 && anima resume P m1`: the stop answered "it pauses" at once, while
+    m1 was still in progress, so the resume right after it was refused ("m1 is running:
+    stop it first", or "is in_progress, not paused")."""
+    fake_claude.write_script({"developer": [{"hang": True}]})
+    engine.start()
+    wait_for(lambda: len(fake_claude.prompts("developer")) == 1)
+    assert engine.control("stop", "m1") == \
+        "stop: m1 is paused (stopped by you); its round is redone on resume"
+    assert record(engine.root, "m1").status is MilestoneStatus.PAUSED
+    assert engine.control("resume", "m1", "go on") == "resume: m1 is in_progress"
+    wait_for(lambda: record(engine.root, "m1").status is MilestoneStatus.COMPLETED, timeout=30)
+    assert "go on" in fake_claude.prompts("developer")[1]
+
+
+def test_a_stop_as_the_milestone_completes_says_it_completed(
+        engine: Engine, fake_claude: FakeClaude) -> None:
+    """`anima stop` while the milestone merged into main: it said "stopping m1: it pauses as
+    stopped by you", and m1 completed."""
+    answers: list[str] = []
+    asking: list[threading.Thread] = []
+
+    def stop_as_it_merges(event: Event) -> None:
+        if isinstance(event, PhaseChanged) and event.phase == "completed" and not asking:
+            asking.append(threading.Thread(
+                target=lambda: answers.append(engine.control("stop", "m1"))))
+            asking[0].start()
+            wait_for(lambda: all(s.control.stop.is_set() for s in engine._sessions.values()))
+
+    engine.bus.subscribe(stop_as_it_merges)
+    engine.start()
+    wait_for(lambda: bool(answers), timeout=30)
+    assert answers == ["stop: m1 is completed: it got there before the stop"]
+    rec = record(engine.root, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.merge is not None and rec.merge.merged
+
+
 def test_a_stop_while_the_agent_starts_pauses_before_its_first_prompt(
         engine: Engine, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
     """"Stop now" came while the Developer's CLI was starting (a slow disk, codex's

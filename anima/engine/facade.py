@@ -97,6 +97,8 @@ log = logging.getLogger(__name__)
 
 #: How often a merge into main that waits for the human's files is tried again.
 _MERGE_RETRY_SECONDS = 3.0
+#: How long a request from another process (`anima stop|resume|…`) waits for its outcome.
+_ANSWER_SECONDS = 60.0
 #: The API Anima's own summarizer and token counter speak (`Backend.api`).
 _ANTHROPIC = "anthropic"
 
@@ -695,13 +697,12 @@ class Engine:
         """A request from another process (`anima stop|resume|abort|approve`, through the
         control socket): carried out, or refused with an AnimaError; a line to print."""
         if action == "stop":
-            self.stop_now(milestone_id)
-            return f"stopping {milestone_id}: it pauses as stopped by you"
+            return self._stop_and_say(milestone_id)
         if action == "pause":
             self.pause_after_round(milestone_id)
             return f"{milestone_id} pauses after its round"
         done = self._action(action, milestone_id, note)
-        if milestone_id in self._sessions and (action != "abort" or actions.load(
+        if self._running(milestone_id) and (action != "abort" or actions.load(
                 self.store, milestone_id).status is MilestoneStatus.IN_PROGRESS):
             # An abort takes what `anima status` shows waiting or pending, as with no Anima
             # running (README, CLI); a pending one that is starting is stopped first.
@@ -717,7 +718,7 @@ class Engine:
                 result.put(e)  # the asking process prints it
         self._submit(act)
         try:
-            outcome = result.get(timeout=60)
+            outcome = result.get(timeout=_ANSWER_SECONDS)
         except queue.Empty:
             raise ActionError(f"Anima is busy: the {action} of {milestone_id} is queued and "
                               "happens shortly; check with `anima status`") from None
@@ -725,6 +726,30 @@ class Engine:
             raise outcome
         self._wake.set()
         return f"{action}: {milestone_id} is {outcome.status.value}"
+
+    def _stop_and_say(self, milestone_id: str) -> str:
+        """`anima stop`: answered once the run has let go of the milestone, with where it
+        stands (a stop as it completes, or goes to review, changes nothing), so that a
+        `resume` right after it finds it paused."""
+        sessions = self._chosen(milestone_id)
+        self.stop_now(milestone_id)
+        for session in sessions:
+            if session.thread is not None:
+                session.thread.join(_ANSWER_SECONDS)
+                if session.thread.is_alive():
+                    return (f"stopping {milestone_id}: it pauses as stopped by you once its "
+                            "agents let go (`anima status` says when)")
+        record = actions.load(self.store, milestone_id)
+        if record.status is MilestoneStatus.PAUSED:
+            return f"stop: {milestone_id} is paused ({record.pause_reason}); its round is " \
+                   "redone on resume"
+        return f"stop: {milestone_id} is {record.status.value}: it got there before the stop"
+
+    def _running(self, milestone_id: str) -> bool:
+        """Whether a run drives the milestone now (one that ended may not be reaped yet)."""
+        session = self._sessions.get(milestone_id)
+        return session is not None and session.thread is not None and \
+            session.thread.is_alive()
 
     # ------------------------------------------------------------------ views
     def records(self) -> list[MilestoneRecord]:
