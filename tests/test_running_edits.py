@@ -187,6 +187,37 @@ def test_an_edit_during_the_final_acceptance_is_not_merged_over(
         assert (git_repo / "features" / "F2.txt").exists()
 
 
+def test_a_feature_added_as_it_goes_to_your_review_is_built_before_an_approval_merges(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A milestone that waits for your review, its `.md` edited during its final acceptance
+    (or while it waits): `anima approve` merged it and said completed, the added feature
+    never built and missing from the record, though the `.md` lists it. The approval now
+    withdraws that final acceptance, as the loop does for an edit it sees."""
+    fake_claude.use_env(monkeypatch)
+    review = "---\nrequires_human_review: true\n---\n"
+    make_project(git_repo, {"m1": review + ONE})
+    final_acceptance_held(fake_claude)
+    main_before = run_git(git_repo, "rev-parse", "main")
+    with engine_held(git_repo, fake_claude.root):
+        ProjectPaths(git_repo).milestone_md("m1").write_text(
+            review + milestone_md("Greeter", ["Alpha", "Bravo"], ["works"]), encoding="utf-8")
+    assert record(git_repo, "m1").status is MilestoneStatus.AWAITING_REVIEW
+    approved = subprocess.run([sys.executable, "-m", "anima", "approve", str(git_repo), "m1"],
+                              capture_output=True, text=True, timeout=60)
+    assert approved.returncode == 0, approved.stderr
+    assert "features changed in m1.md since its final acceptance" in approved.stdout
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.IN_PROGRESS
+    assert [f.title for f in rec.features] == ["Alpha", "Bravo"]
+    assert [it.withdrawn for it in rec.iterations if it.kind is RoundKind.FINAL] == \
+        [Withdrawn.REDEFINED]
+    assert run_git(git_repo, "rev-parse", "main") == main_before
+    run_engine(git_repo)  # Bravo is built, judged, and waits for you again
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.AWAITING_REVIEW
+    assert [f.status for f in rec.features] == [FeatureStatus.DONE] * 2
+
+
 def test_a_pending_md_swapped_for_an_older_broken_one_is_reported_not_retried_for_ever(
         git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
     """`mv ~/drafts/m1.md .anima/milestones/` keeps the draft's older mtime: the queue took
