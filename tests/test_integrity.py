@@ -21,6 +21,7 @@ import pytest
 from anima import sandbox
 from anima.config import Config
 from anima.engine.facade import Engine
+from anima.engine.outcome import RunOutcome
 from anima.loop.actions import resume
 from anima.paths import ProjectPaths
 from anima.store.models import Iteration, MilestoneRecord, MilestoneStatus, Verdict
@@ -360,17 +361,15 @@ def test_status_lists_pending_definitions_without_writing(project: Path, capsys:
 
 # ------------------------------------------------------------------ 10.7 who moved main
 
-@pytest.mark.parametrize("mode", MODES)
-def test_main_moved_by_someone_else_is_the_new_reference(project: Path,
-                                                         fake_claude: FakeClaude,
-                                                         mode: str) -> None:
-    """While the Developer's first turn runs, the human commits on main in their checkout
-    (in their own environment, without the agents' reflog mark)."""
-    use_sandbox(project, mode)
+def while_you_commit_on_main(project: Path, fake_claude: FakeClaude,
+                             after: list[str]) -> RunOutcome:
+    """Run the project while the human commits on main in their checkout during the
+    Developer's first turn (in their own environment, without the agents' reflog mark);
+    `after`: the Developer's shell calls once that commit is there."""
     began, done = fake_claude.root / "turn-began", fake_claude.root / "human-committed"
     fake_claude.write_script({"developer": [{"shell": [
         f"touch {began}; i=0; while [ ! -e {done} ] && [ $i -lt 600 ]; do sleep 0.05; "
-        "i=$((i+1)); done"], "auto": True}]})
+        "i=$((i+1)); done", *after], "auto": True}]})
     failures: list[BaseException] = []
 
     def human() -> None:
@@ -392,6 +391,15 @@ def test_main_moved_by_someone_else_is_the_new_reference(project: Path,
         done.touch()
         thread.join(60)
     assert not failures, failures
+    return outcome
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_main_moved_by_someone_else_is_the_new_reference(project: Path,
+                                                         fake_claude: FakeClaude,
+                                                         mode: str) -> None:
+    use_sandbox(project, mode)
+    outcome = while_you_commit_on_main(project, fake_claude, [])
     rec = record(project, "m1")
     assert outcome.paused == ()
     assert [i.verdict for i in rec.iterations] == [Verdict.ACCEPTED] * 3
@@ -407,28 +415,8 @@ def test_main_you_moved_is_not_taken_for_the_confined_developers_when_it_visits_
     (a look with `checkout --detach main`, a rebase onto it) paused the milestone with "the
     Developer moved main"."""
     use_sandbox(project, "auto")
-    began, done = fake_claude.root / "turn-began", fake_claude.root / "human-committed"
-    fake_claude.write_script({"developer": [{"shell": [
-        f"touch {began}; i=0; while [ ! -e {done} ] && [ $i -lt 600 ]; do sleep 0.05; "
-        "i=$((i+1)); done",
-        "git checkout -q --detach main && git checkout -q milestone/m1"], "auto": True}]})
-
-    def human() -> None:
-        try:
-            wait_until(began.exists, timeout=60, what="the Developer's turn")
-            (project / "human.txt").write_text("mine\n", encoding="utf-8")
-            run_git(project, "add", "human.txt")
-            run_git(project, "commit", "-qm", "human: my own change")
-        finally:
-            done.touch()
-
-    thread = threading.Thread(target=human)
-    thread.start()
-    try:
-        _, outcome = run_engine(project)
-    finally:
-        done.touch()
-        thread.join(60)
+    outcome = while_you_commit_on_main(
+        project, fake_claude, ["git checkout -q --detach main && git checkout -q milestone/m1"])
     rec = record(project, "m1")
     assert outcome.paused == (), rec.pause_reason
     assert rec.status is MilestoneStatus.COMPLETED and rec.merge and rec.merge.merged

@@ -14,7 +14,14 @@ from anima.config import Config
 from anima.git import GitRepo
 from anima.loop.rewind import RewindError, accepted_rounds, continue_from_round
 from anima.paths import ProjectPaths
-from anima.store.models import FeatureStatus, MilestoneStatus, RoundKind, Verdict, Withdrawn
+from anima.store.models import (
+    FeatureStatus,
+    MilestoneRecord,
+    MilestoneStatus,
+    RoundKind,
+    Verdict,
+    Withdrawn,
+)
 from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record, run_engine
@@ -24,16 +31,22 @@ OK = {"auto": True}
 NO = {"text": "REJECTED: F3 is wrong"}
 
 
-def test_continue_from_an_accepted_round_keeps_the_dropped_commits(
-        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+def paused_after_two_accepted(git_repo: Path, fake_claude: FakeClaude,
+                              monkeypatch: pytest.MonkeyPatch) -> MilestoneRecord:
+    """m1 (three features) paused after rounds 1–2 accepted and 3–5 rejected. Six rounds:
+    five are used when it pauses, and F2 and F3 need two more after a rewind to round 1,
+    which the four dropped rounds give back."""
     fake_claude.use_env(monkeypatch)
     fake_claude.write_script({"acceptor": [OK, OK, NO, NO, NO]})
-    # Six rounds: five are used when it pauses, and F2 and F3 need two more after the rewind,
-    # which the four dropped rounds give back.
     make_project(git_repo, {"m1": milestone_md("Three", ["One", "Two", "Three"])},
                  config={"max_iterations_per_milestone": 6})
     run_engine(git_repo, summarizer={"enabled": False})
-    paused = record(git_repo, "m1")
+    return record(git_repo, "m1")
+
+
+def test_continue_from_an_accepted_round_keeps_the_dropped_commits(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    paused = paused_after_two_accepted(git_repo, fake_claude, monkeypatch)
     assert paused.status is MilestoneStatus.PAUSED
     assert accepted_rounds(paused) == [1, 2]
     round1, old_head = paused.iterations[0].commit, paused.iterations[-1].commit
@@ -80,12 +93,7 @@ def test_a_continue_from_round_that_a_kill_cut_short_is_finished_or_undone_at_re
     record said so: on resume the next review took the move for the Developer rewriting
     history, put the dropped rounds back and paused again. The restart finishes it; killed
     before the branch moved, nothing was done, and the restart says so."""
-    fake_claude.use_env(monkeypatch)
-    fake_claude.write_script({"acceptor": [OK, OK, NO, NO, NO]})
-    make_project(git_repo, {"m1": milestone_md("Three", ["One", "Two", "Three"])},
-                 config={"max_iterations_per_milestone": 6})
-    run_engine(git_repo, summarizer={"enabled": False})
-    paused = record(git_repo, "m1")
+    paused = paused_after_two_accepted(git_repo, fake_claude, monkeypatch)
     round1, old_head = paused.iterations[0].commit, paused.iterations[-1].commit
     # the real git first, then the kill of its caller
     _, env = git_shim(tmp_path, fake_claude, killed_after,

@@ -15,6 +15,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QElapsedTimer, QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent
+from PySide6.QtWidgets import QLabel
 
 from anima import sandbox
 from anima.engine.facade import Engine
@@ -485,6 +486,16 @@ def test_a_merge_that_waits_for_your_file_is_on_the_board_as_needing_you(
     assert "features/F1.txt" in review.reason.text()
 
 
+def open_until_a_limit_wait(qtbot, app: Window, repo: Path) -> QLabel:
+    """Open `repo` and wait for the status bar's usage-limit label to show."""
+    window = app.window
+    window.open_project(repo)
+    qtbot.waitUntil(lambda: window.wait_label is not None and window.wait_label.isVisible(),
+                    timeout=15000)
+    assert window.wait_label is not None
+    return window.wait_label
+
+
 def test_a_usage_limit_wait_and_the_limits_show_in_the_window(
         qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
     fake.write_script({"developer": [{"replay": "usage-2.1.330", "resets_in": 2}],
@@ -492,14 +503,10 @@ def test_a_usage_limit_wait_and_the_limits_show_in_the_window(
     make_project(git_repo, {"m1": milestone_md("Greeter", ["Greet command"])})
     app = Window(qtbot, tmp_path, usage_limit_margin_seconds=0.5)
     try:
-        window = app.window
-        window.open_project(git_repo)
-        qtbot.waitUntil(lambda: window.wait_label is not None and window.wait_label.isVisible(),
-                        timeout=15000)
-        assert window.wait_label is not None
-        assert window.wait_label.text().startswith("waiting for the usage limit to reset at ")
+        label = open_until_a_limit_wait(qtbot, app, git_repo)
+        assert label.text().startswith("waiting for the usage limit to reset at ")
         app.wait_status("m1", "completed")
-        assert not window.wait_label.isVisible()
+        assert not label.isVisible()
         assert "◔ 5-hour limit reached, resets " in app.pane_text("developer")
         assert "◔ 5-hour limit 95 % used, resets " in app.pane_text("acceptor")
     finally:
@@ -522,16 +529,12 @@ def test_the_usage_limit_wait_leaves_the_window_at_the_reset_when_its_pair_was_s
     make_project(git_repo, {i: milestone_md(i, ["Only"]) for i in ("hit", "other")})
     app = Window(qtbot, tmp_path, usage_limit_margin_seconds=0)
     try:
-        window = app.window
-        window.open_project(git_repo)
-        qtbot.waitUntil(lambda: window.wait_label is not None and window.wait_label.isVisible(),
-                        timeout=15000)
-        assert window.engine is not None
-        window.engine.stop_now("hit")
+        label = open_until_a_limit_wait(qtbot, app, git_repo)
+        assert app.window.engine is not None
+        app.window.engine.stop_now("hit")
         app.wait_status("hit", "paused")
         app.wait_status("other", "completed", timeout=30000)
-        assert window.wait_label is not None
-        qtbot.waitUntil(lambda: not window.wait_label.isVisible(), timeout=5000)
+        qtbot.waitUntil(lambda: not label.isVisible(), timeout=5000)
     finally:
         app.close()
 

@@ -22,6 +22,7 @@ from anima.store.models import MilestoneStatus
 from anima.store.store import Store
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import ignored_dotenv, make_project, milestone_md, record, run_engine
+from tests.test_crash import git_shim
 
 ONE = milestone_md("Greeter", ["Greet command"])
 SANDBOXES = ["auto", "off"]
@@ -305,15 +306,8 @@ def test_a_cancel_cut_short_while_the_worktree_goes_still_cancels(
     run_engine(project, max_iterations_per_milestone=1)
     assert record(project, "m1").status is MilestoneStatus.PAUSED
     worktree = project / ".anima" / "worktrees" / "m1"
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "git").write_text(
-        "#!/bin/sh\n"
-        f'case " $* " in *" worktree remove "*) rm -f "{worktree}/.gitignore"; '
-        'kill -9 $PPID; exit 1;; esac\n'
-        f'exec {shutil.which("git")} "$@"\n', encoding="utf-8")
-    (shim / "git").chmod(0o755)
-    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    _, env = git_shim(tmp_path, fake_claude, " worktree remove ",
+                      f'rm -f "{worktree}/.gitignore"; kill -9 $PPID; exit 1')
     done = subprocess.run(["anima", "abort", str(project), "m1"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == -9, done.stderr  # killed halfway through the removal
@@ -336,15 +330,9 @@ def test_a_removal_cut_short_stashes_nothing_git_had_deleted(
     left nothing got a stash of its own files' deletions, a cancelled one a second stash
     beside the one holding its real leftovers."""
     worktree = project / ".anima" / "worktrees" / "m1"
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "git").write_text(
-        "#!/bin/sh\n"
-        f'case " $* " in *" worktree remove "*) rm -f "{worktree}/.gitignore" '
-        f'"{worktree}/README.md"; kill -9 $PPID; exit 1;; esac\n'
-        f'exec {shutil.which("git")} "$@"\n', encoding="utf-8")
-    (shim / "git").chmod(0o755)
-    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    _, env = git_shim(tmp_path, fake_claude, " worktree remove ",
+                      f'rm -f "{worktree}/.gitignore" "{worktree}/README.md"; kill -9 $PPID; '
+                      'exit 1')
     if ended == "cancelled":  # paused with work of the Developer's left uncommitted
         fake_claude.write_script({"developer": [{"shell": ["echo wip > wip.txt"],
                                                  "text": "oops"}, {"text": "no report"}]})
