@@ -128,3 +128,25 @@ def test_a_summarizer_change_saved_mid_run_leaves_the_running_milestones_theirs(
             engine.shutdown()
     summaries = [it.summary for it in record(git_repo, "m1").iterations]
     assert summaries and all(s == "what the model said" for s in summaries), summaries
+
+
+def test_a_resume_right_after_you_raise_the_round_limit_grants_the_new_one(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+        errors: list[str]) -> None:
+    """Paused at its round limit: you raise `max_iterations_per_milestone`, save, resume at
+    once. The resume ran before the loop read the file again, and granted the old limit."""
+    fake_claude.use_env(monkeypatch)
+    fake_claude.write_script({"acceptor": [{"text": "REJECTED: not yet"}]})
+    make_project(git_repo, {"m1": milestone_md("M", ["A"])},
+                 config={"max_iterations_per_milestone": 1})
+    engine = watching(git_repo, errors)
+    try:
+        rec = git_repo / ".anima" / "milestones" / "m1.json"
+        wait_until(lambda: rec.exists() and record(git_repo, "m1").status
+                   is MilestoneStatus.PAUSED, "the pause")
+        save_config(git_repo, set_keys(git_repo, max_iterations_per_milestone=7))
+        engine.resume("m1")
+        wait_until(lambda: record(git_repo, "m1").max_iterations > 1, "the resume")
+    finally:
+        engine.shutdown()
+    assert record(git_repo, "m1").max_iterations == 1 + 7

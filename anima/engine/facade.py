@@ -622,7 +622,10 @@ class Engine:
                 note: str = "") -> Callable[[], MilestoneRecord]:
         """A human's decision on a milestone that waits for them, to run on the worker."""
         if action == "resume":
-            return lambda: actions.resume(self.store, self.config, milestone_id, note, self.bus)
+            def resume() -> MilestoneRecord:
+                self._reload_config()  # a config.json saved a moment ago: what it grants
+                return actions.resume(self.store, self.config, milestone_id, note, self.bus)
+            return resume
         if action == "approve":
             return lambda: actions.approve(self.store, self.repo, self.config, milestone_id,
                                            self.bus)
