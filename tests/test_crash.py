@@ -193,6 +193,34 @@ def test_a_stop_while_the_merge_waits_on_git_leaves_the_merge_owed_not_failed(
     assert merged is not None and merged.merged
 
 
+def test_a_stop_that_ends_a_git_command_of_the_merge_names_no_round_to_redo(
+        project: Path, fake_claude: FakeClaude, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stop now as the merge into main waits on a git command that only reads: the log said
+    "stopped by you during completed; the round is redone on resume", when no round was left
+    to redo and nothing waited for a resume: the merge is owed, and the running Anima merges
+    it."""
+    shim, env = git_shim(tmp_path, fake_claude, " --diff-filter=A ",
+                         '[ -e "$0.once" ] || { touch "$0.once"; sleep 60 >/dev/null 2>&1 & '
+                         "trap 'kill $!; exit 143' TERM; wait $!; }")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    engine = Engine(project)
+    engine.start()
+    try:
+        wait_until(lambda: (shim / "git.busy").exists(), what="the merge's git diff running",
+                   timeout=60)
+        engine.stop_now("m1")
+        wait_until(lambda: (merge := record(project, "m1").merge) is not None and merge.merged,
+                   what="the owed merge, tried again")
+    finally:
+        engine.shutdown()
+    log = (project / ".anima" / "logs" / "m1.log").read_text()
+    assert "the round is redone" not in log, log[-2000:]
+    assert "stopped by you during completed; the merge into main is still owed: the " \
+           "running Anima tries it again" in log, log[-2000:]
+
+
 def test_an_agent_that_ignores_the_interrupt_is_stopped_anyway(
         project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
     fake_claude.write_script({"developer": [{"hang": True, "ignore_interrupt": True}]})

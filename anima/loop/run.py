@@ -53,6 +53,7 @@ from anima.loop.completion import (
     MergeQueue,
     begin_completion,
     finish_completed,
+    merge_pending,
     merging,
 )
 from anima.loop.confinement import BranchEpoch, MilestoneSandbox
@@ -172,7 +173,7 @@ class MilestoneRun:
             self.ledger.drop(f"stopped: {why}")
             self._save()
             by = "by you" if why == "user" else "as Anima shuts down"
-            self._log(f"stopped {by} during {self.phase}; the round is redone on resume")
+            self._log(f"stopped {by} during {self.phase}; {self._left_by_stop(why == 'user')}")
             return self.phase
         except _NotNow as e:
             self._log(str(e))
@@ -195,6 +196,17 @@ class MilestoneRun:
             self.ledger.apply_summaries(wait=True)
             for detach in self._detach:
                 detach()
+
+    def _left_by_stop(self, by_you: bool) -> str:
+        """What a stop left to do: a completed milestone has no round to redo, only what its
+        completion had not done yet (the merge into main, which the engine retries)."""
+        if self.phase is not Phase.COMPLETED:
+            return "the round is redone on resume"
+        if merge_pending(self.record):
+            return f"the merge into {self.record.main_branch} is still owed: " + (
+                "the running Anima tries it again" if by_you
+                else "the next `anima run` or the app finishes it")
+        return "nothing is redone; its worktree goes at the next start"
 
     def _loop(self) -> Phase:
         """`run`'s rounds, until one ends the run (`run` handles how).
