@@ -425,6 +425,24 @@ def test_approve_and_abort_reach_the_running_anima(
     assert run.proc.poll() is None
 
 
+def test_approve_the_moment_the_milestone_awaits_review_is_not_refused(
+        git_repo: Path, fake_claude: FakeClaude, headless: Callable[[], Headless]) -> None:
+    """`anima status` says awaiting_review as the run hands the milestone over, and the run
+    then stops its agents (a CLI takes a moment to write its session file and exit): an
+    `anima approve` meanwhile was refused with "m1 is running: stop it first", and `anima
+    stop` then said it "got there before the stop". It waits for the run to let go."""
+    fake_claude.write_script({"exit_delay": 4})
+    make_project(git_repo, {"m1": "---\nrequires_human_review: true\n---\n"
+                            + milestone_md("One", ["Alpha"])})
+    run = headless()
+    wait_for(lambda: status(git_repo, "m1") is MilestoneStatus.AWAITING_REVIEW, timeout=60)
+    approved = anima("approve", str(git_repo), "m1")
+    assert approved.returncode == 0, approved.stderr
+    assert "approve: m1 is completed" in approved.stdout
+    assert "feat: F1" in run_git(git_repo, "log", "--format=%s", "main")
+    assert run.proc.poll() is None
+
+
 def test_with_no_anima_running_the_commands_act_on_the_files(
         git_repo: Path, fake_claude: FakeClaude, headless: Callable[[], Headless]) -> None:
     """A killed Anima leaves its socket behind: nobody answers on it, so `resume` acts on the

@@ -705,6 +705,7 @@ class Engine:
             self.pause_after_round(milestone_id)
             return f"{milestone_id} pauses after its round"
         done = self._action(action, milestone_id, note)
+        self._await_hand_over(milestone_id)
         if self._running(milestone_id) and (action != "abort" or actions.load(
                 self.store, milestone_id).status is MilestoneStatus.IN_PROGRESS):
             # An abort takes what `anima status` shows waiting or pending, as with no Anima
@@ -747,6 +748,17 @@ class Engine:
             return f"stop: {milestone_id} is paused ({record.pause_reason}); its round is " \
                    "redone on resume"
         return f"stop: {milestone_id} is {record.status.value}: it got there before the stop"
+
+    def _await_hand_over(self, milestone_id: str) -> None:
+        """A run whose last write handed its milestone to you (paused, awaiting review,
+        failed: what `anima status` shows at once) is only stopping its agents: a request
+        waits for it to let go, rather than being refused as for a milestone that runs."""
+        session = self._sessions.get(milestone_id)
+        if session is None or session.thread is None or not session.thread.is_alive():
+            return
+        if actions.load(self.store, milestone_id).status in (
+                MilestoneStatus.PAUSED, MilestoneStatus.AWAITING_REVIEW, MilestoneStatus.FAILED):
+            session.thread.join(_ANSWER_SECONDS)
 
     def _running(self, milestone_id: str) -> bool:
         """Whether a run drives the milestone now (one that ended may not be reaped yet)."""

@@ -565,7 +565,8 @@ def main() -> int:
     cost = Cost(args, state, str(script.get("cost_style", "2.1.197")))
     while True:
         msg = inp.turns.get()
-        if msg is None:
+        if msg is None:  # stdin closed: the CLI writes its session file, then exits
+            time.sleep(float(script.get("exit_delay", 0)))
             return 0
         prompt = prompt_text(msg)
         role = args.role
