@@ -676,8 +676,9 @@ class Engine:
 
     def _chosen(self, milestone_id: str | None) -> list[_Session]:
         """The running milestone named (None: every running one); an unknown id is refused
-        in the words of the other actions."""
-        sessions = dict(self._sessions)
+        in the words of the other actions. A run that ended is not one (the worker may not
+        have reaped it yet)."""
+        sessions = {i: s for i, s in list(self._sessions.items()) if self._running(i)}
         if milestone_id is None:
             return list(sessions.values())
         if milestone_id not in sessions:
