@@ -221,6 +221,45 @@ def test_a_stop_that_ends_a_git_command_of_the_merge_names_no_round_to_redo(
            "running Anima tries it again" in log, log[-2000:]
 
 
+def test_a_stop_while_the_merge_queue_waits_names_no_round_to_redo(
+        git_repo: Path, fake_claude: FakeClaude, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stop now while a finally accepted milestone waits its turn in the merge queue (the
+    one accepted first is merging): the log said "the round is redone on resume" when no
+    round was in flight."""
+    make_project(git_repo, {"m1": TWO, "m2": milestone_md("Other", ["Other command"])},
+                 config={"max_parallel_milestones": 2})
+    shim, env = git_shim(tmp_path, fake_claude, " --diff-filter=A ",
+                         '[ -e "$0.once" ] || { touch "$0.once"; sleep 60 >/dev/null 2>&1 & '
+                         "trap 'kill $!; exit 143' TERM; wait $!; }")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    engine = Engine(git_repo)
+    engine.start()
+    try:
+        def waiting() -> str | None:
+            """The milestone in the queue while the other merges."""
+            if not (shim / "git.busy").exists():
+                return None
+            records = [record(git_repo, m) for m in ("m1", "m2")]
+            merging = [r.id for r in records if r.phase.value == "merging"]
+            done = [r for r in records if r.status is MilestoneStatus.COMPLETED]
+            return merging[0] if len(merging) == 1 and done else None
+        wait_until(lambda: waiting() is not None, what="one merging, the other waiting",
+                   timeout=60)
+        queued = waiting()
+        assert queued is not None
+        engine.stop_now(queued)
+        wait_until(lambda: record(git_repo, queued).status is MilestoneStatus.PAUSED,
+                   what="the waiting one paused")
+        log = (git_repo / ".anima" / "logs" / f"{queued}.log").read_text()
+        assert "the round is redone" not in log, log[-2000:]
+        assert "stopped by you during merging; no round was in flight: its merge into main " \
+               "is tried again on resume" in log, log[-2000:]
+    finally:
+        engine.shutdown()
+
+
 def test_an_agent_that_ignores_the_interrupt_is_stopped_anyway(
         project: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
     fake_claude.write_script({"developer": [{"hang": True, "ignore_interrupt": True}]})

@@ -198,8 +198,11 @@ class MilestoneRun:
                 detach()
 
     def _left_by_stop(self, by_you: bool) -> str:
-        """What a stop left to do: a completed milestone has no round to redo, only what its
-        completion had not done yet (the merge into main, which the engine retries)."""
+        """What a stop left to do: a milestone in the merge queue, or completed, has no round
+        to redo, only its merge (a completed one's the engine retries)."""
+        if self.phase is Phase.MERGING:
+            return (f"no round was in flight: its merge into {self.record.main_branch} is "
+                    "tried again on resume")
         if self.phase is not Phase.COMPLETED:
             return "the round is redone on resume"
         if merge_pending(self.record):
