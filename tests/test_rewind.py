@@ -124,3 +124,19 @@ def test_a_continue_from_round_that_a_kill_cut_short_is_finished_or_undone_at_re
     last = paused.iterations[-1].round
     assert not any("rewritten" in it.reason for it in done.iterations[last:])
     assert not GitRepo.open(git_repo).is_ancestor(old_head, "main")
+
+
+def test_a_cut_short_continue_whose_branch_you_deleted_does_not_stop_every_start(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A "Continue from round" a kill cut short (its ref kept, no note names it), then the
+    milestone branch deleted by you: every start ended on "There is no branch
+    'milestone/m1'", the project never ran again. The rewind is left as it is (its ref kept)
+    and the start goes on."""
+    paused = paused_after_two_accepted(git_repo, fake_claude, monkeypatch)
+    old_head = paused.iterations[-1].commit
+    assert old_head is not None
+    run_git(git_repo, "update-ref", "refs/anima/dropped/m1/99", old_head)  # as the kill left
+    run_git(git_repo, "update-ref", "-d", "refs/heads/milestone/m1")
+    run_engine(git_repo, summarizer={"enabled": False})
+    assert run_git(git_repo, "rev-parse", "refs/anima/dropped/m1/99").strip() == old_head
+    assert record(git_repo, "m1").status is MilestoneStatus.PAUSED

@@ -116,7 +116,9 @@ def finish_cut_short(store: Store, repo: GitRepo, config: Config,
         for ref, kept in repo.refs_under(f"{DROPPED_REFS}/{record.id}/"):
             if any(ref in note for note in record.notes):
                 continue
-            head = repo.branch_head(branch)
+            head = repo.resolve(f"refs/heads/{branch}")
+            if head is None:  # deleted since (yours): nothing to finish, the ref is kept
+                continue
             if head == kept:
                 repo.delete_ref(ref, kept)
                 lines.append(f"{record.id}: a \"Continue from round\" that a kill cut short "
