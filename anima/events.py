@@ -326,6 +326,16 @@ class MilestoneRemoved(Event):
 
 
 @dataclass(frozen=True)
+class MilestoneRedefined(Event):
+    """A milestone waiting for your review: what of it (`changed`: "features", "acceptance
+    criteria") its `.md` says otherwise than its final acceptance judged, so that approving
+    sends it back to the Developer; nothing (`()`) once that no longer holds."""
+
+    milestone_id: str
+    changed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ProblemReported(Event):
     """A milestone file can't be used (malformed, unreadable…); published once, not per scan."""
 

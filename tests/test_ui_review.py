@@ -11,6 +11,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QPoint, QRect
 
+from anima.paths import ProjectPaths
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md
 from tests.test_ui_app import TWO, Window
@@ -138,5 +139,36 @@ def test_the_window_shrinks_to_800_by_500_with_a_long_title_and_busy_panes(
         bar = window.tabs.tabBar()
         assert all(bar.tabRect(i).right() <= bar.width() for i in range(bar.count())), \
             [bar.tabRect(i) for i in range(bar.count())]
+    finally:
+        w.close()
+
+
+def test_a_milestone_redefined_while_it_waits_for_review_says_approve_sends_it_back(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """Its `.md` edited while it waits for your review: the page listed the features as the
+    record holds them and offered "Approve to complete it (and merge)", though approving now
+    sends it back to the Developer to build the added feature. The decision bar says so."""
+    review = "---\nrequires_human_review: true\n---\n"
+    make_project(git_repo, {"m1": review + milestone_md("Greeter", ["Alpha"])})
+    w = Window(qtbot, tmp_path)
+    try:
+        w.window.open_project(git_repo)
+        w.wait_status("m1", "awaiting_review")
+        panel = w.page().review
+        assert "Approve to complete it" in panel.reason.toolTip()
+        ProjectPaths(git_repo).milestone_md("m1").write_text(
+            review + milestone_md("Greeter", ["Alpha", "Bravo"]), encoding="utf-8")
+        said = ("Its features changed in m1.md since its final acceptance: Approve sends it "
+                "back to the Developer")
+        qtbot.waitUntil(lambda: said in panel.reason.toolTip(), timeout=10000)
+        assert "Approve to complete it" not in panel.reason.toolTip()
+        assert said in panel.approve_button.toolTip()
+        assert panel.approve_button.text() == "Approve and go on"
+        panel.approve_button.click()
+        qtbot.waitUntil(lambda: (w.status_of("m1"), len(w.window._records["m1"].features))
+                        == ("awaiting_review", 2), timeout=30000)  # Bravo built, judged again
+        qtbot.waitUntil(lambda: "Approve to complete it" in panel.reason.toolTip(),
+                        timeout=10000)
+        assert panel.approve_button.text() == "Approve"
     finally:
         w.close()

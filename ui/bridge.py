@@ -111,6 +111,8 @@ class EngineBridge(QObject):
     milestones_scanned = Signal(object)
     #: `MilestoneRemoved`. GUI thread.
     milestone_removed = Signal(object)
+    #: `MilestoneRedefined`. GUI thread.
+    milestone_redefined = Signal(object)
     #: `ProblemReported` / `ProblemResolved`. GUI thread.
     problem_reported = Signal(object)
     problem_resolved = Signal(object)
@@ -152,6 +154,7 @@ class EngineBridge(QObject):
             ev.MilestoneChanged: self.milestone_changed,
             ev.MilestonesScanned: self.milestones_scanned,
             ev.MilestoneRemoved: self.milestone_removed,
+            ev.MilestoneRedefined: self.milestone_redefined,
             ev.ProblemReported: self.problem_reported,
             ev.ProblemResolved: self.problem_resolved,
             ev.EngineReady: self.engine_ready,

@@ -75,6 +75,8 @@ class MainWindow(ReadOnlyProject):
         self.bridge: EngineBridge | None = None
         self._records: dict[str, MilestoneRecord] = {}
         self._phases: dict[str, ev.PhaseChanged] = {}
+        #: What the `.md` of a milestone waiting for your review changed (`MilestoneRedefined`).
+        self._redefined: dict[str, tuple[str, ...]] = {}
         self.milestone_pages: dict[str, MilestonePage] = {}
         #: The files marked viewed: they outlive a page closed and reopened, and a restart.
         self.viewed_marks = ViewedMarks(settings)
@@ -171,6 +173,7 @@ class MainWindow(ReadOnlyProject):
         self.errors.clear()
         self._records.clear()
         self._phases.clear()
+        self._redefined.clear()
         self._show_running()
         for milestone_id in list(self.milestone_pages):
             self.close_page(milestone_id)
@@ -256,6 +259,7 @@ class MainWindow(ReadOnlyProject):
         bridge.milestone_changed.connect(self._on_milestone_changed)
         bridge.milestones_scanned.connect(self._on_milestones_scanned)
         bridge.milestone_removed.connect(self._on_milestone_removed)
+        bridge.milestone_redefined.connect(self._on_milestone_redefined)
         bridge.problem_reported.connect(lambda event: self.errors.add(event.text))
         bridge.problem_resolved.connect(lambda event: self.errors.dismiss(event.text))
         bridge.engine_ready.connect(self._on_engine_ready)
@@ -319,6 +323,7 @@ class MainWindow(ReadOnlyProject):
         self.milestone_pages[milestone_id] = page
         self._connect_page(page)
         page.monitor.set_limits(self._max_rejections)
+        page.review.redefined = self._redefined.get(milestone_id, ())
         page.show_record(record)
         page.begin_replay()  # the phase's line too lands after the replayed history
         if (phase := self._phases.get(milestone_id)) is not None:
@@ -415,6 +420,14 @@ class MainWindow(ReadOnlyProject):
         self.board.remove(event.milestone_id)
         self.close_page(event.milestone_id)
         self._show_page()
+
+    @Slot(object)
+    def _on_milestone_redefined(self, event: ev.MilestoneRedefined) -> None:
+        self._redefined[event.milestone_id] = event.changed
+        page = self.milestone_pages.get(event.milestone_id)
+        if page is not None and page.record is not None:
+            page.review.redefined = event.changed
+            page.show_record(page.record)
 
     @Slot(object)
     def _on_milestone_changed(self, event: ev.MilestoneChanged) -> None:

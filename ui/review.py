@@ -66,6 +66,9 @@ class ReviewPanel(QFrame):
         self.title = ""
         self.mode = "hidden"
         self.comment_count = 0
+        #: What its `.md` changed since its final acceptance (`MilestoneRedefined`), if it
+        #: waits for your review: approving then sends it back to the Developer.
+        self.redefined: tuple[str, ...] = ()
         self.heading = QLabel(self)
         self.heading.setObjectName("reviewHeading")
         # One line each, elided; the whole text is in the tooltip.
@@ -155,7 +158,7 @@ class ReviewPanel(QFrame):
                                          "where to look…")
         else:
             self.heading.setText("Awaiting your review —")
-            self.reason.setText(no_new_commit(record) or (
+            self.reason.setText(self._redefined_text(record) or no_new_commit(record) or (
                 f"{record.features_done}/{len(record.features)} features, "
                 f"{len(record.iterations)} rounds, ${record.spent_usd:.2f}. Approve to complete "
                 "it (and merge), or request changes."))
@@ -176,11 +179,22 @@ class ReviewPanel(QFrame):
             self._show_buttons(self.resume_button, self.abort_button,
                                *([self.continue_button] if self.continue_menu.actions() else []))
         else:
+            self.approve_button.setText("Approve and go on" if self.redefined else "Approve")
+            self.approve_button.setToolTip(self._redefined_text(record))
             self._show_buttons(self.approve_button, self.changes_button, self.abort_button)
         self._on_note_changed()
         if new_decision:
             self.setEnabled(True)
         self.show()
+
+    def _redefined_text(self, record: MilestoneRecord) -> str:
+        """Approving a milestone whose `.md` changed since its final acceptance does not
+        complete it (`anima approve`): said before you press it."""
+        if not self.redefined:
+            return ""
+        return (f"Its {' and '.join(self.redefined)} changed in {record.id}.md since its final "
+                "acceptance: Approve sends it back to the Developer to build it as it is now, "
+                "and a final acceptance judges it again before it waits for you.")
 
     def _show_completed(self, record: MilestoneRecord) -> None:
         """The merge result of a completed milestone: merged, or why not."""

@@ -20,6 +20,7 @@ from anima.events import (
     Event,
     EventBus,
     MilestoneChanged,
+    MilestoneRedefined,
     MilestoneRemoved,
     MilestonesScanned,
     ProblemReported,
@@ -55,6 +56,7 @@ class MilestoneQueue:
         # What the subscribers were last told (records by id, problems).
         self._shown: dict[str, MilestoneRecord] | None = None
         self._shown_problems: set[str] = set()
+        self._shown_redefined: dict[str, tuple[str, ...]] = {}
         bus.subscribe(self._note_published)
 
     def watch(self, folder: Path) -> None:
@@ -153,6 +155,8 @@ class MilestoneQueue:
             self._shown_problems = problems
             self.bus.publish(MilestonesScanned(tuple(self._shown.values()),
                                                tuple(str(p) for p in scan.problems)))
+            self._shown_redefined = {}
+            self._publish_redefined(scan)
             return
         for record in scan.records:
             if self._shown.get(record.id) != record:
@@ -165,6 +169,15 @@ class MilestoneQueue:
         for text in sorted(self._shown_problems - problems):
             self.bus.publish(ProblemResolved(text))
         self._shown_problems = problems
+        self._publish_redefined(scan)
+
+    def _publish_redefined(self, scan: Scan) -> None:
+        """What changed in which milestone waiting for your review (`Scan.redefined`)."""
+        for milestone_id in sorted(self._shown_redefined.keys() | scan.redefined.keys()):
+            changed = scan.redefined.get(milestone_id, ())
+            if self._shown_redefined.get(milestone_id, ()) != changed:
+                self.bus.publish(MilestoneRedefined(milestone_id, changed))
+        self._shown_redefined = dict(scan.redefined)
 
     def _note_published(self, event: Event) -> None:
         """Bus subscriber: a record the run or an action published is already shown."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from anima import comments
 from anima.config import Config
-from anima.errors import ActionError, MilestoneError
+from anima.errors import ActionError
 from anima.events import EventBus, LogLine, MilestoneChanged
 from anima.git import GitRepo
 from anima.loop.completion import begin_completion, finish_completed, merging
@@ -137,8 +137,8 @@ def approve(store: Store, repo: GitRepo, config: Config, milestone_id: str,
 
 def _approve(store: Store, repo: GitRepo, config: Config, record: MilestoneRecord,
              bus: EventBus | None) -> None:
-    if record.status is MilestoneStatus.AWAITING_REVIEW and \
-            (changed := _redefined(store, config, record)):
+    if record.status is MilestoneStatus.AWAITING_REVIEW and (changed := store.redefined(
+            record, requires_human_review=config.requires_human_review)):
         _require(record, Phase.RECOVERING, MilestoneStatus.AWAITING_REVIEW)
         record.status = MilestoneStatus.IN_PROGRESS
         for it in record.standing:  # it judged what the milestone no longer is
@@ -173,19 +173,6 @@ def _approve(store: Store, repo: GitRepo, config: Config, record: MilestoneRecor
     record.phase = Phase.COMPLETED
     store.save_record(record)
     finish_completed(record, store, repo, config, bus or EventBus())
-
-
-def _redefined(store: Store, config: Config, record: MilestoneRecord) -> list[str]:
-    """What of the milestone the `.md` changed since the record last read it (an edit during
-    its final acceptance, or while it waited for you), now taken into the record: its
-    features, its acceptance criteria. A file that does not read changes nothing."""
-    try:
-        changed = store.retake_definition(record, max_iterations=record.max_iterations,
-                                          requires_human_review=config.requires_human_review)
-    except MilestoneError:
-        return []
-    return [name.replace("_", " ") for name in changed
-            if name in ("features", "acceptance_criteria")]
 
 
 def abort(store: Store, repo: GitRepo, config: Config, milestone_id: str,

@@ -156,6 +156,9 @@ class Scan:
     #: Pending milestones whose definition cannot be read as it is now (among `problems`):
     #: not started until the file is fixed.
     unreadable: set[str] = field(default_factory=set)
+    #: Milestones waiting for your review whose `.md` changed what they build since their
+    #: final acceptance (`Store.redefined`): approving one sends it back to the Developer.
+    redefined: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class Store:
@@ -286,6 +289,18 @@ class Store:
             setattr(record, name, getattr(fresh, name))
         return changed
 
+    def redefined(self, record: MilestoneRecord, *, requires_human_review: bool) -> list[str]:
+        """What of a started milestone its `.md` changed since the record last took it in,
+        in words ("features", "acceptance criteria"), now taken into `record`. A file that
+        does not read changes nothing."""
+        try:
+            changed = self.retake_definition(record, max_iterations=record.max_iterations,
+                                             requires_human_review=requires_human_review)
+        except MilestoneError:
+            return []
+        return [name.replace("_", " ") for name in changed
+                if name in ("features", "acceptance_criteria")]
+
     def _as_defined_now(self, record: MilestoneRecord, result: Scan, *, max_iterations: int,
                         requires_human_review: bool) -> None:
         """A pending milestone is what its `.md` says now, not when it was registered (the
@@ -369,6 +384,11 @@ class Store:
                                              requires_human_review=requires_human_review)
                     elif known.status in (MilestoneStatus.COMPLETED, MilestoneStatus.CANCELLED):
                         self._not_run_again(known, result)
+                    elif known.status is MilestoneStatus.AWAITING_REVIEW and \
+                            defined_after_record(self.paths, milestone_id) and (changed := \
+                            self.redefined(known.model_copy(deep=True),
+                                           requires_human_review=requires_human_review)):
+                        result.redefined[milestone_id] = tuple(changed)
                     continue
                 if ready is not None and not ready(md):
                     continue
