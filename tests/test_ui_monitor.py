@@ -307,3 +307,36 @@ def test_a_new_verdict_redraws_its_row_and_an_edited_criterion_reaches_the_check
     checklist.show_features([Feature(id="F1", title="Greet", criteria=["says hello"])])
     checklist.show_features([Feature(id="F1", title="Greet", criteria=["says hello twice"])])
     assert "says hello twice" in checklist.item(0).toolTip()
+
+
+def test_the_rounds_table_at_1000_px_keeps_each_verdict_word_whole(qtbot) -> None:
+    """The Rounds table gets about 575 px of a 1000 px window: with the checks run, long
+    rounds and big spends, the Verdict column was cut to "REJ…" (and "dro…" for a dropped
+    round), the header to "Verdic". The verdict word stays whole; the reason is elided (and
+    whole in the row's tooltip)."""
+    from ui.round_history import RoundHistory
+    long_round = [Iteration(round=r, kind="feature", feature=f"F{r}", commit="c" * 40,
+                            verdict="rejected", reason="make_greeting(None) returns 'Hello, "
+                            "None!' instead of raising ValueError", tokens=1_234_567,
+                            cost_usd=12.34, started_at=T0,
+                            ended_at=T0 + timedelta(seconds=3900),
+                            check=CheckRun(command="pytest", passed=True,
+                                           duration_seconds=123.4))
+                  for r in range(10, 13)]
+    table = RoundHistory()
+    qtbot.addWidget(table)
+    table.resize(575, 200)
+    table.show()
+    table.show_iterations(long_round, dropped={10})
+    qtbot.wait(50)
+    header, fm = table.horizontalHeader(), table.fontMetrics()
+    column = table.history.COLUMNS.index("Verdict")
+    shown = [fm.elidedText(table.history.index(row, column).data(), Qt.TextElideMode.ElideRight,
+                           header.sectionSize(column) - 12) for row in range(3)]
+    assert shown[0].startswith("dropped · REJECTED") and shown[1].startswith("REJECTED"), shown
+    assert header.sectionSize(column) >= header.sectionSizeHint(column)  # "Verdict" whole
+    # Roomy, it still takes what the other columns leave.
+    table.resize(1200, 200)
+    qtbot.wait(50)
+    assert sum(header.sectionSize(i) for i in range(header.count())) >= \
+        table.viewport().width() - 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, Signal, Slot
-from PySide6.QtGui import QBrush, QColor, QFont, QFontDatabase
+from PySide6.QtGui import QBrush, QColor, QFont, QFontDatabase, QResizeEvent
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
 from ui.formatting import enum_text, format_duration, format_tokens, seconds_between
@@ -153,19 +153,45 @@ class RoundHistory(QTableView):
         self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.setAlternatingRowColors(True)
         self.setShowGrid(False)
+        self.setHorizontalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         self.setWordWrap(False)
         self.verticalHeader().hide()
         self.verticalHeader().setDefaultSectionSize(24)
         header = self.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(RoundHistoryModel.COLUMNS.index("Verdict"),
-                                    QHeaderView.ResizeMode.Stretch)
+        self._verdict = RoundHistoryModel.COLUMNS.index("Verdict")
+        header.setSectionResizeMode(self._verdict, QHeaderView.ResizeMode.Interactive)
+        header.sectionResized.connect(self._on_section_resized)
         self.clicked.connect(self._on_clicked)
+
+    def _fit_verdict(self) -> None:
+        """The Verdict column takes the room the others leave, never less than its verdict
+        words ("dropped · REJECTED: …"): stretched, at 1000 px with the checks run it was cut
+        to "REJ…". Short of room, the table scrolls sideways; the reason is in the tooltip."""
+        header = self.horizontalHeader()
+        others = sum(header.sectionSize(i) for i in range(header.count()) if i != self._verdict)
+        fm = self.fontMetrics()
+        texts = (self.history.data(self.history.index(row, self._verdict))
+                 for row in range(self.history.rowCount()))
+        words = max((fm.horizontalAdvance(text.split(":")[0] + ": …") + 16 for text in texts),
+                    default=0)
+        header.resizeSection(self._verdict, max(words, header.sectionSizeHint(self._verdict),
+                                                self.viewport().width() - others))
+
+    @Slot(int, int, int)
+    def _on_section_resized(self, index: int, _old: int, _new: int) -> None:
+        if index != self._verdict:  # a column sized to new contents
+            self._fit_verdict()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_verdict()
 
     def show_iterations(self, iterations: list[Iteration], dropped: set[int] | None = None
                         ) -> None:
         at_end = self.verticalScrollBar().value() >= self.verticalScrollBar().maximum()
         self.history.set_iterations(iterations, dropped)
+        self._fit_verdict()
         if at_end:
             self.scrollToBottom()
 
