@@ -340,3 +340,22 @@ def test_the_rounds_table_at_1000_px_keeps_each_verdict_word_whole(qtbot) -> Non
     qtbot.wait(50)
     assert sum(header.sectionSize(i) for i in range(header.count())) >= \
         table.viewport().width() - 1
+
+
+def test_rounds_appended_on_screen_keep_their_kind_whole(qtbot) -> None:
+    """Rounds come one by one while the page shows: at 1400×900 the Kind column said
+    "feat…" for every feature round."""
+    from ui.round_history import RoundHistory
+    rounds = [Iteration(round=r, kind=kind, feature="F1", commit="a" * 40, verdict="accepted",
+                        started_at=T0, ended_at=T0)
+              for r, kind in ((1, "feature"), (2, "feature"), (3, "fix"))]
+    table = RoundHistory()
+    qtbot.addWidget(table)
+    table.resize(800, 150)
+    table.show()
+    for n in range(1, 4):
+        table.show_iterations(rounds[:n])
+        qtbot.wait(10)
+    column = table.history.COLUMNS.index("Kind")
+    # As wide as its widest cell ("feature") asks, as for rows shown all at once.
+    assert table.horizontalHeader().sectionSize(column) >= table.sizeHintForColumn(column)

@@ -191,6 +191,7 @@ class RoundHistory(QTableView):
                         ) -> None:
         at_end = self.verticalScrollBar().value() >= self.verticalScrollBar().maximum()
         self.history.set_iterations(iterations, dropped)
+        self.resizeColumnsToContents()  # a row appended on screen left "feature" cut to "feat…"
         self._fit_verdict()
         if at_end:
             self.scrollToBottom()
