@@ -193,6 +193,18 @@ def test_a_stop_while_the_merge_waits_on_git_leaves_the_merge_owed_not_failed(
     assert merged is not None and merged.merged
 
 
+def merge_diff_held_once(tmp_path: Path, fake_claude: FakeClaude,
+                         monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This process's git, with the merge's first read-only `diff --diff-filter=A` held
+    until a stop ends it (exit 143); returns the shim's folder."""
+    shim, env = git_shim(tmp_path, fake_claude, " --diff-filter=A ",
+                         '[ -e "$0.once" ] || { touch "$0.once"; sleep 60 >/dev/null 2>&1 & '
+                         "trap 'kill $!; exit 143' TERM; wait $!; }")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return shim
+
+
 def test_a_stop_that_ends_a_git_command_of_the_merge_names_no_round_to_redo(
         project: Path, fake_claude: FakeClaude, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,11 +212,7 @@ def test_a_stop_that_ends_a_git_command_of_the_merge_names_no_round_to_redo(
     "stopped by you during completed; the round is redone on resume", when no round was left
     to redo and nothing waited for a resume: the merge is owed, and the running Anima merges
     it."""
-    shim, env = git_shim(tmp_path, fake_claude, " --diff-filter=A ",
-                         '[ -e "$0.once" ] || { touch "$0.once"; sleep 60 >/dev/null 2>&1 & '
-                         "trap 'kill $!; exit 143' TERM; wait $!; }")
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    shim = merge_diff_held_once(tmp_path, fake_claude, monkeypatch)
     engine = Engine(project)
     engine.start()
     try:
@@ -229,11 +237,7 @@ def test_a_stop_while_the_merge_queue_waits_names_no_round_to_redo(
     round was in flight."""
     make_project(git_repo, {"m1": TWO, "m2": milestone_md("Other", ["Other command"])},
                  config={"max_parallel_milestones": 2})
-    shim, env = git_shim(tmp_path, fake_claude, " --diff-filter=A ",
-                         '[ -e "$0.once" ] || { touch "$0.once"; sleep 60 >/dev/null 2>&1 & '
-                         "trap 'kill $!; exit 143' TERM; wait $!; }")
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    shim = merge_diff_held_once(tmp_path, fake_claude, monkeypatch)
     engine = Engine(git_repo)
     engine.start()
     try:
