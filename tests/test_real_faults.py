@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,12 @@ import pytest
 
 from anima.events import clock
 from anima.store.models import MilestoneStatus, Verdict
+from tests.conftest import run_git
 from tests.fakes.api_stub import (
     ApiStub,
     Reply,
     overloaded,
+    system_text,
     unauthorized,
     usage_limit_reached,
     user_prompts,
@@ -120,3 +123,50 @@ def test_a_claude_that_is_not_logged_in_pauses_with_what_to_do(
     assert rec.iterations == [] and rec.consecutive_rejections == 0
     assert f"error: {words}" in result.stderr
     assert "[acceptor]" not in result.stdout
+
+
+class ReviewKilledModel(AcceptingModel):
+    """The Acceptor's first review never answers (Anima is killed during it)."""
+
+    def __init__(self) -> None:
+        self.reviewing = threading.Event()
+
+    def acceptor(self, request: dict[str, Any]) -> Reply:
+        if not self.reviewing.is_set():
+            self.reviewing.set()
+            return Reply(text="ACCEPTED", delay=60)
+        return Reply(text="ACCEPTED")
+
+
+def test_a_kill_during_the_review_is_not_taken_for_a_missing_report(
+        real_claude_bin: str, real_env: dict[str, str], project: Path) -> None:
+    """`kill -9` of `anima run` while the Acceptor reviewed a reported round: the rerun
+    reviews that work again; neither the Acceptor nor the record is told the Developer never
+    reported, and it is not asked to redo the feature."""
+    model = ReviewKilledModel()
+    with ApiStub(default=model) as stub:
+        env = {**os.environ, **real_env, "ANTHROPIC_BASE_URL": stub.url,
+               "ANIMA_CLAUDE_COMMAND": real_claude_bin}
+        env.pop("CLAUDECODE", None)
+        command = [sys.executable, "-m", "anima", "run", str(project), "--headless"]
+        killed = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert model.reviewing.wait(60)
+        time.sleep(1.0)
+        killed.kill()
+        killed.wait(10)
+        before = len(stub.agent_requests())
+        rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120,
+                               stdin=subprocess.DEVNULL)
+        review = next(r for r in stub.agent_requests()[before:]
+                      if "You are the Acceptor agent" in system_text(r))
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert run_git(project, "log", "--format=%s", "main").count("feat: F1") == 1
+    recovered = rec.iterations[0]
+    assert recovered.kind.value == "recovery" and recovered.verdict is Verdict.ACCEPTED
+    said = user_prompts(review)[-1]
+    for text in (said, recovered.summary or ""):
+        assert "No report" not in text and "before it reported" not in text, text
+        assert "during its review" in text, text

@@ -138,6 +138,7 @@ class MilestoneRun:
         # recovery round's place.
         self._look_for_unreported = False
         self._recovery_reviewed = False
+        self._stopped_in: Phase | None = None  # the phase on disk at a restart
         # Each finished round's copy for the other threads, made once (see `_snapshot`):
         # id -> (the round, its JSON when copied, the copy)
         self._copies: dict[int, tuple[Iteration, str, Iteration]] = {}
@@ -379,7 +380,7 @@ class MilestoneRun:
         """Continue an in_progress milestone: right branch, clean tree, recovery context for
         the first Developer prompt (anima.loop.recovery does the work)."""
         rec = self.record
-        on_disk = rec.phase
+        on_disk = self._stopped_in = rec.phase
         # A phase that was active when Anima stopped is over; a human's phase is the origin.
         self.phase = Phase.IDLE if on_disk in RUNNING else on_disk
         why = "interrupted while running; continuing where it stopped" if rec.interrupted \
@@ -485,12 +486,17 @@ class MilestoneRun:
         self._recovery_reviewed = True  # this is the recovery round; the Developer's is not
         rnd = self.ledger.open(RoundKind.RECOVERY, work.since)
         count = f"{len(work.commits)} commit{'s' if len(work.commits) != 1 else ''}"
+        # Killed during the review, the Developer had reported (its report went with Anima).
+        reviewed = self._stopped_in in (Phase.ACCEPTOR, Phase.FINAL_ACCEPTANCE)
+        never = "never judged" if reviewed else "never reported"
         self.enter(Phase.DEVELOPER, f"round {rnd.round} ({rnd.kind}): the {count} made "
-                   f"before the restart, never reported, go to review as {work.feature}")
-        text = (f"(No report: Anima was restarted after the Developer had committed this work "
-                f"for {work.feature} and before it reported. Anima sends the {count} made "
-                f"since {work.since[:7]} to review as they are; judge them against "
-                f"{work.feature}.)")
+                   f"before the restart, {never}, go to review as {work.feature}")
+        what = (f"(Anima was restarted during its review of this work for {work.feature}, "
+                "before a verdict; the Developer's report went with it." if reviewed else
+                f"(No report: Anima was restarted after the Developer had committed this "
+                f"work for {work.feature} and before it reported.")
+        text = (f"{what} Anima sends the {count} made since {work.since[:7]} to review as "
+                f"they are; judge them against {work.feature}.)")
         return self._verified(DeveloperReport(
             kind=ReportKind.IMPLEMENTATION, text=text, round=rnd.round, feature=work.feature,
             commit=work.tip))
