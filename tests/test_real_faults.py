@@ -170,3 +170,23 @@ def test_a_kill_during_the_review_is_not_taken_for_a_missing_report(
     for text in (said, recovered.summary or ""):
         assert "No report" not in text and "before it reported" not in text, text
         assert "during its review" in text, text
+
+
+def test_an_expired_login_pauses_asking_to_log_in_again(
+        real_claude_bin: str, real_env: dict[str, str], project: Path) -> None:
+    """A subscriber (no API key) whose login expired: the pause says to log in again, not
+    to check an ANTHROPIC_API_KEY that was never set."""
+    env = {k: v for k, v in real_env.items() if k != "ANTHROPIC_API_KEY"}
+    expired = Reply(status=401, error_type="authentication_error",
+                    error_message="OAuth token has expired. Please obtain a new token or "
+                                  "refresh your existing token.")
+    with ApiStub(default=expired) as stub:
+        result = run_headless(project, stub, real_claude_bin, env,
+                              CLAUDE_CODE_OAUTH_TOKEN="sk-ant-oat-test", ANTHROPIC_API_KEY="")
+    assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.PAUSED and rec.iterations == []
+    reason = rec.pause_reason or ""
+    assert "OAuth token has expired" in reason
+    assert reason.endswith("run `claude` once and log in again; then resume"), reason
+    assert "ANTHROPIC_API_KEY" not in reason

@@ -64,6 +64,9 @@ def login_advice(message: str) -> str:
     if re.search(r"not logged in|/login", message, re.IGNORECASE) or not message:
         return ("claude is not logged in: run `claude` once and log in, or set "
                 "ANTHROPIC_API_KEY; then resume")
+    if re.search(r"oauth", message, re.IGNORECASE):  # a login's token, never an API key's
+        return (f"claude's login no longer works ({message}): run `claude` once and log in "
+                "again; then resume")
     return (f"claude cannot use the API ({message}): check ANTHROPIC_API_KEY, "
             "or unset it and run `claude` once to log in; then resume")
 
