@@ -110,10 +110,13 @@ def finish_cut_short(store: Store, repo: GitRepo, config: Config,
     review took the move for the Developer's rewriting history, and put the dropped rounds
     back). It did not: nothing was done, and the ref goes."""
     lines = []
+    dropped: dict[str, list[tuple[str, str]]] = {}  # one git call for every milestone
+    for ref, kept in repo.refs_under(DROPPED_REFS):
+        dropped.setdefault(ref[len(DROPPED_REFS) + 1:].partition("/")[0], []).append((ref, kept))
     for record in records:
         if not (branch := record.branch_name):
             continue
-        for ref, kept in repo.refs_under(f"{DROPPED_REFS}/{record.id}/"):
+        for ref, kept in dropped.get(record.id, []):
             if any(ref in note for note in record.notes):
                 continue
             head = repo.resolve(f"refs/heads/{branch}")
