@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,11 +27,9 @@ from anima.git import GitRepo
 from anima.git.objects import take_objects
 from anima.loop.confinement import MilestoneSandbox
 from anima.paths import ProjectPaths
-from anima.store.models import MilestoneStatus
 from tests.conftest import run_git
-from tests.fakes.api_stub import ApiStub, Reply, all_text
-from tests.helpers import make_project, milestone_md, record
-from tests.test_real_loop import ScriptedModel, run_headless
+from tests.fakes.api_stub import ApiStub, all_text
+from tests.helpers import make_project
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.timeout(120)]
 
@@ -205,39 +202,3 @@ def test_what_the_confined_cli_left_running_is_held_between_its_turns(
     api_stub.push(bash("sleep 0.5; echo waited"), "Waited.")
     assert agent.send("Wait a little").text == "Waited."
     assert ticks.stat().st_size > held
-
-
-class OutsideWriter(ScriptedModel):
-    """A Developer whose first command also writes in the human's checkout (the sandbox
-    refuses it; the command goes on and commits), and an Acceptor that accepts."""
-
-    def __init__(self, target: Path) -> None:
-        self.target = target
-
-    def developer(self, request: dict[str, Any]) -> Reply:
-        reply = super().developer(request)
-        if reply.tool_uses:
-            name, tool_input = reply.tool_uses[0]
-            command = f"echo planted > {self.target}; {tool_input['command']}"
-            reply.tool_uses = [(name, {**tool_input, "command": command})]
-        return reply
-
-    def acceptor(self, request: dict[str, Any]) -> Reply:
-        return Reply(text="ACCEPTED")
-
-
-def test_a_write_the_sandbox_refused_is_in_the_rounds_notes(
-        real_claude_bin: str, real_env: dict[str, str], git_repo: Path) -> None:
-    """The model alone read the "Read-only file system" of a write outside the worktree (the
-    command still succeeded, so nothing showed it): the round's notes and the log say it."""
-    make_project(git_repo, {"m1": milestone_md("Greeter", ["Greet"])},
-                 config={"agent_timeout_seconds": 90, "sandbox": "required",
-                         "summarizer": {"enabled": False}})
-    planted = git_repo / "planted.txt"
-    run_headless(git_repo, OutsideWriter(planted), real_claude_bin, real_env)
-    assert not planted.exists()
-    rec = record(git_repo, "m1")
-    assert rec.status is MilestoneStatus.COMPLETED
-    (note,) = [n for n in rec.iterations[0].notes if f"{planted}: {READ_ONLY}" in n]
-    assert note.startswith("developer: the sandbox refused a write: "), note
-    assert note in (git_repo / ".anima" / "logs" / "m1.log").read_text(encoding="utf-8")

@@ -27,7 +27,6 @@ from anima.events import (
     RateLimitChanged,
     SandboxFailure,
     SessionStarted,
-    ToolResult,
     ToolUse,
     TurnResult,
     UsageLimitWait,
@@ -64,10 +63,6 @@ class Agent(Protocol):
     def stop(self, grace: float = 5.0) -> None: ...
 
 
-#: What a write the sandbox refused prints (EROFS: all but the agent's own paths are
-#: mounted read-only).
-READ_ONLY = "Read-only file system"
-
 #: (role, session_id, resume) -> a started agent.
 AgentFactory = Callable[[str, str, bool], Agent]
 
@@ -94,9 +89,8 @@ class Seats:
                  save: Callable[[], None], log_line: Callable[[str], None],
                  request_pause: Callable[[str], None],
                  accounts: Mapping[str, AccountGate] | None = None,
-                 branches: BranchEpoch | None = None, confined: bool = False) -> None:
+                 branches: BranchEpoch | None = None) -> None:
         self.record = record
-        self.confined = confined  # its agents run in the sandbox
         #: per role, the API account it shares with the agents of every running milestone
         #: that use the same vendor
         shared = AccountGate()
@@ -316,13 +310,6 @@ class Seats:
         self.ledger.note(what)
         self.drop(role)
 
-    def _refused_writes(self, event: ToolResult) -> None:
-        """Writes the sandbox refused (outside the worktree, another ref): a command that
-        goes on after one still succeeds, and only the model reads its output."""
-        refused = dict.fromkeys(line.strip()[:300] for line in event.content.splitlines()
-                                if READ_ONLY in line)
-        self.ledger.note(f"{event.role}: the sandbox refused a write: " + "; ".join(refused))
-
     def check_pushes(self, who: str, before: RefMap) -> None:
         """A push the tool rules missed (an agent's, or the checks' running the Developer's
         code): say so in the round's notes and pause after it."""
@@ -355,8 +342,6 @@ class Seats:
             self._log(f"{event.role}: {event.describe()}")
         elif isinstance(event, SandboxFailure):
             self.ledger.note(f"{event.role}: {event.message}")
-        elif isinstance(event, ToolResult) and self.confined and READ_ONLY in event.content:
-            self._refused_writes(event)
         elif (isinstance(event, SessionStarted) and event.model
               and getattr(self.record.sessions, event.role, None) in (
                   event.session_id, self._opening.get(event.role))):
