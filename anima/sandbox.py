@@ -152,8 +152,7 @@ def _real(path: Path) -> str:
 def wrap(argv: list[str], c: Confinement) -> list[str]:
     """`argv` run inside bubblewrap under `c`. Later mounts cover earlier ones, so the order
     is the policy: all read-only, private /tmp, hidden, visible again, writable, rebound,
-    protected. The paths `argv` names are resolved as the mounts are: a symlink on the way
-    to the command may sit where the private /tmp or a hidden folder covers it."""
+    protected."""
     c.home.mkdir(parents=True, exist_ok=True)
     c.tmp.mkdir(parents=True, exist_ok=True)
     args = [shutil.which(_binary()) or _binary(), *_BASE, "--bind", _real(c.tmp), "/tmp"]
@@ -176,8 +175,7 @@ def wrap(argv: list[str], c: Confinement) -> list[str]:
     for path in c.protected:
         if path.exists():
             args += ["--ro-bind", _real(path), _real(path)]
-    named = [_real(Path(w)) if os.path.isabs(w) and os.path.exists(w) else w for w in argv]
-    return [*args, "--chdir", _real(c.cwd), *_FLAGS, "--", *named]
+    return [*args, "--chdir", _real(c.cwd), *_FLAGS, "--", *argv]
 
 
 def environment(c: Confinement) -> dict[str, str]:
