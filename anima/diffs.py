@@ -24,7 +24,7 @@ from functools import cached_property
 
 from anima.errors import AnimaError
 from anima.git import GitRepo
-from anima.paths import printable
+from anima.paths import is_under_anima, printable
 from anima.store.models import MilestoneRecord, MilestoneStatus
 from anima.text.redact import LineRedactor, redact
 
@@ -35,8 +35,6 @@ GENERATED_PATTERNS = (
     "dist/*", "build/*", "*/dist/*", "*/build/*", "node_modules/*", "*/node_modules/*",
     "*.pyc",
 )
-#: Where Anima keeps the definitions it supervises the milestone with.
-ANIMA_DIR = ".anima/"
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 
 
@@ -83,7 +81,7 @@ class FileDiff:
     @property
     def anima_file(self) -> bool:
         """One of Anima's own files (`.anima/…`), not the milestone's work."""
-        return self.path.startswith(ANIMA_DIR)
+        return is_under_anima(self.path)
 
     @cached_property
     def rows(self) -> list[DiffRow]:

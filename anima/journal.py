@@ -39,11 +39,9 @@ from anima.events import (
     TranscriptEvent,
     VerdictReached,
 )
-from anima.paths import ProjectPaths
+from anima.paths import ROTATED_TRANSCRIPT, TRANSCRIPT, ProjectPaths
 from anima.text.redact import redact
 
-TRANSCRIPT = "events.jsonl"
-ROTATED_TRANSCRIPT = "events.1.jsonl"
 #: Anima's own lines among the agents' (small: a few per round, never rotated).
 ROUNDS = "rounds.jsonl"
 

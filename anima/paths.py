@@ -26,6 +26,10 @@ WORKTREE_INCLUDE = ".worktreeinclude"
 #: The human's files Anima keeps as they wrote them: an agent that changed the list above
 #: would hand their secrets to every later milestone's agents.
 DEFINITION_FILES = (".anima/config.json", ".anima/soul.md", ".anima/.gitignore", WORKTREE_INCLUDE)
+#: A transcript's file name in its milestone's folder.
+TRANSCRIPT = "events.jsonl"
+#: Its older half, once it reached half its cap.
+ROTATED_TRANSCRIPT = "events.1.jsonl"
 _MILESTONE_MD = re.compile(r"\.anima/milestones/[^/]+\.md")
 _MEMORY_PREFIX = ".anima/memory/"
 #: What `.anima/.gitignore` must hold so Anima's runtime files never dirty the tree, and
@@ -62,10 +66,15 @@ def is_memory_path(path: str) -> bool:
     return path.startswith(_MEMORY_PREFIX)
 
 
+def is_milestone_md(path: str) -> bool:
+    """A milestone's definition (repository-relative, `/`-separated)."""
+    return _MILESTONE_MD.fullmatch(path) is not None
+
+
 def is_definition_path(path: str) -> bool:
     """Files the human writes (under `.anima/`, and `.worktreeinclude`) and may track;
     committing them as-is is fine."""
-    return path in DEFINITION_FILES or _MILESTONE_MD.fullmatch(path) is not None
+    return path in DEFINITION_FILES or is_milestone_md(path)
 
 
 @dataclass(frozen=True)
@@ -182,5 +191,17 @@ class ProjectPaths:
     def log(self, milestone_id: str) -> Path:
         return self.logs / f"{milestone_id}.log"
 
+    @property
+    def all_transcripts(self) -> Path:
+        return self.anima / "transcripts"
+
     def transcripts(self, milestone_id: str) -> Path:
-        return self.anima / "transcripts" / milestone_id
+        return self.all_transcripts / milestone_id
+
+    def transcript(self, milestone_id: str) -> Path:
+        """The milestone's current transcript (`anima.journal` rotates it beside itself)."""
+        return self.transcripts(milestone_id) / TRANSCRIPT
+
+
+#: The layout as repository-relative paths, for what a message or prompt names.
+RELATIVE = ProjectPaths(Path())

@@ -286,7 +286,7 @@ def test_a_page_in_a_background_tab_lays_nothing_out_until_shown(qtbot, board: W
 
 def test_a_page_whose_transcript_cannot_be_read_still_shows_the_live_output(
         qtbot, board: Window, git_repo: Path) -> None:
-    from anima.journal import TRANSCRIPT
+    from anima.paths import TRANSCRIPT
 
     # Something in the transcript's place that cannot be read (a folder).
     (ProjectPaths(git_repo).transcripts("a") / TRANSCRIPT).mkdir(parents=True)

@@ -36,7 +36,7 @@ from anima.guard.turns import (
     TurnStart,
     read_definitions,
 )
-from anima.paths import ProjectPaths
+from anima.paths import ProjectPaths, is_milestone_md
 from anima.sandbox import own_dir
 
 # Keys that run a program, or change which tree and objects git reads (a bare flag, a
@@ -75,7 +75,7 @@ def put_back(paths: ProjectPaths, copy: dict[str, bytes],
         if before == after or (rel == GIT_CONFIG and not _adds_unsafe_git_keys(before, after)):
             continue
         target = paths.root / rel
-        if before is None and rel.endswith(".md") and rel.startswith(".anima/milestones/"):
+        if before is None and is_milestone_md(rel):
             if agents_wrote(target):
                 done.held.append((rel, hold(paths, target).relative_to(paths.root).as_posix()))
             continue

@@ -35,7 +35,7 @@ from anima.atomic import read_regular, write_text_atomic
 from anima.errors import AgentCrashed, TurnTimeout
 from anima.git import GitRepo
 from anima.git.locks import clear_stale_locks, wait_for_git
-from anima.paths import ProjectPaths
+from anima.paths import TRANSCRIPT, ProjectPaths
 from anima.store.models import MilestoneRecord, now
 from anima.text.prompts import render
 
@@ -267,7 +267,7 @@ def recover_project(paths: ProjectPaths, registry: AgentRegistry,
                   for lock in clear_stale_locks(paths.root, git_dir)]
     for tmp in remove_stale_temps(paths):
         lines.append(f"removed {tmp.name}, left by an interrupted write")
-    torn = [*paths.logs.glob("*.log"), *(paths.anima / "transcripts").glob("*/events.jsonl")] \
+    torn = [*paths.logs.glob("*.log"), *paths.all_transcripts.glob(f"*/{TRANSCRIPT}")] \
         if paths.anima.is_dir() else []
     for path in torn:
         if repair_torn_tail(path):

@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from string import Template
 
-from anima.paths import ProjectPaths, resource
+from anima.paths import RELATIVE, ProjectPaths, resource
 from anima.store.models import CheckRun, FeatureStatus, Iteration, MilestoneRecord, Verdict
 from anima.text.context import (
     ApiTokenCounter,
@@ -38,11 +38,16 @@ _SLACK_TOKENS = 200
 
 def transcript_hint(milestone_id: str) -> str:
     """Where the whole of a trimmed agent text is (said in the trim marker)."""
-    return f"The full text is in the transcript (.anima/transcripts/{milestone_id}/events.jsonl)."
+    return f"The full text is in the transcript ({RELATIVE.transcript(milestone_id).as_posix()})."
+
+
+def _md(milestone_id: str) -> str:
+    return RELATIVE.milestone_md(milestone_id).as_posix()
 
 
 def _record_hint(milestone_id: str) -> str:
-    return (f"The full text is in the milestone record (.anima/milestones/{milestone_id}.json) "
+    return (f"The full text is in the milestone record "
+            f"({RELATIVE.milestone_record(milestone_id).as_posix()}) "
             "and the transcript.")
 
 
@@ -247,9 +252,9 @@ class PromptBuilder:
                           # a merged branch can make it a link (to `~/.ssh/…`): none is followed
                           self.files.read(self.paths.vision, within=self.paths.root), 2),
             Section("soul", self.soul(), None) if self.soul() else None,
-            _file_section("milestone", f"Milestone definition (.anima/milestones/{record.id}.md)",
+            _file_section("milestone", f"Milestone definition ({_md(record.id)})",
                           self.files.read(self.paths.milestone_md(record.id)), 4),
-            _file_section("memory", "Project memory (.anima/memory/project.md)",
+            _file_section("memory", f"Project memory ({RELATIVE.memory.as_posix()})",
                           self.files.read(self.memory, within=self.tree), 1),
             Section("history", history(record, self.recent_in_full,
                                        self.budget_tokens // HISTORY_REASON_SHARE), 3),
@@ -287,7 +292,7 @@ class PromptBuilder:
         pasted = [Section("report", report.strip(), 1, read_it),
                   Section("commits", commits.strip() or "(none)", 2,
                           f"`git log --oneline {previous_head}..{commit}` shows them all."),
-                  Section("criteria", criteria, 3, f"See .anima/milestones/{record.id}.md.")]
+                  Section("criteria", criteria, 3, f"See {_md(record.id)}.")]
         return self._fit_pasted("acceptor_review", pasted, round=record.rounds + 1,
                                 title=record.title, milestone_id=record.id,
                                 branch=record.branch_name, soul=self.soul(),
@@ -324,7 +329,7 @@ class PromptBuilder:
                   Section("commits", commits.strip() or "(none)", 2,
                           f"`git log --oneline {record.base_commit}..{record.branch_name}` "
                           "shows them all."),
-                  Section("criteria", criteria, 3, f"See .anima/milestones/{record.id}.md.")]
+                  Section("criteria", criteria, 3, f"See {_md(record.id)}.")]
         return self._fit_pasted("acceptor_final", pasted, title=record.title,
                                 milestone_id=record.id, branch=record.branch_name,
                                 soul=self.soul(),
