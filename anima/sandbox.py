@@ -149,10 +149,36 @@ def _real(path: Path) -> str:
     return os.path.realpath(path)
 
 
+def _under(path: Path, roots: tuple[Path, ...]) -> bool:
+    return any(path.is_relative_to(root) for root in roots)
+
+
+def _through_covered(path: Path, covered: tuple[Path, ...], depth: int = 0) -> bool:
+    """Whether reaching `path` follows a symlink that lies where a mount in `covered` puts
+    something else (the private /tmp, a hidden folder): inside, that link is gone."""
+    for prefix in (path, *path.parents):
+        if prefix.is_symlink() and depth < 40:
+            link = Path(_real(prefix.parent)) / prefix.name
+            if _under(link, covered) or _through_covered(link.parent / os.readlink(link),
+                                                         covered, depth + 1):
+                return True
+    return False
+
+
+def _named(word: str, covered: tuple[Path, ...]) -> str:
+    """`word` as the sandbox can reach it: its real path when a covered symlink is on its way
+    (as the mounts resolve theirs), else as given, since a program may read its own name
+    (the shell names itself `/bin/sh` in "not found")."""
+    if os.path.isabs(word) and os.path.exists(word) and _through_covered(Path(word), covered):
+        return _real(Path(word))
+    return word
+
+
 def wrap(argv: list[str], c: Confinement) -> list[str]:
     """`argv` run inside bubblewrap under `c`. Later mounts cover earlier ones, so the order
     is the policy: all read-only, private /tmp, hidden, visible again, writable, rebound,
-    protected."""
+    protected. A path `argv` names through a symlink those mounts cover (a CLI's folder
+    linked under /tmp) is named by its real path."""
     c.home.mkdir(parents=True, exist_ok=True)
     c.tmp.mkdir(parents=True, exist_ok=True)
     args = [shutil.which(_binary()) or _binary(), *_BASE, "--bind", _real(c.tmp), "/tmp"]
@@ -175,7 +201,9 @@ def wrap(argv: list[str], c: Confinement) -> list[str]:
     for path in c.protected:
         if path.exists():
             args += ["--ro-bind", _real(path), _real(path)]
-    return [*args, "--chdir", _real(c.cwd), *_FLAGS, "--", *argv]
+    covered = (Path("/tmp"), *(Path(_real(path)) for path in c.hidden if path.is_dir()))
+    named = [_named(word, covered) for word in argv]
+    return [*args, "--chdir", _real(c.cwd), *_FLAGS, "--", *named]
 
 
 def environment(c: Confinement) -> dict[str, str]:

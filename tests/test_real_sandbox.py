@@ -87,16 +87,17 @@ def events() -> list[Event]:
 def make_confined(real_claude_bin: str, real_env: dict[str, str], milestone: Milestone,
                   events: list[Event]) -> Iterator[Factory]:
     """The Developer of m1 as the engine makes it: its own sandbox (made again for each
-    process, as the engine does), its worktree as its cwd."""
-    binary = find_claude(real_claude_bin)
-    confinement = MilestoneSandbox(milestone.paths, "m1", active=True,
-                                   common_dir=milestone.paths.root / ".git",
-                                   visible=binary.install_paths())
+    process, as the engine does), its worktree as its cwd; `cli` names the CLI otherwise."""
     bus = EventBus()
     bus.subscribe(events.append)
     made: list[AgentProcess] = []
 
-    def make(*, session_id: str | None = None, resume: bool = False) -> AgentProcess:
+    def make(*, session_id: str | None = None, resume: bool = False,
+             cli: str = real_claude_bin) -> AgentProcess:
+        binary = find_claude(cli)
+        confinement = MilestoneSandbox(milestone.paths, "m1", active=True,
+                                       common_dir=milestone.paths.root / ".git",
+                                       visible=binary.install_paths())
         agent = AgentProcess(DEVELOPER, binary, profile_for(DEVELOPER, Config()),
                              milestone.worktree, bus, session_id=session_id or str(uuid.uuid4()),
                              resume=resume, turn_timeout=60.0, idle_timeout=30.0, env=real_env,
@@ -202,3 +203,18 @@ def test_what_the_confined_cli_left_running_is_held_between_its_turns(
     api_stub.push(bash("sleep 0.5; echo waited"), "Waited.")
     assert agent.send("Wait a little").text == "Waited."
     assert ticks.stat().st_size > held
+
+
+def test_a_cli_whose_folder_is_linked_under_tmp_answers_confined(
+        make_confined: Factory, api_stub: ApiStub, real_claude_bin: str, tmp_path: Path,
+        events: list[Event]) -> None:
+    """The CLI's install folder reached through a symlink under /tmp, outside the project:
+    the private /tmp covers the link, and every confined turn failed with "execvp
+    …/node_modules/.bin/claude: No such file or directory"."""
+    cli = Path(real_claude_bin)
+    (tmp_path / "linked-cli").symlink_to(cli.parent)
+    api_stub.push(bash("echo ran inside"), "Ran.")
+    agent = make_confined(cli=str(tmp_path / "linked-cli" / cli.name))
+    result = agent.send("Run it")
+    assert result.text == "Ran." and not result.is_error
+    assert tool_results(events)[0].content.strip() == "ran inside"

@@ -18,6 +18,7 @@ import pytest
 
 from anima import sandbox
 from anima.agents.claude.backend import CLAUDE
+from anima.agents.dialect import AgentBinary
 from anima.git.objects import take_objects
 from anima.sandbox import Confinement
 
@@ -417,3 +418,22 @@ def test_killing_the_sandbox_kills_its_background_jobs(world: World) -> None:
         assert proc.stdout is not None
         proc.stdout.close()
     assert _wait_for(lambda: not _sleepers(tag))
+
+
+def test_a_cli_reached_through_a_symlinked_folder_under_tmp_runs_confined(world: World) -> None:
+    """An agent command named through a symlink that the private /tmp covers (an npm install
+    linked into /tmp; the install lives elsewhere) still starts: it ran only unconfined,
+    confined it failed with "execvp …: No such file or directory"."""
+    package = world.root / "install" / "node_modules" / "pkg"
+    package.mkdir(parents=True)
+    (package / "cli.sh").write_text("#!/bin/sh\necho started\n")
+    (package / "cli.sh").chmod(0o755)
+    (world.root / "install" / "node_modules" / ".bin").mkdir()
+    (world.root / "install" / "node_modules" / ".bin" / "cli").symlink_to("../pkg/cli.sh")
+    (world.root / "linked").symlink_to(world.root / "install")
+    command = str(world.root / "linked" / "node_modules" / ".bin" / "cli")
+    c = world.confine(visible=(world.repo, *AgentBinary([command], "1").install_paths()))
+    done = subprocess.run(sandbox.wrap([command], c), env=world.env(c), capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "started\n"
