@@ -111,6 +111,34 @@ def test_in_the_sandbox_the_developer_cannot_throw_its_branch_away(
     assert our_processes() == []
 
 
+@pytest.mark.skipif(sandbox_problem("auto") is not None, reason="bubblewrap cannot run here")
+def test_a_write_the_sandbox_refused_the_developer_is_named_in_the_round_and_the_log(
+        git_repo: Path, fake_claude: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    """A Developer command that wrote outside its worktree and went on succeeded: the
+    "Read-only file system" reached only the model. The round's notes, the log and `anima run`
+    name the write; output that only quotes the words, and a write the read-only Acceptor was
+    refused (a test run's cache), are no note, and the milestone goes on as before."""
+    make_project(git_repo, {"m1": ONE}, config={"sandbox": "required"})
+    planted = git_repo / "planted.txt"
+    quoted = 'app.py:3:    raise OSError("cache: Read-only file system")'
+    fake_claude.write_script({
+        "developer": [{"shell": [f"echo x > {planted}; echo '{quoted}'"], "auto": True}],
+        "acceptor": [{"shell": ["echo x > .test-cache; echo ran"], "auto": True}]})
+    run = run_to_end(git_repo, fake_claude)
+    assert run.proc.returncode == 0, run.stdout[-2000:] + run.stderr
+    m1 = record(git_repo, "m1")
+    assert m1.status is MilestoneStatus.COMPLETED and not planted.exists()
+    refused = f"{planted}: Read-only file system"
+    (note,) = [n for it in m1.iterations for n in it.notes]
+    assert note.startswith("developer: the sandbox refused a write: ") and refused in note
+    assert "app.py" not in note
+    assert note in (git_repo / ".anima" / "logs" / "m1.log").read_text(encoding="utf-8")
+    assert refused in run.stdout
+    transcript = (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+    assert ".test-cache: Read-only file system" in transcript  # the Acceptor's, no note
+    assert our_processes() == []
+
+
 def test_an_unexpected_cli_error_prints_one_line_pointing_at_the_log(git_repo: Path) -> None:
     make_project(git_repo, {"m1": ONE})
     # Nested deeper than the JSON parser can go: an error nothing in Anima expects.

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,9 +28,11 @@ from anima.git import GitRepo
 from anima.git.objects import take_objects
 from anima.loop.confinement import MilestoneSandbox
 from anima.paths import ProjectPaths
+from anima.store.models import MilestoneStatus
 from tests.conftest import run_git
-from tests.fakes.api_stub import ApiStub, all_text
-from tests.helpers import make_project
+from tests.fakes.api_stub import ApiStub, Reply, all_text
+from tests.helpers import make_project, milestone_md, record
+from tests.test_real_loop import ScriptedModel, run_headless
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.timeout(120)]
 
@@ -218,3 +221,47 @@ def test_a_cli_whose_folder_is_linked_under_tmp_answers_confined(
     result = agent.send("Run it")
     assert result.text == "Ran." and not result.is_error
     assert tool_results(events)[0].content.strip() == "ran inside"
+
+
+class OutsideWriter(ScriptedModel):
+    """A Developer that first has the CLI's Write tool write `written` in the human's
+    checkout, then a command also write `target` there (the sandbox refuses both; the command
+    goes on and commits), and an Acceptor that accepts."""
+
+    def __init__(self, target: Path, written: Path) -> None:
+        self.target = target
+        self.written = written
+
+    def developer(self, request: dict[str, Any]) -> Reply:
+        reply = super().developer(request)
+        if reply.tool_uses:
+            name, tool_input = reply.tool_uses[0]
+            command = f"echo planted > {self.target}; {tool_input['command']}"
+            reply.tool_uses = [("Write", {"file_path": str(self.written), "content": "x\n"}),
+                               (name, {**tool_input, "command": command})]
+        return reply
+
+    def acceptor(self, request: dict[str, Any]) -> Reply:
+        return Reply(text="ACCEPTED")
+
+
+def test_a_write_the_sandbox_refused_is_in_the_rounds_notes(
+        real_claude_bin: str, real_env: dict[str, str], git_repo: Path) -> None:
+    """The model alone read the "Read-only file system" of a write outside the worktree (the
+    command still succeeded, so nothing showed it): the round's notes and the log say it, for
+    the CLI's Write tool (node's "EROFS: …") as for a command."""
+    make_project(git_repo, {"m1": milestone_md("Greeter", ["Greet"])},
+                 config={"agent_timeout_seconds": 90, "sandbox": "required",
+                         "summarizer": {"enabled": False}})
+    planted, written = git_repo / "planted.txt", git_repo / "written.txt"
+    run_headless(git_repo, OutsideWriter(planted, written), real_claude_bin, real_env)
+    assert not planted.exists() and not written.exists()
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    notes = rec.iterations[0].notes
+    assert [n for n in notes if "refused a write" in n] == [
+        n for n in notes if n.startswith("developer: the sandbox refused a write: ")]
+    assert any(f"{planted}: {READ_ONLY}" in n for n in notes), notes
+    assert any(f"EROFS: read-only file system, open '{written}" in n for n in notes), notes
+    log = (git_repo / ".anima" / "logs" / "m1.log").read_text(encoding="utf-8")
+    assert all(n in log for n in notes)

@@ -5,6 +5,7 @@ through anima.loop.fault_policy), and a stop from any thread."""
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -27,6 +28,7 @@ from anima.events import (
     RateLimitChanged,
     SandboxFailure,
     SessionStarted,
+    ToolResult,
     ToolUse,
     TurnResult,
     UsageLimitWait,
@@ -63,6 +65,19 @@ class Agent(Protocol):
     def stop(self, grace: float = 5.0) -> None: ...
 
 
+#: A write the sandbox refused (EROFS: all but the agent's own paths are mounted read-only),
+#: as the tools print it at the end of a line: "<path>: Read-only file system" (the shell,
+#: coreutils, git), "[Errno 30] Read-only file system: '<path>'" (Python), "EROFS: read-only
+#: file system, open '<path>'" (node: the CLI's own Write). Not a line that merely quotes
+#: the words (a grep through source).
+_REFUSED = re.compile(r"(?:(?:: |\[Errno 30\] )Read-only file system(?:: (?:'[^']*'|\"[^\"]*\"))?"
+                      r"|EROFS: read-only file system, \w+ '[^']*')\s*$")
+#: Where git records the remote's branches after a push or fetch: only the Developer's own
+#: branch is writable, so a push that went through (allowed, or told of by `check_pushes`)
+#: still ends with git refused these; that is no write of the command's, and it would read
+#: as the push refused.
+_REMOTE_TRACKING = "/refs/remotes/"
+
 #: (role, session_id, resume) -> a started agent.
 AgentFactory = Callable[[str, str, bool], Agent]
 
@@ -89,8 +104,9 @@ class Seats:
                  save: Callable[[], None], log_line: Callable[[str], None],
                  request_pause: Callable[[str], None],
                  accounts: Mapping[str, AccountGate] | None = None,
-                 branches: BranchEpoch | None = None) -> None:
+                 branches: BranchEpoch | None = None, confined: bool = False) -> None:
         self.record = record
+        self.confined = confined  # its agents run in the sandbox
         #: per role, the API account it shares with the agents of every running milestone
         #: that use the same vendor
         shared = AccountGate()
@@ -310,6 +326,15 @@ class Seats:
         self.ledger.note(what)
         self.drop(role)
 
+    def _note_refused_writes(self, event: ToolResult) -> None:
+        """Writes the sandbox refused the Developer (outside the worktree, another ref): a
+        command that goes on after one still succeeds, and only the model reads its output.
+        The Acceptor reads only: its test runs' caches are refused by design."""
+        refused = dict.fromkeys(line.strip()[:300] for line in event.content.splitlines()
+                                if _REFUSED.search(line) and _REMOTE_TRACKING not in line)
+        if refused:
+            self.ledger.note(f"{event.role}: the sandbox refused a write: " + "; ".join(refused))
+
     def check_pushes(self, who: str, before: RefMap) -> None:
         """A push the tool rules missed (an agent's, or the checks' running the Developer's
         code): say so in the round's notes and pause after it."""
@@ -342,6 +367,8 @@ class Seats:
             self._log(f"{event.role}: {event.describe()}")
         elif isinstance(event, SandboxFailure):
             self.ledger.note(f"{event.role}: {event.message}")
+        elif isinstance(event, ToolResult) and self.confined and event.role == DEVELOPER:
+            self._note_refused_writes(event)
         elif (isinstance(event, SessionStarted) and event.model
               and getattr(self.record.sessions, event.role, None) in (
                   event.session_id, self._opening.get(event.role))):
