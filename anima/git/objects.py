@@ -12,6 +12,7 @@ written. The store is emptied of what was taken, so each turn's are read once.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -140,8 +141,10 @@ def _take_folders(store: Path, folders: dict[str, int], common_dir: Path) -> lis
     return problems
 
 
+@functools.cache
 def _object_format(common_dir: Path) -> str:
-    """The repository's hash function: "sha1", or "sha256" (named so by git and hashlib)."""
+    """The repository's hash function: "sha1", or "sha256" (named so by git and hashlib);
+    fixed when the repository is made, so asked once (a take runs every few seconds)."""
     done = subprocess.run(["git", *NO_AGENT_CODE, f"--git-dir={common_dir}", "rev-parse",
                            "--show-object-format"], capture_output=True, text=True,
                           env=git_environment(), check=False, start_new_session=True)
