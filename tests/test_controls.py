@@ -223,7 +223,7 @@ def test_a_stop_from_another_terminal_answers_once_paused_so_a_resume_may_follow
     engine.start()
     wait_for(lambda: len(fake_claude.prompts("developer")) == 1)
     assert engine.control("stop", "m1") == \
-        "stop: m1 is paused (stopped by you); its round is redone on resume"
+        "stop: m1 is paused (stopped by you); the round is redone on resume"
     assert record(engine.root, "m1").status is MilestoneStatus.PAUSED
     assert engine.control("resume", "m1", "go on") == "resume: m1 is in_progress"
     wait_for(lambda: record(engine.root, "m1").status is MilestoneStatus.COMPLETED, timeout=30)

@@ -27,6 +27,7 @@ from anima.events import Event, PhaseChanged
 from anima.store.models import MilestoneStatus, RoundKind
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md, record
+from tests.test_control_socket import anima
 from tests.test_recovery import (
     RECOVERY_MARK,
     Runner,
@@ -232,9 +233,9 @@ def test_a_stop_that_ends_a_git_command_of_the_merge_names_no_round_to_redo(
 def test_a_stop_while_the_merge_queue_waits_names_no_round_to_redo(
         git_repo: Path, fake_claude: FakeClaude, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stop now while a finally accepted milestone waits its turn in the merge queue (the
-    one accepted first is merging): the log said "the round is redone on resume" when no
-    round was in flight."""
+    """`anima stop` while a finally accepted milestone waits its turn in the merge queue (the
+    one accepted first is merging): the log, and the answer, said "the round is redone on
+    resume" when no round was in flight."""
     make_project(git_repo, {"m1": TWO, "m2": milestone_md("Other", ["Other command"])},
                  config={"max_parallel_milestones": 2})
     shim = merge_diff_held_once(tmp_path, fake_claude, monkeypatch)
@@ -253,9 +254,12 @@ def test_a_stop_while_the_merge_queue_waits_names_no_round_to_redo(
                    timeout=60)
         queued = waiting()
         assert queued is not None
-        engine.stop_now(queued)
-        wait_until(lambda: record(git_repo, queued).status is MilestoneStatus.PAUSED,
-                   what="the waiting one paused")
+        stopped = anima("stop", str(git_repo), queued)  # answered once it has paused
+        assert stopped.returncode == 0, stopped.stderr
+        assert record(git_repo, queued).status is MilestoneStatus.PAUSED
+        assert stopped.stdout.strip() == (
+            f"stop: {queued} is paused (stopped by you); no round was in flight: its merge "
+            "into main is tried again on resume"), stopped.stdout
         log = (git_repo / ".anima" / "logs" / f"{queued}.log").read_text()
         assert "the round is redone" not in log, log[-2000:]
         assert "stopped by you during merging; no round was in flight: its merge into main " \

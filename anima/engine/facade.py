@@ -112,6 +112,7 @@ class _Session:
     run: MilestoneRun | None = None
     thread: threading.Thread | None = None
     error: AnimaError | None = None  # what kept it from being driven at all
+    left: str = ""  # what a stop by you left to do, once it paused the milestone
 
 
 class Engine:
@@ -517,6 +518,7 @@ class Engine:
             # at the same instant) stays as it came.
             if control.stop.is_set() and control.stop_reason == "user" and \
                     Phase.PAUSED in TRANSITIONS[phase]:
+                session.left = run.left_by_stop(by_you=True)
                 phase = run.pause_now("stopped by you")
             return phase
         finally:
@@ -745,9 +747,8 @@ class Engine:
                     return (f"stopping {milestone_id}: it pauses as stopped by you once its "
                             "agents let go (`anima status` says when)")
         record = actions.load(self.store, milestone_id)
-        if record.status is MilestoneStatus.PAUSED:
-            return f"stop: {milestone_id} is paused ({record.pause_reason}); its round is " \
-                   "redone on resume"
+        if record.status is MilestoneStatus.PAUSED and (left := sessions[0].left):
+            return f"stop: {milestone_id} is paused ({record.pause_reason}); {left}"
         return f"stop: {milestone_id} is {record.status.value}: it got there before the stop"
 
     def _await_hand_over(self, milestone_id: str) -> None:

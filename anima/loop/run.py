@@ -174,7 +174,7 @@ class MilestoneRun:
             self.ledger.drop(f"stopped: {why}")
             self._save()
             by = "by you" if why == "user" else "as Anima shuts down"
-            self._log(f"stopped {by} during {self.phase}; {self._left_by_stop(why == 'user')}")
+            self._log(f"stopped {by} during {self.phase}; {self.left_by_stop(why == 'user')}")
             return self.phase
         except _NotNow as e:
             self._log(str(e))
@@ -198,9 +198,10 @@ class MilestoneRun:
             for detach in self._detach:
                 detach()
 
-    def _left_by_stop(self, by_you: bool) -> str:
-        """What a stop left to do: a milestone in the merge queue, or completed, has no round
-        to redo, only its merge (a completed one's the engine retries)."""
+    def left_by_stop(self, by_you: bool) -> str:
+        """What a stop in the phase the run is in leaves to do (its log line, and `anima
+        stop`'s answer): a milestone in the merge queue, or completed, has no round to redo,
+        only its merge (a completed one's the engine retries)."""
         if self.phase is Phase.MERGING:
             return (f"no round was in flight: its merge into {self.record.main_branch} is "
                     "tried again on resume")
