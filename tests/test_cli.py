@@ -424,6 +424,36 @@ def test_one_at_a_time_a_pause_holds_the_next_milestone_and_both_ends_say_so(
         shown
 
 
+def test_one_at_a_time_the_runs_end_names_no_held_milestone_whose_file_is_gone(
+        git_repo: Path, fake_claude: FakeClaude, fake_env: dict[str, str]) -> None:
+    """b's `.md` deleted while a ran (its record stays), then a paused: the run's end said
+    "b waits until a is resumed or aborted", though b never starts without its file."""
+    fake_claude.write_script({"developer": [{"hang": True}]})
+    make_project(git_repo, {"a": milestone_md("A", ["Alpha"]), "b": milestone_md("B", ["Beta"])},
+                 config={"max_parallel_milestones": 1})
+    run = subprocess.Popen([*([ANIMA] if ANIMA else [sys.executable, "-m", "anima"]), "run",
+                            str(git_repo), "--headless"], env={**os.environ, **fake_env},
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not fake_claude.prompts("developer"):
+            assert time.monotonic() < deadline and run.poll() is None, "a never started"
+            time.sleep(0.05)
+        assert record(git_repo, "b").status.value == "pending"  # registered: a record stays
+        (git_repo / ".anima" / "milestones" / "b.md").unlink()
+        stopped = anima("stop", str(git_repo), "a")
+        assert stopped.returncode == 0, stopped.stderr
+        out, _ = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 3, out[-2000:]
+    assert "[anima] paused for a human: a" in out, out[-2000:]
+    assert "b waits" not in out, out[-2000:]
+
+
 def test_status_says_a_running_anima_retries_a_pending_merge_not_that_it_was_cut_short(
         git_repo: Path) -> None:
     """A merge that lost a race to main stays pending while the running Anima tries it

@@ -51,8 +51,10 @@ class RunOutcome:
         def having(status: MilestoneStatus) -> tuple[str, ...]:
             return tuple(r.id for r in records if r.status is status)
 
-        pending, in_progress = having(MilestoneStatus.PENDING), having(
-            MilestoneStatus.IN_PROGRESS)
+        # A pending record whose `.md` is gone never starts (the log says so once): it
+        # neither waits nor is held, whatever its record says.
+        pending = tuple(m for m in having(MilestoneStatus.PENDING) if m not in (orphans or ()))
+        in_progress = having(MilestoneStatus.IN_PROGRESS)
         held_by = tuple(held_by_pause(records, limit))
         # An ended milestone's new `.md` is only reported: the milestone is done.
         ended = set(having(MilestoneStatus.COMPLETED) + having(MilestoneStatus.CANCELLED))
