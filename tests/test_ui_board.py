@@ -141,6 +141,33 @@ def test_one_at_a_time_the_pending_cards_say_a_pause_holds_them(
         w.close()
 
 
+def test_one_at_a_time_the_pending_cards_let_go_when_the_paused_milestone_is_removed(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """The paused a's files deleted (its `.md`, then its record): its card went, and b's
+    still said "Waiting until a is resumed or aborted", with no Start, for good."""
+    make_project(git_repo, {m: milestone_md(f"Milestone {m.upper()}", ["One", "Two"])
+                            for m in ("a", "b")}, config={"max_parallel_milestones": 1})
+    w = Window(qtbot, tmp_path, auto_start=False)
+    try:
+        w.window.open_project(git_repo)
+        qtbot.waitUntil(lambda: len(w.window.board.cards) == 2, timeout=10000)
+        paths = ProjectPaths(git_repo)
+        store = Store(paths)
+        store.save_record(store.load_record("a").model_copy(update={
+            "status": MilestoneStatus.PAUSED, "started_at": NOW,
+            "pause_reason": "3 consecutive rejections"}))
+        held = "Waiting until a is resumed or aborted (milestones run one at a time)"
+        qtbot.waitUntil(lambda: card(w, "b").state.text() == held, timeout=10000)
+        paths.milestone_md("a").unlink()
+        paths.milestone_record("a").unlink()
+        qtbot.waitUntil(lambda: "a" not in w.window.board.cards, timeout=10000)
+        b = card(w, "b")
+        assert b.state.text() == "Pending · 2 features"
+        assert b.button.isVisibleTo(b) and b.button.text() == "Start"
+    finally:
+        w.close()
+
+
 def test_at_1000_by_620_a_card_that_needs_you_shows_its_cost_and_time_whole(
         qtbot, board: Window) -> None:
     """Its button sat on the stats' line: "1/2 features · $0.88 …" lost cost and time."""

@@ -357,11 +357,13 @@ class Board(QWidget):
             card.request_done()
 
     def remove(self, milestone_id: str) -> None:
-        self.records.pop(milestone_id, None)
+        gone = self.records.pop(milestone_id, None)
         card = self.cards.pop(milestone_id, None)
         if card is not None:
             card.setParent(None)
             card.deleteLater()
+        if gone is not None and enum_text(gone.status) == "paused":
+            self._show_pending()  # it may have held them (one at a time): no longer
         self._recount()
 
     def _show(self, record: Any, held: list[str]) -> None:
