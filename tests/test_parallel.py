@@ -242,6 +242,37 @@ def test_a_milestone_starts_after_what_it_depends_on_is_merged(
         assert times["b"][0] < times["c"][1] and times["c"][0] < times["b"][1]
 
 
+def test_a_depends_on_you_add_to_a_pending_milestone_while_another_runs_is_followed(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One at a time: a runs, b and c wait their turn; you give b `depends_on: [c]` while a
+    runs. c must come first, and b start only once c is merged into main."""
+    ids = ["a", "b", "c"]
+    project(git_repo, ids, config={"max_parallel_milestones": 1})
+    own_dirs(fake_claude, ids)
+    fake_claude.use_env(monkeypatch)
+    edited = threading.Event()
+
+    def edit_b_as_a_starts(event: Event) -> None:
+        if isinstance(event, PhaseChanged) and event.milestone_id == "a" and \
+                event.phase is Phase.DEVELOPER and not edited.is_set():
+            md = git_repo / ".anima" / "milestones" / "b.md"
+            md.write_text("---\ndepends_on: [c]\n---\n" + md.read_text(encoding="utf-8"),
+                          encoding="utf-8")
+            edited.set()
+    engine = Engine(git_repo)
+    engine.bus.subscribe(edit_b_as_a_starts)
+    try:
+        outcome = engine.run(watch=False, start_all=True)
+    finally:
+        engine.shutdown()
+    assert edited.is_set()
+    assert outcome.paused == () and outcome.in_progress == (), outcome
+    assert record(git_repo, "b").depends_on == ["c"]
+    times = spans(fake_claude)
+    assert times["a"][1] < times["c"][0] and times["c"][1] < times["b"][0], times
+    assert merged_order(git_repo) == ["a", "c", "b"]
+
+
 def test_a_merge_that_lost_a_race_to_your_commit_is_done_before_the_run_ends(
         git_repo: Path, fake_claude: FakeClaude, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
