@@ -186,3 +186,28 @@ def test_a_folder_named_like_a_milestone_file_is_reported_without_using_up_files
     runner.signal(signal.SIGTERM)
     assert runner.wait(15) == 2  # the folders, as at the end of any run
     assert held == []
+
+
+@pytest.mark.parametrize(("config", "says"), [
+    ({"max_parallel_milestones": "lots"}, "max_parallel_milestones"),
+    ({"sandbox": "required"}, 'sandbox is "required" but bubblewrap'),
+], ids=["malformed", "required-without-bubblewrap"])
+def test_sigterm_while_the_config_keeps_anything_from_starting_exits_2_naming_it(
+        git_repo: Path, fake_claude: FakeClaude, tmp_path: Path, config: dict[str, object],
+        says: str) -> None:
+    """A `--watch` run waits for you to fix `.anima/config.json`; stopped first, it is a
+    configuration error, as `anima run` without --watch says at once (README, exit codes).
+    A malformed file ended "nothing left to do", exit 0, with m1 never started."""
+    make_project(git_repo, {"m1": milestone_md("M", ["Alpha"])}, config=config)
+    runner = Runner(git_repo, fake_claude, "--watch",
+                    env={"ANIMA_BWRAP": str(tmp_path / "no-such-bwrap")})
+    try:
+        wait_until(lambda: "Anima reads it again when you save it" in runner.stderr,
+                   what="the config error to be said")
+    finally:
+        runner.signal(signal.SIGTERM)
+        code = runner.wait(15)
+    assert code == 2, runner.stdout[-2000:] + runner.stderr
+    assert says in runner.stderr and "config.json" in runner.stderr, runner.stderr
+    assert "nothing left to do" not in runner.stdout, runner.stdout
+    assert fake_claude.entries() == []

@@ -295,13 +295,15 @@ class Engine:
         """Drive milestones until nothing can proceed (or, with `watch`, until shutdown).
 
         Errors that make the project undrivable (config, git, lock, no claude) are raised
-        when not watching and published as EngineError when watching. `start_all` starts
+        when not watching; when watching, a config error is published as EngineError and
+        raised only if the run is stopped before you fix it. `start_all` starts
         pending milestones even when `auto_start` is off (an explicit `anima run`).
         """
         self.milestones.start_all = start_all
-        if not self._prepared(watch):
-            return self._ended(self.milestones.read(register=False))
-        if watch:
+        if not watch:
+            self.prepare()
+        else:
+            self._prepare_watching()
             self._watcher = MilestoneWatcher(self.paths.milestones, self._on_milestone_file)
             self._watcher.start()
             self.milestones.watch(self.paths.milestones)
@@ -398,21 +400,22 @@ class Engine:
         if (run := session.run) is not None:
             run.stop(reason)
 
-    def _prepared(self, watch: bool) -> bool:
-        """`prepare()`; when watching, a broken config.json is reported and read again once
-        the user saves it (the window's banner says to edit it: that must be enough)."""
+    def _prepare_watching(self) -> None:
+        """`prepare()`, a broken config.json reported and read again once the user saves it
+        (the window's banner says to edit it: that must be enough). Stopped before then, the
+        error is raised as without watching: nothing could start (`anima run --watch` exits
+        2 on it, not "nothing left to do")."""
         while True:
             stamp = self.settings.stamp()
             try:
                 self.prepare()
-                return True
+                return
             except ConfigError as e:
-                if not watch:
-                    raise
                 self.bus.publish(EngineError(f"{e}; Anima reads it again when you save it"))
+                standing = e
             while self.settings.stamp() == stamp:
                 if self._shutdown.is_set():
-                    return False
+                    raise standing
                 self._wait()
 
     def _reload_config(self) -> None:
