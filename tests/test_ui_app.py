@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QLabel
 
 from anima import sandbox
 from anima.engine.facade import Engine
+from anima.events import UsageLimitWait
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md, record
 from tests.test_failures import BRANCH_GONE
@@ -537,6 +538,35 @@ def test_the_usage_limit_wait_leaves_the_window_at_the_reset_when_its_pair_was_s
         qtbot.waitUntil(lambda: not label.isVisible(), timeout=5000)
     finally:
         app.close()
+
+
+def test_one_pairs_usage_limit_wait_ending_leaves_the_others_in_the_window(
+        qtbot, git_repo: Path, app_window: Window) -> None:
+    """Pairs on different CLIs (a claude Developer, a codex Acceptor) meet different limits:
+    when `b`'s reset came, the one status-bar label went although `a` still waited; each
+    milestone's wait now shows until its own end."""
+    make_project(git_repo, {})
+    window = app_window.window
+    window.open_project(git_repo)
+    qtbot.waitUntil(lambda: window.engine is not None, timeout=10000)
+    assert window.engine is not None
+    bus = window.engine.bus
+    bus.publish(UsageLimitWait("a", time.time() + 60, "waiting for the usage limit to reset "
+                               "at 23:00 (claude)"))
+    bus.publish(UsageLimitWait("b", time.time() + 1, "waiting for the usage limit to reset "
+                               "at 22:00 (codex)"))
+    qtbot.waitUntil(lambda: window.wait_label is not None
+                    and window.wait_label.text().count("waiting") == 2, timeout=5000)
+    label = window.wait_label
+    assert label is not None and "a: waiting" in label.text() and "b: waiting" in label.text()
+    bus.publish(UsageLimitWait("b", None, ""))  # b's reset came: it goes on
+    qtbot.waitUntil(lambda: "b:" not in label.text(), timeout=5000)
+    assert label.isVisible() and label.text() == "waiting for the usage limit to reset at 23:00"
+    bus.publish(UsageLimitWait("c", time.time() + 0.5, "waiting for the usage limit to reset "
+                               "at 22:30 (codex)"))
+    qtbot.waitUntil(lambda: "c: waiting" in label.text(), timeout=5000)
+    qtbot.waitUntil(lambda: "c:" not in label.text(), timeout=5000)  # its reset passed
+    assert label.isVisible() and "23:00" in label.text()
 
 
 def test_a_page_opened_in_the_window_keeps_its_panes_following(

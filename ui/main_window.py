@@ -146,6 +146,7 @@ class MainWindow(ReadOnlyProject):
         self.run_controls = RunControls(self)
         self._build_menus()
         self.wait_label = None
+        self._usage_waits = {}
         self.tray = self._make_tray()
         # Without a tray (many Wayland and tiling desktops) notices go to the desktop's
         # notification service instead.

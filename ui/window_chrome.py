@@ -64,6 +64,8 @@ class WindowChrome(QMainWindow):
     tray: QSystemTrayIcon | None
     desktop_notifier: DesktopNotifier | None
     wait_label: QLabel | None
+    #: per milestone that met a usage limit: until when (epoch s), and what the label says
+    _usage_waits: dict[str, tuple[float, str]]
     open_project: Callable[[Path], None]
     current_page: Callable[[], MilestonePage | None]
 
@@ -220,29 +222,36 @@ class WindowChrome(QMainWindow):
 
     @Slot(object)
     def _on_usage_limit_wait(self, event: ev.UsageLimitWait) -> None:
-        """A permanent status-bar label while the loop waits for a usage limit to reset, gone
-        at the reset at the latest: the pairs that waited for it at the account go on without
-        a word, and so does everything once the pair that met it was stopped meanwhile."""
+        """A permanent status-bar label while a pair waits for a usage limit to reset, one
+        line per milestone that met one (pairs on different CLIs wait for different resets:
+        one's end is not the other's), each gone at its reset at the latest: the pairs that
+        waited for it at the account go on without a word, and so does everything once the
+        pair that met it was stopped meanwhile."""
         if self.wait_label is None:
             self.wait_label = QLabel()
             self.wait_label.setObjectName("usageLimitWait")
             self.statusBar().addPermanentWidget(self.wait_label)
-        self.wait_label.setText(event.message.split(" (")[0] if event.until else "")
-        self.wait_label.setVisible(event.until is not None)
-        self.wait_label.setProperty("until", event.until)
-        if event.until is not None:
-            self._end_usage_limit_wait(self.wait_label, event.until)
+        if event.until is None:
+            self._usage_waits.pop(event.milestone_id, None)
+        else:
+            self._usage_waits[event.milestone_id] = (event.until, event.message.split(" (")[0])
+        self._show_usage_waits()
 
-    def _end_usage_limit_wait(self, label: QLabel, until: float) -> None:
-        """Hide `label` once `until` (epoch s) has passed, unless a later wait replaced it."""
-        if label.property("until") != until:
+    def _show_usage_waits(self) -> None:
+        """The label says the waits not over yet, and looks again at the next reset."""
+        label = self.wait_label
+        if label is None:
             return
-        left_ms = (until - time.time()) * 1000
-        if left_ms <= 0:
-            label.hide()
-            return
-        QTimer.singleShot(min(int(left_ms) + 1, _LONGEST_TIMER_MS), label,
-                          lambda: self._end_usage_limit_wait(label, until))
+        now = time.time()
+        waits = {m: w for m, w in self._usage_waits.items() if w[0] > now}
+        self._usage_waits = waits
+        texts = [text if len(waits) == 1 else f"{m}: {text}" for m, (_, text) in waits.items()]
+        label.setText(" · ".join(texts))
+        label.setVisible(bool(waits))
+        if waits:
+            left_ms = (min(until for until, _ in waits.values()) - now) * 1000
+            QTimer.singleShot(min(int(left_ms) + 1, _LONGEST_TIMER_MS), label,
+                              self._show_usage_waits)
 
     @Slot(object)
     def _on_notice(self, event: ev.Notice) -> None:
