@@ -474,3 +474,13 @@ def test_a_resume_passes_the_model_the_session_started_with(make_agent: Factory,
     assert second["argv"][second["argv"].index("--model") + 1] == "claude-fake-1"
     later = make_agent(session_id=fresh.session_id, resume=True, session_model="opus[1m]")
     assert later.argv()[later.argv().index("--model") + 1] == "opus[1m]"
+
+
+@pytest.mark.parametrize(("flag", "error"), [("false", False), ("true", True),
+                                             ("False", False), ("TRUE", True)])
+def test_is_error_sent_as_text_reads_as_what_it_says(
+        make_agent: Factory, fake_claude: FakeClaude, flag: str, error: bool) -> None:
+    """`"is_error":"false"` (a string) is a reply, not an error to retry and pause on."""
+    fake_claude.write_script({"developer": [{"text": "done", "is_error": flag}]})
+    result = make_agent().send("x")
+    assert (result.is_error, result.text) == (error, "done")

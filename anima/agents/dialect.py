@@ -51,6 +51,15 @@ def wire_count(value: Any) -> int:
     return int(wire_number(value))
 
 
+def wire_flag(value: Any) -> bool:
+    """A yes/no an agent CLI reports (`is_error`) as Anima reads it: true, or the text
+    "true"; anything else is no. `bool("false")` is True: a flag sent as text would turn
+    every reply into an error to retry, then pause on."""
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    return value is True
+
+
 class FaultKind(StrEnum):
     STOPPED = "stopped"  # Anima's own interrupt ended the turn
     AUTH = "auth"  # not logged in, bad or expired key

@@ -398,7 +398,7 @@ class Turn:
         return text.replace("{feature}", self.feature)
 
     def result(self, text: str | None, spec: dict[str, Any], started: float) -> None:
-        is_error = bool(spec.get("is_error", False))
+        is_error = spec.get("is_error", False)  # as scripted: a CLI may send "false" as text
         out: dict[str, Any] = {
             "type": "result", "subtype": spec.get("subtype", "success"), "is_error": is_error,
             "duration_ms": int((time.monotonic() - started) * 1000), "duration_api_ms": 1,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from anima.agents.dialect import clean_text, wire_count, wire_number
+from anima.agents.dialect import clean_text, wire_count, wire_flag, wire_number
 from anima.agents.tools import describe_tool
 from anima.config import RoleConfig
 from anima.events import (
@@ -136,7 +136,7 @@ def _turn_result(role: str, obj: dict[str, Any]) -> TurnResult:
     return TurnResult(
         role=role,
         text=text,
-        is_error=bool(obj.get("is_error", False)),
+        is_error=wire_flag(obj.get("is_error")),
         session_id=str(obj.get("session_id", "")),
         subtype=str(obj.get("subtype", "success")),
         cost_usd=wire_number(obj.get("total_cost_usd")),
@@ -331,7 +331,7 @@ def parse_line(role: str, line: bytes | str, meter: ContextMeter | None = None) 
                 role=role,
                 tool_use_id=str(block.get("tool_use_id", "")),
                 content=_block_text(block.get("content")),
-                is_error=bool(block.get("is_error", False)),
+                is_error=wire_flag(block.get("is_error")),
             )
             for block in _message_content(obj)
             if isinstance(block, dict) and block.get("type") == "tool_result"
