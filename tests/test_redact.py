@@ -400,6 +400,16 @@ def test_a_known_secret_is_hidden_in_the_forms_a_shell_writes_it() -> None:
         assert REDACTED in shown and len(shown) <= len(REDACTED) + 12, (before, shown)
 
 
+def test_a_known_secret_is_hidden_however_json_escapes_it() -> None:
+    value = 'zq"ł/-77\\x-9k'  # a quote, a backslash, non-ASCII and a slash
+    add_known_secrets([value])
+    for form in (json.dumps(value), json.dumps(value, ensure_ascii=False),
+                 json.dumps(value).replace("/", "\\/"), '"\\u007Aq\\"\\u0142/-77\\\\x-9\\u006b"'):
+        assert redact(f'{{"k": {form}}}') == f'{{"k": "{REDACTED}"}}', form
+    # only that value: the same letters escaped around something else stay
+    assert redact('"\\u007Aq\\"\\u0142/-78\\\\x-9k"') == '"\\u007Aq\\"\\u0142/-78\\\\x-9k"'
+
+
 def test_a_known_secret_is_hidden_verbatim_wherever_it_appears() -> None:
     value = "zq81-looks-like-nothing-we-know-5521"
     assert redact(f"the key is {value}.") == f"the key is {value}."

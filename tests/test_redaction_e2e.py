@@ -16,7 +16,7 @@ from anima.events import Event, LogLine
 from anima.store.models import MilestoneStatus, RoundKind, Verdict
 from anima.text.redact import REDACTED
 from tests.conftest import FakeClaude
-from tests.helpers import make_project, milestone_md, record, run_engine
+from tests.helpers import ignored_dotenv, make_project, milestone_md, record, run_engine
 
 #: kind -> (how it appears in text, the part that must never be stored or shown)
 SECRETS = {
@@ -223,3 +223,21 @@ def test_the_credentials_anima_passes_on_to_its_agents_never_leave_them(
     for value in credentials.values():
         assert value not in run.stdout + run.stderr
         assert where_it_leaks(git_repo, fake_claude, value) == []
+
+
+def test_a_copied_in_value_written_json_escaped_is_redacted(
+        git_repo: Path, fake: FakeClaude) -> None:
+    """A program that prints a `.env` value inside JSON may escape any of its characters
+    (`\\u0070`, PHP's `\\/`): the tool output held the value as plainly as printed bare."""
+    value = "pay/7f3a9c2e51b84d06"
+    ignored_dotenv(git_repo, f"PAYMENT_KEY={value}\n")
+    make_project(git_repo, {"m1": ONE})
+    fake.write_script({"developer": [{"shell": [
+        "printf '%s\\n' '{\"key\":\"\\u0070ay\\/7f3a9c2e51b84d06\"}'",
+        "printf '%s\\n' '{\"key\":\"pay\\/7f3a9c2e51b84d06\"}'",
+        "printf '%s\\n' '{\"key\":\"p\\u0061y/7f3a9c2e51b84\\u0064\\u00306\"}'", COMMIT],
+        "text": REPORT}]})
+    run_engine(git_repo, summarizer={"enabled": False})
+    transcript = (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+    assert transcript.count(f'"content": "{{\\"key\\":\\"{REDACTED}\\"}}"') == 3
+    assert where_it_leaks(git_repo, fake, "7f3a9c2e51b84") == []

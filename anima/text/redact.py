@@ -24,7 +24,8 @@ What is replaced by `<REDACTED>`:
   space (`DB_PASS=a,b;c`, `API_TOKEN=abc.def`);
 - verbatim, whatever they look like (`add_known_secrets`): the values of the files a project
   copies into its worktrees, and of the secret-named variables of Anima's own environment,
-  which its agents inherit (`environment_secrets`).
+  which its agents inherit (`environment_secrets`); also base64-, URL- or JSON-encoded (any
+  character of the value `\\uXXXX`-escaped).
 
 Deliberately left alone: commit hashes, UUIDs, paths, counters and short numbers
 (`token_count: 12`, `"input_tokens": 5`, `USE_AUTH=1`), placeholders (`${VAR}`, `<your-key>`,
@@ -357,6 +358,12 @@ def _lower(text: str) -> str:
 # project's when it opens a worktree.
 _KNOWN_LOCK = threading.Lock()
 _known: tuple[str, ...] = ()  # longest first, so a value inside another goes with it
+_known_values: frozenset[str] = frozenset()  # the values as given
+#: The values however a JSON string spells them (`_json_spelling`), for a text with `\\u`.
+_known_escaped: re.Pattern[str] | None = None
+#: JSON's two-character escapes (`\\/` is optional: PHP writes it, most encoders do not).
+_JSON_SHORT: Final = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f",
+                      "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _ASSIGNMENT: Final = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][\w.-]*)\s*[=:]\s*(.*?)\s*$")
 # Values of a copied-in file that are settings, not secrets (see `_is_setting`).
 _SETTING_WORDS: Final = frozenset({
@@ -436,25 +443,55 @@ def _json_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def _json_forms(value: str) -> set[str]:
+    """`value` inside a JSON string as encoders write it: `\\"`, `\\\\`, `\\uXXXX` for
+    non-ASCII (or not), `/` as `\\/` (PHP) or not."""
+    forms = {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+    return forms | {form.replace("/", "\\/") for form in forms}
+
+
+def _json_spelling(value: str) -> str:
+    """A pattern for `value` inside a JSON string, any of its characters escaped or not
+    (`\\u0073ecret`): it matches that value and no other text."""
+    def hex_digit(d: str) -> str:
+        return f"[{d}{d.upper()}]" if d.isalpha() else d
+
+    parts = []
+    for ch in value:
+        units = ch.encode("utf-16-be")
+        escaped = "".join("\\\\u" + "".join(map(hex_digit, units[i:i + 2].hex()))
+                          for i in range(0, len(units), 2))
+        short = _JSON_SHORT.get(ch)
+        parts.append("(?:" + "|".join([re.escape(ch), escaped]
+                                      + ([re.escape(short)] if short else [])) + ")")
+    return "".join(parts)
+
+
 def add_known_secrets(values: Iterable[str]) -> None:
     """Hide these values verbatim from now on, wherever `redact` runs in this process, and
-    as base64 and URL-encoding write them (`echo $KEY | base64`, `echo "KEY=$KEY" | base64`,
-    a query string). Base64 by the groups of three bytes wholly the value's, for each of the
-    three places it may start in a group: they read the same whatever comes before or after
-    it (a `KEY=`, the newline `echo` adds)."""
-    global _known
+    as base64, URL-encoding and JSON write them (`echo $KEY | base64`, `echo "KEY=$KEY" |
+    base64`, a query string, `"\\u0073ecret"` with any character escaped). Base64 by the
+    groups of three bytes wholly the value's, for each of the three places it may start in
+    a group: they read the same whatever comes before or after it (a `KEY=`, the newline
+    `echo` adds)."""
+    global _known, _known_values, _known_escaped
+    values = [value for value in values if len(value) >= 6]
     forms = set()
     for value in values:
-        if len(value) >= 6:
-            raw = value.encode()
-            forms |= {value, urllib.parse.quote(value, safe="")}
-            for skip in range(3):  # the value's first byte at place `skip` of a group
-                whole = (skip + len(raw)) // 3 * 4
-                part = base64.b64encode(bytes(skip) + raw).decode()[4 if skip else 0:whole]
-                if len(part) >= 8:
-                    forms.add(part)
+        raw = value.encode()
+        forms |= {value, urllib.parse.quote(value, safe=""), *_json_forms(value)}
+        for skip in range(3):  # the value's first byte at place `skip` of a group
+            whole = (skip + len(raw)) // 3 * 4
+            part = base64.b64encode(bytes(skip) + raw).decode()[4 if skip else 0:whole]
+            if len(part) >= 8:
+                forms.add(part)
     with _KNOWN_LOCK:
         _known = tuple(sorted({*_known, *forms}, key=lambda v: (-len(v), v)))
+        if set(values) <= _known_values:
+            return
+        _known_values |= set(values)
+        _known_escaped = re.compile("|".join(map(_json_spelling, sorted(
+            _known_values, key=lambda v: (-len(v), v))))) if _known_values else None
 
 
 def redact(text: str) -> str:
@@ -473,6 +510,8 @@ def redact(text: str) -> str:
     for value in _known:
         if value in text:
             text = text.replace(value, REDACTED)
+    if _known_escaped is not None and "\\u" in text:
+        text = _known_escaped.sub(REDACTED, text)
     low = _lower(text)
     if "private key" in low:
         text = _PEM.sub(REDACTED, text)
