@@ -4,6 +4,8 @@ replay lines the real CLIs printed (tests/fixtures/cli_lines)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -318,3 +320,26 @@ def test_odd_numbers_from_the_cli_neither_fail_the_milestone_nor_spoil_its_recor
     status = subprocess.run([sys.executable, "-m", "anima", "status", "--json", str(project)],
                             capture_output=True, text=True, check=True)
     assert json.loads(status.stdout)
+
+
+def test_a_kill_while_waiting_for_a_usage_limit_waits_out_the_same_reset_after_the_restart(
+        project: Path, fake_claude: FakeClaude) -> None:
+    """`anima run` killed during the wait: the next start sent the prompt again at once (and
+    met the limit again) instead of waiting until the reset the record knew."""
+    fake_claude.write_script({"developer": [{"replay": "usage-2.1.330", "resets_in": 5}]})
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
+           "ANIMA_CLAUDE_COMMAND": fake_claude.command, **fake_claude.env}
+    first = subprocess.Popen([sys.executable, "-m", "anima", "run", str(project), "--headless"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             stdin=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: bool(state(project).get("waiting_reason")))
+        resets = fake_claude.entries("developer")[0]["time"] + 5
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    run_engine(project)
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+    again = fake_claude.entries("developer")[1]
+    assert again["time"] >= resets, again["time"] - resets
+    assert "waiting for the usage limit to reset" in log_text(project)

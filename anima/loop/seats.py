@@ -40,7 +40,7 @@ from anima.loop.ledger import Ledger
 from anima.loop.limits import TIMED_OUT
 from anima.loop.state import board
 from anima.remotes import RefMap, pushed, remote_refs
-from anima.store.models import ContextUse, MilestoneRecord, Rollover, now
+from anima.store.models import ContextUse, LimitWait, MilestoneRecord, Rollover, now
 from anima.store.store import Store
 
 
@@ -237,12 +237,15 @@ class Seats:
                               "the milestone branch made since it started")
                     self.drop(role)
                 agent = self._agent(role)
+                if (kept := self.record.limit_wait) is not None:
+                    self._wait_kept(kept)
                 # Last, right before sending: a limit another pair met meanwhile holds it too.
                 if (held := self.accounts[role].holding()) is not None:
                     self._log(f"{role}: waits for the account's usage limit ({held[1]})")
                     self.accounts[role].wait(self.control.stop)
                     if not self.control.stop.is_set():
                         board(self.store).waiting(None)  # its wait is over (whoever met it)
+                        self._forget_wait()
                 if self.control.stop.is_set():  # it came while the agent started (or waited)
                     raise Stopped
                 result = agent.send(prompt)
@@ -287,19 +290,38 @@ class Seats:
         for result in agent.take_unclaimed():
             self.ledger.account(result)
 
+    def _wait_kept(self, wait: LimitWait) -> None:
+        """The record's wait, which a kill cut short: the account is held until its reset
+        again, as when the limit was met (one already past is forgotten)."""
+        until = wait.until.timestamp()
+        if wait.until > now():
+            self._usage_wait(wait.role, until, wait.reason)
+        else:
+            self._forget_wait()
+
+    def _forget_wait(self) -> None:
+        if self.record.limit_wait is not None:
+            self.record.limit_wait = None
+            self._save()
+
     def _usage_wait(self, role: str, until: float | None, message: str) -> None:
-        """state.json, the log, the window and a notification say the loop waits (or not)."""
+        """The record, state.json, the log, the window and a notification say the loop
+        waits (or not); the record keeps a wait a stop ended (the limit still holds)."""
         rec = self.record
         if until is None:
             if message:  # stopped: the account may well still wait
                 self._log(message)
             else:
                 self._log("the usage limit has reset: sending the prompt again")
+                self._forget_wait()
             if self.accounts[role].holding() is not None:
                 return  # other pairs still wait for it, and state.json says so
             board(self.store).waiting(None)
         else:
             self._log(message)
+            rec.limit_wait = LimitWait(role=role, until=datetime.fromtimestamp(until, UTC),
+                                       reason=message)
+            self._save()
             if (news := self.accounts[role].hold(until, message)) is None:
                 return  # another pair met it first and said so: every pair waits anyway
             board(self.store).waiting(datetime.fromtimestamp(until, UTC), message)

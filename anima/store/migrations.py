@@ -100,6 +100,12 @@ def _record_v9_to_v10(data: dict[str, Any]) -> dict[str, Any]:
             "in_flight": {"usage": {}, "cost_usd": 0.0}}
 
 
+def _record_v10_to_v11(data: dict[str, Any]) -> dict[str, Any]:
+    """v11 keeps the usage-limit wait (`limit_wait`; an older Anima kept it in memory, and a
+    kill made the next start meet the limit again)."""
+    return {**data, "limit_wait": None}
+
+
 def _state_v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
     """v3 lists every `running` milestone; v2's `current_milestone` was the one, if awake."""
     current = data.get("current_milestone")
@@ -118,6 +124,7 @@ _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] =
     ("record", 7): _record_v7_to_v8,
     ("record", 8): _record_v8_to_v9,
     ("record", 9): _record_v9_to_v10,
+    ("record", 10): _record_v10_to_v11,
     ("state", 1): _state_v1_to_v2,
     ("state", 2): _state_v2_to_v3,
 }

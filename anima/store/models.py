@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validat
 
 from anima.phases import Phase
 
-RECORD_SCHEMA_VERSION = 10
+RECORD_SCHEMA_VERSION = 11
 STATE_SCHEMA_VERSION = 3
 
 
@@ -235,6 +235,15 @@ class MergeInfo(_Model):
         return self.state is MergeState.PENDING and " waits" in self.detail
 
 
+class LimitWait(_Model):
+    """A usage limit the milestone's agents wait out: on disk, so that a start after a kill
+    waits until the same reset instead of meeting the limit again at once."""
+
+    role: str  # whose turn met it (its account is the one held)
+    until: datetime  # when the prompt is sent again
+    reason: str
+
+
 class MilestoneRecord(_Model):
     schema_version: int = RECORD_SCHEMA_VERSION
     id: str
@@ -256,6 +265,7 @@ class MilestoneRecord(_Model):
     #: What the round in flight has spent so far, not yet in the totals above: on disk so
     #: that a kill mid-round loses none of it (the next start adds it to them).
     in_flight: Spend = Field(default_factory=Spend)
+    limit_wait: LimitWait | None = None
     requires_human_review: bool = False
     #: milestones completed and merged into main before this one starts (front matter)
     depends_on: list[str] = Field(default_factory=list)
