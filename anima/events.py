@@ -152,6 +152,9 @@ class TurnResult(AgentEvent):
     api_error_type: str = ""
     api_error: str = ""
     terminal_reason: str = ""
+    #: Not the CLI's result: what its model calls reported before the process ended, priced
+    #: by Anima (`Conversation.unsettled`).
+    estimated: bool = False
 
     @property
     def stopped(self) -> bool:

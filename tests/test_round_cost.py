@@ -363,3 +363,30 @@ def test_spend_outside_a_round_before_a_pause_reaches_the_totals_of_a_cancelled_
     answered = len(fake_claude.entries()) - 1  # the killed turn gave no result
     assert rec.cost_usd == pytest.approx(0.01 * answered), (rec.cost_usd, answered,
                                                            rec.in_flight, rec.notes)
+
+
+def test_a_turn_killed_before_its_result_keeps_the_spend_its_model_calls_reported(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Developer ignores the interrupt after a timeout and is killed: no result ever
+    says what the turn cost, and the record counted nothing of the 100k tokens its model
+    call had reported (nor did the budget). What the `assistant` lines said is counted,
+    priced by the model's list price, and the round says it is an estimate."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m": milestone_md("M", ["Alpha"])},
+                 config={"agent_timeout_seconds": 1.5,
+                         "developer": {"model": "claude-sonnet-4-5-20250929"}})
+    fake_claude.write_script({
+        "developer": [{"shell": ["true"], "context_tokens": 100_010, "hang_after": True,
+                       "ignore_sigterm": True}],
+        "developer_default": {"auto": True, "cost_usd": 0.01},
+        "acceptor_default": {"text": "ACCEPTED", "cost_usd": 0.01}})
+    run_engine(git_repo)
+    rec = record(git_repo, "m")
+    assert rec.status is MilestoneStatus.COMPLETED
+    first = rec.iterations[0]
+    assert first.reason.startswith("Developer timed out")
+    assert first.usage.cache_read_input_tokens == 100_000 and first.usage.output_tokens == 5
+    estimate = (10 * 3 + 100_000 * 0.30 + 5 * 15) / 1_000_000
+    assert first.cost_usd == pytest.approx(estimate)
+    assert rec.cost_usd == pytest.approx(estimate + 4 * 0.01)
+    assert any("estimate" in note for note in first.notes), first.notes

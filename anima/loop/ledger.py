@@ -95,6 +95,10 @@ class Ledger:
         what the tool rules refused to the round's notes."""
         usage = Usage.from_api(result.usage)
         spent = result.turn_cost_usd or 0.0
+        if result.estimated and (usage.total or spent):
+            self.note(f"the {result.role}'s process ended before its turn did: an estimated "
+                      f"${spent:.4f} and {usage.total} tokens, from what its model calls "
+                      "reported, are counted")
         if result.permission_denials:
             self.note(f"the {result.role}'s tool rules refused: "
                       + "; ".join(result.permission_denials))

@@ -46,9 +46,15 @@ REPORT_MAX_CHARS = 6000
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 
 # USD per million tokens: (input, output, cache write (5 min), cache read), from Anthropic's
-# published price list. Matched by prefix, so dated ids ("claude-haiku-4-5-20251001") work.
-# A model not listed costs 0 here (its usage is still reported).
+# published price list: the summaries' models, and the agents' (a turn whose process ended
+# before its result is priced with it, `anima.agents.claude.protocol.CallLedger`). Matched by
+# prefix, so dated ids ("claude-haiku-4-5-20251001") work. A model not listed costs 0 here
+# (its usage is still reported).
 PRICES_PER_MTOK: dict[str, tuple[float, float, float, float]] = {
+    "claude-opus-4-5": (5.00, 25.00, 6.25, 0.50),
+    "claude-opus-4": (15.00, 75.00, 18.75, 1.50),
+    "claude-sonnet-4": (3.00, 15.00, 3.75, 0.30),
+    "claude-3-7-sonnet": (3.00, 15.00, 3.75, 0.30),
     "claude-haiku-4-5": (1.00, 5.00, 1.25, 0.10),
     "claude-3-5-haiku": (0.80, 4.00, 1.00, 0.08),
     "claude-3-haiku": (0.25, 1.25, 0.30, 0.03),

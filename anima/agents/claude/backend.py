@@ -23,6 +23,7 @@ class ClaudeConversation:
     def __init__(self, role: str) -> None:
         self._role = role
         self._meter = protocol.ContextMeter()
+        self._calls = protocol.CallLedger()
 
     def opening(self) -> bytes:
         return b""
@@ -34,13 +35,13 @@ class ClaudeConversation:
         return protocol.interrupt_request(f"anima_{uuid.uuid4().hex[:12]}")
 
     def parse(self, line: bytes) -> list[Event]:
-        return protocol.parse_line(self._role, line, self._meter)
+        return protocol.parse_line(self._role, line, self._meter, self._calls)
 
     def replies(self) -> bytes:
         return b""  # no permission prompt tool: it asks nothing
 
     def unsettled(self) -> TurnResult | None:
-        return None  # its spend is in its results only
+        return self._calls.unsettled(self._role)
 
 
 class ClaudeBackend:

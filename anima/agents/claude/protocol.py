@@ -26,7 +26,9 @@ from anima.events import (
     ToolUse,
     TurnResult,
 )
+from anima.store.models import Usage
 from anima.text.redact import redact_data
+from anima.text.summarizer import cost_usd
 
 #: The window assumed when the CLI's result names none (every current Claude model's default).
 DEFAULT_CONTEXT_WINDOW = 200_000
@@ -250,6 +252,39 @@ class ContextMeter:
                             tokens=self.tokens, window=window)
 
 
+class CallLedger:
+    """The model calls a process reported (`assistant` lines, a sub-agent's too: each is
+    paid) since its last `result`. Only the result states a cost: when the process ends
+    before it (killed after a timeout), these are what the turn spent, priced at the
+    model's list price (`PRICES_PER_MTOK`; an unknown model's tokens count, at $0)."""
+
+    def __init__(self) -> None:
+        #: message id -> (model, usage): the CLI prints one line per content block, each
+        #: with its message's usage so far
+        self._calls: dict[str, tuple[str, Usage]] = {}
+
+    def saw_assistant(self, obj: dict[str, Any]) -> None:
+        message = obj.get("message")
+        if not isinstance(message, dict) or not isinstance(message.get("usage"), dict):
+            return
+        key = str(message.get("id") or f"call-{len(self._calls)}")
+        self._calls[key] = (str(message.get("model") or ""),
+                            Usage.from_api(_token_counts(message["usage"])))
+
+    def settled(self) -> None:
+        """A result came: it states what they cost."""
+        self._calls.clear()
+
+    def unsettled(self, role: str) -> TurnResult | None:
+        if not self._calls:
+            return None
+        usage = sum((u for _, u in self._calls.values()), Usage())
+        spent = sum(cost_usd(model, u) for model, u in self._calls.values())
+        return TurnResult(role=role, text="the process ended before its turn did",
+                          is_error=True, session_id="", subtype="error_during_execution",
+                          usage=usage.model_dump(), turn_cost_usd=spent, estimated=True)
+
+
 def _compacted(role: str, obj: dict[str, Any]) -> Compacted:
     meta = obj.get("compact_metadata")
     meta = meta if isinstance(meta, dict) else {}
@@ -259,11 +294,13 @@ def _compacted(role: str, obj: dict[str, Any]) -> Compacted:
                      post_tokens=wire_count(post) if post is not None else None)
 
 
-def parse_line(role: str, line: bytes | str, meter: ContextMeter | None = None) -> list[Event]:
+def parse_line(role: str, line: bytes | str, meter: ContextMeter | None = None,
+               calls: CallLedger | None = None) -> list[Event]:
     """Map one stdout line to typed events; unknown JSON types (control_response…) map to none.
 
     With a `meter`, a turn's `result` is preceded by its ContextUsage (so whoever waits for the
-    result already knows the context), and `assistant` lines feed the meter.
+    result already knows the context), and `assistant` lines feed the meter; with `calls`,
+    they are counted until a result settles them.
 
     A line that is not a JSON object is returned as RawOutput (cleaned of ANSI/CR), because a
     crash trace or a warning must be shown, never lost. Blank lines produce nothing.
@@ -307,6 +344,8 @@ def parse_line(role: str, line: bytes | str, meter: ContextMeter | None = None) 
     if kind == "assistant":
         if meter is not None:
             meter.saw_assistant(obj)
+        if calls is not None:
+            calls.saw_assistant(obj)
         events: list[Event] = []
         for block in _message_content(obj):
             if not isinstance(block, dict):
@@ -337,6 +376,8 @@ def parse_line(role: str, line: bytes | str, meter: ContextMeter | None = None) 
             if isinstance(block, dict) and block.get("type") == "tool_result"
         ]
     if kind == "result":
+        if calls is not None:
+            calls.settled()
         usage = meter.at_result(role, obj) if meter is not None else None
         return [usage, _turn_result(role, obj)] if usage else [_turn_result(role, obj)]
     return []
