@@ -51,8 +51,9 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 # prefix, so dated ids ("claude-haiku-4-5-20251001") work. A model not listed costs 0 here
 # (its usage is still reported).
 PRICES_PER_MTOK: dict[str, tuple[float, float, float, float]] = {
-    "claude-opus-4-5": (5.00, 25.00, 6.25, 0.50),
-    "claude-opus-4": (15.00, 75.00, 18.75, 1.50),
+    "claude-opus-4-2025": (15.00, 75.00, 18.75, 1.50),  # Opus 4 ("claude-opus-4-20250514")
+    "claude-opus-4-1": (15.00, 75.00, 18.75, 1.50),
+    "claude-opus-4": (5.00, 25.00, 6.25, 0.50),  # 4.5 and later
     "claude-sonnet-4": (3.00, 15.00, 3.75, 0.30),
     "claude-3-7-sonnet": (3.00, 15.00, 3.75, 0.30),
     "claude-haiku-4-5": (1.00, 5.00, 1.25, 0.10),
