@@ -41,6 +41,8 @@ from tests.fakes.responses_stub import (
     Reply,
     ResponsesStub,
     all_text,
+    plan_without_codex,
+    quota_exceeded,
     server_error,
     tool_outputs,
     unauthorized,
@@ -320,6 +322,29 @@ def test_a_refused_codex_key_pauses_saying_how_to_log_in(real_codex_bin: str,
     reason = rec.pause_reason or ""
     assert "401 Unauthorized" in reason and "run `codex login`" in reason
     assert f"error: {reason}" in result.stderr
+
+
+@pytest.mark.parametrize(("reply", "said"), [
+    (quota_exceeded(), "Quota exceeded"), (plan_without_codex(), "upgrade to Plus")])
+def test_an_account_codex_cannot_bill_pauses_at_once(
+        real_codex_bin: str, codex_home: Path, git_repo: Path, reply: Reply, said: str) -> None:
+    """Codex reports an API key's account out of credit, and a ChatGPT plan without Codex,
+    as `usageLimitExceeded` with no reset: Anima waited half an hour and sent the prompt
+    again, for hours, saying "waiting for the usage limit to reset", though no reset comes
+    (the user must add credit or change the plan)."""
+    repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin), max_usage_limit_wait_hours=0.1)
+    with ResponsesStub(default=reply) as stub:
+        started = time.monotonic()
+        result = run_headless(repo, real_codex_env(stub, codex_home))
+        calls = len(stub.requests)
+    assert time.monotonic() - started < 60
+    assert_ran(result, 3)
+    rec = record(repo, "m1")
+    assert rec.status is MilestoneStatus.PAUSED and rec.iterations == []
+    reason = rec.pause_reason or ""
+    assert said in reason and "billing" in reason and "then resume" in reason
+    assert "waiting for the usage limit" not in result.stdout and calls == 1
 
 
 def test_codex_5xx_past_its_retries_is_sent_again(real_codex_bin: str, codex_home: Path,

@@ -98,6 +98,20 @@ def unauthorized() -> Reply:
                                     "message": "Incorrect API key provided: sk-bad."})
 
 
+def quota_exceeded() -> Reply:
+    """An API key's account out of credit (Codex reports it as `usageLimitExceeded` too)."""
+    return Reply(status=429, error={
+        "type": "insufficient_quota", "code": "insufficient_quota",
+        "message": "You exceeded your current quota, please check your plan and billing "
+                   "details."})
+
+
+def plan_without_codex() -> Reply:
+    """A ChatGPT plan that does not include Codex (`usageLimitExceeded` as well)."""
+    return Reply(status=429, error={"type": "usage_not_included",
+                                    "message": "Codex is not included in your plan"})
+
+
 def server_error() -> Reply:
     """A 500 (Codex retries it `request_max_retries` times)."""
     return Reply(status=500, error={"type": "server_error", "message": "The server had an error"})

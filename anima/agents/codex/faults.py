@@ -5,6 +5,9 @@
   at 9:00 PM." (the reset in the machine's local time; a later day adds the date);
 - a refused key: `{"httpConnectionFailed": {"httpStatusCode": 401}}`, "unexpected status 401
   Unauthorized: …"; no key at all: "Missing environment variable: `OPENAI_API_KEY`";
+- an API key's account out of credit ("Quota exceeded. Check your plan and billing details.")
+  and a ChatGPT plan without Codex ("To use Codex with your ChatGPT plan, upgrade to Plus"):
+  `usageLimitExceeded` as well, with no reset, since none comes;
 - a 5xx that outlasted the CLI's retries: `internalServerError` (or `serverOverloaded`);
 - a context that no longer fits: `contextWindowExceeded`;
 - a config it cannot start a thread with: `thread/start` answers an error ("failed to load
@@ -26,6 +29,7 @@ _AUTH_TEXT = re.compile(r"\b401\b|\b403\b|unauthorized|invalid api key|incorrect
                         r"missing environment variable|not logged in|codex login|"
                         r"refresh token", re.IGNORECASE)
 _USAGE_TEXT = re.compile(r"hit your usage limit|usage limit has been reached", re.IGNORECASE)
+_BILLING_TEXT = re.compile(r"quota exceeded|billing details|upgrade to plus", re.IGNORECASE)
 _TOO_LONG_TEXT = re.compile(r"context window|context_length_exceeded", re.IGNORECASE)
 _RESET_TEXT = re.compile(
     r"try again at\s+(?:(?P<month>[A-Z][a-z]{2})[a-z]*\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?,?"
@@ -45,6 +49,11 @@ def setup_advice(message: str) -> str:
             ".anima/config.json); then resume")
 
 
+def billing_advice(message: str) -> str:
+    return (f"codex's account cannot pay for more calls ({message}): add credit or change the "
+            "plan (see its billing details), or log codex in to another account; then resume")
+
+
 def classify(result: TurnResult, rate_limit: RateLimitChanged | None = None,
              now: float | None = None) -> Fault | None:
     """The fault behind a failed turn, or None for a real reply. `rate_limit` is the latest
@@ -55,6 +64,9 @@ def classify(result: TurnResult, rate_limit: RateLimitChanged | None = None,
     text, status, kind = result.text.strip(), result.api_error_status, result.api_error
     if result.subtype == INTERRUPTED:
         return Fault(FaultKind.STOPPED, text or "interrupted", status)
+    if kind == "usageLimitExceeded" and not _USAGE_TEXT.search(text) \
+            and _BILLING_TEXT.search(text):  # no reset comes: waiting would never end it
+        return Fault(FaultKind.SETUP, text, status or 429, advice=billing_advice(text))
     if kind == "usageLimitExceeded" or _USAGE_TEXT.search(text):
         known = rate_limit if rate_limit is not None and rate_limit.status == "rejected" \
             else None
