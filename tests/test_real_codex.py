@@ -41,6 +41,7 @@ from tests.fakes.responses_stub import (
     Reply,
     ResponsesStub,
     all_text,
+    model_not_found,
     plan_without_codex,
     quota_exceeded,
     server_error,
@@ -345,6 +346,23 @@ def test_an_account_codex_cannot_bill_pauses_at_once(
     reason = rec.pause_reason or ""
     assert said in reason and "billing" in reason and "then resume" in reason
     assert "waiting for the usage limit" not in result.stdout and calls == 1
+
+
+def test_a_codex_model_that_does_not_exist_pauses_at_once(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """A role's model the API does not know (a typo in `.anima/config.json`) is this
+    machine's set-up: it was sent again `api_retry_attempts` times, then paused with "the API
+    kept failing … resume when it works again", which it never does by itself."""
+    repo = project(git_repo, ["Greet"], developer={**codex_role(real_codex_bin),
+                                                   "model": "gpt-typo"},
+                   acceptor=codex_role(real_codex_bin))
+    with ResponsesStub(default=model_not_found("gpt-typo")) as stub:
+        result = run_headless(repo, real_codex_env(stub, codex_home))
+        calls = len(stub.requests)
+    assert_ran(result, 3)
+    reason = record(repo, "m1").pause_reason or ""
+    assert "`gpt-typo` does not exist" in reason and ".anima/config.json" in reason
+    assert "sending the prompt again" not in result.stdout and calls == 1
 
 
 def test_codex_5xx_past_its_retries_is_sent_again(real_codex_bin: str, codex_home: Path,

@@ -112,6 +112,13 @@ def plan_without_codex() -> Reply:
                                     "message": "Codex is not included in your plan"})
 
 
+def model_not_found(model: str) -> Reply:
+    """The API's 404 for a model that does not exist or the key may not use."""
+    return Reply(status=404, error={
+        "type": "invalid_request_error", "code": "model_not_found",
+        "message": f"The model `{model}` does not exist or you do not have access to it."})
+
+
 def server_error() -> Reply:
     """A 500 (Codex retries it `request_max_retries` times)."""
     return Reply(status=500, error={"type": "server_error", "message": "The server had an error"})

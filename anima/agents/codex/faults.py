@@ -8,6 +8,8 @@
 - an API key's account out of credit ("Quota exceeded. Check your plan and billing details.")
   and a ChatGPT plan without Codex ("To use Codex with your ChatGPT plan, upgrade to Plus"):
   `usageLimitExceeded` as well, with no reset, since none comes;
+- a model the API does not know: `modelNotFound`, "The model `x` does not exist or you do not
+  have access to it.";
 - a 5xx that outlasted the CLI's retries: `internalServerError` (or `serverOverloaded`);
 - a context that no longer fits: `contextWindowExceeded`;
 - a config it cannot start a thread with: `thread/start` answers an error ("failed to load
@@ -54,6 +56,12 @@ def billing_advice(message: str) -> str:
             "plan (see its billing details), or log codex in to another account; then resume")
 
 
+def model_advice(message: str) -> str:
+    return (f"codex's model is not available ({message}): fix the role's model in "
+            ".anima/config.json (or `model` in config.toml in CODEX_HOME, ~/.codex by "
+            "default); then resume")
+
+
 def classify(result: TurnResult, rate_limit: RateLimitChanged | None = None,
              now: float | None = None) -> Fault | None:
     """The fault behind a failed turn, or None for a real reply. `rate_limit` is the latest
@@ -75,6 +83,8 @@ def classify(result: TurnResult, rate_limit: RateLimitChanged | None = None,
                      limit_type=known.limit_type if known else "")
     if status in (401, 403) or kind in _AUTH_KINDS or _AUTH_TEXT.search(text):
         return Fault(FaultKind.AUTH, text, status, advice=login_advice(text))
+    if kind == "modelNotFound":
+        return Fault(FaultKind.SETUP, text, status, advice=model_advice(text))
     if result.subtype == NOT_STARTED:
         return Fault(FaultKind.SETUP, text, status, advice=setup_advice(text))
     if kind == "contextWindowExceeded" or _TOO_LONG_TEXT.search(text):
