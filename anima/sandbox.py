@@ -340,8 +340,9 @@ def own_file(path: Path) -> None:
 
 def own_paths(home: Path, names: tuple[str, ...]) -> list[Path]:
     """`names` under `home` made as `own_dir` (a name ending in "/") or `own_file` (an empty
-    one where there was none), to be bound read-only over themselves: a path that did not
-    exist would be created through the writable home."""
+    one where there was none, `{}` for a `.json`: the CLI reads it, and says at every start
+    that it cannot parse an empty one), to be bound read-only over themselves: a path that
+    did not exist would be created through the writable home."""
     made = []
     for name in names:
         path = home / name
@@ -350,6 +351,8 @@ def own_paths(home: Path, names: tuple[str, ...]) -> list[Path]:
             own_dir(path)
         else:
             own_file(path)
+            if path.suffix == ".json" and path.stat().st_size == 0:
+                path.write_text("{}\n", encoding="utf-8")
         made.append(path)
     return made
 

@@ -229,7 +229,9 @@ def test_the_codex_acceptor_runs_commands_inside_anima_sandbox(
     """In Anima's sandbox the Acceptor's tree is read-only already. Codex's own read-only
     sandbox nested there is a second bubblewrap, which cannot map uid 0 when Anima runs as
     root ("bwrap: setting up uid map"): every command the Acceptor ran failed, nothing was
-    shown, and it reviewed blind."""
+    shown, and it reviewed blind. Its CLI's settings files, made read-only there, are ones it
+    can read (an empty `hooks.json` said "codex: failed to parse hooks config" at every
+    start of the Acceptor)."""
     repo = project(repo_outside_tmp, ["Greet"], developer=codex_role(real_codex_bin),
                    acceptor=codex_role(real_codex_bin), sandbox="required")
     probe = "git log --format=%s -1; cat features/F1.txt; echo evil > evil.txt; echo probed"
@@ -239,6 +241,7 @@ def test_the_codex_acceptor_runs_commands_inside_anima_sandbox(
                      for o in tool_outputs(r)}
     assert_ran(result)
     assert "bwrap:" not in review
+    assert "failed to parse" not in result.stdout
     assert "feat: F1" in review and "\nF1\n" in review
     assert "Read-only file system" in review
     assert "[acceptor] ▸ Bash: git log --format=%s -1" in result.stdout
