@@ -351,6 +351,18 @@ def test_an_account_codex_cannot_bill_pauses_at_once(
     assert "waiting for the usage limit" not in result.stdout and calls == 1
 
 
+def test_a_verdict_written_before_a_tool_call_is_not_the_turns_answer(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """The Acceptor wrote ACCEPTED, then ran a check that failed, and ended saying nothing:
+    the turn's answer was the early ACCEPTED. As with claude (whose result is the last
+    message's text), the answer is what it says after its last tool call."""
+    with ResponsesStub() as stub:
+        stub.push(Reply(text="ACCEPTED", commands=["false"]), Reply(text=""))
+        results, _ = one_turn(real_codex_bin, real_codex_env(stub, codex_home), git_repo,
+                              ACCEPTOR, "review")
+    assert results[0].text == ""
+
+
 def test_a_codex_model_that_does_not_exist_pauses_at_once(
         real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
     """A role's model the API does not know (a typo in `.anima/config.json`) is this

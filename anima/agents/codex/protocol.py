@@ -139,6 +139,10 @@ def error_kind(info: Any) -> str:
     return ""
 
 
+#: The items of a tool call (a command, a file edit): a message before one is no answer yet.
+_TOOL_ITEMS = frozenset({"commandExecution", "fileChange", "mcpToolCall", "webSearch"})
+
+
 class CodexConversation:
     """One app-server process's wire state: its thread, the turn in flight, what it spent."""
 
@@ -269,6 +273,8 @@ class CodexConversation:
             turn = params.get("turn")
             self._turn_id = str(turn.get("id", "")) if isinstance(turn, dict) else ""
         elif method == "item/started":
+            if item.get("type") in _TOOL_ITEMS:  # its answer is what it says after its tools
+                self._turn_text = ""
             return self._tool_use(item)
         elif method == "item/completed":
             return self._item_done(item)
