@@ -35,6 +35,7 @@ from anima.guard.turns import (
     TurnGuard,
     TurnStart,
     read_definitions,
+    read_files,
 )
 from anima.paths import ProjectPaths, is_milestone_md
 from anima.sandbox import own_dir
@@ -53,11 +54,8 @@ _UNSAFE_GIT_KEYS = re.compile(
 def read_records(paths: ProjectPaths, running: str) -> dict[str, bytes]:
     """Every milestone record but the running milestone's, and state.json (what users'
     scripts poll), by repository-relative path."""
-    files = [paths.state]
-    if paths.milestones.is_dir():
-        files += sorted(p for p in paths.milestones.glob("*.json") if p.stem != running)
-    return {p.relative_to(paths.root).as_posix(): p.read_bytes() for p in files
-            if p.is_file() and not p.is_symlink()}
+    return read_files(paths, [paths.state, *sorted(
+        p for p in paths.milestones.glob("*.json") if p.stem != running)])
 
 
 def put_back(paths: ProjectPaths, copy: dict[str, bytes],

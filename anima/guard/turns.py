@@ -8,7 +8,7 @@ notes, nor main's ref: this is all a turn needs watching for. Unconfined, `Resto
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,16 +25,17 @@ from anima.paths import DEFINITION_FILES, ProjectPaths
 GIT_CONFIG = ".git/config"
 
 
+def read_files(paths: ProjectPaths, files: Iterable[Path]) -> dict[str, bytes]:
+    """Those of `files` that are regular files on disk now (not links), by
+    repository-relative path."""
+    return {p.relative_to(paths.root).as_posix(): p.read_bytes() for p in files
+            if p.is_file() and not p.is_symlink()}
+
+
 def read_definitions(paths: ProjectPaths) -> dict[str, bytes]:
     """The human's definitions as they are on disk now, by repository-relative path."""
-    found: dict[str, bytes] = {}
-    files = [paths.root / rel for rel in (*DEFINITION_FILES, GIT_CONFIG)]
-    if paths.milestones.is_dir():
-        files += sorted(paths.milestones.glob("*.md"))
-    for path in files:
-        if path.is_file() and not path.is_symlink():
-            found[path.relative_to(paths.root).as_posix()] = path.read_bytes()
-    return found
+    return read_files(paths, [*(paths.root / rel for rel in (*DEFINITION_FILES, GIT_CONFIG)),
+                              *sorted(paths.milestones.glob("*.md"))])
 
 
 class TurnStart(BaseModel):
