@@ -21,6 +21,7 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from anima.atomic import read_regular, write_model_atomic, write_text_atomic
 from anima.events import Event, ToolUse
@@ -202,6 +203,9 @@ def describe_kept(kept: list[str]) -> str:
             "an agent's: if it was yours, take it from there)")
 
 
+_Note = TypeVar("_Note", bound=TurnStart)
+
+
 class _Saved(TurnStart):
     """`.anima/turn_guard.json`: the copy and the main tip taken before a Developer turn."""
 
@@ -210,15 +214,16 @@ class _Saved(TurnStart):
     #: base64 of the running milestone's record as Anima last wrote it ("": none yet)
     record: str = ""
 
-    @classmethod
-    def load(cls, paths: ProjectPaths) -> _Saved | None:
-        try:
-            return cls.model_validate(json.loads(read_regular(paths.turn_guard)))
-        except (OSError, ValueError):
-            return None
-
     def decoded(self) -> dict[str, bytes]:
         return {k: base64.b64decode(v) for k, v in self.definitions.items()}
+
+
+def _load(model: type[_Note], note: Path) -> _Note | None:
+    """One of Anima's notes of a turn or review under way (None: none, or unreadable)."""
+    try:
+        return model.model_validate(json.loads(read_regular(note)))
+    except (OSError, ValueError):
+        return None
 
 
 class RestoringGuard(TurnGuard):
@@ -273,11 +278,8 @@ class RestoringGuard(TurnGuard):
         write_model_atomic(self.paths.review_guard, start)
 
     def interrupted_review(self) -> ReviewStart | None:
-        try:
-            start = ReviewStart.model_validate(json.loads(read_regular(self.paths.review_guard)))
-        except (OSError, ValueError):
-            return None
-        if start.milestone != self.milestone:  # another's waits for its own restart
+        start = _load(ReviewStart, self.paths.review_guard)
+        if start is None or start.milestone != self.milestone:  # another's: its own restart
             return None
         self.paths.review_guard.unlink()
         return start
@@ -375,7 +377,7 @@ class RestoringGuard(TurnGuard):
 
     def resume_interrupted(self) -> TurnFindings | None:
         """A Developer turn of this milestone that a kill cut short: check it now."""
-        saved = _Saved.load(self.paths)
+        saved = _load(_Saved, self.paths.turn_guard)
         if saved is None or saved.milestone != self.milestone:
             return None
         with self._lock:
@@ -389,7 +391,7 @@ def put_back_interrupted(paths: ProjectPaths) -> PutBack:
     when Anima was killed (perhaps by the Developer), so its copy is the truth for the human's
     definitions and for the running milestone's record, which the Developer may have edited
     (features done, rounds accepted) before the kill."""
-    saved = _Saved.load(paths)
+    saved = _load(_Saved, paths.turn_guard)
     if saved is None:
         return PutBack()
     # What its tool calls named died with Anima: what arrived after the turn began is held.
