@@ -275,6 +275,35 @@ def test_without_the_sandbox_a_forged_completion_and_a_kill_still_merge_nothing(
     assert "no final acceptance is on record" in second.stdout
 
 
+def test_without_the_sandbox_a_kill_in_a_turn_leaves_the_other_milestones_records(
+        git_repo: Path, fake: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    """`off`, Anima killed during m2's Developer turn: the next start put back the turn's
+    definitions, then the resumed milestone judged the turn again against a copy of the
+    other records it never took, so m1's finished record read as one the Developer added:
+    it was set aside, the round rejected for it, and m1 ran (and merged) a second time."""
+    project = project_with(git_repo, "off")
+    fake.write_script({"developer": [AUTO]})
+    run_engine(project)
+    finished = (project / ".anima" / "milestones" / "m1.json").read_bytes()
+    (project / ".anima" / "milestones" / "m2.md").write_text(
+        milestone_md("Second", ["Gamma"]), encoding="utf-8")
+    touch, marker = done_marker(fake)
+    # (the fake's turn counter survives restarts: m1 took its first two)
+    fake.write_script({"developer": [AUTO, AUTO, {"shell": [touch], "hang_after": True},
+                                     AUTO]})
+    first = Runner(project, fake)
+    wait_until(marker.exists, what="m2's Developer turn", timeout=30)
+    first.kill()
+    second = run_to_end(project, fake)
+    assert second.proc.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
+
+    assert (project / ".anima" / "milestones" / "m1.json").read_bytes() == finished
+    assert not (project / ".anima" / "held").exists()
+    assert "m1.json" not in second.stdout
+    assert record(project, "m2").status is MilestoneStatus.COMPLETED
+    assert not [i for i in record(project, "m2").iterations if i.verdict is Verdict.REJECTED]
+
+
 # ------------------------------------------- 2. a cancelled milestone stays cancelled
 
 

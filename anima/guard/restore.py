@@ -214,9 +214,6 @@ class _Saved(TurnStart):
     #: base64 of the running milestone's record as Anima last wrote it ("": none yet)
     record: str = ""
 
-    def decoded(self) -> dict[str, bytes]:
-        return {k: base64.b64decode(v) for k, v in self.definitions.items()}
-
 
 def _load(model: type[_Note], note: Path) -> _Note | None:
     """One of Anima's notes of a turn or review under way (None: none, or unreadable)."""
@@ -344,8 +341,19 @@ class RestoringGuard(TurnGuard):
     def end(self) -> TurnFindings:
         """Also put the human's definitions back, and say what the turn changed."""
         with self._lock:
-            self._start = None
-            return self._end()
+            self._start, saved, self._saved = None, self._saved, None
+            if saved is None:
+                return TurnFindings()
+            records = self._restore_records()  # first: holding an arrival drops its record
+            if (own := _restore_own_record(self.paths, saved)) is not None:
+                records.append(f"{own} (its own)")
+            done = put_back(self.paths, self.copy, self.mentions.named)
+            findings = TurnFindings(definitions=done.changed, records=records,
+                                    held=done.held, kept=done.kept)
+            self.copy = read_definitions(self.paths)
+            self._main_findings(saved, saved.main, findings)
+            self.paths.turn_guard.unlink(missing_ok=True)
+            return findings
 
     def _drop_note(self, note: Path) -> list[str]:
         """Anima's note of a Developer turn is on disk only while one runs: one there after a
@@ -359,31 +367,16 @@ class RestoringGuard(TurnGuard):
         return [f"{note.relative_to(self.paths.root).as_posix()} (Anima's note, written while "
                 "what it notes did not run: removed)"]
 
-    def _end(self) -> TurnFindings:
-        saved, self._saved = self._saved, None
-        if saved is None:
-            return TurnFindings()
-        records = self._restore_records()  # first: holding an arrival drops its record
-        if (own := _restore_own_record(self.paths, saved)) is not None:
-            records.append(f"{own} (its own)")
-        done = put_back(self.paths, self.copy, self.mentions.named)
-        findings = TurnFindings(definitions=done.changed, records=records, held=done.held,
-                                kept=done.kept)
-        self.copy = read_definitions(self.paths)
-        self._main_findings(saved, saved.main, findings)
-        with contextlib.suppress(FileNotFoundError):
-            self.paths.turn_guard.unlink()
-        return findings
-
     def resume_interrupted(self) -> TurnFindings | None:
-        """A Developer turn of this milestone that a kill cut short: check it now."""
+        """A Developer turn of this milestone that a kill cut short: who moved main. What
+        it changed of the definitions and its own record was put back at start-up
+        (`put_back_interrupted`); the other records' copy died with Anima."""
         saved = _load(_Saved, self.paths.turn_guard)
         if saved is None or saved.milestone != self.milestone:
             return None
-        with self._lock:
-            self._saved = saved
-            self.copy = saved.decoded()
-            return self._end()
+        findings = self._main_findings(saved, saved.main)
+        self.paths.turn_guard.unlink(missing_ok=True)
+        return findings
 
 
 def put_back_interrupted(paths: ProjectPaths) -> PutBack:
@@ -395,7 +388,8 @@ def put_back_interrupted(paths: ProjectPaths) -> PutBack:
     if saved is None:
         return PutBack()
     # What its tool calls named died with Anima: what arrived after the turn began is held.
-    done = put_back(paths, saved.decoded(), lambda md: _changed_since(md, saved.started))
+    done = put_back(paths, {k: base64.b64decode(v) for k, v in saved.definitions.items()},
+                    lambda md: _changed_since(md, saved.started))
     done.record = _restore_own_record(paths, saved)
     return done
 
