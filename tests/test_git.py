@@ -436,7 +436,7 @@ def test_commit_leftovers_commits_outside_anima_and_memory_never_definitions(
     assert git(wt, "log", "-1", "--format=%s%n%an") == (
         "chore(anima): commit the Developer's leftovers\nTester"
     )
-    assert sorted(tree.changed_files_between(before, commit)) == [
+    assert sorted(c.path for c in tree.raw_changes(before, commit)) == [
         ".anima/memory/project.md",
         "README.md",
         "src/app.py",
@@ -618,8 +618,8 @@ def test_logs_changed_files_and_diff(wt: Path, repo: GitRepo, milestone: dict[st
     assert log == [(milestone["commit"], "feat: F1"), (second, "feat: F2")]
     oneline = repo.oneline_log(milestone["base_commit"], BRANCH).splitlines()
     assert oneline[0].endswith("feat: F2") and oneline[1].startswith(milestone["commit"][:7])
-    assert repo.changed_files_between(milestone["commit"], second) == ["src/second.py"]
-    assert repo.changed_files_between(milestone["base_commit"], second[:9]) == [
+    assert [c.path for c in repo.raw_changes(milestone["commit"], second)] == ["src/second.py"]
+    assert [c.path for c in repo.raw_changes(milestone["base_commit"], second[:9])] == [
         "src/feature.py",
         "src/second.py",
     ]

@@ -135,7 +135,7 @@ def work_like_anima(env: Env, root: Path) -> tuple[bool, str]:
     edit_line(root, 0, "line 1, main's\n")
     assert repo.dirty_paths() == ["a.txt"]
     assert repo.commit_leftovers("fix: main moves on") is not None
-    assert repo.changed_files_between(base, tip) == ["a.txt", "b.txt"]
+    assert [c.path for c in repo.raw_changes(base, tip)] == ["a.txt", "b.txt"]
     assert [f.path for f in diff_between(repo, base, tip, "whole milestone").files] == \
         ["a.txt", "b.txt"]
     record = MilestoneRecord(id="m1", title="M1", created_at=datetime.now(UTC),

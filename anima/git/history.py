@@ -127,10 +127,6 @@ class History(RepoBase):
                 changes.append(RawChange(os.fsdecode(raw_path), fields[4][0], fields[3]))
         return changes
 
-    def changed_files_between(self, old: str, new: str) -> list[str]:
-        """Files that differ between two commits (a round's work: its start head to its commit)."""
-        return [change.path for change in self.raw_changes(old, new)]
-
     def first_leak(self, since: str, tip: str, paths: Collection[str],
                    values: Collection[str], main: str | None = None
                    ) -> tuple[str, str, bool] | None:

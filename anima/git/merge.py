@@ -196,7 +196,7 @@ class Merging(BranchOps, History, Worktrees):
         entries = self._status().entries
         if unresolved := sorted(e.path for e in entries if e.kind == "u"):
             return (unresolved, self._unresolved(where, unresolved)), {}
-        touched = set(self.changed_files_between(before, merge))
+        touched = {change.path for change in self.raw_changes(before, merge)}
         left = self._left_aside(replaceable)
         if waiting := self._in_the_way(entries, touched, before, merge, replaceable):
             return (waiting, f"{where} has changes to {listing(waiting)} (or files of its own "

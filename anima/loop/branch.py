@@ -657,9 +657,9 @@ class BranchKeeper:
         assert commit is not None
         rnd.commit = commit
         turn = self._turn_changes
-        rnd.changed_files = [c.path for c in turn[2]] if turn is not None and turn[:2] == (
-            rnd.previous_head, commit) else self.repo.changed_files_between(rnd.previous_head,
-                                                                            commit)
+        rnd.changed_files = [c.path for c in (
+            turn[2] if turn is not None and turn[:2] == (rnd.previous_head, commit)
+            else self.repo.raw_changes(rnd.previous_head, commit))]
         self._log(f"commit {commit[:7]} verified on {rec.branch_name} "
                   f"({len(rnd.changed_files)} files)")
         return None
