@@ -120,7 +120,7 @@ class RepoBase:
     """The repository handle and the plumbing every part of it shares."""
 
     def __init__(self, runner: git.Git, root: Path, git_dir: Path, common_dir: Path) -> None:
-        """Use `GitRepo.open` (or `open_worktree`), which check the preconditions."""
+        """Use `GitRepo.open` (or `worktree_repo`), which check the preconditions."""
         self._git = runner
         self.root = root
         self._git_dir = git_dir
@@ -148,13 +148,6 @@ class RepoBase:
                 "(e.g. `git add -A && git commit -m 'Initial commit'`)"
             )
         return self
-
-    @classmethod
-    def open_worktree(cls, root: Path, git_dir: Path, common_dir: Path) -> Self:
-        """A linked worktree whose own git folder Anima found from the repository's side
-        (`Worktrees.worktree_repo`): every command names it, so a `.git` file that whatever
-        writes the tree rewrote (to a repository of its own) is never read."""
-        return cls(git.Git(root), root, git_dir, common_dir)
 
     @classmethod
     def create(cls, root: Path) -> Self:

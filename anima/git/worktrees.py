@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+import git
+
 from anima.errors import GitError
 from anima.git.locks import admin_dir
 from anima.git.repo import RepoBase
@@ -58,12 +60,14 @@ class Worktrees(RepoBase):
 
     def worktree_repo(self, path: Path) -> Self:
         """The linked worktree at `path` as a repository of its own, its git folder found
-        from this side (`admin_dir`). GitError when git does not know it."""
+        from this side (`admin_dir`) and named in every command, so a `.git` file that whatever
+        writes the tree rewrote (to a repository of its own) is never read. GitError when git
+        does not know it."""
         try:
             admin = admin_dir(self.common_dir, path)
         except FileNotFoundError as exc:
             raise GitError(str(exc)) from None
-        return self.open_worktree(path, admin, self.common_dir)
+        return type(self)(git.Git(path), path, admin, self.common_dir)
 
     def add_worktree(self, path: Path, branch: str, main: str) -> str:
         """Check `branch` out at `path`, creating it from `main`'s tip when it is missing;
