@@ -84,8 +84,7 @@ def clear_stale_locks(root: Path, git_dir: Path) -> list[str]:
     for lock in found:
         if lock.is_dir() and not lock.is_symlink():  # made by hand: git never makes one
             shutil.rmtree(lock, ignore_errors=True)
-        with contextlib.suppress(FileNotFoundError):
-            lock.unlink()
+        lock.unlink(missing_ok=True)
     return [str(lock.relative_to(git_dir)) for lock in found]
 
 
@@ -225,8 +224,7 @@ def set_index_aside(git_dir: Path) -> str:
 def _point_head(head: Path, branch: str) -> None:
     if head.is_dir() and not head.is_symlink():
         shutil.rmtree(head)
-    with contextlib.suppress(FileNotFoundError):
-        head.unlink()
+    head.unlink(missing_ok=True)
     head.write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
 
 

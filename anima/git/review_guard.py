@@ -202,9 +202,7 @@ class ReviewGuard(RepoBase):
         if full.is_dir() and not full.is_symlink():
             return False
         try:
-            full.unlink()
-        except FileNotFoundError:
-            pass
+            full.unlink(missing_ok=True)
         except OSError as exc:
             raise GitError(f"Cannot remove {path} from {self.root}: {exc}") from None
         parent = full.parent

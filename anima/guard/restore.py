@@ -282,8 +282,7 @@ class RestoringGuard(TurnGuard):
         return start
 
     def after_review(self) -> PutBack:
-        with contextlib.suppress(FileNotFoundError):
-            self.paths.review_guard.unlink()
+        self.paths.review_guard.unlink(missing_ok=True)
         records = self._restore_records()  # first: holding an arrival drops its record
         forged = self._drop_note(self.paths.turn_guard)
         done = put_back(self.paths, self.copy, self.mentions.named)
@@ -402,8 +401,7 @@ def _restore_own_record(paths: ProjectPaths, saved: _Saved) -> str | None:
     before = base64.b64decode(saved.record)
     if own.is_file() and not own.is_symlink() and own.read_bytes() == before:
         return None
-    with contextlib.suppress(FileNotFoundError):
-        own.unlink()  # a symlink or a folder the agent put there is not written through
+    own.unlink(missing_ok=True)  # a symlink or a folder the agent put there: not written through
     write_text_atomic(own, before.decode("utf-8"))
     return own.relative_to(paths.root).as_posix()
 
