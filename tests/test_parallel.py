@@ -668,3 +668,60 @@ def test_one_milestones_agent_events_stay_out_of_anothers_round(
             if "developer" in it.context} == {1_000}
     assert small.rollovers == []
     assert record(git_repo, "big").rollovers  # its own context does roll it over
+
+
+def anima_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`anima ARGS…` from another terminal."""
+    return subprocess.run([sys.executable, "-m", "anima", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_a_resumed_milestone_waiting_for_a_slot_can_be_stopped_and_aborted(
+        git_repo: Path, fake_claude: FakeClaude,
+        our_processes: Callable[[], list[int]]) -> None:
+    """Two slots, three milestones: x stopped, the third takes its slot, x resumed waits for
+    one. `anima stop` said "x is not running" and `anima abort` "x is in_progress, not paused
+    or …": no way to take the resume back until a slot freed and x ran again."""
+    ids = ["a", "b", "c"]
+    project(git_repo, ids, {"max_parallel_milestones": 2})
+    own_dirs(fake_claude, ids, **{i: {"developer_default": {"hang": True}} for i in ids})
+    runner = Runner(git_repo, fake_claude)
+    try:
+        def running() -> list[str]:
+            try:
+                return [r["id"] for r in json.loads(
+                    (git_repo / ".anima" / "state.json").read_text())["running"]]
+            except (OSError, ValueError, KeyError):
+                return []
+
+        def prompted() -> set[str]:
+            return {Path(e["cwd"]).name for e in fake_claude.entries("developer")}
+
+        first = wait_until(lambda: len(prompted()) == 2 and prompted(), what="two at work",
+                           timeout=60)
+        x = sorted(first)[0]
+        assert anima_cli("stop", str(git_repo), x).returncode == 0
+        wait_until(lambda: prompted() == set(ids), what="the third in x's slot", timeout=60)
+        done = anima_cli("resume", str(git_repo), x)
+        assert done.returncode == 0, done.stderr
+        assert record(git_repo, x).status is MilestoneStatus.IN_PROGRESS
+        assert x not in running()  # it waits for a slot
+        refused = anima_cli("abort", str(git_repo), x)
+        assert refused.returncode == 2 and "anima stop" in refused.stderr, refused.stderr
+        stopped = anima_cli("stop", str(git_repo), x)
+        assert stopped.returncode == 0, stopped.stderr
+        assert "paused (stopped by you)" in stopped.stdout, stopped.stdout
+        assert record(git_repo, x).status is MilestoneStatus.PAUSED
+        aborted = anima_cli("abort", str(git_repo), x)
+        assert aborted.returncode == 0, aborted.stderr
+        assert record(git_repo, x).status is MilestoneStatus.CANCELLED
+        others = [i for i in ids if i != x]
+        assert sorted(running()) == others  # they went on meanwhile
+        for i in others:
+            assert anima_cli("stop", str(git_repo), i).returncode == 0
+        assert runner.wait(60) == 3
+    finally:
+        if runner.proc.poll() is None:
+            runner.kill()
+    assert [Path(e["cwd"]).name for e in fake_claude.entries("developer")].count(x) == 1
+    assert our_processes() == []

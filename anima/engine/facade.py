@@ -638,6 +638,16 @@ class Engine:
             return lambda: self._abort(milestone_id)
         raise ActionError(f"unknown action {action!r}")
 
+    def _stop_waiting(self, milestone_id: str) -> MilestoneRecord:
+        """On the worker: a milestone in progress that no run drives pauses as stopped by
+        you; one that started meanwhile is stopped, and pauses so."""
+        if (session := self._sessions.get(milestone_id)) is not None:
+            self._stop_session(session, "user")
+            if session.thread is not None:
+                session.thread.join(_ANSWER_SECONDS)
+            return actions.load(self.store, milestone_id)
+        return actions.stop_waiting(self.store, milestone_id, self.bus)
+
     def _abort(self, milestone_id: str) -> MilestoneRecord:
         """On the worker, so no run starts meanwhile: a milestone that runs (perhaps not on
         its record yet: it is starting) is stopped first, then cancelled; its run never saves
@@ -712,13 +722,24 @@ class Engine:
             return f"{milestone_id} pauses after its round"
         done = self._action(action, milestone_id, note)
         self._await_hand_over(milestone_id)
-        if self._running(milestone_id) and (action != "abort" or actions.load(
+        running = self._running(milestone_id)
+        if (running or action == "abort") and (action != "abort" or actions.load(
                 self.store, milestone_id).status is MilestoneStatus.IN_PROGRESS):
             # An abort takes what `anima status` shows waiting or pending, as with no Anima
-            # running (README, CLI); a pending one that is starting is stopped first.
-            raise ActionError(f"{milestone_id} is running: stop it first "
+            # running (README, CLI); a pending one that is starting is stopped first. One in
+            # progress that waits for a free slot is stopped (paused) the same way.
+            where = "running" if running else "in progress, waiting for a free slot"
+            raise ActionError(f"{milestone_id} is {where}: stop it first "
                               f"(`anima stop {shlex.quote(str(self.root))} {milestone_id}`)")
         self.milestones.broken.discard(milestone_id)
+        outcome = self._answer(action, milestone_id, done)
+        self._wake.set()
+        return f"{action}: {milestone_id} is {outcome.status.value}"
+
+    def _answer(self, action: str, milestone_id: str,
+                done: Callable[[], MilestoneRecord]) -> MilestoneRecord:
+        """`done` carried out on the worker (no run starts meanwhile), its record the answer;
+        refused with its AnimaError."""
         result: queue.Queue[MilestoneRecord | AnimaError] = queue.Queue()
 
         def act() -> None:
@@ -734,25 +755,34 @@ class Engine:
                               "happens shortly; check with `anima status`") from None
         if isinstance(outcome, AnimaError):
             raise outcome
-        self._wake.set()
-        return f"{action}: {milestone_id} is {outcome.status.value}"
+        return outcome
 
     def _stop_and_say(self, milestone_id: str) -> str:
         """`anima stop`: answered once the run has let go of the milestone, with where it
         stands (a stop as it completes, or goes to review, changes nothing), so that a
-        `resume` right after it finds it paused."""
-        sessions = self._chosen(milestone_id)
-        self.stop_now(milestone_id)
-        for session in sessions:
-            if session.thread is not None:
-                session.thread.join(_ANSWER_SECONDS)
-                if session.thread.is_alive():
-                    return (f"stopping {milestone_id}: it pauses as stopped by you once its "
-                            "agents let go (`anima status` says when)")
+        `resume` right after it finds it paused. One in progress that waits for a free slot
+        (resumed while the others fill them) is paused the same way before it starts."""
+        if not self._running(milestone_id) and actions.load(
+                self.store, milestone_id).status is MilestoneStatus.IN_PROGRESS:
+            self._answer("stop", milestone_id, lambda: self._stop_waiting(milestone_id))
+        elif not self._stopped(self._chosen(milestone_id)):
+            return (f"stopping {milestone_id}: it pauses as stopped by you once its "
+                    "agents let go (`anima status` says when)")
         record = actions.load(self.store, milestone_id)
         if record.status is MilestoneStatus.PAUSED and (left := sessions[0].left):
             return f"stop: {milestone_id} is paused ({record.pause_reason}); {left}"
         return f"stop: {milestone_id} is {record.status.value}: it got there before the stop"
+
+    def _stopped(self, sessions: list[_Session]) -> bool:
+        """Stop these runs; whether they let go within the time an answer waits."""
+        for session in sessions:
+            self._stop_session(session, "user")
+        for session in sessions:
+            if session.thread is not None:
+                session.thread.join(_ANSWER_SECONDS)
+                if session.thread.is_alive():
+                    return False
+        return True
 
     def _await_hand_over(self, milestone_id: str) -> None:
         """A run whose last write handed its milestone to you (paused, awaiting review,

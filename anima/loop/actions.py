@@ -102,6 +102,26 @@ def _resume(store: Store, config: Config, record: MilestoneRecord, note: str,
     return record
 
 
+def stop_waiting(store: Store, milestone_id: str,
+                 bus: EventBus | None = None) -> MilestoneRecord:
+    """in_progress, but no run drives it (it waits for a free slot) → paused, as stopped by
+    you, as a stop pauses a running one: a resume or an abort may follow. Only the engine
+    that would start it may call this, on its worker (nothing starts it meanwhile)."""
+    with comments.LOCK:
+        record = load(store, milestone_id)
+        if record.status is not MilestoneStatus.IN_PROGRESS:
+            raise ActionError(f"{milestone_id} is not running")
+        check_transition(Phase.RECOVERING, Phase.PAUSED)  # how it would have gone on
+        record.status = MilestoneStatus.PAUSED
+        record.phase = Phase.PAUSED
+        record.pause_reason = "stopped by you"
+        record.interrupted = False
+        store.save_record(record)
+        reconcile_state(store, store.load_records())
+        _publish(bus, record, "stopped by you before it started again: paused")
+        return record
+
+
 def request_changes(store: Store, milestone_id: str, note: str,
                     bus: EventBus | None = None) -> MilestoneRecord:
     """awaiting_review → in_progress with the human's note (and line comments) as feedback."""
