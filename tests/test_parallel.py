@@ -4,6 +4,7 @@ serial Anima it always was. End to end with the fake `claude`, inside the sandbo
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -705,7 +706,11 @@ def test_a_resumed_milestone_waiting_for_a_slot_can_be_stopped_and_aborted(
         done = anima_cli("resume", str(git_repo), x)
         assert done.returncode == 0, done.stderr
         assert record(git_repo, x).status is MilestoneStatus.IN_PROGRESS
-        assert x not in running()  # it waits for a slot
+        assert x not in running()  # it waits for a slot, and `anima status` says so
+        lines = anima_cli("status", str(git_repo)).stdout.splitlines()
+        row = next(n for n, line in enumerate(lines) if line.startswith(f"  {x} "))
+        details = itertools.takewhile(lambda line: line.startswith("      "), lines[row + 1:])
+        assert "      waiting for a free slot (2 of 2 running)" in details, lines
         refused = anima_cli("abort", str(git_repo), x)
         assert refused.returncode == 2 and "anima stop" in refused.stderr, refused.stderr
         stopped = anima_cli("stop", str(git_repo), x)

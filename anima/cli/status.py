@@ -236,9 +236,11 @@ def _print_table(paths: ProjectPaths) -> None:
               f"{running.activity or running.phase.value}"
               + (f" (in {running.worktree})" if running.worktree else ""))
     blocked = scan.dependencies.waiting
+    running_ids = {running.id for running in state.running}
     by_id = {r.id: r for r in scan.records}
     confinement = sandbox_status(paths)
-    held = held_by_pause(scan.records, limit if confinement["confined"] else 1)
+    limit = limit if confinement["confined"] else 1  # one at a time without the sandbox
+    held = held_by_pause(scan.records, limit)
     print(sandbox_line(confinement))
     if not scan.records:
         print("no milestones yet")
@@ -255,8 +257,22 @@ def _print_table(paths: ProjectPaths) -> None:
                 "the problem below)" for d in blocked[r.id]))
         elif r.status.value == "pending" and held and r.id not in scan.dependencies.broken:
             print(f"      waiting {held_line(held)}")
+        elif r.status.value == "in_progress" and r.id not in running_ids | scan.orphans \
+                and (why := _not_running(len(running_ids), limit, live)):
+            print(f"      {why}")
     for problem in scan.problems:
         print(f"problem: {problem}", file=sys.stderr)
+
+
+def _not_running(running: int, limit: int, live: bool) -> str | None:
+    """Why a milestone in progress has no run: resumed while the others fill every slot, or
+    with no Anima running (resumed from the files, or left so by a signal). None when the
+    running Anima has a slot for it: it starts at its next step, or its log says why not."""
+    if not live:
+        return "not running: the next `anima run` or the app goes on with it"
+    if running >= limit:
+        return f"waiting for a free slot ({running} of {limit} running)"
+    return None
 
 
 def _awaited(record: MilestoneRecord) -> str:
