@@ -565,6 +565,13 @@ def test_a_run_with_a_milestone_in_progress_but_its_md_gone_does_not_end_nothing
     assert last.startswith("[anima] m1 does not go on") and ".anima/milestones/m1.md" in last \
         and f"anima abort {git_repo} m1" in last, last
     assert record(git_repo, "m1").status.value == "in_progress"
+    # The way out it names works: the abort used to be refused ("m1 is in_progress, not
+    # paused or …"), and so was `anima stop` ("nothing to stop").
+    aborted = anima("abort", str(git_repo), "m1")
+    assert aborted.returncode == 0, aborted.stderr
+    assert record(git_repo, "m1").status.value == "cancelled"
+    assert not (git_repo / ".anima" / "worktrees" / "m1").exists()
+    assert "milestone/m1" in run_git(git_repo, "branch", "--list", "milestone/m1")
 
 
 def test_a_milestone_that_depends_on_an_unreadable_file_waits_for_it_to_be_fixed(

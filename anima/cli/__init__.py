@@ -329,8 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("project")
     p.add_argument("id")
     p.set_defaults(fn=cmd_approve)
-    p = sub.add_parser("abort", help="paused/awaiting_review/pending/failed → cancelled; "
-                                     "its worktree is removed, the branch is kept")
+    p = sub.add_parser("abort", help="paused/awaiting_review/pending/failed (or in_progress "
+                                     "that no run drives) → cancelled; its worktree is "
+                                     "removed, the branch is kept")
     p.add_argument("project")
     p.add_argument("id")
     p.set_defaults(fn=cmd_abort)

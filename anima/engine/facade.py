@@ -722,14 +722,12 @@ class Engine:
             return f"{milestone_id} pauses after its round"
         done = self._action(action, milestone_id, note)
         self._await_hand_over(milestone_id)
-        running = self._running(milestone_id)
-        if (running or action == "abort") and (action != "abort" or actions.load(
+        if self._running(milestone_id) and (action != "abort" or actions.load(
                 self.store, milestone_id).status is MilestoneStatus.IN_PROGRESS):
-            # An abort takes what `anima status` shows waiting or pending, as with no Anima
-            # running (README, CLI); a pending one that is starting is stopped first. One in
-            # progress that waits for a free slot is stopped (paused) the same way.
-            where = "running" if running else "in progress, waiting for a free slot"
-            raise ActionError(f"{milestone_id} is {where}: stop it first "
+            # An abort takes what no run drives, as with no Anima running (README, CLI): one
+            # waiting or pending, or in progress waiting for a free slot; a pending one that
+            # is starting is stopped first.
+            raise ActionError(f"{milestone_id} is running: stop it first "
                               f"(`anima stop {shlex.quote(str(self.root))} {milestone_id}`)")
         self.milestones.broken.discard(milestone_id)
         outcome = self._answer(action, milestone_id, done)

@@ -109,9 +109,7 @@ def stop_waiting(store: Store, milestone_id: str,
     that would start it may call this, on its worker (nothing starts it meanwhile)."""
     with comments.LOCK:
         record = load(store, milestone_id)
-        if record.status is not MilestoneStatus.IN_PROGRESS:
-            raise ActionError(f"{milestone_id} is not running")
-        check_transition(Phase.RECOVERING, Phase.PAUSED)  # how it would have gone on
+        _require(record, Phase.PAUSED, MilestoneStatus.IN_PROGRESS)
         record.status = MilestoneStatus.PAUSED
         record.phase = Phase.PAUSED
         record.pause_reason = "stopped by you"
@@ -197,11 +195,13 @@ def _approve(store: Store, repo: GitRepo, config: Config, record: MilestoneRecor
 
 def abort(store: Store, repo: GitRepo, config: Config, milestone_id: str,
           bus: EventBus | None = None) -> MilestoneRecord:
-    """paused / awaiting_review / pending / failed → cancelled. Its worktree goes (changes
-    left in it to a named stash); the branch is kept for the human."""
+    """paused / awaiting_review / pending / failed → cancelled, and in progress when no run
+    drives it (the caller's to know: it holds the project's lock, or is the engine that would
+    start it). Its worktree goes (changes left in it to a named stash); the branch is kept
+    for the human."""
     record = load(store, milestone_id, config)
     _require(record, Phase.CANCELLED, MilestoneStatus.PAUSED, MilestoneStatus.AWAITING_REVIEW,
-             MilestoneStatus.PENDING, MilestoneStatus.FAILED)
+             MilestoneStatus.PENDING, MilestoneStatus.FAILED, MilestoneStatus.IN_PROGRESS)
     record.status = MilestoneStatus.CANCELLED
     record.phase = Phase.CANCELLED
     record.completed_at = now()  # when it ended: the window says when it was cancelled

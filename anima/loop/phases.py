@@ -47,8 +47,11 @@ STATUS_OF: dict[Phase, MilestoneStatus] = {
 }
 
 #: The phase a milestone rests in while no loop drives it, by status (a human acts on these).
+#: One in progress that no run drives (its Anima stopped, or it waits for a free slot) is
+#: where a run of it begins.
 RESTING_PHASE: dict[MilestoneStatus, Phase] = {
     MilestoneStatus.PENDING: Phase.IDLE,
+    MilestoneStatus.IN_PROGRESS: Phase.IDLE,
     MilestoneStatus.PAUSED: Phase.PAUSED,
     MilestoneStatus.AWAITING_REVIEW: Phase.AWAITING_REVIEW,
     MilestoneStatus.FAILED: Phase.FAILED,
