@@ -438,7 +438,7 @@ def test_approve_the_moment_the_milestone_awaits_review_is_not_refused(
     wait_for(lambda: status(git_repo, "m1") is MilestoneStatus.AWAITING_REVIEW, timeout=60)
     approved = anima("approve", str(git_repo), "m1")
     assert approved.returncode == 0, approved.stderr
-    assert "approve: m1 is completed" in approved.stdout
+    assert "approved m1: completed; merged milestone/m1 into main" in approved.stdout
     assert "feat: F1" in run_git(git_repo, "log", "--format=%s", "main")
     assert run.proc.poll() is None
 

@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -729,4 +730,39 @@ def test_a_resumed_milestone_waiting_for_a_slot_can_be_stopped_and_aborted(
         if runner.proc.poll() is None:
             runner.kill()
     assert [Path(e["cwd"]).name for e in fake_claude.entries("developer")].count(x) == 1
+    assert our_processes() == []
+
+
+def test_an_approval_through_the_running_anima_says_what_became_of_it(
+        git_repo: Path, fake_claude: FakeClaude,
+        our_processes: Callable[[], list[int]]) -> None:
+    """With no Anima running `anima approve` says "completed; merged …" or why a merge round
+    comes first; through a running one it said only "approve: two is in_progress", as if
+    the approval had not taken."""
+    review = "---\nrequires_human_review: true\n---\n"
+    ids = ["one", "two"]
+    project(git_repo, ids, texts={i: review + TWO for i in ids})
+    fake_claude.write_script({"milestones": {i: {"feature_dir": "features"} for i in ids}})
+    run_to_end(git_repo, fake_claude, timeout=120)
+    assert all(record(git_repo, i).status is MilestoneStatus.AWAITING_REVIEW for i in ids)
+    runner = Runner(git_repo, fake_claude, "--watch")
+    try:
+        wait_until(lambda: "nothing to stop" not in anima_cli("stop", str(git_repo),
+                                                              "one").stderr,
+                   what="the run to answer", timeout=60)
+        first = anima_cli("approve", str(git_repo), "one")
+        assert first.returncode == 0, first.stderr
+        assert first.stdout.startswith("approved one: completed; merged milestone/one"), \
+            first.stdout
+        second = anima_cli("approve", str(git_repo), "two")
+        assert second.returncode == 0, second.stderr
+        assert second.stdout.startswith("approved two: ") and "merge round" in second.stdout, \
+            second.stdout
+        wait_until(lambda: record(git_repo, "two").status is MilestoneStatus.COMPLETED,
+                   what="two merged after its merge round", timeout=60)
+        runner.signal(signal.SIGINT)
+        assert runner.wait(60) == 0
+    finally:
+        if runner.proc.poll() is None:
+            runner.kill()
     assert our_processes() == []

@@ -263,12 +263,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
     with ProjectLock(paths.lock, command=f"anima approve {args.id}"), \
             _action_bus(paths, config) as bus:
         record = actions.approve(Store(paths), GitRepo.open(paths.root), config, args.id, bus)
-    if record.status.value == "in_progress":  # main moved: a merge round comes first
-        print(f"approved {record.id}: {record.notes[-1]}; run `anima run {args.project} "
-              "--headless` or open the app to go on")
-        return EXIT_OK
-    merge = f"; {record.merge.detail}" if record.merge else ""
-    print(f"approved {record.id}: completed{merge}")
+    go_on = f"; run `anima run {args.project} --headless` or open the app to go on"
+    print(actions.approved(record) + (go_on if record.status.value == "in_progress" else ""))
     return EXIT_OK
 
 

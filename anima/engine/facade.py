@@ -732,6 +732,8 @@ class Engine:
         self.milestones.broken.discard(milestone_id)
         outcome = self._answer(action, milestone_id, done)
         self._wake.set()
+        if action == "approve":
+            return actions.approved(outcome)
         return f"{action}: {milestone_id} is {outcome.status.value}"
 
     def _answer(self, action: str, milestone_id: str,

@@ -153,6 +153,16 @@ def approve(store: Store, repo: GitRepo, config: Config, milestone_id: str,
     return record
 
 
+def approved(record: MilestoneRecord) -> str:
+    """What an approval did, as `anima approve` says it (with an Anima running or not):
+    completed and where its merge stands, or why it goes on first (a merge round, an edited
+    definition)."""
+    if record.status is MilestoneStatus.IN_PROGRESS:
+        return f"approved {record.id}: {record.notes[-1]}"
+    merge = f"; {record.merge.detail}" if record.merge else ""
+    return f"approved {record.id}: {record.status.value}{merge}"
+
+
 def _approve(store: Store, repo: GitRepo, config: Config, record: MilestoneRecord,
              bus: EventBus | None) -> None:
     if record.status is MilestoneStatus.AWAITING_REVIEW and (changed := store.redefined(
