@@ -196,6 +196,25 @@ def test_adding_the_md_of_a_milestone_that_has_a_record_says_where_it_stands(
     assert record(git_repo, "m1").status.value == "completed"
 
 
+def test_adding_a_new_md_under_the_name_of_a_milestone_that_ended_is_refused(
+        git_repo: Path, fake_env: dict[str, str]) -> None:
+    """`anima add` of a different milestone under a completed one's name said "added m1.md
+    back: milestone m1 is completed, as its record says" and exited 0; the file was copied in,
+    never ran, and every `anima status` and run then reported it. Refused, as they say."""
+    make_project(git_repo, {"m1": milestone_md("M", ["A"])})
+    assert anima("run", str(git_repo), "--headless", env=fake_env).returncode == 0
+    md = git_repo / ".anima" / "milestones" / "m1.md"
+    md.unlink()
+    new = git_repo.parent / "m1.md"
+    new.write_text(milestone_md("M again", ["B"]), encoding="utf-8")
+    added = anima("add", str(git_repo), str(new))
+    assert added.returncode == 2, added.stdout
+    assert str(new) in added.stderr and "never runs twice" in added.stderr \
+        and "save the new one under another name" in added.stderr, added.stderr
+    assert not md.exists()
+    assert anima("status", str(git_repo)).stderr == ""
+
+
 def test_adding_a_md_already_in_the_milestones_folder_registers_it(git_repo: Path) -> None:
     """It used to be refused: "a milestone named 'm1' already exists; rename the file"."""
     make_project(git_repo, {"m1": milestone_md("M", ["A"])})

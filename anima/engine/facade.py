@@ -591,8 +591,12 @@ class Engine:
         """Validate and copy a milestone file in, and register it (pending) at once."""
         md = Path(md)
         milestone_id = validate_milestone_id(md.stem, md)
-        load_milestone(md)
+        definition = load_milestone(md)
         target = self.paths.milestone_md(milestone_id)
+        if self.paths.milestone_record(milestone_id).exists() and (problem := (
+                self.store.not_run_again(self.store.load_record(milestone_id), definition,
+                                         md))) is not None:
+            raise problem  # what each scan would report of it, from then on
         if target.exists() and target.resolve() == md.resolve():  # already where it goes
             self.milestones.register(target, now())
             self._wake.set()

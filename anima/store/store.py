@@ -321,23 +321,35 @@ class Store:
     def _not_run_again(self, record: MilestoneRecord, result: Scan) -> None:
         """A milestone that ended (completed, cancelled) does not run again: a different
         `.md` put under its name since is reported, not silently ignored."""
-        if record.completed_at is None or not changed_after(
-                self.paths.milestone_md(record.id), record.completed_at.timestamp()):
+        md = self.paths.milestone_md(record.id)
+        if record.completed_at is None or not changed_after(md,
+                                                            record.completed_at.timestamp()):
             return
         try:
-            now = self.new_record(self.definition(record.id), record.id, record.created_at,
-                                  max_iterations=record.max_iterations,
-                                  requires_human_review=record.requires_human_review)
+            definition = self.definition(record.id)
         except MilestoneError:
             return  # it ended: a file that no longer reads is no reason to say anything
+        if (problem := self.not_run_again(record, definition, md)) is not None:
+            result.problems.append(problem)
+
+    def not_run_again(self, record: MilestoneRecord, definition: MilestoneDef,
+                      md: Path) -> MilestoneError | None:
+        """Why `definition` (read from `md`), under the name of `record`, which ended, is
+        never run: it defines another milestone. None when it is the same one (its file put
+        back) or `record` has not ended."""
+        if record.completed_at is None:
+            return None
+        now = self.new_record(definition, record.id, record.created_at,
+                              max_iterations=record.max_iterations,
+                              requires_human_review=record.requires_human_review)
         if (now.title, [(f.title, f.criteria) for f in now.features],
-                now.acceptance_criteria) != (record.title, [(f.title, f.criteria) for f in
+                now.acceptance_criteria) == (record.title, [(f.title, f.criteria) for f in
                                                             record.features],
                                              record.acceptance_criteria):
-            result.problems.append(MilestoneError(
-                self.paths.milestone_md(record.id),
-                f"differs from milestone {record.id}, which is {record.status.value}: a "
-                "milestone never runs twice; save the new one under another name to run it"))
+            return None
+        return MilestoneError(md, f"differs from milestone {record.id}, which is "
+                                  f"{record.status.value}: a milestone never runs twice; "
+                                  "save the new one under another name to run it")
 
     def register(self, md: Path, created_at: datetime, *, max_iterations: int,
                  requires_human_review: bool) -> MilestoneRecord | None:
