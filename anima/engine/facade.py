@@ -769,11 +769,16 @@ class Engine:
         if not self._running(milestone_id) and actions.load(
                 self.store, milestone_id).status is MilestoneStatus.IN_PROGRESS:
             self._answer("stop", milestone_id, lambda: self._stop_waiting(milestone_id))
-        elif not self._stopped(self._chosen(milestone_id)):
+            session = self._sessions.get(milestone_id)  # (one that started meanwhile)
+            left = session.left if session is not None else ""
+            left = left or "it goes on where it was on resume"
+        elif not self._stopped(sessions := self._chosen(milestone_id)):
             return (f"stopping {milestone_id}: it pauses as stopped by you once its "
                     "agents let go (`anima status` says when)")
+        else:
+            left = sessions[0].left
         record = actions.load(self.store, milestone_id)
-        if record.status is MilestoneStatus.PAUSED and (left := sessions[0].left):
+        if record.status is MilestoneStatus.PAUSED and left:
             return f"stop: {milestone_id} is paused ({record.pause_reason}); {left}"
         return f"stop: {milestone_id} is {record.status.value}: it got there before the stop"
 
