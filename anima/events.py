@@ -163,6 +163,18 @@ class TurnResult(AgentEvent):
         return self.terminal_reason in ("aborted_streaming", "aborted_tools", "interrupted")
 
 
+@dataclass(frozen=True)
+class SpendSoFar(AgentEvent):
+    """What the turn in flight has spent so far, from what its model calls reported, before
+    any result states it: on record while the turn runs (`in_flight`), so a kill of Anima
+    mid-turn loses none of it. The turn's result replaces it (`Ledger.account`)."""
+
+    usage: dict[str, Any] = field(default_factory=dict)
+    cost_usd: float = 0.0
+    #: Priced by Anima at the model's list price: the result may well say otherwise.
+    estimated: bool = False
+
+
 #: What only an agent's turn in flight produces (its words, its tool calls, its result).
 TURN_WORK = (AssistantText, Thinking, ToolUse, ToolResult, TurnResult)
 

@@ -51,7 +51,7 @@ class InstantAgent:
     def __init__(self, role: str, repo: Path, clock: Clock, session_id: str) -> None:
         self.role, self.repo, self.clock, self.session_id = role, repo, clock, session_id
 
-    def send(self, prompt: str) -> TurnResult:
+    def send(self, prompt: str, waiting: object = None) -> TurnResult:
         started = time.perf_counter()
         text = self._developer(prompt) if self.role == "developer" else "ACCEPTED"
         self.clock.agent_seconds += time.perf_counter() - started

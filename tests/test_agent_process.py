@@ -163,8 +163,10 @@ def test_text_turn_publishes_events_in_order(make_agent: Factory, fake_claude: F
     assert result.text.startswith("Hello ") and len(result.text) == len("Hello ") + 7
     assert not result.is_error and result.session_id == agent.session_id
     assert result.cost_usd == pytest.approx(0.01) and result.num_turns == 2
-    assert recorder.kinds() == ["SessionStarted", "RawOutput", "ToolUse", "ToolResult",
-                                "AssistantText", "ContextUsage", "TurnResult"]
+    # each model call's usage, as it comes (what the turn spent so far)
+    assert recorder.kinds() == ["SessionStarted", "RawOutput", "SpendSoFar", "ToolUse",
+                                "ToolResult", "SpendSoFar", "AssistantText", "ContextUsage",
+                                "TurnResult"]
     (context,) = recorder.of(ContextUsage)  # known before whoever waits for the result wakes
     assert (context.tokens, context.window, context.session_id) == (10, 200_000,
                                                                     agent.session_id)

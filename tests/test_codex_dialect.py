@@ -19,6 +19,7 @@ from anima.events import (
     Compacted,
     ContextUsage,
     Event,
+    SpendSoFar,
     ToolResult,
     ToolUse,
     TurnResult,
@@ -67,6 +68,20 @@ def test_a_turn_with_a_command_reads_as_tool_use_result_and_cost() -> None:
     expected = (usage["input_tokens"] * PRICE.input + usage["cache_read_input_tokens"]
                 * PRICE.cached_input + usage["output_tokens"] * PRICE.output) / 1e6
     assert result.turn_cost_usd == pytest.approx(expected) and expected > 0
+
+
+def test_what_a_turn_spent_is_known_from_its_model_calls_before_it_ends() -> None:
+    """Codex reports each model call's usage as it finishes (`thread/tokenUsage/updated`),
+    before `turn/completed`: the turn's spend so far is published then (a kill of Anima
+    before the result keeps it, `in_flight`), at the figure its result states."""
+    events = replay("tool")
+    so_far = [i for i, e in enumerate(events) if isinstance(e, SpendSoFar)]
+    done = events.index(result_of(events))
+    assert so_far and so_far[-1] < done
+    last = events[so_far[-1]]
+    assert isinstance(last, SpendSoFar) and not last.estimated
+    assert (last.usage, last.cost_usd) == (result_of(events).usage,
+                                           pytest.approx(result_of(events).turn_cost_usd))
 
 
 def test_a_resumed_threads_repeat_of_its_last_turns_usage_is_not_counted_again() -> None:

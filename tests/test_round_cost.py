@@ -390,3 +390,77 @@ def test_a_turn_killed_before_its_result_keeps_the_spend_its_model_calls_reporte
     assert first.cost_usd == pytest.approx(estimate)
     assert rec.cost_usd == pytest.approx(estimate + 4 * 0.01)
     assert any("estimate" in note for note in first.notes), first.notes
+
+
+SONNET = "claude-sonnet-4-5-20250929"
+#: What one call of the fake reports with context_tokens=100_010 (10 in, 100k cache read,
+#: 5 out), at Sonnet 4.5's list price.
+CALL_ESTIMATE = (10 * 3 + 100_000 * 0.30 + 5 * 15) / 1_000_000
+
+
+def test_a_kill_of_anima_mid_turn_keeps_what_the_turns_model_calls_had_reported(
+        git_repo: Path, fake_claude: FakeClaude) -> None:
+    """Anima is SIGKILLed in the middle of the Developer's turn, after two of its model calls
+    reported 100k tokens each. `in_flight` was written only after a turn's result, so the
+    restart counted nothing of that turn. What the calls reported reaches the record while
+    the turn runs, and after the restart it is in the totals, noted as an estimate."""
+    make_project(git_repo, {"m1": milestone_md("Solo", ["Greet command"])},
+                 config={"developer": {"model": SONNET}})
+    fake_claude.write_script({
+        "developer": [{"shell": ["true", "echo wip > wip.txt"], "context_tokens": 100_010,
+                       "hang_after": True}],
+        "developer_default": {"auto": True, "cost_usd": 0.01},
+        "acceptor_default": {"text": "ACCEPTED", "cost_usd": 0.01}})
+    first = Runner(git_repo, fake_claude)
+    wait_until(lambda: list(git_repo.glob(".anima/worktrees/m1/wip.txt")),
+               what="the Developer's model calls")
+    estimate = 2 * CALL_ESTIMATE
+    try:  # the second call within a few seconds of the first (the writes are throttled)
+        wait_until(lambda: record(git_repo, "m1").in_flight.cost_usd >= estimate - 1e-9,
+                   what="the turn's spend so far on record")
+    finally:
+        first.kill()
+    spent = record(git_repo, "m1").in_flight
+    assert spent.usage.total == 2 * 100_015 and spent.estimated_usd == pytest.approx(estimate)
+    second = run_to_end(git_repo, fake_claude)
+    assert second.proc.returncode == 0, second.stdout[-2000:]
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.in_flight.cost_usd == 0
+    assert rec.cost_usd == pytest.approx(estimate + sum(it.cost_usd for it in rec.iterations))
+    assert rec.tokens_used == 2 * 100_015 + sum(it.tokens for it in rec.iterations)
+    assert any(f"${estimate:.4f} of it an estimate" in n for n in rec.notes), rec.notes
+
+
+def test_a_turns_result_replaces_the_spend_its_model_calls_reported_on_the_way(
+        git_repo: Path, fake_claude: FakeClaude) -> None:
+    """The Developer's model calls report 100k tokens while it works, and that reaches the
+    record; then its result says the turn cost $0.30 for 150 tokens. The result's figure
+    stands alone, while the Acceptor reviews (what a kill then would keep) and in the
+    totals: nothing of the running estimate is counted on top of it."""
+    make_project(git_repo, {"m1": milestone_md("Solo", ["Greet command"])},
+                 config={"developer": {"model": SONNET}, "summarizer": {"enabled": False}})
+    fake_claude.write_script({
+        "developer": [{"shell": ["true"], "context_tokens": 100_010, "think": 3.0,
+                       "auto": True, "cost_usd": 0.30}],
+        "acceptor": [{"delay": 2.0, "text": "ACCEPTED", "cost_usd": 0.01}],
+        "acceptor_default": {"text": "ACCEPTED", "cost_usd": 0.01}})
+    runner = Runner(git_repo, fake_claude)
+    wait_until(lambda: fake_claude.prompts("developer"), what="the Developer's turn")
+    try:
+        wait_until(lambda: record(git_repo, "m1").in_flight.estimated_usd > 0,
+                   what="the turn's spend so far on record")
+        wait_until(lambda: fake_claude.prompts("acceptor"), what="the review")
+        spent = record(git_repo, "m1").in_flight
+    finally:
+        assert runner.wait() == 0, runner.stdout[-2000:]
+    assert spent.cost_usd == pytest.approx(0.30) and spent.estimated_usd == 0, spent
+    assert spent.usage.total == 150, spent
+    rec = record(git_repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED and rec.in_flight.cost_usd == 0
+    first = rec.iterations[0]
+    assert first.cost_usd == pytest.approx(0.30 + 0.01)  # and the review's
+    assert first.tokens == 2 * 150 and first.usage.cache_read_input_tokens == 0, first.usage
+    assert rec.cost_usd == pytest.approx(sum(it.cost_usd for it in rec.iterations))
+    assert rec.tokens_used == sum(it.tokens for it in rec.iterations) == rec.usage.total
+    assert not any("estimate" in n for it in rec.iterations for n in it.notes)
+    assert not any("estimate" in n for n in rec.notes), rec.notes

@@ -332,8 +332,10 @@ class AgentProcess:
 
     # --- turns ----------------------------------------------------------------------------
 
-    def send(self, prompt: str) -> TurnResult:
+    def send(self, prompt: str, waiting: Callable[[], None] | None = None) -> TurnResult:
         """Run one turn and return its result; raises TurnTimeout, AgentCrashed or SessionLost.
+        `waiting` is called on this thread every few milliseconds while the turn runs (it
+        writes what the turn spent so far, `Ledger.write_running`).
 
         After a timeout the turn is interrupted; if the CLI answers within `interrupt_grace`
         the process stays usable, otherwise it is stopped (check `alive`).
@@ -348,7 +350,7 @@ class AgentProcess:
             self._turn_active.set()
             first_turn = self._turns_sent == 0
             self._turns_sent += 1
-            result = self._run_turn(prompt)
+            result = self._run_turn(prompt, waiting)
             if (self._resume and first_turn and self.dialect.session_lost(result)
                     and not self._interrupt_sent):
                 raise SessionLost(
@@ -383,7 +385,7 @@ class AgentProcess:
         held, self._held = self._held, []
         procfs.release(held)
 
-    def _run_turn(self, prompt: str) -> TurnResult:
+    def _run_turn(self, prompt: str, waiting: Callable[[], None] | None) -> TurnResult:
         started = time.monotonic()
         deadline = started + self.turn_timeout
         with self._cond:
@@ -423,6 +425,8 @@ class AgentProcess:
                     self._cond.wait(_POLL_SECONDS)
             if crashed:
                 return self._on_crash()
+            if waiting is not None:
+                waiting()
         self._abort_turn()
         raise timeout
 

@@ -5,13 +5,15 @@ background summary. A round in flight never reaches the record, so a kill redoes
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from anima.config import Config
-from anima.events import EventBus, TurnResult, VerdictReached
+from anima.events import EventBus, SpendSoFar, TurnResult, VerdictReached
 from anima.store.models import (
     CheckRun,
     ContextUse,
@@ -34,6 +36,10 @@ log = logging.getLogger(__name__)
 # The log (and the headless output) quotes this much of a reason; the record keeps it whole,
 # and the prompts trim it to their budget.
 MAX_LOGGED_TOKENS = 2000
+
+#: While a turn runs, what it spent so far reaches the record at most this often: each
+#: write is a whole record, fsynced, and the window redraws it.
+RUNNING_WRITE_SECONDS = 3.0
 
 
 @dataclass
@@ -75,6 +81,11 @@ class Ledger:
         self._carry = Usage()
         self._carry_cost = 0.0
         self._pending_summaries: list[tuple[int, Future[SummaryResult]]] = []
+        # role -> what its turn in flight spent so far, until its result (the agents' reader
+        # threads set it, the loop's thread writes it: `running`, `write_running`)
+        self._running: dict[str, SpendSoFar] = {}
+        self._running_new = False
+        self._running_written = -math.inf  # time.monotonic() of its last write
 
     def open(self, kind: RoundKind, previous_head: str) -> Round:
         """Start the next round; it carries what was spent since the last one."""
@@ -90,9 +101,29 @@ class Ledger:
             self.round.notes.append(text)
         self._log(text)
 
+    def running(self, spent: SpendSoFar) -> None:
+        """From an agent's reader thread: what its turn in flight spent so far (it replaces
+        the figure before; the turn's result replaces it in turn)."""
+        self._running[spent.role] = spent
+        self._running_new = True
+
+    def write_running(self) -> None:
+        """From the loop's thread, while it waits for a turn: what the turn spent so far goes
+        on record (`in_flight`), at most every RUNNING_WRITE_SECONDS and only when there is
+        news, so that a kill of Anima before the turn's result keeps it."""
+        if not self._running_new or \
+                time.monotonic() - self._running_written < RUNNING_WRITE_SECONDS:
+            return
+        self._running_new = False  # first: news that comes meanwhile is written next time
+        self._running_written = time.monotonic()
+        self.record.in_flight = self._unsettled()
+        self._save()
+
     def account(self, result: TurnResult) -> None:
         """Add what the turn spent (`usage` is per turn; the agent works out the cost), and
-        what the tool rules refused to the round's notes."""
+        what the tool rules refused to the round's notes. It replaces what the turn's model
+        calls had reported so far (`running`)."""
+        estimate = self._running.pop(result.role, None)
         usage = Usage.from_api(result.usage)
         spent = result.turn_cost_usd or 0.0
         if result.estimated and (usage.total or spent):
@@ -108,15 +139,19 @@ class Ledger:
         else:
             self._carry = self._carry + usage
             self._carry_cost += spent
-        if usage.total or spent:  # on disk with the next write (the phase that follows)
-            self.record.in_flight = self._unsettled()
+        if usage.total or spent or estimate is not None:
+            self.record.in_flight = self._unsettled()  # on disk with the next write
 
     def _unsettled(self) -> Spend:
-        """What was spent since the last round was recorded: the round in flight's, and the
-        turns' outside any round."""
-        rnd = self.round
-        return Spend(usage=(rnd.usage if rnd is not None else Usage()) + self._carry,
-                     cost_usd=(rnd.cost_usd if rnd is not None else 0.0) + self._carry_cost)
+        """What was spent since the last round was recorded: the round in flight's, the
+        turns' outside any round, and what the turns in flight spent so far."""
+        rnd, running = self.round, list(self._running.values())
+        usage = sum((Usage.from_api(s.usage) for s in running),
+                    (rnd.usage if rnd is not None else Usage()) + self._carry)
+        cost = sum((s.cost_usd for s in running),
+                   (rnd.cost_usd if rnd is not None else 0.0) + self._carry_cost)
+        return Spend(usage=usage, cost_usd=cost,
+                     estimated_usd=sum(s.cost_usd for s in running if s.estimated))
 
     def settle_in_flight(self) -> None:
         """At a start: what a round that a kill cut short had spent joins the totals (the
@@ -125,8 +160,12 @@ class Ledger:
         if spent.usage.total == 0 and spent.cost_usd == 0:
             return
         self._add_to_totals(spent.usage, spent.cost_usd)
+        estimate = (f" (${spent.estimated_usd:.4f} of it an estimate, at the model's list "
+                    "price, of what the turn it cut short had spent)"
+                    if spent.estimated_usd else "")
         rec.notes.append(f"a round cut short by a restart spent ${spent.cost_usd:.4f} and "
-                         f"{spent.usage.total} tokens; they stay in the milestone's totals")
+                         f"{spent.usage.total} tokens{estimate}; they stay in the milestone's "
+                         "totals")
 
     def _add_to_totals(self, usage: Usage, cost: float) -> None:
         rec = self.record
@@ -142,6 +181,7 @@ class Ledger:
         rnd, rec, spent = self.round, self.record, self._unsettled()
         usage, cost = spent.usage, spent.cost_usd
         self.round, self._carry, self._carry_cost = None, Usage(), 0.0
+        self._running.clear()  # a turn no result ended (its agent is stopped): spent too
         if usage.total == 0 and cost == 0:
             rec.in_flight = Spend()
             return

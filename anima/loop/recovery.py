@@ -150,8 +150,8 @@ class TrackedAgent:
     def held_still(self) -> bool:
         return bool(self._agent.held_still)
 
-    def send(self, prompt: str) -> Any:
-        return self._agent.send(prompt)
+    def send(self, prompt: str, waiting: Callable[[], None] | None = None) -> Any:
+        return self._agent.send(prompt, waiting)
 
     def take_unclaimed(self) -> Any:
         return self._agent.take_unclaimed()

@@ -28,6 +28,7 @@ from anima.events import (
     RateLimitChanged,
     SandboxFailure,
     SessionStarted,
+    SpendSoFar,
     ToolResult,
     ToolUse,
     TurnResult,
@@ -56,7 +57,7 @@ class Agent(Protocol):
     @property
     def held_still(self) -> bool: ...
 
-    def send(self, prompt: str) -> TurnResult: ...
+    def send(self, prompt: str, waiting: Callable[[], None] | None = None) -> TurnResult: ...
 
     def take_unclaimed(self) -> list[TurnResult]: ...
 
@@ -248,7 +249,7 @@ class Seats:
                         self._forget_wait()
                 if self.control.stop.is_set():  # it came while the agent started (or waited)
                     raise Stopped
-                result = agent.send(prompt)
+                result = agent.send(prompt, self.ledger.write_running)
                 self._claim(agent)
                 if not agent.held_still:
                     self._stop_unheld(role)
@@ -380,6 +381,8 @@ class Seats:
             self.context[event.role] = use
             if self.ledger.round is not None:
                 self.ledger.round.context[event.role] = use
+        elif isinstance(event, SpendSoFar):
+            self.ledger.running(event)
         elif isinstance(event, Compacted):
             self._log(f"{event.role}: the CLI compacted its context by itself "
                       f"({event.trigger}){event.sizes()}")

@@ -106,6 +106,15 @@ def _record_v10_to_v11(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "limit_wait": None}
 
 
+def _record_v11_to_v12(data: dict[str, Any]) -> dict[str, Any]:
+    """v12's `in_flight` holds the turn in flight's spend so far, and says how much of it
+    is an estimate (`estimated_usd`; an older Anima wrote it only after a turn's result)."""
+    spent = data.get("in_flight")
+    if not isinstance(spent, dict):
+        return data
+    return {**data, "in_flight": {**spent, "estimated_usd": 0.0}}
+
+
 def _state_v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
     """v3 lists every `running` milestone; v2's `current_milestone` was the one, if awake."""
     current = data.get("current_milestone")
@@ -125,6 +134,7 @@ _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] =
     ("record", 8): _record_v8_to_v9,
     ("record", 9): _record_v9_to_v10,
     ("record", 10): _record_v10_to_v11,
+    ("record", 11): _record_v11_to_v12,
     ("state", 1): _state_v1_to_v2,
     ("state", 2): _state_v2_to_v3,
 }

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validat
 
 from anima.phases import Phase
 
-RECORD_SCHEMA_VERSION = 11
+RECORD_SCHEMA_VERSION = 12
 STATE_SCHEMA_VERSION = 3
 
 
@@ -138,6 +138,9 @@ class Spend(_Model):
 
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float = Field(0.0, ge=0)
+    #: Of `cost_usd`, what Anima priced itself from the model calls of a turn still in flight
+    #: (no result stated it yet): an estimate.
+    estimated_usd: float = Field(0.0, ge=0)
 
 
 class Withdrawn(StrEnum):

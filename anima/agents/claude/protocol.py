@@ -21,6 +21,7 @@ from anima.events import (
     RateLimitChanged,
     RawOutput,
     SessionStarted,
+    SpendSoFar,
     Thinking,
     ToolResult,
     ToolUse,
@@ -254,32 +255,45 @@ class ContextMeter:
 
 class CallLedger:
     """The model calls a process reported (`assistant` lines, a sub-agent's too: each is
-    paid) since its last `result`. Only the result states a cost: when the process ends
-    before it (killed after a timeout), these are what the turn spent, priced at the
-    model's list price (`PRICES_PER_MTOK`; an unknown model's tokens count, at $0)."""
+    paid) since its last `result`. Only the result states a cost: until it comes (and when
+    the process ends before it, killed after a timeout), these are what the turn spent,
+    priced at the model's list price (`PRICES_PER_MTOK`; an unknown model's tokens count,
+    at $0)."""
 
     def __init__(self) -> None:
         #: message id -> (model, usage): the CLI prints one line per content block, each
         #: with its message's usage so far
         self._calls: dict[str, tuple[str, Usage]] = {}
 
-    def saw_assistant(self, obj: dict[str, Any]) -> None:
+    def saw_assistant(self, obj: dict[str, Any]) -> bool:
+        """Count the line's call; whether that changed what was spent (the next block of
+        a message often repeats its usage)."""
         message = obj.get("message")
         if not isinstance(message, dict) or not isinstance(message.get("usage"), dict):
-            return
+            return False
         key = str(message.get("id") or f"call-{len(self._calls)}")
-        self._calls[key] = (str(message.get("model") or ""),
-                            Usage.from_api(_token_counts(message["usage"])))
+        call = (str(message.get("model") or ""), Usage.from_api(_token_counts(message["usage"])))
+        if self._calls.get(key) == call:
+            return False
+        self._calls[key] = call
+        return True
 
     def settled(self) -> None:
         """A result came: it states what they cost."""
         self._calls.clear()
 
+    def _spent(self) -> tuple[Usage, float]:
+        return (sum((u for _, u in self._calls.values()), Usage()),
+                sum(cost_usd(model, u) for model, u in self._calls.values()))
+
+    def so_far(self, role: str) -> SpendSoFar:
+        usage, spent = self._spent()
+        return SpendSoFar(role=role, usage=usage.model_dump(), cost_usd=spent, estimated=True)
+
     def unsettled(self, role: str) -> TurnResult | None:
         if not self._calls:
             return None
-        usage = sum((u for _, u in self._calls.values()), Usage())
-        spent = sum(cost_usd(model, u) for model, u in self._calls.values())
+        usage, spent = self._spent()
         return TurnResult(role=role, text="the process ended before its turn did",
                           is_error=True, session_id="", subtype="error_during_execution",
                           usage=usage.model_dump(), turn_cost_usd=spent, estimated=True)
@@ -300,7 +314,8 @@ def parse_line(role: str, line: bytes | str, meter: ContextMeter | None = None,
 
     With a `meter`, a turn's `result` is preceded by its ContextUsage (so whoever waits for the
     result already knows the context), and `assistant` lines feed the meter; with `calls`,
-    they are counted until a result settles them.
+    they are counted until a result settles them (a line that adds to the spend is preceded
+    by a SpendSoFar).
 
     A line that is not a JSON object is returned as RawOutput (cleaned of ANSI/CR), because a
     crash trace or a warning must be shown, never lost. Blank lines produce nothing.
@@ -344,9 +359,9 @@ def parse_line(role: str, line: bytes | str, meter: ContextMeter | None = None,
     if kind == "assistant":
         if meter is not None:
             meter.saw_assistant(obj)
-        if calls is not None:
-            calls.saw_assistant(obj)
         events: list[Event] = []
+        if calls is not None and calls.saw_assistant(obj):
+            events.append(calls.so_far(role))
         for block in _message_content(obj):
             if not isinstance(block, dict):
                 continue

@@ -39,6 +39,7 @@ from anima.events import (
     RawOutput,
     SandboxFailure,
     SessionStarted,
+    SpendSoFar,
     Thinking,
     ToolResult,
     ToolUse,
@@ -280,7 +281,7 @@ class CodexConversation:
             return self._item_done(item)
         elif method == "thread/tokenUsage/updated" and params.get("turnId") in (
                 None, "", self._turn_id):  # a resumed thread repeats its last turn's first
-            self._own_usage(params.get("tokenUsage"))
+            return self._own_usage(params.get("tokenUsage"))
         elif method == "error" and params.get("willRetry"):
             error = params.get("error")
             error = error if isinstance(error, dict) else {}
@@ -308,8 +309,9 @@ class CodexConversation:
             return self._tool_use(item)
         if method == "item/completed":
             return self._item_done(item, own=False)
-        if method == "thread/tokenUsage/updated":
-            self._usage(thread, params.get("tokenUsage"))
+        if method == "thread/tokenUsage/updated" and \
+                self._usage(thread, params.get("tokenUsage")) is not None:
+            return [self._so_far()]
         return []
 
     def _rate_limit(self, limits: Any) -> RateLimitChanged | None:
@@ -369,14 +371,22 @@ class CodexConversation:
                                is_error=item.get("status") != "completed")]
         return []
 
-    def _own_usage(self, usage: Any) -> None:
+    def _own_usage(self, usage: Any) -> list[Event]:
         """The agent's own call: counted, and its context (a sub-agent's is another)."""
         last = self._usage(self.thread_id, usage)
-        if last is not None and (window := wire_count(usage.get("modelContextWindow"))):
+        if last is None:
+            return []
+        if window := wire_count(usage.get("modelContextWindow")):
             self._context = ContextUsage(
                 role=self.role, session_id=self.thread_id,
                 tokens=wire_count(last.get("inputTokens")) + wire_count(last.get("outputTokens")),
                 window=window)
+        return [self._so_far()]
+
+    def _so_far(self) -> SpendSoFar:
+        """Its calls are priced as its result will be: the figure is the turn's own."""
+        return SpendSoFar(role=self.role, usage=self._spend.as_usage(),
+                          cost_usd=self._cost(self._spend))
 
     def _usage(self, thread: str, usage: Any) -> dict[str, Any] | None:
         """Count `thread`'s last model call once; returns that call's usage if counted."""
@@ -416,6 +426,10 @@ class CodexConversation:
     def _price(self) -> ModelPrice | None:
         return self._prices.get(self.model)
 
+    def _cost(self, spend: _Spend) -> float:
+        price = self._price()
+        return spend.cost(price) if price is not None else 0.0
+
     def _unpriced(self) -> RawOutput | None:
         """Said once per process: with no price for its model, Codex's turns cost 0 here."""
         if self._price() is not None or self._unpriced_said or not self.model:
@@ -426,9 +440,8 @@ class CodexConversation:
 
     def _result(self, ok: bool, subtype: str, text: str, error: dict[str, Any] | None,
                 duration_ms: int = 0) -> TurnResult:
-        price = self._price()
         spend, self._spend = self._spend, _Spend()
-        spent = spend.cost(price) if price is not None else 0.0
+        spent = self._cost(spend)
         self._cost_total += spent
         info = error.get("codexErrorInfo") if error else None
         return TurnResult(
