@@ -304,6 +304,34 @@ def test_without_the_sandbox_a_kill_in_a_turn_leaves_the_other_milestones_record
     assert not [i for i in record(project, "m2").iterations if i.verdict is Verdict.REJECTED]
 
 
+def test_without_the_sandbox_an_abort_after_a_kill_in_a_turn_stands(
+        git_repo: Path, fake: FakeClaude, our_processes: Callable[[], list[int]]) -> None:
+    """`off`, Anima killed during m1's Developer turn, then `anima abort` (no run drives
+    m1): the next start put Anima's note of the turn back, with m1's record as it was during
+    the turn: the abort was undone and m1 ran again. And each start after that put the
+    turn's copy of the definitions back over your later edits."""
+    project = project_with(git_repo, "off")
+    touch, marker = done_marker(fake)
+    fake.write_script({"developer": [{"shell": [touch], "hang_after": True}, AUTO]})
+    first = Runner(project, fake)
+    wait_until(marker.exists, what="m1's Developer turn", timeout=30)
+    first.kill()
+    aborted = subprocess.run([sys.executable, "-m", "anima", "abort", str(project), "m1"],
+                             capture_output=True, text=True, timeout=60)
+    assert aborted.returncode == 0, aborted.stderr
+    assert record(project, "m1").status is MilestoneStatus.CANCELLED
+    second = run_to_end(project, fake)
+    assert second.proc.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
+    assert record(project, "m1").status is MilestoneStatus.CANCELLED
+    config = project / ".anima" / "config.json"
+    mine = json.loads(config.read_text(encoding="utf-8")) | {"max_consecutive_rejections": 7}
+    config.write_text(json.dumps(mine), encoding="utf-8")
+    third = run_to_end(project, fake)
+    assert third.proc.returncode == 0, third.stdout[-3000:] + third.stderr[-2000:]
+    assert json.loads(config.read_text(encoding="utf-8"))["max_consecutive_rejections"] == 7
+    assert not (project / ".anima" / "held").exists()
+
+
 # ------------------------------------------- 2. a cancelled milestone stays cancelled
 
 

@@ -213,6 +213,9 @@ class _Saved(TurnStart):
     definitions: dict[str, str]  # base64 of each file
     #: base64 of the running milestone's record as Anima last wrote it ("": none yet)
     record: str = ""
+    #: Put back by a start already: kept only for the resume to judge who moved main. Put
+    #: back again, it would undo what you did since (an abort; an edit of the config).
+    applied: bool = False
 
 
 def _load(model: type[_Note], note: Path) -> _Note | None:
@@ -384,13 +387,23 @@ def put_back_interrupted(paths: ProjectPaths) -> PutBack:
     definitions and for the running milestone's record, which the Developer may have edited
     (features done, rounds accepted) before the kill."""
     saved = _load(_Saved, paths.turn_guard)
-    if saved is None:
+    if saved is None or saved.applied:
         return PutBack()
     # What its tool calls named died with Anima: what arrived after the turn began is held.
     done = put_back(paths, {k: base64.b64decode(v) for k, v in saved.definitions.items()},
                     lambda md: _changed_since(md, saved.started))
     done.record = _restore_own_record(paths, saved)
+    write_model_atomic(paths.turn_guard, saved.model_copy(update={"applied": True}))
     return done
+
+
+def drop_interrupted(paths: ProjectPaths, milestone: str) -> None:
+    """You abort the milestone whose Developer turn a kill cut short: the note is put back
+    first (if no start did yet), then dropped, as no resume will judge that turn."""
+    put_back_interrupted(paths)
+    saved = _load(_Saved, paths.turn_guard)
+    if saved is not None and saved.milestone == milestone:
+        paths.turn_guard.unlink(missing_ok=True)
 
 
 def _restore_own_record(paths: ProjectPaths, saved: _Saved) -> str | None:

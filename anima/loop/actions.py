@@ -13,6 +13,7 @@ from anima.config import Config
 from anima.errors import ActionError
 from anima.events import EventBus, LogLine, MilestoneChanged
 from anima.git import GitRepo
+from anima.guard.restore import drop_interrupted
 from anima.loop.completion import begin_completion, finish_completed, merging
 from anima.loop.limits import LIMITS
 from anima.loop.phases import RESTING_PHASE, check_transition
@@ -209,6 +210,7 @@ def abort(store: Store, repo: GitRepo, config: Config, milestone_id: str,
     drives it (the caller's to know: it holds the project's lock, or is the engine that would
     start it). Its worktree goes (changes left in it to a named stash); the branch is kept
     for the human."""
+    drop_interrupted(store.paths, milestone_id)  # (`sandbox: "off"`: else it would revive it)
     record = load(store, milestone_id, config)
     _require(record, Phase.CANCELLED, MilestoneStatus.PAUSED, MilestoneStatus.AWAITING_REVIEW,
              MilestoneStatus.PENDING, MilestoneStatus.FAILED, MilestoneStatus.IN_PROGRESS)
