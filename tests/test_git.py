@@ -476,7 +476,7 @@ def reviewed(wt: Path, tree: GitRepo) -> TreeSnapshot:
 def test_snapshot_of_an_unchanged_tree_is_stable(tree: GitRepo, reviewed: TreeSnapshot) -> None:
     assert tree.snapshot() == reviewed
     assert reviewed.branch == BRANCH and reviewed.head == tree.head()
-    assert reviewed.untracked == {"scratch/keep.txt"}
+    assert [(path, code) for path, code, _ in reviewed.fingerprint] == [("scratch/keep.txt", "?")]
     assert tree.restore(reviewed) == []
 
 

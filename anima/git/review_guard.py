@@ -27,11 +27,6 @@ class TreeSnapshot:
     branch: str | None
     fingerprint: tuple[tuple[str, str, str], ...]
 
-    @property
-    def untracked(self) -> frozenset[str]:
-        """Untracked paths that existed at snapshot time; `restore` never deletes them."""
-        return frozenset(path for path, code, _ in self.fingerprint if code == "?")
-
 
 
 class ReviewGuard(RepoBase):
