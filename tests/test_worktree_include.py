@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from anima.errors import GitError
-from anima.git.worktree_include import _copy_one, _Folders, copy_included
+from anima.git.worktree_include import _copy_one, _Folders, copy_included, included_paths
 from tests.conftest import init_repo, run_git
 
 pytestmark = pytest.mark.timeout(30)  # a FIFO read by mistake would hang, not fail
@@ -42,7 +42,7 @@ def worktree(repo: Path, where: Path, branch: str = "m1") -> Path:
 
 def copy(repo: Path, tmp_path: Path) -> tuple[Path, list[str]]:
     wt = worktree(repo, tmp_path / "wt")
-    return wt, copy_included(repo, wt)
+    return wt, copy_included(repo, wt, included_paths(repo))
 
 
 def tree(root: Path) -> set[str]:
@@ -256,7 +256,7 @@ def test_an_existing_target_file_is_not_overwritten(tmp_path: Path) -> None:
     (wt / ".env.test").symlink_to(outside)  # a link in the way is not written through
     (wt / "secrets").symlink_to(outside.parent, target_is_directory=True)
 
-    copied = copy_included(repo, wt)
+    copied = copy_included(repo, wt, included_paths(repo))
 
     assert copied == []
     assert (wt / ".env").read_text(encoding="utf-8") == "MINE=1\n"
@@ -273,10 +273,11 @@ def test_a_copy_killed_halfway_leaves_no_short_file_and_the_next_copy_is_whole(
     (repo / "data.db").write_bytes(os.urandom(4 << 20))
     wt = worktree(repo, tmp_path / "wt")
     script = ("import resource, signal, sys\nfrom pathlib import Path\n"
-              "from anima.git.worktree_include import copy_included\n"
+              "from anima.git.worktree_include import copy_included, included_paths\n"
               "signal.signal(signal.SIGXFSZ, signal.SIG_DFL)\n"  # Python ignores it
               "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))\n"
-              "copy_included(Path(sys.argv[1]), Path(sys.argv[2]))\n")
+              "source = Path(sys.argv[1])\n"
+              "copy_included(source, Path(sys.argv[2]), included_paths(source))\n")
     done = subprocess.run([sys.executable, "-c", script, str(repo), str(wt)], check=False,
                           capture_output=True)
     assert done.returncode == -signal.SIGXFSZ
@@ -284,7 +285,7 @@ def test_a_copy_killed_halfway_leaves_no_short_file_and_the_next_copy_is_whole(
     assert not os.path.lexists(wt / "data.db")
     assert tree(wt) == tree(repo) - {"data.db"}  # and no partial file under another name
 
-    assert copy_included(repo, wt) == ["data.db"]
+    assert copy_included(repo, wt, included_paths(repo)) == ["data.db"]
     assert (wt / "data.db").read_bytes() == (repo / "data.db").read_bytes()
 
 
@@ -307,7 +308,7 @@ def test_nothing_under_anima_is_copied(tmp_path: Path) -> None:
     wt = worktree(repo, repo / ".anima/worktrees/m1")  # where Anima keeps them
     write(wt / "made.log", "the worktree's own\n")
 
-    copied = copy_included(repo, wt)
+    copied = copy_included(repo, wt, included_paths(repo))
 
     assert copied == ["debug.log"]
     assert tree(wt) == {".gitignore", ".worktreeinclude", "README.md", "debug.log", "made.log"}
@@ -348,7 +349,7 @@ def test_a_worktreeinclude_that_is_not_a_regular_file_is_ignored(tmp_path: Path,
     else:
         (repo / ".worktreeinclude").mkdir()
 
-    assert copy_included(repo, wt) == []
+    assert copy_included(repo, wt, included_paths(repo)) == []
     assert not (wt / ".env").exists()
 
 
@@ -360,9 +361,9 @@ def test_a_source_that_is_not_a_repository_is_an_error(tmp_path: Path,
     (tmp_path / "target").mkdir()
 
     with pytest.raises(GitError, match="Cannot list the files git ignores"):
-        copy_included(plain, tmp_path / "target")
+        copy_included(plain, tmp_path / "target", included_paths(plain))
     with pytest.raises(GitError, match="not a folder"):
-        copy_included(plain, tmp_path / "missing")
+        copy_included(plain, tmp_path / "missing", [".env"])
 
 
 def test_a_large_ignored_tree_is_matched_file_by_file(tmp_path: Path) -> None:

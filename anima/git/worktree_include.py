@@ -68,20 +68,17 @@ def included_paths(source: Path) -> list[str]:
     return sorted(p for p in wanted & _ignored_files(source) if _copyable(p))
 
 
-def copy_included(source: Path, target: Path, wanted: list[str] | None = None) -> list[str]:
+def copy_included(source: Path, target: Path, wanted: list[str]) -> list[str]:
     """Copy into `target` (a new worktree) the files of `source` (a checkout of the same
-    repository) that `.worktreeinclude` lists and git ignores (`wanted`, when the caller read
-    them already: `included_paths`); return the paths copied, sorted.
+    repository) that `.worktreeinclude` lists and git ignores (`wanted`: `included_paths`);
+    return the paths copied, sorted.
 
     Not a symlink, a FIFO or a device, nor a file reached through a symlinked folder; a file
     that already exists in `target` is kept. A path that cannot be read is skipped; an
     OSError writing into `target` (a full disk) is raised, nothing half-written left.
     """
-    source, target = Path(source), Path(target)
     if not target.is_dir():
         raise GitError(f"{target} does not exist or is not a folder")
-    if wanted is None:
-        wanted = included_paths(source)
     if not wanted:
         return []
     copied: list[str] = []
