@@ -316,12 +316,10 @@ class RepoBase:
             elif line.startswith("# branch.head "):
                 name = line[len("# branch.head ") :]
                 branch = None if name == "(detached)" else name
-            elif kind == "1":
-                parts = line.split(" ", 8)
-                entries.append(StatusEntry(parts[8], "1", parts[1], " ".join(parts[1:8])))
-            elif kind == "u":
-                parts = line.split(" ", 10)
-                entries.append(StatusEntry(parts[10], "u", parts[1], " ".join(parts[1:10])))
+            elif kind in ("1", "u"):  # 8 fields before the path; an unmerged one's, 10
+                n = 8 if kind == "1" else 10
+                parts = line.split(" ", n)
+                entries.append(StatusEntry(parts[n], kind, parts[1], " ".join(parts[1:n])))
             elif kind == "?":
                 entries.append(StatusEntry(line[2:], "?", "??", ""))
         return TreeStatus(head, branch, tuple(entries))
