@@ -10,7 +10,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:  # `anima status`'s fast path reads files without loading pydantic
     from pydantic import BaseModel
@@ -70,17 +70,25 @@ def no_link_above(root: Path, rel: str) -> bool:
     return Path(parent) == Path(os.path.realpath(root)) / Path(rel).parent
 
 
-def read_regular(path: Path, limit: int = -1) -> bytes:
-    """A regular file's bytes (the first `limit`). The agents share the tree: a FIFO where
-    Anima expects a file would hang the read, a link to /dev/zero would never end it; both
-    are an OSError here, like a missing file. A folder opens too: it is refused before a file
-    object would take the descriptor (which fails, and leaves it open)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+def open_regular(path: str | Path, dir_fd: int | None = None, *, follow: bool = True
+                 ) -> BinaryIO:
+    """A regular file, opened to read (`path` in the folder `dir_fd`, if given). The agents
+    share the tree: a FIFO where Anima expects a file would hang the read, a link to
+    /dev/zero would never end it; both are an OSError here, like a missing file (and so is
+    a link, unless `follow`). A folder opens too: it is refused before a file object would
+    take the descriptor (which fails, and leaves it open)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags, dir_fd=dir_fd)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
     except BaseException:
         os.close(fd)
         raise
-    with os.fdopen(fd, "rb") as fh:
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(path: Path, limit: int = -1) -> bytes:
+    """A regular file's bytes (the first `limit`), opened as `open_regular` does."""
+    with open_regular(path) as fh:
         return fh.read(limit)

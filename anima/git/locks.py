@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from anima import procfs
-from anima.atomic import read_regular
+from anima.atomic import open_regular, read_regular
 
 # Lock files git writes directly in its directory (refs' locks live under refs/).
 _TOP_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "config.lock", "packed-refs.lock",
@@ -278,12 +278,12 @@ def _readable_index(path: Path) -> bool:
     """Whether git can read this index: its signature, a known version and its checksum
     (SHA-1 or SHA-256; all zeros where git was told to skip it), hashed as it is read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fh = open_regular(path, follow=False)
     except OSError:
         return False
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or not 32 <= st.st_size <= _MAX_INDEX_BYTES:
+    with fh:
+        st = os.fstat(fh.fileno())
+        if not 32 <= st.st_size <= _MAX_INDEX_BYTES:
             return False
         header = fh.read(8)
         if header[:4] != b"DIRC" or int.from_bytes(header[4:8], "big") not in (2, 3, 4):

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from anima.atomic import open_regular
 from anima.git_options import NO_AGENT_CODE, git_environment
 
 log = logging.getLogger(__name__)
@@ -35,8 +36,6 @@ _CHUNK = 1 << 20
 _MAX_RATIO = 1032
 _TAKING = threading.Lock()
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-#: O_NONBLOCK: a FIFO in the store opens at once (and is refused as no regular file).
-_FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 #: What a take that did not report refused, per store, for the next one that does.
 _PENDING: dict[Path, list[str]] = {}
 
@@ -161,13 +160,13 @@ def _take_loose(folder: int, entry: str, name: str, algorithm: str, into: Path,
     object `name`. False: refused; None: gone (the agent's git removed it since the folder was
     listed)."""
     try:
-        fd = os.open(entry, _FILE_FLAGS, dir_fd=folder)
+        source = open_regular(entry, folder, follow=False)
     except FileNotFoundError:
         return None
     except OSError:
         return False
-    with os.fdopen(fd, "rb") as source:
-        if not stat.S_ISREG(os.fstat(fd).st_mode) or not _holds(source, name, algorithm):
+    with source:
+        if not _holds(source, name, algorithm):
             return False
         target = into / name[:2] / name[2:]
         if target.exists():
@@ -237,12 +236,10 @@ def _take_packs(folder: int, common_dir: Path) -> list[str]:
     refused = []
     for name in sorted(n for n in os.listdir(folder) if n.endswith(".pack")):
         try:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=folder)
-        except OSError:
+            stream = open_regular(name, folder, follow=False)
+        except OSError:  # gone, a link, a FIFO
             continue
-        with os.fdopen(fd, "rb") as stream:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
+        with stream:
             done = subprocess.run(
                 ["git", *NO_AGENT_CODE, f"--git-dir={common_dir}", "unpack-objects", "-q"],
                 stdin=stream, capture_output=True, env=git_environment(), check=False,

@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
+from anima.atomic import open_regular
 from anima.errors import GitError
 from anima.git_options import NO_AGENT_CODE
 from anima.paths import WORKTREE_INCLUDE, is_under_anima
@@ -42,8 +43,6 @@ log = logging.getLogger(__name__)
 LS_IGNORED = ("ls-files", "--others", "--ignored", "--exclude-standard", "-z")
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-# O_NONBLOCK: a FIFO swapped in after the lstat opens at once (and is refused by the fstat).
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEVER_PARTS = frozenset({"", ".", "..", ".git"})
 # A step of the target path that is a symlink, a file, or already the file itself.
@@ -101,17 +100,13 @@ def _read_list(source: Path) -> bytes | None:
     a FIFO: git would follow or wait on it)."""
     path = source / WORKTREE_INCLUDE
     try:
-        fd = os.open(path, _READ_FLAGS)
+        with open_regular(path, follow=False) as fh:
+            return fh.read()
     except FileNotFoundError:
         return None
-    except OSError as exc:  # a link (ELOOP) too
+    except OSError as exc:  # a link (ELOOP), a FIFO or a folder too
         log.info("Cannot read %s (%s); nothing is copied into worktrees", path, exc.strerror)
         return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder opens too
-        os.close(fd)
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        return fh.read()
 
 
 def _ignored_files(source: Path, *exclude: str) -> set[str]:
@@ -177,19 +172,12 @@ def _copy_one(src: _Folders, dst: _Folders, rel: str) -> bool:
     already has something at its path."""
     folder, _, name = rel.rpartition("/")
     try:
-        src_dir = src.get(folder)
-        if not stat.S_ISREG(os.stat(name, dir_fd=src_dir, follow_symlinks=False).st_mode):
-            log.info("%s is not a regular file; not copied", rel)
-            return False
-        fd = os.open(name, _READ_FLAGS, dir_fd=src_dir)
-    except OSError as exc:
+        fin = open_regular(name, src.get(folder), follow=False)
+    except OSError as exc:  # not a regular file (a link, a FIFO), or unreadable
         log.info("%s is not copied: %s", rel, exc.strerror)
         return False
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):  # swapped after the lstat
-        os.close(fd)
-        return False
-    with os.fdopen(fd, "rb") as fin:
+    st = os.fstat(fin.fileno())
+    with fin:
         try:
             dst_dir = dst.get(folder, like=src)
             os.stat(name, dir_fd=dst_dir, follow_symlinks=False)
