@@ -161,7 +161,7 @@ class BranchOps(RepoBase):
         a file other than the one committed) are cleared, so its changes are committed
         like any left uncommitted, and judged. A skip-worktree file that is absent is left
         flagged: that is how a sparse checkout leaves the files outside its patterns."""
-        mended = mend_worktree_state(self._git_dir, branch,
+        mended = mend_worktree_state(self.git_dir, branch,
                                      lambda oid: self.resolve(oid) == oid)
         if mended.reindex:
             return mended
@@ -182,7 +182,7 @@ class BranchOps(RepoBase):
                 hidden["--no-assume-unchanged"].append(path)
             seen.add((stage, path))
         if forged:
-            aside = set_index_aside(self._git_dir)
+            aside = set_index_aside(self.git_dir)
             mended.forged.append(f"the worktree's index held entries git never writes "
                                  f"({listing(forged)}; kept as {aside}); Anima made it again "
                                  "from HEAD, the files are as they were")

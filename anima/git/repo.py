@@ -123,8 +123,10 @@ class RepoBase:
         """Use `GitRepo.open` (or `worktree_repo`), which check the preconditions."""
         self._git = runner
         self.root = root
-        self._git_dir = git_dir
-        self._common_dir = common_dir
+        #: The repository's git directory (`.git`, or elsewhere for a worktree).
+        self.git_dir = git_dir
+        #: The repository's shared git directory (refs, objects), also from a worktree.
+        self.common_dir = common_dir
 
     @classmethod
     def open(cls, root: Path) -> Self:
@@ -239,7 +241,7 @@ class RepoBase:
         """GitPython's `execute` of `git args` with the options every Anima git runs with."""
         try:
             return self._git.execute(
-                ["git", *NO_AGENT_CODE, f"--git-dir={self._git_dir}",
+                ["git", *NO_AGENT_CODE, f"--git-dir={self.git_dir}",
                  f"--work-tree={self.root}", *self._human_config().overrides, *args],
                 env=ANIMA_GIT_ENV,
                 # Not in the terminal's process group: Ctrl+C is for Anima, which stops
@@ -268,7 +270,7 @@ class RepoBase:
 
     def _human_config(self) -> HumanConfig:
         """The per-repository part of how Anima runs git here (cached: a few `stat`s)."""
-        return human_config(self.root, self._git_dir, self._common_dir)
+        return human_config(self.root, self.git_dir, self.common_dir)
 
     def _identity_args(self) -> list[str]:
         """`-c user.*` for Anima's commits: the identity the human's own git would use (the
@@ -432,13 +434,3 @@ class RepoBase:
                 f"{self.root} has uncommitted changes outside .anima/: {listing(paths)}; "
                 "commit or stash them first"
             )
-
-    @property
-    def common_dir(self) -> Path:
-        """The repository's shared git directory (refs, objects), also from a worktree."""
-        return self._common_dir
-
-    @property
-    def git_dir(self) -> Path:
-        """The repository's git directory (`.git`, or elsewhere for a worktree)."""
-        return self._git_dir
