@@ -108,12 +108,8 @@ def _config_entries(data: bytes | None) -> set[tuple[str, str]]:
                           start_new_session=True)
     if done.returncode != 0:
         return {("include.path", "(unreadable)")}
-    entries = set()
-    for item in done.stdout.split(b"\0"):
-        key, _, value = item.decode("utf-8", "replace").partition("\n")
-        if key:
-            entries.add((key, value))
-    return entries
+    pairs = (item.decode("utf-8", "replace").partition("\n") for item in done.stdout.split(b"\0"))
+    return {(key, value) for key, _, value in pairs if key}
 
 
 def set_aside(paths: ProjectPaths, path: Path) -> Path:
