@@ -122,9 +122,7 @@ def _take_folders(store: Path, folders: dict[str, int], common_dir: Path) -> lis
                 name = folder + entry
                 if len(name) != id_length or not _is_hex(name):
                     continue  # a temporary file of a git still running: the next turn's
-                taken = _take_loose(fd, entry, name, algorithm, common_dir / "objects",
-                                    written)
-                if taken is False:
+                if not _take_loose(fd, entry, name, algorithm, common_dir / "objects", written):
                     refused.append(name)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry, dir_fd=fd)
@@ -155,14 +153,14 @@ def _is_hex(text: str) -> bool:
 
 
 def _take_loose(folder: int, entry: str, name: str, algorithm: str, into: Path,
-                written: set[Path]) -> bool | None:
+                written: set[Path]) -> bool:
     """Copy one loose object file (`entry` in the open `folder`) in, if it holds exactly the
-    object `name`. False: refused; None: gone (the agent's git removed it since the folder was
-    listed)."""
+    object `name`. False: refused (not one gone: the agent's git removed it since the folder
+    was listed)."""
     try:
         source = open_regular(entry, folder, follow=False)
     except FileNotFoundError:
-        return None
+        return True
     except OSError:
         return False
     with source:
