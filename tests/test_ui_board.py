@@ -118,16 +118,23 @@ def test_cards_move_between_columns_as_records_change_and_the_title_counts_them(
         assert window.windowTitle() == "Anima — repo"
 
 
+def one_at_a_time_board(qtbot, git_repo: Path, tmp_path: Path) -> Window:
+    """The window on milestones a and b (two features each), run one at a time, nothing
+    started: both cards shown."""
+    make_project(git_repo, {m: milestone_md(f"Milestone {m.upper()}", ["One", "Two"])
+                            for m in ("a", "b")}, config={"max_parallel_milestones": 1})
+    w = Window(qtbot, tmp_path, auto_start=False)
+    w.window.open_project(git_repo)
+    qtbot.waitUntil(lambda: len(w.window.board.cards) == 2, timeout=10000)
+    return w
+
+
 def test_one_at_a_time_the_pending_cards_say_a_pause_holds_them(
         qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
     """Run one at a time, nothing starts while a milestone is paused: the pending cards said
     "Pending" and offered a Start that did nothing."""
-    make_project(git_repo, {m: milestone_md(f"Milestone {m.upper()}", ["One", "Two"])
-                            for m in ("a", "b")}, config={"max_parallel_milestones": 1})
-    w = Window(qtbot, tmp_path, auto_start=False)
+    w = one_at_a_time_board(qtbot, git_repo, tmp_path)
     try:
-        w.window.open_project(git_repo)
-        qtbot.waitUntil(lambda: len(w.window.board.cards) == 2, timeout=10000)
         with scans_held(w):
             changed(w, "a", status="paused", started_at=NOW, pause_reason="3 consecutive "
                     "rejections")
@@ -145,12 +152,8 @@ def test_one_at_a_time_the_pending_cards_let_go_when_the_paused_milestone_is_rem
         qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
     """The paused a's files deleted (its `.md`, then its record): its card went, and b's
     still said "Waiting until a is resumed or aborted", with no Start, for good."""
-    make_project(git_repo, {m: milestone_md(f"Milestone {m.upper()}", ["One", "Two"])
-                            for m in ("a", "b")}, config={"max_parallel_milestones": 1})
-    w = Window(qtbot, tmp_path, auto_start=False)
+    w = one_at_a_time_board(qtbot, git_repo, tmp_path)
     try:
-        w.window.open_project(git_repo)
-        qtbot.waitUntil(lambda: len(w.window.board.cards) == 2, timeout=10000)
         paths = ProjectPaths(git_repo)
         store = Store(paths)
         store.save_record(store.load_record("a").model_copy(update={

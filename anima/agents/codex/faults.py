@@ -40,26 +40,32 @@ _RESET_TEXT = re.compile(
 _MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 
 
+def _advice(trouble: str, message: str, fix: str) -> str:
+    return f"{trouble} ({message}): {fix}; then resume"
+
+
 def login_advice(message: str) -> str:
-    return (f"codex cannot use the API ({message or 'not logged in'}): run `codex login`, or "
-            "set OPENAI_API_KEY (or the key your Codex provider names); then resume")
+    return _advice("codex cannot use the API", message or "not logged in",
+                   "run `codex login`, or set OPENAI_API_KEY (or the key your Codex provider "
+                   "names)")
 
 
 def setup_advice(message: str) -> str:
-    return (f"codex could not start a thread ({message}): fix its configuration (config.toml "
-            "in CODEX_HOME, ~/.codex by default, or the role's extra_args in "
-            ".anima/config.json); then resume")
+    return _advice("codex could not start a thread", message,
+                   "fix its configuration (config.toml in CODEX_HOME, ~/.codex by default, or "
+                   "the role's extra_args in .anima/config.json)")
 
 
 def billing_advice(message: str) -> str:
-    return (f"codex's account cannot pay for more calls ({message}): add credit or change the "
-            "plan (see its billing details), or log codex in to another account; then resume")
+    return _advice("codex's account cannot pay for more calls", message,
+                   "add credit or change the plan (see its billing details), or log codex in "
+                   "to another account")
 
 
 def model_advice(message: str) -> str:
-    return (f"codex's model is not available ({message}): fix the role's model in "
-            ".anima/config.json (or `model` in config.toml in CODEX_HOME, ~/.codex by "
-            "default); then resume")
+    return _advice("codex's model is not available", message,
+                   "fix the role's model in .anima/config.json (or `model` in config.toml in "
+                   "CODEX_HOME, ~/.codex by default)")
 
 
 def classify(result: TurnResult, rate_limit: RateLimitChanged | None = None,
