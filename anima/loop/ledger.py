@@ -117,7 +117,10 @@ class Ledger:
         self._running_new = False  # first: news that comes meanwhile is written next time
         self._running_written = time.monotonic()
         self.record.in_flight = self._unsettled()
-        self._save()
+        try:
+            self._save()
+        except OSError as e:  # a full disk: the turn goes on, its result writes it again
+            log.warning("could not write what the turn in flight spent so far: %s", e)
 
     def account(self, result: TurnResult) -> None:
         """Add what the turn spent (`usage` is per turn; the agent works out the cost), and

@@ -249,7 +249,10 @@ class Seats:
                         self._forget_wait()
                 if self.control.stop.is_set():  # it came while the agent started (or waited)
                     raise Stopped
-                result = agent.send(prompt, self.ledger.write_running)
+                # Unconfined, the agent may be deleting `.anima/` as Anima writes (its `rm
+                # -rf` would fail on the new file): the spend so far reaches disk at the end.
+                result = agent.send(prompt, self.ledger.write_running if self.confined
+                                    else None)
                 self._claim(agent)
                 if not agent.held_still:
                     self._stop_unheld(role)
