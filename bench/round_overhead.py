@@ -79,11 +79,12 @@ class GitCounter:
         subprocess.Popen.__init__ = init  # type: ignore[method-assign]
         send = instant.InstantAgent.send
 
-        def agent_send(agent: instant.InstantAgent, prompt: str) -> object:
+        def agent_send(agent: instant.InstantAgent, prompt: str,
+                       waiting: object = None) -> object:
             counter._in_agent.on = True
             started = cpu_seconds()
             try:
-                return send(agent, prompt)
+                return send(agent, prompt, waiting)
             finally:
                 counter.agent_cpu += cpu_seconds() - started
                 counter._in_agent.on = False
