@@ -67,7 +67,7 @@ from anima.events import (  # noqa: E402
     TurnResult,
 )
 from anima.git import GitRepo  # noqa: E402
-from anima.git.worktree_include import copy_included  # noqa: E402
+from anima.git.worktree_include import copy_included, included_paths  # noqa: E402
 from anima.loop.checks import Confine  # noqa: E402
 from anima.loop.confinement import MilestoneSandbox  # noqa: E402
 from anima.paths import ProjectPaths  # noqa: E402
@@ -154,7 +154,7 @@ def measure_worktrees(root: Path, runs: int) -> tuple[list[float], list[float], 
     for _ in range(runs):
         started = time.perf_counter()
         project.add_worktree(path, "milestone/bench", "main")
-        copied = copy_included(repo, path)
+        copied = copy_included(repo, path, included_paths(repo))
         totals.append(time.perf_counter() - started)
         project.remove_worktree(path)
         git(repo, "branch", "-q", "-D", "milestone/bench")
