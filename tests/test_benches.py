@@ -32,3 +32,12 @@ def test_the_loop_driven_without_the_engine_facade_accepts_honest_rounds() -> No
     run.run()
     assert [i.verdict.value for i in run.record.iterations] == ["accepted"] * 4, \
         [i.reason for i in run.record.iterations]
+
+
+def test_the_round_overhead_bench_runs_a_short_milestone() -> None:
+    """Its wrapper around the instant agents' `send` once fell behind `send`'s signature:
+    the bench failed at its first turn, unnoticed until it was run by hand."""
+    done = subprocess.run([sys.executable, str(BENCH / "round_overhead.py"), "--features", "3"],
+                          capture_output=True, text=True, timeout=120, cwd=BENCH.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "BENCH round_overhead_ms=" in done.stdout, done.stdout[-2000:]
