@@ -383,7 +383,12 @@ def put_back_interrupted(paths: ProjectPaths) -> PutBack:
     definitions and for the running milestone's record, which the Developer may have edited
     (features done, rounds accepted) before the kill."""
     saved = _load(_Saved, paths.turn_guard)
-    if saved is None or saved.applied:
+    return PutBack() if saved is None else _apply(paths, saved)
+
+
+def _apply(paths: ProjectPaths, saved: _Saved) -> PutBack:
+    """Put the note's copy back, once: a note put back is kept only for the resume."""
+    if saved.applied:
         return PutBack()
     # What its tool calls named died with Anima: what arrived after the turn began is held.
     done = put_back(paths, {k: base64.b64decode(v) for k, v in saved.definitions.items()},
@@ -396,9 +401,11 @@ def put_back_interrupted(paths: ProjectPaths) -> PutBack:
 def drop_interrupted(paths: ProjectPaths, milestone: str) -> None:
     """You abort the milestone whose Developer turn a kill cut short: the note is put back
     first (if no start did yet), then dropped, as no resume will judge that turn."""
-    put_back_interrupted(paths)
     saved = _load(_Saved, paths.turn_guard)
-    if saved is not None and saved.milestone == milestone:
+    if saved is None:
+        return
+    _apply(paths, saved)
+    if saved.milestone == milestone:
         paths.turn_guard.unlink(missing_ok=True)
 
 
