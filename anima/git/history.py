@@ -57,7 +57,9 @@ class History(RepoBase):
     def ancestry(self, since: str, tip: str) -> Ancestry:
         """`since..tip` with each commit's parents, in one call whose cost is the commits
         made since `since` (the round's), not the milestone's whole history. Both are full
-        hashes (an abbreviated one could not be compared with the parents git prints)."""
+        hashes (an abbreviated one could not be compared with the parents git prints). One
+        commit per NUL (`-z`): a subject is the Developer's, and may hold what Python ends a
+        line at (a carriage return, a file separator), read as one more commit of its making."""
         for commit in (since, tip):
             if not _FULL_HASH.fullmatch(commit):
                 raise GitError(f"{commit!r} is not a full commit hash in {self.root}")
@@ -67,6 +69,7 @@ class History(RepoBase):
                 "--topo-order",
                 "--reverse",
                 "--no-show-signature",
+                "-z",
                 "--format=%H%x1f%P%x1f%s",
                 f"{since}..{tip}",
                 "--",
@@ -76,7 +79,7 @@ class History(RepoBase):
         )
         commits: list[tuple[str, str]] = []
         path: set[str] = set()
-        for line in out.splitlines():
+        for line in filter(None, out.split("\0")):
             commit, _, rest = line.partition("\x1f")
             parents, _, subject = rest.partition("\x1f")
             commits.append((commit, subject))
