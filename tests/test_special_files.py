@@ -103,3 +103,24 @@ def test_a_fifo_the_developer_named_mailmap_does_not_hang_anima_s_git_log(
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert record(project, "m1").status is MilestoneStatus.COMPLETED
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("special", ["HEAD", "commondir"])
+def test_a_fifo_in_a_repository_the_developer_nested_does_not_hang_the_round(
+        project: Path, fake_claude: FakeClaude, special: str) -> None:
+    """git takes a folder holding `.git/` for a nested repository only once it has read that
+    `.git`'s `commondir` and `HEAD`, in every walk of the tree (`status`, `add`, `stash`): a
+    FIFO there waits for a writer, and Anima's first `git status` after the turn waited for
+    ever."""
+    nested = "vendor/lib/.git"
+    fake_claude.write_script({"developer": [
+        {"auto": True},
+        {"shell": [f"mkdir -p {nested}/objects {nested}/refs",
+                   f"echo {'1' * 40} > {nested}/HEAD",  # (a commit it never made)
+                   f"rm {nested}/{special}; mkfifo {nested}/{special}"], "auto": True}]})
+    done = subprocess.run([*ANIMA_COMMAND, "run", str(project), "--headless"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+    assert f"{nested}/{special} was a FIFO" in done.stdout

@@ -149,29 +149,72 @@ def remove_links(common_dir: Path, git_dir: Path | None, branch: str) -> list[st
 
 #: What git reads in each folder of the work tree it walks, opened unasked (`status`, `add`,
 #: `checkout`, `stash`): a FIFO's open waits for a writer, so git would wait for ever.
-_READ_IN_EVERY_FOLDER = frozenset({".gitignore", ".gitattributes"})
+READ_IN_EVERY_FOLDER = frozenset({".gitignore", ".gitattributes"})
 
 
-def remove_special_rule_files(tree: Path) -> list[str]:
+def remove_special_rule_files(tree: Path, git_dir: Path) -> list[str]:
     """Remove every `.gitignore` and `.gitattributes` of the work tree that is neither a
     regular file nor a link (a FIFO, a socket, a device: git makes none, nor can one be
-    committed); returns them, relative to `tree`. Links stay: git opens those without
-    following them. Nested repositories' `.git` folders are not entered."""
+    committed), and what git would wait on, or read for ever, in a nested repository
+    (`_clear_nested_git`); returns them, relative to `tree`. Links to rule files stay: git
+    opens those without following them. `git_dir`: the worktree's own git folder, where a
+    submodule's repository lives."""
     found: list[str] = []
     folders = [tree]
     while folders:
-        with contextlib.suppress(OSError), os.scandir(folders.pop()) as entries:
+        folder = folders.pop()
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
             for entry in entries:
                 if entry.name == ".git":
-                    continue
-                if entry.is_dir(follow_symlinks=False):
+                    if folder != tree:  # (the worktree's own: Anima's git never reads it)
+                        found += _clear_nested_git(tree, git_dir, Path(entry.path))
+                elif entry.is_dir(follow_symlinks=False):
                     folders.append(Path(entry.path))
-                elif entry.name in _READ_IN_EVERY_FOLDER and not (
+                elif entry.name in READ_IN_EVERY_FOLDER and not (
                         entry.is_file(follow_symlinks=False) or entry.is_symlink()):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(entry.path)
                     found.append(os.path.relpath(entry.path, tree))
     return sorted(found)
+
+
+def _clear_nested_git(tree: Path, git_dir: Path, dot_git: Path) -> list[str]:
+    """git takes a folder holding `.git` for a nested repository once it has read that
+    repository's `HEAD` and `commondir`, in every walk of the tree, and an `add` reads the ref
+    `HEAD` names: a FIFO there waits for a writer, a link may lead to one or to /dev/zero.
+    git makes neither in its folder (but a symbolic ref's link, `refs/…`): they go. A `.git`
+    file or link leads git elsewhere: its folder is cleared the same way when it lies in the
+    tree or in the worktree's git folder (a submodule's), else the `.git` itself goes."""
+    where = dot_git
+    if dot_git.is_symlink() or not dot_git.is_dir():
+        try:
+            text = read_regular(dot_git, 4096).decode() if not dot_git.is_symlink() else ""
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        target = text.strip().removeprefix("gitdir:").strip() if text.startswith("gitdir:") \
+            else os.readlink(dot_git) if dot_git.is_symlink() else ""
+        where = Path(os.path.realpath(dot_git.parent / target)) if target else dot_git
+        if not (where.is_dir() and any(where.is_relative_to(os.path.realpath(root))
+                                       for root in (tree, git_dir))):
+            if target:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(dot_git)
+                return [os.path.relpath(dot_git, tree)]
+            return []
+    found = []
+    for folder, dirs, files in os.walk(where):
+        for name in [*dirs, *files]:
+            path = Path(folder, name)
+            if path.is_symlink():
+                with contextlib.suppress(OSError):
+                    if os.readlink(path).startswith("refs/"):
+                        continue
+            elif path.is_dir() or path.is_file():
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            found.append(os.path.relpath(path, tree))
+    return found
 
 
 @dataclass

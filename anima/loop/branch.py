@@ -24,6 +24,7 @@ from anima.git.branches import Tips
 from anima.git.check import Resolved
 from anima.git.history import Ancestry, RawChange
 from anima.git.locks import (
+    READ_IN_EVERY_FOLDER,
     clear_stale_locks,
     mend_branch_ref,
     remove_links,
@@ -494,9 +495,12 @@ class BranchKeeper:
                               self.repo.common_dir)
         branch = self.record.branch_name or ""
         # First what needs no git: git would fail on (or write through) what these mend.
-        notes += [f"{rel} was a FIFO (or another special file) where git reads its rules: "
-                  "every git command in the worktree would have waited for it for ever; removed"
-                  for rel in remove_special_rule_files(self.repo.root)]
+        for rel in remove_special_rule_files(self.repo.root, self.repo.git_dir):
+            what = "its rules" if rel.rpartition("/")[2] in READ_IN_EVERY_FOLDER \
+                else "a nested repository's HEAD and refs"
+            notes.append(f"{rel} was a FIFO (or another special file) where git reads {what}: "
+                         "every git command in the worktree would have waited for it for ever; "
+                         "removed")
         ref_file = mend_branch_ref(self.repo.common_dir, branch) if branch else None
         if branch and (links := remove_links(self.repo.common_dir, self.repo.git_dir, branch)):
             self.guarded.append(
