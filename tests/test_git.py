@@ -17,6 +17,7 @@ import pytest
 
 from anima.errors import GitError
 from anima.git import GitRepo, MergeOutcome, TreeSnapshot, Worktree
+from anima.git.branches import Leftovers
 from anima.guard.turns import read_definitions
 from anima.paths import ProjectPaths
 from tests.conftest import init_repo, run_git
@@ -415,7 +416,7 @@ def test_memory_and_as_is_definitions_may_be_committed(
 
 def test_commit_leftovers_with_nothing_to_do(root: Path, repo: GitRepo) -> None:
     write(root, ".anima/milestones/m2.md", "# M2\n")  # a human's draft: not a leftover
-    assert repo.commit_leftovers("chore: leftovers") is None
+    assert repo.commit_leftovers("chore: leftovers").commit is None
     assert not git(root, "status", "--porcelain", "--", "src", "README.md")
 
 
@@ -430,7 +431,7 @@ def test_commit_leftovers_commits_outside_anima_and_memory_never_definitions(
     write(wt, ".anima/state.json", "{}\n")
     (wt / ".anima/.gitignore").unlink()  # even then, runtime files stay out
     before = tree.head()
-    commit = tree.commit_leftovers("chore(anima): commit the Developer's leftovers")
+    commit = tree.commit_leftovers("chore(anima): commit the Developer's leftovers").commit
     assert commit == tree.head() == tree.branch_head(BRANCH)
     assert repo.branch_head("main") == milestone["base_commit"]  # on the branch, not main
     assert git(wt, "log", "-1", "--format=%s%n%an") == (
@@ -449,14 +450,34 @@ def test_commit_leftovers_commits_outside_anima_and_memory_never_definitions(
 def test_memory_alone_is_not_a_leftover(root: Path, repo: GitRepo) -> None:
     """An untracked memory/project.md (from `anima init`) is not the Developer's work."""
     write(root, ".anima/memory/project.md", "notes\n")
-    assert repo.commit_leftovers("chore: leftovers") is None
+    assert repo.commit_leftovers("chore: leftovers").commit is None
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["empty", "with-a-commit"])
+def test_commit_leftovers_leaves_a_nested_repository_out(
+        wt: Path, tree: GitRepo, committed: bool) -> None:
+    """An agent's `git init scratch`: with no commit there, `git add` stops ("does not have a
+    commit checked out") and the round failed; with one, main would get a submodule whose
+    commit only this disk holds."""
+    git(wt, "init", "-q", "scratch")
+    if committed:
+        write(wt / "scratch", "f.txt", "f\n")
+        git(wt / "scratch", "add", "f.txt")
+        git(wt / "scratch", "-c", "user.name=a", "-c", "user.email=a@b.invalid", "commit",
+            "-qm", "x")
+    assert tree.commit_leftovers("chore: leftovers") == Leftovers(None, ("scratch/",))
+    write(wt, "src/new.py", "n = 1\n")
+    done = tree.commit_leftovers("chore: leftovers")
+    assert done.commit == tree.head() and done.nested == ("scratch/",)
+    assert git(wt, "ls-tree", "-r", "--name-only", "HEAD").split().count("scratch") == 0
+    assert tree.stash_all("anima-test") is None  # nothing else to stash, and no error
 
 
 def test_commit_leftovers_without_an_identity_uses_anima(tmp_path: Path) -> None:
     root = make_repo(tmp_path / "p", identity=False)
     repo = GitRepo.open(root)
     write(root, "left.txt", "l\n")
-    commit = repo.commit_leftovers("chore: leftovers")
+    commit = repo.commit_leftovers("chore: leftovers").commit
     assert commit is not None
     assert git(root, "log", "-1", "--format=%an <%ae>") == "Anima <anima@localhost>"
 

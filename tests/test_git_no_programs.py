@@ -129,12 +129,12 @@ def work_like_anima(env: Env, root: Path) -> tuple[bool, str]:
     edit_line(worktree, 9, "line 10, the milestone's\n")
     write(worktree, "b.txt", "new\n")
     assert dev.dirty_paths() == ["a.txt", "b.txt"]
-    tip = dev.commit_leftovers("feat: the Developer's work")
+    tip = dev.commit_leftovers("feat: the Developer's work").commit
     assert tip is not None and dev.dirty_paths() == []
     # Someone changes line 1 on main meanwhile: the merge is a real three-way one.
     edit_line(root, 0, "line 1, main's\n")
     assert repo.dirty_paths() == ["a.txt"]
-    assert repo.commit_leftovers("fix: main moves on") is not None
+    assert repo.commit_leftovers("fix: main moves on").commit is not None
     assert [c.path for c in repo.raw_changes(base, tip)] == ["a.txt", "b.txt"]
     assert [f.path for f in diff_between(repo, base, tip, "whole milestone").files] == \
         ["a.txt", "b.txt"]
@@ -233,7 +233,7 @@ def test_a_filter_added_to_an_included_file_later_never_runs(env: Env) -> None:
     env.clear()
     edit_line(root, 2, "line 3, changed\n")
     assert repo.dirty_paths() == ["a.txt", "shared.gitconfig"]
-    assert repo.commit_leftovers("chore: with a filter nearby") is not None
+    assert repo.commit_leftovers("chore: with a filter nearby").commit is not None
     assert env.ran() == []
     plain_add_runs_filter(env, root)
 
@@ -455,8 +455,10 @@ def test_a_filter_in_a_repository_the_developer_nests_in_its_tree_never_runs(env
     git(sub, "add", "-A")
     git(sub, "-c", "user.name=Dev", "-c", "user.email=dev@example.invalid", "commit", "-q",
         "-m", "nested")
+    git(worktree, "add", "sub")  # the Developer commits it as a submodule (Anima would not)
+    git(worktree, "-c", "user.name=Dev", "-c", "user.email=dev@example.invalid", "commit", "-q",
+        "-m", "feat: a submodule")
     dev = GitRepo.open(worktree)
-    assert dev.commit_leftovers("feat: a submodule") is not None
 
     def touched() -> None:
         """The file's times change, not its content: git must read it through the filter."""

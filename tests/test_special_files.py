@@ -124,3 +124,23 @@ def test_a_fifo_in_a_repository_the_developer_nested_does_not_hang_the_round(
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert record(project, "m1").status is MilestoneStatus.COMPLETED
     assert f"{nested}/{special} was a FIFO" in done.stdout
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["empty", "with-a-commit"])
+def test_a_repository_the_developer_nests_is_left_out_of_anima_s_commit(
+        project: Path, fake_claude: FakeClaude, committed: bool) -> None:
+    """An agent's `git init scratch` left behind: with no commit in it, Anima's commit of the
+    round's leftovers failed and so did the milestone, on every resume; with one, main got a
+    submodule whose commit only the worktree held."""
+    commit = " && cd scratch && echo x > f && git add f && git commit -qm x" if committed else ""
+    fake_claude.write_script({"developer": [
+        {"auto": True}, {"shell": ["git init -q scratch" + commit], "auto": True}]})
+    done = subprocess.run([*ANIMA_COMMAND, "run", str(project), "--headless"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+    assert "scratch" not in subprocess.run(
+        ["git", "-C", str(project), "ls-tree", "-r", "--name-only", "main"],
+        capture_output=True, text=True, check=True).stdout
+    assert "left out of Anima's commit, as git repositories of their own: scratch/" \
+        in (project / ".anima/logs/m1.log").read_text()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from anima.atomic import no_link_above
 from anima.errors import GitError
 from anima.git.locks import Mended, mend_worktree_state, set_index_aside
-from anima.git.repo import RepoBase, listing, short_hash
+from anima.git.repo import RepoBase, StatusEntry, listing, short_hash
 from anima.git_options import AGENT_REFLOG_MARK
 from anima.paths import is_memory_path, is_under_anima
 
@@ -25,6 +25,17 @@ class Tips:
     on_branch: bool
     #: the ref the branch names when an agent made it a symbolic ref (None: a branch)
     symbolic: str | None = None
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """What `commit_leftovers` did."""
+
+    commit: str | None  # Anima's commit; None when there was nothing to commit
+    #: Untracked repositories nested in the tree, never committed: git would take one as a
+    #: submodule with no `.gitmodules` (a commit that only this disk holds), and one with no
+    #: commit yet stops `git add` altogether.
+    nested: tuple[str, ...] = ()
 
 
 def _path_git_writes(path: bytes) -> bool:
@@ -74,25 +85,26 @@ class BranchOps(RepoBase):
                 raise GitError(f"Cannot switch {self.root} to branch {branch!r}: it does not exist")
             raise GitError(f"Cannot switch {self.root} to branch {branch!r}: {err.strip()}")
 
-    def commit_leftovers(self, message: str, keep_out: Collection[str] = ()) -> str | None:
-        """Commit what the Developer left uncommitted, on its behalf; return the new hash.
+    def commit_leftovers(self, message: str, keep_out: Collection[str] = ()) -> Leftovers:
+        """Commit what the Developer left uncommitted, on its behalf.
 
         Runs only when something outside `.anima/` is uncommitted: files under `.anima/`
         (an untracked memory/project.md from `anima init`, the human's definitions) are not
         the Developer's leftovers. The commit takes those paths plus `.anima/memory/`;
-        runtime files, definitions and the paths in `keep_out` (secrets) are never added by
-        Anima. Hooks are skipped: this is Anima's bookkeeping, and a failing hook must not
-        stall the round.
+        runtime files, definitions, the paths in `keep_out` (secrets) and untracked nested
+        repositories are never added by Anima. Hooks are skipped: this is Anima's
+        bookkeeping, and a failing hook must not stall the round.
         """
-        entries = [e for e in self._status().entries if e.path not in keep_out]
+        entries, nested = _without_nested(self._status().entries)
+        entries = [e for e in entries if e.path not in keep_out]
         if all(is_under_anima(e.path) for e in entries):
-            return None
+            return Leftovers(None, nested)
         paths = [e.path for e in entries if not is_under_anima(e.path) or is_memory_path(e.path)]
         what = f"Cannot commit the leftover changes in {self.root} ({listing(paths)})"
         self._on_paths(["add", "-A"], paths, what)
         self._on_paths([*self._identity_args(), "commit", "-q", "--no-verify", "-m", message],
                        paths, what)
-        return self.head()
+        return Leftovers(self.head(), nested)
 
     def stashes(self) -> list[tuple[str, str]]:
         """Every stash, newest first: (its commit, the name it was stashed under)."""
@@ -108,10 +120,12 @@ class BranchOps(RepoBase):
 
         Returns the stash commit's full hash (stable, unlike `stash@{n}`; `git stash apply
         <hash>` restores it and `git stash list` shows `name`), or None when nothing was dirty.
+        An untracked nested repository stays where it is (git cannot stash one).
         The paths are named one by one: a pathspec that mentions `.anima` (even to exclude
         it) is refused when the project's own .gitignore ignores `.anima/`.
         """
-        entries = [e for e in self._status().entries if not is_under_anima(e.path)]
+        entries = [e for e in _without_nested(self._status().entries)[0]
+                   if not is_under_anima(e.path)]
         if not entries:
             return None
         paths = [e.path for e in entries]
@@ -238,3 +252,10 @@ class BranchOps(RepoBase):
             return
         self._run(["reset", "-q", "--soft" if keep_files else "--hard", self._rev_arg(commit)],
                   what=f"Cannot reset {branch} to {short_hash(commit)} in {self.root}")
+
+
+def _without_nested(entries: Sequence[StatusEntry]) -> tuple[list[StatusEntry], tuple[str, ...]]:
+    """The entries but untracked nested repositories, and those: with every untracked file
+    listed (`--untracked-files=all`), git names a folder only when it holds a repository."""
+    nested = tuple(e.path for e in entries if e.kind == "?" and e.path.endswith("/"))
+    return [e for e in entries if e.path not in nested], nested

@@ -32,6 +32,7 @@ from anima.git.locks import (
     wait_for_git,
 )
 from anima.git.objects import take_objects
+from anima.git.repo import listing
 from anima.guard.restore import describe_held, describe_kept
 from anima.guard.turns import ReviewStart, TurnFindings, TurnGuard
 from anima.loop.ledger import Ledger
@@ -168,10 +169,15 @@ class BranchKeeper:
         commits on the milestone branch (and says so)."""
         rnd = self.ledger.round
         assert rnd is not None
-        leftover = self.repo.commit_leftovers(
+        done = self.repo.commit_leftovers(
             f"chore(anima): commit uncommitted work of round {rnd.round}" + what,
             keep_out=self._secrets())
-        if leftover:
+        if done.nested:
+            self._note([f"left out of Anima's commit, as git repositories of their own: "
+                        f"{listing(done.nested)} (git would take each for a submodule that "
+                        "only this disk holds); delete them, or commit their files in the "
+                        "milestone's own repository"])
+        if leftover := done.commit:
             self._moved(branch=leftover)  # on the branch: `back_on_branch` came first
             rnd.auto_committed = True
             self._note([f"Anima committed the Developer's uncommitted changes as "
