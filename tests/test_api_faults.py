@@ -263,7 +263,9 @@ def test_stopping_the_pair_that_met_the_limit_leaves_the_others_waiting_visible(
     fake_claude.use_env(monkeypatch)
     engine = stopped_while_waiting(git_repo, "hit", watch=False)
     try:
-        time.sleep(1.0)
+        # `other` waits from its next turn on (its turn in flight goes on meanwhile).
+        wait_for(lambda: [(r["id"], bool(r["waiting_reason"])) for r in state(git_repo)["running"]]
+                 == [("other", True)], timeout=15)
         assert record(git_repo, "other").status is MilestoneStatus.IN_PROGRESS
         assert state(git_repo).get("waiting_reason")
     finally:

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from anima.agents.process import AgentProcess
 from anima.config import Config
 from anima.events import ACCEPTOR, DEVELOPER, EventBus, TurnResult, clock
 from anima.store.models import MilestoneStatus, Verdict
-from tests.conftest import init_repo, real_codex_env, run_git
+from tests.conftest import FakeClaude, init_repo, real_codex_env, run_git
 from tests.fakes.api_stub import ApiStub
 from tests.fakes.api_stub import all_text as claude_text
 from tests.fakes.pair_model import (
@@ -310,6 +311,68 @@ def test_a_codex_usage_limit_is_waited_out(real_codex_bin: str, codex_home: Path
     # The same prompt again, in the same thread.
     assert first["prompt_cache_key"] == second["prompt_cache_key"]
     assert codex_prompts(second).count(codex_prompts(first)[-1]) == 2
+
+
+def test_pairs_waiting_on_two_agent_clis_all_show_in_state_json(
+        real_codex_bin: str, codex_home: Path, git_repo: Path, fake_claude: FakeClaude) -> None:
+    """Codex develops, (fake) claude reviews: `alpha`'s Developer meets Codex's limit while
+    `bravo`'s Acceptor meets Claude's, which resets later. When Codex's reset came, state.json,
+    `anima status` and its --json said nothing waited while both pairs waited for Claude's."""
+    make_project(git_repo, {i: milestone_md(i.capitalize(), ["Greet"]) for i in ("alpha", "bravo")},
+                 config={"agent_timeout_seconds": 60, "summarizer": {"enabled": False},
+                         "exact_token_count": False, "usage_limit_margin_seconds": 0.5,
+                         "developer": codex_role(real_codex_bin)})
+    fake_claude.write_script({"milestones": {"bravo": {"acceptor": [
+        {"replay": "usage-2.1.330", "resets_in": 14}]}}, "acceptor_default": {"auto": True}})
+    model = for_codex(PairModel())
+    limited: list[float] = []
+
+    def codex(request: dict[str, Any]) -> Reply:
+        """Alpha's first call meets the limit, late enough that Bravo's turn is under way."""
+        if not limited and "Deliver Alpha." in all_text(request):
+            limited.append(time.time() + 6)
+            return replace(usage_limit(limited[0]), delay=2)
+        return model(request)
+
+    with ResponsesStub(default=codex) as stub:
+        env = {**os.environ, **real_codex_env(stub, codex_home), **fake_claude.env,
+               "ANIMA_CLAUDE_COMMAND": fake_claude.command}
+        env.pop("CLAUDECODE", None)
+        run = subprocess.Popen([sys.executable, "-m", "anima", "run", str(git_repo),
+                                "--headless"], env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            def waits() -> dict[str, str]:
+                st = json.loads((git_repo / ".anima" / "state.json").read_text())
+                return {r["id"]: r["waiting_until"] for r in st["running"]
+                        if r.get("waiting_until")}
+
+            both = wait_until(lambda: len(waits()) == 2 and waits(), timeout=60,
+                              what="both pairs waiting")
+            st = json.loads((git_repo / ".anima" / "state.json").read_text())
+            assert st["waiting_until"] == both["alpha"] < both["bravo"], st
+            wait_until(lambda: "has reset" in (git_repo / ".anima" / "logs" / "alpha.log")
+                       .read_text(), timeout=30, what="Codex's reset")
+            time.sleep(0.5)
+            claude_reset = fake_claude.entries("acceptor")[0]["time"] + 14
+            status = anima(git_repo, {}, "status", "--json")
+            st = json.loads(status.stdout)["state"]
+            assert st["waiting_until"] is not None, st
+            bravo = next(r for r in st["running"] if r["id"] == "bravo")
+            assert bravo["waiting_reason"].startswith(
+                f"waiting for the usage limit to reset at {clock(claude_reset)}"), st
+            text = anima(git_repo, {}, "status").stdout
+            assert any("bravo: round 1, " in line and clock(claude_reset) in line
+                       for line in text.splitlines()), text
+            assert run.wait(timeout=60) == 0
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    for milestone in ("alpha", "bravo"):
+        assert record(git_repo, milestone).status is MilestoneStatus.COMPLETED
+    st = json.loads((git_repo / ".anima" / "state.json").read_text())
+    assert st["waiting_until"] is None and st["running"] == [], st
 
 
 def test_a_refused_codex_key_pauses_saying_how_to_log_in(real_codex_bin: str,

@@ -17,6 +17,7 @@ from anima.errors import RecordError
 from anima.paths import ProjectPaths
 from anima.store.models import (
     RECORD_SCHEMA_VERSION,
+    STATE_SCHEMA_VERSION,
     Iteration,
     MergeState,
     MilestoneStatus,
@@ -280,6 +281,22 @@ def test_a_schema_2_state_reads_as_its_one_running_milestone(store: Store) -> No
     store.paths.state.write_text(json.dumps({"schema_version": 2, "status": "paused",
                                              "current_milestone": "m1"}))
     assert store.load_state().running == []
+
+
+def test_a_schema_3_states_wait_stays_the_projects(store: Store) -> None:
+    """Schema 3 kept one wait, not whose: it stays what `waiting_until` says, and no running
+    milestone is said to wait for it."""
+    store.paths.state.write_text(json.dumps({
+        "schema_version": 3, "status": "awake", "current_milestone": "m1",
+        "running": [{"id": "m1", "phase": "developer", "round": 2}],
+        "waiting_until": "2030-01-01T10:00:00Z", "waiting_reason": "waiting for the usage "
+                                                                 "limit to reset at 10:00"}))
+    state = store.load_state()
+    assert state.schema_version == STATE_SCHEMA_VERSION
+    assert state.waiting_reason == "waiting for the usage limit to reset at 10:00"
+    assert state.waiting_until is not None and state.waiting_until.year == 2030
+    (line,) = state.running
+    assert (line.id, line.round, line.waiting_until, line.waiting_reason) == ("m1", 2, None, None)
 
 
 @pytest.mark.parametrize(("front", "problem"), [

@@ -218,7 +218,9 @@ def _print_table(paths: ProjectPaths) -> None:
     from anima.store.dependencies import held_by_pause, held_line
 
     max_rejections, limit, state, scan = _scan(paths)
-    waiting = f"; {state.waiting_reason}" if state.waiting_reason else ""
+    # A schema 3 file said only the project's wait; a newer one says each milestone's.
+    waiting = f"; {state.waiting_reason}" if state.waiting_reason and not any(
+        running.waiting_reason for running in state.running) else ""
     was = "running"
     live = ProjectLock(paths.lock).holder() is not None
     if (state.running or state.status.value == "awake") and not live:
@@ -234,7 +236,8 @@ def _print_table(paths: ProjectPaths) -> None:
     for running in state.running:
         print(f"  {was} {running.id}: round {running.round}, "
               f"{running.activity or running.phase.value}"
-              + (f" (in {running.worktree})" if running.worktree else ""))
+              + (f" (in {running.worktree})" if running.worktree else "")
+              + (f"; {running.waiting_reason}" if running.waiting_reason and live else ""))
     blocked = scan.dependencies.waiting
     running_ids = {running.id for running in state.running}
     by_id = {r.id: r for r in scan.records}

@@ -243,10 +243,11 @@ class Seats:
                 # Last, right before sending: a limit another pair met meanwhile holds it too.
                 if (held := self.accounts[role].holding()) is not None:
                     self._log(f"{role}: waits for the account's usage limit ({held[1]})")
+                    self._show_wait(held)
                     self.accounts[role].wait(self.control.stop)
+                    self._show_wait(None)
                     if not self.control.stop.is_set():
-                        board(self.store).waiting(None)  # its wait is over (whoever met it)
-                        self._forget_wait()
+                        self._forget_wait()  # its wait is over (whoever met it)
                 if self.control.stop.is_set():  # it came while the agent started (or waited)
                     raise Stopped
                 # Unconfined, the agent may be deleting `.anima/` as Anima writes (its `rm
@@ -308,6 +309,14 @@ class Seats:
             self.record.limit_wait = None
             self._save()
 
+    def _show_wait(self, held: tuple[float, str] | None) -> None:
+        """state.json says this milestone's next turn waits until `held` (or does not)."""
+        if held is None:
+            board(self.store).waiting(self.record.id, None)
+        else:
+            board(self.store).waiting(self.record.id, datetime.fromtimestamp(held[0], UTC),
+                                      held[1])
+
     def _usage_wait(self, role: str, until: float | None, message: str) -> None:
         """The record, state.json, the log, the window and a notification say the loop
         waits (or not); the record keeps a wait a stop ended (the limit still holds)."""
@@ -318,17 +327,19 @@ class Seats:
             else:
                 self._log("the usage limit has reset: sending the prompt again")
                 self._forget_wait()
-            if self.accounts[role].holding() is not None:
-                return  # other pairs still wait for it, and state.json says so
-            board(self.store).waiting(None)
+            # Held longer (another pair met it again since), the next turn waits on.
+            self._show_wait(held := self.accounts[role].holding())
+            if held is not None:
+                return  # other pairs still wait for it, and the window says so
         else:
             self._log(message)
             rec.limit_wait = LimitWait(role=role, until=datetime.fromtimestamp(until, UTC),
                                        reason=message)
             self._save()
-            if (news := self.accounts[role].hold(until, message)) is None:
+            news = self.accounts[role].hold(until, message)
+            self._show_wait(self.accounts[role].holding())  # this limit, or a later one
+            if news is None:
                 return  # another pair met it first and said so: every pair waits anyway
-            board(self.store).waiting(datetime.fromtimestamp(until, UTC), message)
             if news:  # the same limit met again is not announced again
                 self.bus.publish(Notice(rec.id, "waiting", f"{rec.title}: {message}"))
         self.bus.publish(UsageLimitWait(rec.id, until, message))

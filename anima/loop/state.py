@@ -42,13 +42,12 @@ def expected_state(records: list[MilestoneRecord],
 
 
 class StateBoard:
-    """The running milestones of one project, and the account's usage-limit wait."""
+    """The running milestones of one project, each with its usage-limit wait."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._lock = threading.Lock()
         self._running: dict[str, RunningMilestone] = {}
-        self._waiting: tuple[datetime, str] | None = None
 
     def awake(self, record: MilestoneRecord, worktree: str | None = None,
               activity: str | None = None) -> None:
@@ -70,10 +69,15 @@ class StateBoard:
             if self._running.pop(milestone_id, None) is not None:  # once, not per caller
                 self._write(self.store.load_records() if not self._running else None)
 
-    def waiting(self, until: datetime | None, reason: str = "") -> None:
-        """The account waits for a usage limit to reset (None: it has reset)."""
+    def waiting(self, milestone_id: str, until: datetime | None, reason: str = "") -> None:
+        """`milestone_id`'s next turn waits for a usage limit to reset (None: it no longer
+        does). Each its own: pairs on different agent CLIs wait for different accounts."""
         with self._lock:
-            self._waiting = (until, reason) if until is not None else None
+            line = self._running.get(milestone_id)
+            if line is None:  # left already: its wait is no longer the project's
+                return
+            line.waiting_until, line.waiting_reason = \
+                (until, reason) if until is not None else (None, None)
             self._write(None)
 
     def reconcile(self, records: list[MilestoneRecord]) -> bool:
@@ -89,13 +93,23 @@ class StateBoard:
             return True
 
     def _state(self, records: list[MilestoneRecord] | None) -> State:
-        state = expected_state(records or [], list(self._running.values()))
-        if self._running and self._waiting is not None and self._waiting[0] > now():
-            state.waiting_until, state.waiting_reason = self._waiting  # not one long over
+        state = expected_state(records or [], [_unexpired(line)
+                                               for line in self._running.values()])
+        waits = [line for line in state.running if line.waiting_until is not None]
+        if waits:  # the earliest: when the first of them sends again
+            first = min(waits, key=lambda line: line.waiting_until or now())
+            state.waiting_until, state.waiting_reason = first.waiting_until, first.waiting_reason
         return state
 
     def _write(self, records: list[MilestoneRecord] | None) -> None:
         self.store.save_state(self._state(records))
+
+
+def _unexpired(line: RunningMilestone) -> RunningMilestone:
+    """`line` without a wait long over (its milestone has not said so yet)."""
+    if line.waiting_until is None or line.waiting_until > now():
+        return line
+    return line.model_copy(update={"waiting_until": None, "waiting_reason": None})
 
 
 _BOARDS: weakref.WeakKeyDictionary[Store, StateBoard] = weakref.WeakKeyDictionary()

@@ -122,6 +122,14 @@ def _state_v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "running": running}
 
 
+def _state_v3_to_v4(data: dict[str, Any]) -> dict[str, Any]:
+    """v4 says which `running` milestones wait for a usage limit, each until its reset; v3
+    kept one wait, the project's (kept as it was), and did not say whose it was."""
+    running = [{**line, "waiting_until": None, "waiting_reason": None}
+               if isinstance(line, dict) else line for line in data.get("running") or []]
+    return {**data, "running": running}
+
+
 #: (kind of file, version) -> the step to version + 1. Each step is pure and small.
 _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("record", 1): _record_v1_to_v2,
@@ -137,6 +145,7 @@ _MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] =
     ("record", 11): _record_v11_to_v12,
     ("state", 1): _state_v1_to_v2,
     ("state", 2): _state_v2_to_v3,
+    ("state", 3): _state_v3_to_v4,
 }
 
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validat
 from anima.phases import Phase
 
 RECORD_SCHEMA_VERSION = 12
-STATE_SCHEMA_VERSION = 3
+STATE_SCHEMA_VERSION = 4
 
 
 def now() -> datetime:
@@ -377,6 +377,10 @@ class RunningMilestone(_Model):
     worktree: str | None = None  # relative to the project
     #: what its agents are doing ("Developer: round 3 (feature)", "waiting for a usage limit")
     activity: str = ""
+    #: while its next turn waits for a usage limit to reset: when it is sent, and why (pairs
+    #: on different agent CLIs wait for different accounts, each until its own reset)
+    waiting_until: datetime | None = None
+    waiting_reason: str | None = None
 
 
 class State(_Model):
@@ -387,6 +391,7 @@ class State(_Model):
     #: every milestone a loop drives now, in the order they started
     running: list[RunningMilestone] = Field(default_factory=list)
     updated_at: datetime | None = None
-    # Set while the loop waits for a usage limit to reset: when it sends again, and why.
+    #: the earliest wait of `running` (what readers of schema 3 knew): when the first waiting
+    #: milestone sends again, and why
     waiting_until: datetime | None = None
     waiting_reason: str | None = None
