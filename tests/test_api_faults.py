@@ -248,6 +248,20 @@ def test_a_limit_far_away_pauses_naming_when_it_resets(
     assert f"it resets at {expected}" in (rec.pause_reason or ""), rec.pause_reason
 
 
+def test_a_reset_no_calendar_holds_pauses_however_long_you_allow_to_wait(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CLI that sends milliseconds, with a wait allowed as long: the milestone failed
+    ("ValueError: year 59066 is out of range") when Anima wrote down when to send again."""
+    fake_claude.use_env(monkeypatch)
+    make_project(git_repo, {"m": milestone_md("M", ["Alpha"])},
+                 config={"max_usage_limit_wait_hours": 1e9})
+    fake_claude.write_script({"developer": [{"replay": "usage-2.1.330", "resets_in": 1.8e12}]})
+    _, outcome = run_engine(git_repo)
+    rec = record(git_repo, "m")
+    assert outcome.paused == ("m",) and rec.error is None, rec.error
+    assert "it resets at an unreadable time" in (rec.pause_reason or ""), rec.pause_reason
+
+
 def test_stopping_the_pair_that_met_the_limit_leaves_the_others_waiting_visible(
         git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
     """`hit` meets the account's limit, `other` is held by it too; you stop `hit`: its log

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import Enum
 
 from anima.agents.dialect import Fault, FaultKind
@@ -48,6 +49,16 @@ class Retry(Enum):
 #: Called when a usage-limit wait starts (epoch s it ends, the message) and ends (None, "", or
 #: why it ended early).
 WaitHook = Callable[[float | None, str], None]
+
+
+def _on_calendar(epoch: float) -> bool:
+    """Whether a date holds `epoch` (a CLI that sent milliseconds names a year past 9999,
+    which no record can keep: however long you allow to wait, it is no reset to wait for)."""
+    try:
+        datetime.fromtimestamp(epoch, UTC)
+    except (ValueError, OverflowError, OSError):
+        return False
+    return True
 
 
 @dataclass
@@ -104,7 +115,7 @@ class FaultPolicy:
         until = (resets_at if resets_at > now else now + floor) + \
             self.config.usage_limit_margin_seconds
         max_hours = self.config.max_usage_limit_wait_hours
-        if self.waited_seconds + (until - now) > max_hours * 3600:
+        if self.waited_seconds + (until - now) > max_hours * 3600 or not _on_calendar(until):
             raise AgentFault(f"{name} reached ({fault.message}); it resets at "
                              f"{clock(resets_at)}, later than max_usage_limit_wait_hours "
                              f"({max_hours:g} h) allows: resume after the reset")
