@@ -408,6 +408,11 @@ def test_a_known_secret_is_hidden_however_json_escapes_it() -> None:
         assert redact(f'{{"k": {form}}}') == f'{{"k": "{REDACTED}"}}', form
     # only that value: the same letters escaped around something else stay
     assert redact('"\\u007Aq\\"\\u0142/-78\\\\x-9k"') == '"\\u007Aq\\"\\u0142/-78\\\\x-9k"'
+    # JSON inside a JSON string: every escape escaped again, some characters `\\u`-escaped
+    inner = json.dumps({"k": value}).replace("/", "\\/")
+    for outer in (json.dumps({"log": inner}), json.dumps({"log": inner}, ensure_ascii=False),
+                  json.dumps({"log": inner.replace("zq", "\\u007aq")})):
+        assert value not in json.loads(json.loads(redact(outer))["log"])["k"], outer
 
 
 def test_a_known_secret_is_hidden_verbatim_wherever_it_appears() -> None:

@@ -241,3 +241,21 @@ def test_a_copied_in_value_written_json_escaped_is_redacted(
     transcript = (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
     assert transcript.count(f'"content": "{{\\"key\\":\\"{REDACTED}\\"}}"') == 3
     assert where_it_leaks(git_repo, fake, "7f3a9c2e51b84") == []
+
+
+def test_a_copied_in_value_json_escaped_twice_is_redacted(
+        git_repo: Path, fake: FakeClaude) -> None:
+    """JSON inside a JSON string (a log record's message, `docker inspect`, a CLI's stream
+    line that failed to parse) escapes the value's escapes again: `\\\\/`, `\\\\u0070`."""
+    value = "pay/7f3a9c2e51b84d06"
+    ignored_dotenv(git_repo, f"PAYMENT_KEY={value}\n")
+    make_project(git_repo, {"m1": ONE})
+    fake.write_script({"developer": [{"shell": [
+        "printf '%s\\n' '{\"msg\":\"{\\\"key\\\":\\\"pay\\\\/7f3a9c2e51b84d06\\\"}\"}'",
+        "printf '%s\\n' '{\"msg\":\"{\\\"key\\\":\\\"pay\\\\\\/7f3a9c2e51b84d06\\\"}\"}'",
+        "printf '%s\\n' '{\"msg\":\"{\\\"key\\\":\\\"\\\\u0070ay\\\\/7f3a9c2e51b84d06\\\"}\"}'",
+        COMMIT], "text": REPORT}]})
+    run_engine(git_repo, summarizer={"enabled": False})
+    transcript = (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+    assert transcript.count(REDACTED) >= 3
+    assert where_it_leaks(git_repo, fake, "7f3a9c2e51b84") == []

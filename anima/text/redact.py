@@ -25,7 +25,7 @@ What is replaced by `<REDACTED>`:
 - verbatim, whatever they look like (`add_known_secrets`): the values of the files a project
   copies into its worktrees, and of the secret-named variables of Anima's own environment,
   which its agents inherit (`environment_secrets`); also base64-, URL- or JSON-encoded (any
-  character of the value `\\uXXXX`-escaped).
+  character of the value `\\uXXXX`-escaped), and JSON-encoded twice (JSON in a JSON string).
 
 Deliberately left alone: commit hashes, UUIDs, paths, counters and short numbers
 (`token_count: 12`, `"input_tokens": 5`, `USE_AUTH=1`), placeholders (`${VAR}`, `<your-key>`,
@@ -443,27 +443,35 @@ def _json_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _json_forms(value: str) -> set[str]:
-    """`value` inside a JSON string as encoders write it: `\\"`, `\\\\`, `\\uXXXX` for
+def _json_escapes(text: str) -> set[str]:
+    """`text` inside a JSON string as encoders write it: `\\"`, `\\\\`, `\\uXXXX` for
     non-ASCII (or not), `/` as `\\/` (PHP) or not."""
-    forms = {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+    forms = {json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]}
     return forms | {form.replace("/", "\\/") for form in forms}
 
 
+def _json_forms(value: str) -> set[str]:
+    """`value` inside a JSON string, and inside a JSON string inside another (a log record's
+    message, a stream line that did not parse): its escapes escaped again (`\\\\/`)."""
+    once = _json_escapes(value)
+    return once | {twice for form in once for twice in _json_escapes(form)}
+
+
 def _json_spelling(value: str) -> str:
-    """A pattern for `value` inside a JSON string, any of its characters escaped or not
-    (`\\u0073ecret`): it matches that value and no other text."""
+    """A pattern for `value` inside a JSON string, or one inside another, any of its
+    characters escaped or not (`\\u0073ecret`, `\\\\u0073ecret`): it matches that value and
+    no other text."""
     def hex_digit(d: str) -> str:
         return f"[{d}{d.upper()}]" if d.isalpha() else d
 
     parts = []
     for ch in value:
         units = ch.encode("utf-16-be")
-        escaped = "".join("\\\\u" + "".join(map(hex_digit, units[i:i + 2].hex()))
+        escaped = "".join(r"\\{1,2}u" + "".join(map(hex_digit, units[i:i + 2].hex()))
                           for i in range(0, len(units), 2))
         short = _JSON_SHORT.get(ch)
-        parts.append("(?:" + "|".join([re.escape(ch), escaped]
-                                      + ([re.escape(short)] if short else [])) + ")")
+        spelled = [ch, short, *_json_escapes(short)] if short else [ch]
+        parts.append("(?:" + "|".join([escaped, *map(re.escape, spelled)]) + ")")
     return "".join(parts)
 
 
