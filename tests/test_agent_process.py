@@ -34,6 +34,7 @@ from anima.events import (
     ToolUse,
     TurnResult,
 )
+from anima.text.redact import add_known_secrets
 from tests.conftest import FakeClaude, run_git
 
 Factory = Callable[..., AgentProcess]
@@ -278,6 +279,31 @@ def test_crash_mid_turn_raises_agent_crashed_with_stderr_tail(
     assert agent.outcome is not None and agent.outcome.exit_code == 7
     assert "fake claude crashed on purpose" in agent.outcome.stderr_tail
     assert any("Traceback" in e.text for e in recorder.of(RawOutput))
+
+
+def test_a_line_held_for_the_rest_of_a_known_value_is_never_lost(
+        make_agent: Factory, fake_claude: FakeClaude, recorder: Recorder) -> None:
+    """A raw line that ends in the first part of a known value waits for the next line of its
+    stream, which may hold the rest (tests/test_redaction_e2e.py). When none comes it goes
+    out as it is: a moment later while the agent works on, and before its crash is told."""
+    value = "kq/9f3a9c2e51b84d06e5"
+    add_known_secrets([value])
+    fake_claude.write_script({"developer": [
+        {"stderr": [f"working {value[:6]}"], "delay": 3, "text": "done"},
+        {"noise": [f"dying {value[:6]}"], "crash": 3}]})
+    agent = make_agent()
+    turn = threading.Thread(target=agent.send, args=("one",))
+    turn.start()
+    deadline = time.monotonic() + 2.5
+    while not recorder.of(RawOutput) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [e.text for e in recorder.of(RawOutput)] == [f"working {value[:6]}"]
+    assert recorder.of(TurnResult) == []  # the turn still runs
+    turn.join()
+    with pytest.raises(AgentCrashed) as err:
+        agent.send("two")
+    assert f"dying {value[:6]}" in err.value.stderr_tail
+    assert f"dying {value[:6]}" in [e.text for e in recorder.of(RawOutput)]
 
 
 def test_death_between_turns_is_published_and_send_raises(make_agent: Factory,

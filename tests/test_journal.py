@@ -9,6 +9,7 @@ from anima.events import (
     AssistantText,
     CheckFinished,
     CheckStarted,
+    Event,
     EventBus,
     LogLine,
     RawOutput,
@@ -28,15 +29,21 @@ def test_transcripts_replay_and_secrets_never_reach_them(tmp_path: Path) -> None
     bus = EventBus()
     journal = Journal(paths, bus)
     journal.open("m1")
-    redact = AgentRedactor()  # what an agent process does with each event it reads
-    bus.publish(redact(AssistantText(role="developer", text=f"using {KEY}"), "stdout"))
-    bus.publish(redact(ToolUse(role="developer", tool="Bash", tool_use_id="t1",
-                               input={"command": f"curl -H 'x-api-key: {KEY}' x"}), "stdout"))
-    bus.publish(redact(ToolResult(role="developer", tool_use_id="t1", content=f"token={KEY}"),
-                       "stdout"))
+    redactor = AgentRedactor()  # what an agent process does with each event it reads
+
+    def redact(event: Event, stream: str) -> None:
+        for ready in redactor(event, stream):
+            bus.publish(ready)
+
+    redact(AssistantText(role="developer", text=f"using {KEY}"), "stdout")
+    redact(ToolUse(role="developer", tool="Bash", tool_use_id="t1",
+                   input={"command": f"curl -H 'x-api-key: {KEY}' x"}), "stdout")
+    redact(ToolResult(role="developer", tool_use_id="t1", content=f"token={KEY}"), "stdout")
     for line in ("-----BEGIN RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEA7secretbody",
                  "-----END RSA PRIVATE KEY-----", "after the key"):
-        bus.publish(redact(RawOutput(role="developer", text=line), "stderr"))
+        redact(RawOutput(role="developer", text=line), "stderr")
+    for ready in redactor.release():  # the end of its output
+        bus.publish(ready)
     bus.publish(LogLine("m1", f"saw {KEY}"))
     journal.close()
     files = list(tmp_path.rglob("*"))

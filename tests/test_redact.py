@@ -9,9 +9,10 @@ import urllib.parse
 
 import pytest
 
-from anima.events import EngineError, Event, LogLine, Notice
+from anima.events import EngineError, Event, LogLine, Notice, RawOutput
 from anima.text.redact import (
     REDACTED,
+    AgentRedactor,
     LineRedactor,
     RedactingBus,
     add_known_secrets,
@@ -422,3 +423,34 @@ def test_a_known_secret_is_hidden_verbatim_wherever_it_appears() -> None:
     assert redact(f"the key is {value}.") == f"the key is {REDACTED}."
     assert redact(json.dumps({"out": value * 2})) == json.dumps({"out": REDACTED * 2})
     assert redact("a short word") == "a short word"
+
+
+def test_a_known_secret_broken_over_lines_is_hidden_piece_by_piece() -> None:
+    """`base64` wraps at 76 columns, `fold` anywhere: no line holds the value whole. Each
+    piece goes, the line breaks stay; a value's first part alone, or its pieces apart, stay."""
+    value = "wq/8d7c6b5a49382716ff0e"
+    add_known_secrets([value, value[:-4]])  # one begins the other: the longer one goes
+    assert redact(f"a {value[:5]}\n{value[5:12]}\n\n{value[12:]} b") == \
+        f"a {REDACTED}\n{REDACTED}\n\n{REDACTED} b"
+    wrapped = base64.encodebytes(f"PAYMENT_KEY={value}\n".encode() * 3).decode()
+    form = base64.b64encode(value.encode()).decode()[:28]  # the value's own groups
+    assert wrapped.count(form) < wrapped.replace("\n", "").count(form)  # one is broken
+    assert form not in redact(wrapped).replace("\n", "")
+    for kept in (f"a {value[:5]}\nxyz", f"a {value[:5]}\n\nand {value[5:]}"):
+        assert redact(kept) == kept
+
+
+def test_a_line_held_for_the_rest_of_a_value_waits_its_own_time() -> None:
+    """Each stream's held line goes when it is due, not when another stream's is: the other
+    one may still get the rest of its value."""
+    value = "hx/4c3b2a1f0e9d8c7b6a5"
+    add_known_secrets([value])
+    redactor = AgentRedactor()
+    assert redactor(RawOutput(role="developer", text=f"err {value[:8]}"), "stderr") == []
+    time.sleep(0.05)
+    assert redactor(RawOutput(role="developer", text=f"out {value[:8]}"), "stdout") == []
+    assert redactor.due is not None
+    assert [e.text for e in redactor.release(redactor.due)] == [f"err {value[:8]}"]
+    shown = redactor(RawOutput(role="developer", text=f"{value[8:]} end"), "stdout")
+    shown += redactor.release()  # the end of output (`end` may begin another known value)
+    assert [e.text for e in shown] == [f"out {REDACTED}", f"{REDACTED} end"]

@@ -259,3 +259,28 @@ def test_a_copied_in_value_json_escaped_twice_is_redacted(
     transcript = (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
     assert transcript.count(REDACTED) >= 3
     assert where_it_leaks(git_repo, fake, "7f3a9c2e51b84") == []
+
+
+def test_a_copied_in_value_split_over_two_lines_of_the_cli_is_redacted(
+        git_repo: Path, fake: FakeClaude) -> None:
+    """The agent CLI's own output (stderr, or stdout lines that are not its protocol) comes
+    line by line: a `.env` value a wrapped message breaks over two lines has its first half
+    end one and its second half start the next, and neither line alone holds it. Each half,
+    kept, is most of the secret. (The turn crashes: the crash's note quotes the stderr.)"""
+    value = "pay/7f3a9c2e51b84d06e5"
+    head, tail = value[:9], value[9:]
+    ignored_dotenv(git_repo, f"PAYMENT_KEY={value}\n")
+    make_project(git_repo, {"m1": ONE})
+    fake.write_script({"developer": [
+        {"noise": [f"config: {head}", f"{tail} (from .env)"],
+         "stderr": [f"warn: key {head}", f"{tail} was rejected", f"again {value[:3]}",
+                    f"{value[3:]}"],
+         "crash": 1},
+        {"shell": [COMMIT], "text": REPORT}]})
+    run_engine(git_repo, summarizer={"enabled": False})
+    transcript = (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+    assert f"warn: key {REDACTED}" in transcript
+    assert f"{REDACTED} was rejected" in transcript
+    assert f"config: {REDACTED}\\n{REDACTED} (from .env)" in transcript  # the crash's note
+    for piece in (head, tail, value[3:]):
+        assert where_it_leaks(git_repo, fake, piece) == [], piece

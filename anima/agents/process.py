@@ -26,7 +26,15 @@ from anima import procfs, sandbox
 from anima.agents.dialect import AgentBinary, Conversation, Dialect, RoleProfile, clean_text
 from anima.agents.transport import ProcessOutcome, PtyProcess
 from anima.errors import AgentCrashed, AgentError, SessionLost, TurnTimeout
-from anima.events import TURN_WORK, AgentExited, Publisher, RawOutput, SessionStarted, TurnResult
+from anima.events import (
+    TURN_WORK,
+    AgentExited,
+    Event,
+    Publisher,
+    RawOutput,
+    SessionStarted,
+    TurnResult,
+)
 from anima.git_options import AGENT_GIT_ENV
 from anima.text.redact import AgentRedactor
 
@@ -81,7 +89,7 @@ class AgentProcess:
         self.dialect = dialect
 
         self._cond = threading.Condition()
-        self._io = PtyProcess(role, self._cond, self._on_line,
+        self._io = PtyProcess(role, self._cond, self._on_line, self._on_quiet,
                               lambda: self._publish_exit(expected=False), marker)
         self._results: deque[TurnResult] = deque()
         # Results no turn took (an interrupted turn's, a late one): spent all the same.
@@ -233,7 +241,7 @@ class AgentProcess:
 
     # --- output ---------------------------------------------------------------------------
 
-    def _on_line(self, is_stdout: bool, line: bytes) -> None:
+    def _on_line(self, is_stdout: bool, line: bytes) -> float | None:
         if is_stdout:
             events = self._conv.parse(line)
             if replies := self._conv.replies():  # not from the reader: stdin may be busy
@@ -243,44 +251,55 @@ class AgentProcess:
             text = clean_text(line.decode("utf-8", errors="replace")).rstrip()
             events = [RawOutput(role=self.role, text=text)] if text.strip() else []
         for event in events:
-            event = self._redact(event, "stdout" if is_stdout else "stderr")
+            for ready in self._redact(event, "stdout" if is_stdout else "stderr"):
+                self._take(ready)
+        return self._redact.due
+
+    def _on_quiet(self, ended: bool) -> float | None:
+        """No more output came in time to finish a known value in a held line (or none will
+        come: output `ended`): pass it on as it is."""
+        for event in self._redact.release(None if ended else time.monotonic()):
+            self._take(event)
+        return self._redact.due
+
+    def _take(self, event: Event) -> None:
+        """Pass on one redacted event (the reader's thread)."""
+        if isinstance(event, TurnResult):
+            event = self._with_turn_cost(event)
+        if isinstance(event, RawOutput):
+            with self._cond:
+                self._stderr_tail.append(event.text[-2000:])
+        elif isinstance(event, SessionStarted):
+            event = dataclasses.replace(event, cli=self.binary.version)
+            self._session_model = event.model or self._session_model
+            if event.session_id:  # the id a CLI that names its own sessions chose
+                self._session_id = event.session_id
+            self._opened.set()
+            with self._cond:
+                self._cond.notify_all()
+        elif isinstance(event, TurnResult) and event.stopped and not self._asked_to_stop():
+            # An interrupt's result that came after its turn had ended: it must not
+            # close the next turn.
+            log.info("%s agent: ignored a late interrupted result", self.role)
+            with self._cond:
+                self._unclaimed.append(event)
+            return
+        if isinstance(event, TURN_WORK) and self._turns_sent and not self._turn_active.is_set():
+            if not self._went_on:
+                log.warning("%s agent: went on working after its turn had ended", self.role)
+            self._went_on = True
             if isinstance(event, TurnResult):
-                event = self._with_turn_cost(event)
-            if isinstance(event, RawOutput):
-                with self._cond:
-                    self._stderr_tail.append(event.text[-2000:])
-            elif isinstance(event, SessionStarted):
-                event = dataclasses.replace(event, cli=self.binary.version)
-                self._session_model = event.model or self._session_model
-                if event.session_id:  # the id a CLI that names its own sessions chose
-                    self._session_id = event.session_id
-                self._opened.set()
-                with self._cond:
-                    self._cond.notify_all()
-            elif isinstance(event, TurnResult) and event.stopped and not self._asked_to_stop():
-                # An interrupt's result that came after its turn had ended: it must not
-                # close the next turn.
-                log.info("%s agent: ignored a late interrupted result", self.role)
+                # It would answer the next prompt before it is sent; unconfined, another
+                # agent can write it (the Developer an ACCEPTED into the Acceptor's).
+                log.warning("%s agent: a result outside any turn, not taken", self.role)
                 with self._cond:
                     self._unclaimed.append(event)
-                continue
-            if isinstance(event, TURN_WORK) and self._turns_sent and not self._turn_active.is_set():
-                if not self._went_on:
-                    log.warning("%s agent: went on working after its turn had ended",
-                                self.role)
-                self._went_on = True
-                if isinstance(event, TurnResult):
-                    # It would answer the next prompt before it is sent; unconfined, another
-                    # agent can write it (the Developer an ACCEPTED into the Acceptor's).
-                    log.warning("%s agent: a result outside any turn, not taken", self.role)
-                    with self._cond:
-                        self._unclaimed.append(event)
-                    continue
-            self.bus.publish(event)
-            if isinstance(event, TurnResult):
-                with self._cond:
-                    self._results.append(event)
-                    self._cond.notify_all()
+                return
+        self.bus.publish(event)
+        if isinstance(event, TurnResult):
+            with self._cond:
+                self._results.append(event)
+                self._cond.notify_all()
 
     def _settle(self) -> None:
         """What the process spent in a turn it did not finish (its reader is done): no

@@ -137,8 +137,10 @@ class ProcessOutcome:
         return f"exited with code {self.exit_code}"
 
 
-#: (is_stdout, line) for each complete line the process wrote.
-LineHandler = Callable[[bool, bytes], None]
+#: (is_stdout, line) for each complete line the process wrote. It returns when (monotonic
+#: time) what its owner holds back of the lines so far, waiting for more, must go out; None
+#: while it holds nothing (see `PtyProcess`).
+LineHandler = Callable[[bool, bytes], float | None]
 
 
 def _child_setup(before_exec: Callable[[], None] | None) -> Callable[[], None]:
@@ -153,13 +155,18 @@ def _child_setup(before_exec: Callable[[], None] | None) -> Callable[[], None]:
 
 class PtyProcess:
     """Owns one child process and its reader thread. `cond` is shared with the owner: the
-    reader sets `eof` and `last_activity` under it and notifies it."""
+    reader sets `eof` and `last_activity` under it and notifies it. When `on_line` holds
+    output back, the reader calls `on_quiet(False)` at the time it asked for (which returns
+    the next such time, like `on_line`), and `on_quiet(True)` when output ends: what was held
+    then goes out as it is."""
 
     def __init__(self, name: str, cond: threading.Condition, on_line: LineHandler,
-                 on_died: Callable[[], None], marker: str | None = None) -> None:
+                 on_quiet: Callable[[bool], float | None], on_died: Callable[[], None],
+                 marker: str | None = None) -> None:
         self.name = name
         self.cond = cond
         self._on_line = on_line
+        self._on_quiet = on_quiet
         self._on_died = on_died
         self.marker = marker
         self.proc: subprocess.Popen[bytes] | None = None
@@ -286,9 +293,11 @@ class PtyProcess:
         assert out_fd is not None and err_fd is not None and wake is not None
         framers = {out_fd: LineFramer(), err_fd: LineFramer()}
         open_fds = {out_fd, err_fd}
+        held_until: float | None = None  # when what the owner holds back must go out
         try:
             while open_fds:
-                ready, _, _ = select.select([*open_fds, wake], [], [])
+                wait = None if held_until is None else max(0.0, held_until - time.monotonic())
+                ready, _, _ = select.select([*open_fds, wake], [], [], wait)
                 if wake in ready:
                     break
                 for fd in ready:
@@ -301,12 +310,15 @@ class PtyProcess:
                         open_fds.discard(fd)
                         tail = framers[fd].flush()
                         if tail:
-                            self._on_line(fd == out_fd, tail)
+                            held_until = self._on_line(fd == out_fd, tail)
                         continue
                     with self.cond:
                         self.last_activity = time.monotonic()
                     for line in framers[fd].feed(data):
-                        self._on_line(fd == out_fd, line)
+                        held_until = self._on_line(fd == out_fd, line)
+                if held_until is not None and time.monotonic() >= held_until:
+                    held_until = self._on_quiet(False)
+            self._on_quiet(True)  # output ended, or Anima stopped reading it: nothing stays held
         except Exception:  # a reader that dies silently would hang every later turn
             log.exception("%s agent reader failed", self.name)
         finally:

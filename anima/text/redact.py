@@ -25,7 +25,9 @@ What is replaced by `<REDACTED>`:
 - verbatim, whatever they look like (`add_known_secrets`): the values of the files a project
   copies into its worktrees, and of the secret-named variables of Anima's own environment,
   which its agents inherit (`environment_secrets`); also base64-, URL- or JSON-encoded (any
-  character of the value `\\uXXXX`-escaped), and JSON-encoded twice (JSON in a JSON string).
+  character of the value `\\uXXXX`-escaped), and JSON-encoded twice (JSON in a JSON string);
+  and broken over lines (`base64` wraps at 76 columns), also over the lines an agent CLI prints
+  (`AgentRedactor` holds a line that ends in a value's first part back for the next one).
 
 Deliberately left alone: commit hashes, UUIDs, paths, counters and short numbers
 (`token_count: 12`, `"input_tokens": 5`, `USE_AUTH=1`), placeholders (`${VAR}`, `<your-key>`,
@@ -38,9 +40,11 @@ from __future__ import annotations
 import base64
 import bisect
 import dataclasses
+import itertools
 import json
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
@@ -53,6 +57,7 @@ from anima.events import (
     RawOutput,
     Thinking,
     ToolResult,
+    TurnResult,
 )
 
 __all__ = [
@@ -193,6 +198,7 @@ _ESCAPE_BEFORE: Final = re.compile(r"(?:\\[A-Za-z]|(?:\x1b|\\u001b|\\x1b|\\033|\
 # ESC sequences (CSI, OSC, two-character) and every C0/C1 control except tab and newline.
 _CONTROLS: Final = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
                               r"|\x1b[ -/]*[0-~]?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_NEWLINE: Final = re.compile(r"\n")
 _OVERWRITTEN: Final = re.compile(r"^[^\n]*\r(?=[^\n\r])", re.MULTILINE)
 _CONTROLS_TRIGGER: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _WORD_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
@@ -361,6 +367,11 @@ _known: tuple[str, ...] = ()  # longest first, so a value inside another goes wi
 _known_values: frozenset[str] = frozenset()  # the values as given
 #: The values however a JSON string spells them (`_json_spelling`), for a text with `\\u`.
 _known_escaped: re.Pattern[str] | None = None
+#: Where a text may end in the first part of a form of `_known`, for a value that goes on in
+#: the next line: the last (up to) three characters of each of its proper beginnings ->
+#: (the form, how long that beginning is).
+_known_starts: dict[str, tuple[tuple[str, int], ...]] = {}
+_known_longest = 0
 #: JSON's two-character escapes (`\\/` is optional: PHP writes it, most encoders do not).
 _JSON_SHORT: Final = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f",
                       "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -482,7 +493,7 @@ def add_known_secrets(values: Iterable[str]) -> None:
     groups of three bytes wholly the value's, for each of the three places it may start in
     a group: they read the same whatever comes before or after it (a `KEY=`, the newline
     `echo` adds)."""
-    global _known, _known_values, _known_escaped
+    global _known, _known_values, _known_escaped, _known_starts, _known_longest
     values = [value for value in values if len(value) >= 6]
     forms = set()
     for value in values:
@@ -495,11 +506,68 @@ def add_known_secrets(values: Iterable[str]) -> None:
                 forms.add(part)
     with _KNOWN_LOCK:
         _known = tuple(sorted({*_known, *forms}, key=lambda v: (-len(v), v)))
+        _known_starts = _starts_index(_known)
+        _known_longest = len(_known[0]) if _known else 0
         if set(values) <= _known_values:
             return
         _known_values |= set(values)
         _known_escaped = re.compile("|".join(map(_json_spelling, sorted(
             _known_values, key=lambda v: (-len(v), v))))) if _known_values else None
+
+
+
+def _starts_index(forms: Iterable[str]) -> dict[str, tuple[tuple[str, int], ...]]:
+    """`_known_starts` for these forms: three lookups tell whether a line ends in the first
+    part of any of them, however many and long they are."""
+    index: dict[str, list[tuple[str, int]]] = {}
+    for form in forms:
+        for k in range(1, len(form)):
+            index.setdefault(form[max(0, k - 3):k], []).append((form, k))
+    return {end: tuple(starts) for end, starts in index.items()}
+
+
+def _open_start(text: str) -> int:
+    """How many characters at the end of `text` are the first part of a known value (in any
+    of its forms), 0 for none: the line that comes next may hold the rest of it."""
+    longest = 0
+    for end in (text[-3:], text[-2:], text[-1:]):
+        for form, k in _known_starts.get(end, ()):
+            if k > longest and (k <= 3 or text.endswith(form[:k])):
+                longest = k
+    return longest
+
+
+def _across_lines(text: str) -> str:
+    """Known values (in any of their forms) that line breaks cut into pieces: each piece is
+    redacted, the breaks stay. `base64` wraps at 76 columns, `fold` and a wrapped message
+    wherever they like, and no line holds the value whole."""
+    joined = text.replace("\n", "")
+    found = [value for value in _known if value in joined]
+    if not found:
+        return text
+    # Where each line starts in `text` and in `joined` (a character's line: the last one
+    # that starts at or before it, so empty lines are skipped).
+    starts = [0, *(m.end() for m in _NEWLINE.finditer(text))]
+    joined_starts = [start - line for line, start in enumerate(starts)]
+
+    def at(j: int) -> int:
+        line = bisect.bisect_right(joined_starts, j) - 1
+        return starts[line] + j - joined_starts[line]
+
+    cuts: list[tuple[int, int]] = []
+    for value in found:
+        j = joined.find(value)
+        while j >= 0:
+            cuts.append((at(j), at(j + len(value) - 1) + 1))
+            j = joined.find(value, j + len(value))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(cuts):  # overlapping values (one begins another) go together
+        if merged and start <= merged[-1][1]:
+            start, end = merged[-1][0], max(end, merged.pop()[1])
+        merged.append((start, end))
+    return _apply(text, [(start, end, "\n".join(
+        REDACTED if piece else "" for piece in text[start:end].split("\n")))
+        for start, end in merged])
 
 
 def redact(text: str) -> str:
@@ -518,6 +586,8 @@ def redact(text: str) -> str:
     for value in _known:
         if value in text:
             text = text.replace(value, REDACTED)
+    if _known and "\n" in text:
+        text = _across_lines(text)
     if _known_escaped is not None and "\\u" in text:
         text = _known_escaped.sub(REDACTED, text)
     low = _lower(text)
@@ -664,21 +734,85 @@ _TEXT_FIELD: Final[dict[type[Event], str]] = {
     RawOutput: "text", ToolResult: "content", AssistantText: "text", Thinking: "text"}
 
 
+#: How long a raw line that ends in the first part of a known value is held back for the next
+#: line of its stream, which may hold the rest: long enough for the rest of one write, too
+#: short for anyone to see the wait.
+HOLD_SECONDS: Final = 0.1
+
+
+class _HeldLines:
+    """One stream's raw lines: a known value a wrapped message breaks over two (or more) of
+    them has no line that holds it whole. A line that ends in the first part of one waits
+    for the next; then `_across_lines` redacts both pieces."""
+
+    def __init__(self) -> None:
+        self.held: list[RawOutput] = []
+        self.since = 0.0  # when the lines held now began to be
+
+    def add(self, line: RawOutput) -> list[RawOutput]:
+        """The lines that can go now: all, unless the last ones may go on into the next."""
+        lines = [*self.held, line]
+        if self.held:
+            pieces = iter(_across_lines("\n".join(held.text for held in lines)).split("\n"))
+            texts = ["\n".join(itertools.islice(pieces, held.text.count("\n") + 1))
+                     for held in lines]
+            lines = [held if text == held.text else dataclasses.replace(held, text=text)
+                     for held, text in zip(lines, texts, strict=True)]
+        keep, tail = len(lines), ""  # from `keep` on: the lines a value may have begun in
+        while keep and len(tail) < _known_longest:
+            keep -= 1
+            tail = lines[keep].text + tail
+        opened, covered = _open_start(tail), len(tail)
+        while keep < len(lines) and covered - len(lines[keep].text) >= opened:
+            covered -= len(lines[keep].text)
+            keep += 1
+        if keep or not self.held:
+            self.since = time.monotonic()
+        self.held = lines[keep:]
+        return lines[:keep]
+
+    def release(self) -> list[RawOutput]:
+        released, self.held = self.held, []
+        return released
+
+
 class AgentRedactor:
     """Redacts one agent process's events. A PEM private key can span several outputs (lines
     of its stderr, two tool results of one `cat`), so each stream and each kind of text output
-    has a `LineRedactor` that hides what follows a BEGIN line up to the key's END line."""
+    has a `LineRedactor` that hides what follows a BEGIN line up to the key's END line. A
+    known value can be wrapped over two raw lines (`_HeldLines`): such a line is held back
+    until the next line of its stream, another of its events, the turn's result, or
+    `release` (when `due`, or at the end of output)."""
 
     def __init__(self) -> None:
         self._streams: dict[str, LineRedactor] = {}
+        self._held: dict[str, _HeldLines] = {}
 
-    def __call__(self, event: E, stream: str) -> E:
+    def __call__(self, event: Event, stream: str) -> list[Event]:
+        """The redacted events to pass on now, in order (none while a line is held)."""
         field = _TEXT_FIELD.get(type(event))
         if field is not None:
             key = stream if isinstance(event, RawOutput) else type(event).__name__
             text = self._streams.setdefault(key, LineRedactor())(getattr(event, field))
             event = dataclasses.replace(event, **{field: text})
-        return redact_event(event)
+        event = redact_event(event)
+        held = self._held.setdefault(stream, _HeldLines())
+        if isinstance(event, RawOutput):
+            return list(held.add(event))
+        # A turn's result comes after what its turn printed on the other stream too.
+        return [*(self.release() if isinstance(event, TurnResult) else held.release()), event]
+
+    @property
+    def due(self) -> float | None:
+        """When (monotonic time) the lines held back must go out as they are; None: none is."""
+        since = [held.since for held in self._held.values() if held.held]
+        return min(since) + HOLD_SECONDS if since else None
+
+    def release(self, due: float | None = None) -> list[Event]:
+        """The lines held back (those due by then, if `due` is a time), as they are: no more
+        output came to finish a value in them."""
+        return [line for held in self._held.values()
+                if due is None or held.since + HOLD_SECONDS <= due for line in held.release()]
 
 
 class RedactingBus(EventBus):
