@@ -393,6 +393,10 @@ def test_a_known_secret_is_hidden_in_the_forms_a_shell_writes_it() -> None:
     assert redact(encoded).startswith(REDACTED) and len(redact(encoded)) < len(REDACTED) + 5
     assert redact(f"?key={urllib.parse.quote(value + '/', safe='')}") == f"?key={REDACTED}%2F"
     assert redact(f"{value[:8]}\x01{value[8:]}") == REDACTED  # a control char inside it
+    spaced = "pass phrase/with+all (of) it"  # in a form's field, and as JavaScript writes it
+    add_known_secrets([spaced])
+    for encoded in (urllib.parse.quote_plus(spaced), "pass%20phrase%2Fwith%2Ball%20(of)%20it"):
+        assert redact(f"q={encoded}&x") == f"q={REDACTED}&x", encoded
     # `echo "KEY=$KEY" | base64`: the value starts inside a group of three bytes; the
     # groups wholly its own read the same whatever comes before
     for before in ("K=", "KY=", "KEY="):

@@ -5,10 +5,12 @@ and the headless output."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 from anima.engine.facade import Engine
@@ -283,4 +285,29 @@ def test_a_copied_in_value_split_over_two_lines_of_the_cli_is_redacted(
     assert f"{REDACTED} was rejected" in transcript
     assert f"config: {REDACTED}\\n{REDACTED} (from .env)" in transcript  # the crash's note
     for piece in (head, tail, value[3:]):
+        assert where_it_leaks(git_repo, fake, piece) == [], piece
+
+
+def test_a_copied_in_value_in_the_forms_other_tools_write_is_redacted(
+        git_repo: Path, fake: FakeClaude) -> None:
+    """URL-encoded by `quote` (it keeps `/`) or with lower-case hex (.NET), base64url (JWT
+    tools, `tr '+/' '-_'`), or cut by a carriage return (what a terminal shows is the
+    value's end): each of these showed most of the value."""
+    value = "pay/7f+3a9c2e5~1b84d06?"
+    ignored_dotenv(git_repo, f"PAYMENT_KEY={value}\n")
+    make_project(git_repo, {"m1": ONE})
+    base64url = base64.urlsafe_b64encode(f"KEY={value}".encode()).decode()
+    outputs = [f"?k={urllib.parse.quote(value)}&x=1",
+               f"?k={urllib.parse.quote(value, safe='').lower()}&x=1", base64url,
+               "pay/7f+3a9\rc2e5~1b84d06?"]
+    files = []
+    for i, output in enumerate(outputs):  # where the confined agent can read them
+        files.append(fake.root / f"out-{i}")
+        files[-1].write_text(output + "\n")
+    fake.write_script({"developer": [{"shell": [*(f"cat {f}" for f in files), COMMIT],
+                                      "text": REPORT}]})
+    run_engine(git_repo, summarizer={"enabled": False})
+    transcript = (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+    assert transcript.count(f'"content": "?k={REDACTED}&x=1"') == 2  # the outputs
+    for piece in ("c2e5~1b84d06", "c2e5%7E1b84d06", base64url[8:-8]):
         assert where_it_leaks(git_repo, fake, piece) == [], piece

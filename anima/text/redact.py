@@ -198,7 +198,6 @@ _ESCAPE_BEFORE: Final = re.compile(r"(?:\\[A-Za-z]|(?:\x1b|\\u001b|\\x1b|\\033|\
 # ESC sequences (CSI, OSC, two-character) and every C0/C1 control except tab and newline.
 _CONTROLS: Final = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
                               r"|\x1b[ -/]*[0-~]?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_NEWLINE: Final = re.compile(r"\n")
 _OVERWRITTEN: Final = re.compile(r"^[^\n]*\r(?=[^\n\r])", re.MULTILINE)
 _CONTROLS_TRIGGER: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _WORD_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
@@ -375,6 +374,9 @@ _known_longest = 0
 #: JSON's two-character escapes (`\\/` is optional: PHP writes it, most encoders do not).
 _JSON_SHORT: Final = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f",
                       "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_PERCENT: Final = re.compile(r"%[0-9A-F]{2}")
+#: base64's URL-safe alphabet (JWTs, `base64url`) for its standard one.
+_BASE64URL: Final = str.maketrans("+/", "-_")
 _ASSIGNMENT: Final = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][\w.-]*)\s*[=:]\s*(.*?)\s*$")
 # Values of a copied-in file that are settings, not secrets (see `_is_setting`).
 _SETTING_WORDS: Final = frozenset({
@@ -454,6 +456,16 @@ def _json_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def _url_forms(value: str) -> set[str]:
+    """`value` URL-encoded as encoders write it: every reserved character escaped (`quote`
+    with `safe=""`), or all but `/` (`quote`'s default) or `!'()*` (JavaScript's
+    `encodeURIComponent`), a space as `+` (a form's fields); hex digits in either case
+    (.NET writes them lower-case)."""
+    forms = {urllib.parse.quote(value, safe=safe) for safe in ("", "/", "!'()*")}
+    forms.add(urllib.parse.quote_plus(value, safe=""))
+    return forms | {_PERCENT.sub(lambda m: m.group().lower(), form) for form in forms}
+
+
 def _json_escapes(text: str) -> set[str]:
     """`text` inside a JSON string as encoders write it: `\\"`, `\\\\`, `\\uXXXX` for
     non-ASCII (or not), `/` as `\\/` (PHP) or not."""
@@ -492,18 +504,18 @@ def add_known_secrets(values: Iterable[str]) -> None:
     base64`, a query string, `"\\u0073ecret"` with any character escaped). Base64 by the
     groups of three bytes wholly the value's, for each of the three places it may start in
     a group: they read the same whatever comes before or after it (a `KEY=`, the newline
-    `echo` adds)."""
+    `echo` adds), in the standard alphabet and the URL-safe one."""
     global _known, _known_values, _known_escaped, _known_starts, _known_longest
     values = [value for value in values if len(value) >= 6]
     forms = set()
     for value in values:
         raw = value.encode()
-        forms |= {value, urllib.parse.quote(value, safe=""), *_json_forms(value)}
+        forms |= {value, *_url_forms(value), *_json_forms(value)}
         for skip in range(3):  # the value's first byte at place `skip` of a group
             whole = (skip + len(raw)) // 3 * 4
             part = base64.b64encode(bytes(skip) + raw).decode()[4 if skip else 0:whole]
             if len(part) >= 8:
-                forms.add(part)
+                forms |= {part, part.translate(_BASE64URL)}
     with _KNOWN_LOCK:
         _known = tuple(sorted({*_known, *forms}, key=lambda v: (-len(v), v)))
         _known_starts = _starts_index(_known)
@@ -537,17 +549,17 @@ def _open_start(text: str) -> int:
     return longest
 
 
-def _across_lines(text: str) -> str:
-    """Known values (in any of their forms) that line breaks cut into pieces: each piece is
-    redacted, the breaks stay. `base64` wraps at 76 columns, `fold` and a wrapped message
-    wherever they like, and no line holds the value whole."""
-    joined = text.replace("\n", "")
+def _across_lines(text: str, brk: str = "\n") -> str:
+    """Known values (in any of their forms) that line breaks (or carriage returns, `brk`)
+    cut into pieces: each piece is redacted, the breaks stay. `base64` wraps at 76 columns,
+    `fold` and a wrapped message wherever they like, and no line holds the value whole."""
+    joined = text.replace(brk, "")
     found = [value for value in _known if value in joined]
     if not found:
         return text
     # Where each line starts in `text` and in `joined` (a character's line: the last one
     # that starts at or before it, so empty lines are skipped).
-    starts = [0, *(m.end() for m in _NEWLINE.finditer(text))]
+    starts = [0, *(m.end() for m in re.finditer(brk, text))]
     joined_starts = [start - line for line, start in enumerate(starts)]
 
     def at(j: int) -> int:
@@ -565,8 +577,8 @@ def _across_lines(text: str) -> str:
         if merged and start <= merged[-1][1]:
             start, end = merged[-1][0], max(end, merged.pop()[1])
         merged.append((start, end))
-    return _apply(text, [(start, end, "\n".join(
-        REDACTED if piece else "" for piece in text[start:end].split("\n")))
+    return _apply(text, [(start, end, brk.join(
+        REDACTED if piece else "" for piece in text[start:end].split(brk)))
         for start, end in merged])
 
 
@@ -581,7 +593,10 @@ def redact(text: str) -> str:
         return text
     if _CONTROLS_TRIGGER.search(text):  # first: a control inside a value would hide it
         if "\r" in text:  # a progress line: what a terminal would show, its last state
-            text = _OVERWRITTEN.sub("", text.replace("\r\n", "\n"))
+            text = text.replace("\r\n", "\n")
+            if _known:  # not the end of a value a carriage return cut
+                text = _across_lines(text, "\r")
+            text = _OVERWRITTEN.sub("", text)
         text = _CONTROLS.sub("", text)
     for value in _known:
         if value in text:
