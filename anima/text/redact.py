@@ -363,6 +363,10 @@ def _lower(text: str) -> str:
 # project's when it opens a worktree.
 _KNOWN_LOCK = threading.Lock()
 _known: tuple[str, ...] = ()  # longest first, so a value inside another goes with it
+_known_multiline: tuple[str, ...] = ()  # the same for the forms with a line break
+#: `_known` by whether a text has a `%` and a `\\`: a form with one (URL-encoded, JSON-escaped)
+#: is not looked for in a text without it.
+_known_for: dict[tuple[bool, bool], tuple[str, ...]] = {}
 _known_values: frozenset[str] = frozenset()  # the values as given
 #: The values however a JSON string spells them (`_json_spelling`), for a text with `\\u`.
 _known_escaped: re.Pattern[str] | None = None
@@ -505,7 +509,8 @@ def add_known_secrets(values: Iterable[str]) -> None:
     groups of three bytes wholly the value's, for each of the three places it may start in
     a group: they read the same whatever comes before or after it (a `KEY=`, the newline
     `echo` adds), in the standard alphabet and the URL-safe one."""
-    global _known, _known_values, _known_escaped, _known_starts, _known_longest
+    global _known, _known_multiline, _known_for, _known_values, _known_escaped, _known_starts
+    global _known_longest
     values = [value for value in values if len(value) >= 6]
     forms = set()
     for value in values:
@@ -517,7 +522,13 @@ def add_known_secrets(values: Iterable[str]) -> None:
             if len(part) >= 8:
                 forms |= {part, part.translate(_BASE64URL)}
     with _KNOWN_LOCK:
-        _known = tuple(sorted({*_known, *forms}, key=lambda v: (-len(v), v)))
+        known = sorted({*_known, *_known_multiline, *forms}, key=lambda v: (-len(v), v))
+        _known = tuple(form for form in known if "\n" not in form)
+        _known_multiline = tuple(form for form in known if "\n" in form)
+        _known_for = {(percent, backslash): tuple(
+            form for form in _known if (percent or "%" not in form)
+            and (backslash or "\\" not in form))
+            for percent in (False, True) for backslash in (False, True)}
         _known_starts = _starts_index(_known)
         _known_longest = len(_known[0]) if _known else 0
         if set(values) <= _known_values:
@@ -538,15 +549,31 @@ def _starts_index(forms: Iterable[str]) -> dict[str, tuple[tuple[str, int], ...]
     return {end: tuple(starts) for end, starts in index.items()}
 
 
-def _open_start(text: str) -> int:
-    """How many characters at the end of `text` are the first part of a known value (in any
-    of its forms), 0 for none: the line that comes next may hold the rest of it."""
-    longest = 0
-    for end in (text[-3:], text[-2:], text[-1:]):
-        for form, k in _known_starts.get(end, ()):
-            if k > longest and (k <= 3 or text.endswith(form[:k])):
-                longest = k
-    return longest
+def _open_starts(text: str) -> list[tuple[str, int]]:
+    """The known values (in any of their forms) whose first part `text` ends in, and how
+    long that part is: the line that comes next may hold the rest of one."""
+    return [(form, k) for end in {text[-3:], text[-2:], text[-1:]}
+            for form, k in _known_starts.get(end, ()) if k <= 3 or text.endswith(form[:k])]
+
+
+def _hide_known(text: str) -> str:
+    """Every known value in `text`, whole or broken over its lines (`_across_lines`). Each
+    form is looked for once, in the text without its line breaks: most texts hold none."""
+    forms = _known_for[("%" in text, "\\" in text)]
+    if "\n" not in text:
+        for value in forms:
+            if value in text:
+                text = text.replace(value, REDACTED)
+        return text
+    for value in _known_multiline:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    joined = text.replace("\n", "")
+    found = [value for value in forms if value in joined]
+    for value in found:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return _across_lines(text) if found else text
 
 
 def _across_lines(text: str, brk: str = "\n") -> str:
@@ -554,7 +581,7 @@ def _across_lines(text: str, brk: str = "\n") -> str:
     cut into pieces: each piece is redacted, the breaks stay. `base64` wraps at 76 columns,
     `fold` and a wrapped message wherever they like, and no line holds the value whole."""
     joined = text.replace(brk, "")
-    found = [value for value in _known if value in joined]
+    found = [value for value in _known_for[("%" in text, "\\" in text)] if value in joined]
     if not found:
         return text
     # Where each line starts in `text` and in `joined` (a character's line: the last one
@@ -598,11 +625,8 @@ def redact(text: str) -> str:
                 text = _across_lines(text, "\r")
             text = _OVERWRITTEN.sub("", text)
         text = _CONTROLS.sub("", text)
-    for value in _known:
-        if value in text:
-            text = text.replace(value, REDACTED)
-    if _known and "\n" in text:
-        text = _across_lines(text)
+    if _known:
+        text = _hide_known(text)
     if _known_escaped is not None and "\\u" in text:
         text = _known_escaped.sub(REDACTED, text)
     low = _lower(text)
@@ -763,11 +787,12 @@ class _HeldLines:
     def __init__(self) -> None:
         self.held: list[RawOutput] = []
         self.since = 0.0  # when the lines held now began to be
+        self.open: list[tuple[str, int]] = []  # `_open_starts` of their end
 
     def add(self, line: RawOutput) -> list[RawOutput]:
         """The lines that can go now: all, unless the last ones may go on into the next."""
         lines = [*self.held, line]
-        if self.held:
+        if any(line.text.startswith(form[k:]) for form, k in self.open):
             pieces = iter(_across_lines("\n".join(held.text for held in lines)).split("\n"))
             texts = ["\n".join(itertools.islice(pieces, held.text.count("\n") + 1))
                      for held in lines]
@@ -777,7 +802,8 @@ class _HeldLines:
         while keep and len(tail) < _known_longest:
             keep -= 1
             tail = lines[keep].text + tail
-        opened, covered = _open_start(tail), len(tail)
+        self.open = _open_starts(tail)
+        opened, covered = max((k for _, k in self.open), default=0), len(tail)
         while keep < len(lines) and covered - len(lines[keep].text) >= opened:
             covered -= len(lines[keep].text)
             keep += 1
