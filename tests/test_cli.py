@@ -534,6 +534,43 @@ def test_a_run_that_leaves_milestones_on_a_depends_on_cycle_exits_2_naming_them(
     assert "nothing left to do" not in done.stdout
 
 
+@pytest.mark.parametrize("deps", [
+    {"a": ["a"], "b": []},  # a cycle of one
+    {"a": ["b"], "b": ["a"]},
+], ids=["itself", "pair"])
+def test_a_milestone_on_a_depends_on_cycle_is_listed_and_named_with_its_file(
+        git_repo: Path, fake_claude: FakeClaude, fake_env: dict[str, str],
+        deps: dict[str, list[str]]) -> None:
+    """design.md: `anima status` lists every definition. One that depended on itself was a
+    malformed file, gone from `status` and `--json`; a cycle of two was listed as plain
+    "pending", as if it only waited its turn. Each is listed, and `status`, the run and the
+    milestone's log say it never starts, which cycle, and which file to fix."""
+    make_project(git_repo, {m: (f"---\ndepends_on: [{', '.join(d)}]\n---\n" if d else "")
+                            + milestone_md(m.upper(), ["Alpha"]) for m, d in deps.items()})
+    on_cycle = [m for m, d in deps.items() if d]
+    for _ in range(2):  # as you wrote it, then registered by the run
+        listed = json.loads(anima("status", str(git_repo), "--json").stdout)["milestones"]
+        assert [m["id"] for m in listed] == list(deps)
+        shown = anima("status", str(git_repo)).stdout
+        for m in on_cycle:
+            md = git_repo / ".anima" / "milestones" / f"{m}.md"
+            row = shown.split(f"  {m} ", 1)[1].splitlines()
+            assert row[0].split()[0] == "pending", shown
+            assert row[1].strip().startswith("never starts: depends_on makes a cycle: "
+                                             f"{m} → ") and str(md) in row[1], shown
+        done = anima("run", str(git_repo), "--headless", env=fake_env, timeout=120)
+        assert done.returncode == 2, done.stdout[-2000:] + done.stderr
+        assert "nothing left to do" not in done.stdout
+        for m in on_cycle:
+            md = git_repo / ".anima" / "milestones" / f"{m}.md"
+            assert any(line.startswith(f"[anima] {m} never starts") and str(md) in line
+                       and "depends_on makes a cycle" in line
+                       for line in done.stdout.splitlines()), done.stdout
+            log = (git_repo / ".anima" / "logs" / f"{m}.log").read_text(encoding="utf-8")
+            assert "depends_on makes a cycle" in log, log
+    assert all(record(git_repo, m).status.value == "pending" for m in on_cycle)
+
+
 @pytest.mark.parametrize("text", [
     "no title here\n",
     "---\ndepends_on: [bad]\n---\n" + milestone_md("Bad", ["B"]),  # a cycle of one

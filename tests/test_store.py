@@ -299,18 +299,25 @@ def test_a_schema_3_states_wait_stays_the_projects(store: Store) -> None:
     assert (line.id, line.round, line.waiting_until, line.waiting_reason) == ("m1", 2, None, None)
 
 
-@pytest.mark.parametrize(("front", "problem"), [
-    ("depends_on: [ok, Not An Id]", "'Not An Id', which is not a milestone id"),
-    ("depends_on: [m1]", "cannot depend on itself"),
-])
-def test_a_bad_depends_on_is_reported_with_the_file(store: Store, front: str,
-                                                    problem: str) -> None:
+def test_a_bad_depends_on_is_reported_with_the_file(store: Store) -> None:
     md = store.paths.milestone_md("m1")
-    md.write_text(f"---\n{front}\n---\n" + milestone_md("M1", ["A"]))
+    md.write_text("---\ndepends_on: [ok, Not An Id]\n---\n" + milestone_md("M1", ["A"]))
     result = scan(store)
     assert result.records == []
     (found,) = result.problems
-    assert str(md) in str(found) and problem in str(found)
+    assert str(md) in str(found) and "'Not An Id', which is not a milestone id" in str(found)
+
+
+def test_a_milestone_that_depends_on_itself_is_listed_as_a_cycle_of_one(store: Store) -> None:
+    """It reads (it is not a malformed file): listed, pending, and never started."""
+    md = store.paths.milestone_md("m1")
+    md.write_text("---\ndepends_on: [m1]\n---\n" + milestone_md("M1", ["A"]))
+    result = scan(store)
+    assert [r.id for r in result.records] == ["m1"]
+    assert result.dependencies.broken == {"m1": "depends_on makes a cycle: m1 → m1 (m1 names "
+                                                "itself)"}
+    (found,) = result.problems
+    assert str(md) in str(found) and "makes a cycle" in str(found)
 
 
 def test_depends_on_is_read_in_every_spelling(store: Store) -> None:

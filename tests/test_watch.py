@@ -224,3 +224,29 @@ def test_sigterm_while_the_config_keeps_anything_from_starting_exits_2_naming_it
     assert says in runner.stderr and "config.json" in runner.stderr, runner.stderr
     assert "nothing left to do" not in runner.stdout, runner.stdout
     assert fake_claude.entries() == []
+
+
+def test_a_depends_on_cycle_you_break_while_it_watches_lets_them_start(
+        git_repo: Path, fake_claude: FakeClaude,
+        our_processes: Callable[[], list[int]]) -> None:
+    """a depends on itself, b on a: a is said to be on a cycle, b to wait; once you take
+    the cycle out of a.md, a runs, then b, and the run stopped after them has nothing left
+    to do."""
+    front = "---\ndepends_on: [{}]\n---\n"
+    make_project(git_repo, {"a": front.format("a") + milestone_md("A", ["Alpha"]),
+                            "b": front.format("a") + milestone_md("B", ["Beta"])})
+    runner = Runner(git_repo, fake_claude, "--watch")
+    try:
+        wait_until(lambda: "depends_on makes a cycle: a → a" in runner.stdout,
+                   what=f"the cycle to be said\n{runner.stdout[-2000:]}")
+        assert fake_claude.entries() == []
+        (git_repo / ".anima" / "milestones" / "a.md").write_text(
+            milestone_md("A", ["Alpha"]), encoding="utf-8")
+        for milestone_id in ("a", "b"):
+            wait_until(lambda m=milestone_id: completed(git_repo, m), timeout=90,
+                       what=f"{milestone_id} completed\n{runner.stdout[-3000:]}")
+    finally:
+        runner.signal(signal.SIGTERM)
+        code = runner.wait(15)
+    assert code == 0, runner.stdout[-2000:] + runner.stderr
+    assert our_processes() == []

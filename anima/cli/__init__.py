@@ -146,7 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"next `anima run {args.project} --headless`, or one with --watch, merges it)")
     for milestone_id, why in outcome.blocked:  # a definition to fix: exit 2's kind
         print(f"[anima] {milestone_id} never starts as its file is written: {why} — fix "
-              f".anima/milestones/{milestone_id}.md")
+              f"depends_on in {paths.milestone_md(milestone_id)}")
     for milestone_id, problem in outcome.unreadable:  # likewise
         print(f"[anima] {milestone_id} never starts as its file is written: {problem}")
     for milestone_id in outcome.undefined:  # likewise

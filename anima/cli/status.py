@@ -238,7 +238,7 @@ def _print_table(paths: ProjectPaths) -> None:
               f"{running.activity or running.phase.value}"
               + (f" (in {running.worktree})" if running.worktree else "")
               + (f"; {running.waiting_reason}" if running.waiting_reason and live else ""))
-    blocked = scan.dependencies.waiting
+    blocked, broken = scan.dependencies.waiting, scan.dependencies.broken
     running_ids = {running.id for running in state.running}
     by_id = {r.id: r for r in scan.records}
     confinement = sandbox_status(paths)
@@ -254,11 +254,14 @@ def _print_table(paths: ProjectPaths) -> None:
               + (f"  paused: {r.pause_reason}" if r.pause_reason else ""))
         for line in _details(r, live):
             print(f"      {line}")
-        if r.status.value == "pending" and r.id in blocked:
+        if r.status.value == "pending" and r.id in broken:
+            print(f"      never starts: {broken[r.id]} — fix depends_on in "
+                  f"{paths.milestone_md(r.id)}")
+        elif r.status.value == "pending" and r.id in blocked:
             print("      waiting for " + ", ".join(
-                _awaited(by_id[d]) if d in by_id else f"{d} (its file cannot be read: see "
-                "the problem below)" for d in blocked[r.id]))
-        elif r.status.value == "pending" and held and r.id not in scan.dependencies.broken:
+                _awaited(by_id[d], broken) if d in by_id else f"{d} (its file cannot be "
+                "read: see the problem below)" for d in blocked[r.id]))
+        elif r.status.value == "pending" and held:
             print(f"      waiting {held_line(held)}")
         elif r.status.value == "in_progress" and r.id not in running_ids | scan.orphans \
                 and (why := _not_running(len(running_ids), limit, live)):
@@ -278,9 +281,12 @@ def _not_running(running: int, limit: int, live: bool) -> str | None:
     return None
 
 
-def _awaited(record: MilestoneRecord) -> str:
+def _awaited(record: MilestoneRecord, broken: dict[str, str]) -> str:
     """A dependency, and why it holds things up when that is not just time: a paused one
-    waits for the human too."""
+    waits for the human too, and one that never starts as its file is written (`broken`)
+    until you fix that file."""
+    if record.id in broken and record.status.value == "pending":
+        return f"{record.id} (which never starts as its file is written: see its line)"
     if record.status.value in ("pending", "in_progress"):
         return record.id
     if record.status.value == "completed" and record.merge is None:

@@ -68,10 +68,14 @@ class MilestoneQueue:
         """Register, read and publish; log each problem once (again if it comes back after
         being fixed) and each new registration."""
         scan = self.refresh()
-        current = {str(p) for p in scan.problems}
-        for problem in sorted(current - self._reported_problems):
-            self._log(None, f"skipped: {problem}")
-        self._reported_problems = current
+        current = {str(p): p for p in scan.problems}
+        listed = {r.id for r in scan.records}
+        for text in sorted(current.keys() - self._reported_problems):
+            # One about a listed milestone (its `depends_on`, its `.md` edited since it was
+            # registered) is in that milestone's log too, where one looks for why it waits.
+            stem = getattr(current[text], "path", Path()).stem
+            self._log(stem if stem in listed else None, f"skipped: {text}")
+        self._reported_problems = set(current)
         for milestone_id in scan.registered:
             self._log(milestone_id, f"registered milestone {milestone_id} (pending)")
         return scan

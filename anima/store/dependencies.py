@@ -52,7 +52,8 @@ def dependencies(records: list[MilestoneRecord], in_main: InMain | None = None,
                 f"{'is not a milestone' if len(unknown) == 1 else 'are not milestones'} of "
                 "this project")
         elif (cycle := _cycle(record.id, by_id)) is not None:
-            found.broken[record.id] = f"depends_on makes a cycle: {' → '.join(cycle)}"
+            found.broken[record.id] = f"depends_on makes a cycle: {' → '.join(cycle)}" + (
+                f" ({record.id} names itself)" if len(cycle) == 2 else "")
         elif cancelled := [d for d in known
                            if by_id[d].status is MilestoneStatus.CANCELLED]:
             found.broken[record.id] = (

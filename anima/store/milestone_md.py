@@ -129,7 +129,9 @@ def _split_front_matter(
 
 
 def _depends_on(value: FrontMatterValue, path: Path) -> tuple[str, ...]:
-    """`depends_on: [a, b]` (or `a, b`, or one id): milestone ids, each a valid name."""
+    """`depends_on: [a, b]` (or `a, b`, or one id): milestone ids, each a valid name. One
+    naming its own milestone reads: it is a cycle of one, reported with the milestone listed
+    (`anima.store.dependencies`), as a longer cycle is."""
     if value is None:
         return ()
     text = str(value).strip()
@@ -142,8 +144,6 @@ def _depends_on(value: FrontMatterValue, path: Path) -> tuple[str, ...]:
             raise MilestoneError(path, f"front matter: 'depends_on' names {milestone_id!r}, "
                                        "which is not a milestone id (a file name's stem such as "
                                        "'auth-api'); write depends_on: [id, …]")
-    if path.stem in ids:
-        raise MilestoneError(path, "front matter: a milestone cannot depend on itself")
     return tuple(dict.fromkeys(ids))
 
 
