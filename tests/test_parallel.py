@@ -142,6 +142,36 @@ def test_each_line_about_a_milestone_while_another_runs_names_it(
     assert merged.startswith("[a] [anima] "), merged
 
 
+def test_once_two_ran_at_once_each_line_about_one_names_it_after_they_stop_overlapping(
+        git_repo: Path, fake_claude: FakeClaude) -> None:
+    """a pauses (its Acceptor rejects, one rejection is the limit) while b, slower, goes on
+    to complete and merge. Every line of b's from a's pause on came out bare ("[anima] round
+    1 (feature F1) ACCEPTED", "[anima] merged: …"): nothing else ran, and a reader of the
+    two interleaved could not tell which milestone they were about."""
+    ids = ["a", "b"]
+    project(git_repo, ids, {"max_consecutive_rejections": 1})
+    rejected = fake_claude.root / "a-rejected"
+    own_dirs(fake_claude, ids,
+             a={"acceptor_default": {"shell": [f"touch {rejected}"], "text": "REJECTED: no"}},
+             b={"developer_default": {"shell": [f"while [ ! -e {rejected} ]; do sleep 0.05; "
+                                                "done"], "auto": True}})
+    done = subprocess.run([sys.executable, "-m", "anima", "run", str(git_repo), "--headless"],
+                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "ANIMA_CLAUDE_COMMAND": fake_claude.command,
+                               **fake_claude.env})
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr
+    lines = done.stdout.splitlines()
+    # From the second one's start (the first one's lines before it are alone, and bare).
+    first = [i for i, line in enumerate(lines) if "creating milestone/" in line][1]
+    last = next(i for i, line in enumerate(lines) if "merged milestone/b into main" in line)
+    paused = next(i for i, line in enumerate(lines) if "→ paused" in line)
+    assert first < paused < last, lines
+    bare = [line for line in lines[first:last + 1]
+            if not line.startswith(("[a] [", "[b] ["))]
+    assert bare == [], "\n".join(lines)
+    assert lines[last].startswith("[b] [anima] "), lines[last]
+
+
 def test_one_at_a_time_is_the_serial_anima(git_repo: Path, fake_claude: FakeClaude,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     ids = ["a", "b", "c"]

@@ -1,6 +1,8 @@
 """`anima run --headless`: both agents and Anima itself as `[role] …` lines on the terminal;
-while several milestones run, each line starts with its milestone's id: `[m1] [developer] …`
-(so does any milestone's line while another one runs).
+once several milestones have run at once, each line about a milestone starts with its id:
+`[m1] [developer] …` (so does any milestone's line while another one runs). From then on a
+bare line would be about whichever one the reader guesses: one pausing as another completes
+left the rest of the other's lines bare.
 
 Apart from the commands so that `anima status`, which scripts poll, never imports the event
 types and the tool descriptions.
@@ -39,20 +41,23 @@ class HeadlessPrinter:
         self.out, self.err = out, err
         self._lock = threading.Lock()
         self._running: set[str] = set()  # the milestones in a running phase
+        self._several = False  # whether two have been in one at once in this run
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, PhaseChanged):
             with self._lock:
                 if event.phase in RUNNING:
                     self._running.add(event.milestone_id)
+                    self._several = self._several or len(self._running) > 1
                 else:
                     self._running.discard(event.milestone_id)
         prefix, text = self._describe(event)
         if text is None:
             return
         milestone = getattr(event, "milestone_id", None)
-        if milestone and self._running - {milestone}:
-            # Another one runs: the line is about this one (one starting, one that ended).
+        if milestone and (self._several or self._running - {milestone}):
+            # Another one runs, or ran beside one: the line is about this one (one
+            # starting, one that ended).
             prefix = f"{milestone}] [{prefix}"
         stream = self.err if isinstance(event, EngineError) else self.out
         if len(text) > _MAX_CHARS:  # a runaway reply: the transcript has all of it
