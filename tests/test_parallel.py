@@ -471,6 +471,28 @@ def test_a_dependency_whose_merge_failed_is_reported_not_waited_for(
     b_never_starts(git_repo, fake_claude, "depends_on names a, completed but never merged")
 
 
+def test_a_dependency_whose_md_you_took_away_is_reported_not_waited_for(
+        git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyPatch) -> None:
+    """a's `.md` taken away before it started: a never starts without it, and b, built on
+    it, waited for ever; `anima run` said "b waits for a", then "nothing left to do", and
+    exited 0."""
+    project(git_repo, ["a", "b"], texts=with_deps({"a": [], "b": ["a"]}))
+    register(git_repo)
+    (git_repo / ".anima" / "milestones" / "a.md").unlink()
+    fake_claude.use_env(monkeypatch)
+    done = subprocess.run([sys.executable, "-m", "anima", "run", str(git_repo), "--headless"],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr
+    assert "nothing left to do" not in done.stdout
+    assert "[anima] b never starts as its file is written: depends_on names a, whose .md " \
+        "file is gone" in done.stdout, done.stdout
+    b_never_starts(git_repo, fake_claude, "depends_on names a, whose .md file is gone")
+    status = subprocess.run([sys.executable, "-m", "anima", "status", str(git_repo)],
+                            capture_output=True, text=True, timeout=60)
+    assert f"never starts: {git_repo / '.anima' / 'milestones' / 'a.md'} is missing" \
+        in status.stdout, status.stdout
+
+
 def test_waiting_for_a_dependency_is_shown(git_repo: Path) -> None:
     project(git_repo, ["a", "b"], texts=with_deps({"a": [], "b": ["a"]}))
     anima = [sys.executable, "-m", "anima", "status", str(git_repo)]

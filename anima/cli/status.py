@@ -261,6 +261,9 @@ def _print_table(paths: ProjectPaths) -> None:
             print("      waiting for " + ", ".join(
                 _awaited(by_id[d], broken) if d in by_id else f"{d} (its file cannot be "
                 "read: see the problem below)" for d in blocked[r.id]))
+        elif r.status.value == "pending" and r.id in scan.orphans:
+            print(f"      never starts: {paths.milestone_md(r.id)} is missing (put it back "
+                  "to run it)")
         elif r.status.value == "pending" and held:
             print(f"      waiting {held_line(held)}")
         elif r.status.value == "in_progress" and r.id not in running_ids | scan.orphans \

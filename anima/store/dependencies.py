@@ -39,18 +39,29 @@ def _not_merged(record: MilestoneRecord) -> bool:
 
 
 def dependencies(records: list[MilestoneRecord], in_main: InMain | None = None,
-                 unreadable: Set[str] = frozenset()) -> Dependencies:
+                 unreadable: Set[str] = frozenset(),
+                 undefined: Set[str] = frozenset()) -> Dependencies:
     """What every milestone's `depends_on` says now. `unreadable`: milestones whose file is
-    there but cannot be read as it is written; one waits for them (until they are fixed)."""
+    there but cannot be read as it is written; one waits for them (until they are fixed).
+    `undefined`: records whose `.md` is gone; a pending one never starts, so nothing can
+    wait for it (one waited for ever, and the run ended "nothing left to do")."""
     by_id = {r.id: r for r in records}
     found = Dependencies()
     for record in records:
         known = [d for d in record.depends_on if d in by_id]
+        gone = [d for d in known if d in undefined
+                and by_id[d].status is MilestoneStatus.PENDING]
         if unknown := [d for d in record.depends_on if d not in by_id and d not in unreadable]:
             found.broken[record.id] = (
                 f"depends_on names {', '.join(unknown)}, which "
                 f"{'is not a milestone' if len(unknown) == 1 else 'are not milestones'} of "
                 "this project")
+        elif gone:
+            found.broken[record.id] = (
+                f"depends_on names {', '.join(gone)}, whose .md "
+                f"{'file is' if len(gone) == 1 else 'files are'} gone (a milestone never "
+                f"starts without it): put {'it' if len(gone) == 1 else 'them'} back, or "
+                f"remove {', '.join(gone)} from depends_on")
         elif (cycle := _cycle(record.id, by_id)) is not None:
             found.broken[record.id] = f"depends_on makes a cycle: {' → '.join(cycle)}" + (
                 f" ({record.id} names itself)" if len(cycle) == 2 else "")

@@ -430,7 +430,8 @@ class Store:
                 except RecordError as e:
                     result.problems.append(e)
         result.records.sort(key=lambda r: (r.created_at, r.id))
-        result.dependencies = dependencies(result.records, in_main, unreadable=unreadable)
+        result.dependencies = dependencies(result.records, in_main, unreadable=unreadable,
+                                           undefined=result.orphans)
         for milestone_id, why in result.dependencies.broken.items():
             result.problems.append(MilestoneError(self.paths.milestone_md(milestone_id),
                                                   f"{why}; it is not started"))
