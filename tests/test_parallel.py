@@ -785,6 +785,28 @@ def test_a_resumed_milestone_waiting_for_a_slot_can_be_stopped_and_aborted(
     assert our_processes() == []
 
 
+def test_a_pending_milestone_behind_full_slots_says_it_waits_for_one(
+        git_repo: Path, fake_claude: FakeClaude,
+        our_processes: Callable[[], list[int]]) -> None:
+    """Two slots, three milestones: `anima status` listed the third as a bare "pending",
+    alike whether it waits for a slot or the running Anima will not start it."""
+    ids = ["a", "b", "c"]
+    project(git_repo, ids, {"max_parallel_milestones": 2})
+    own_dirs(fake_claude, ids, **{i: {"developer_default": {"hang": True}} for i in ids})
+    runner = Runner(git_repo, fake_claude)
+    try:
+        wait_until(lambda: len({Path(e["cwd"]).name for e in fake_claude.entries()}) == 2,
+                   what="two at work", timeout=60)
+        lines = anima_cli("status", str(git_repo)).stdout.splitlines()
+        row = next(n for n, line in enumerate(lines) if line.startswith("  c "))
+        assert lines[row].split()[1] == "pending", lines
+        assert lines[row + 1] == "      waiting for a free slot (2 of 2 running)", lines
+    finally:
+        runner.signal(signal.SIGTERM)
+        assert runner.wait(60) == 128 + signal.SIGTERM
+    assert our_processes() == []
+
+
 def test_an_approval_through_the_running_anima_says_what_became_of_it(
         git_repo: Path, fake_claude: FakeClaude,
         our_processes: Callable[[], list[int]]) -> None:

@@ -266,7 +266,8 @@ def _print_table(paths: ProjectPaths) -> None:
                   "to run it)")
         elif r.status.value == "pending" and held:
             print(f"      waiting {held_line(held)}")
-        elif r.status.value == "in_progress" and r.id not in running_ids | scan.orphans \
+        elif ((r.status.value == "in_progress" and r.id not in running_ids | scan.orphans)
+              or (r.status.value == "pending" and live)) \
                 and (why := _not_running(len(running_ids), limit, live)):
             print(f"      {why}")
     for problem in scan.problems:
@@ -274,9 +275,10 @@ def _print_table(paths: ProjectPaths) -> None:
 
 
 def _not_running(running: int, limit: int, live: bool) -> str | None:
-    """Why a milestone in progress has no run: resumed while the others fill every slot, or
-    with no Anima running (resumed from the files, or left so by a signal). None when the
-    running Anima has a slot for it: it starts at its next step, or its log says why not."""
+    """Why a milestone in progress has no run, or a pending one with nothing to wait for
+    has not started: the others fill every slot, or (in progress) no Anima runs (resumed
+    from the files, or left so by a signal). None when the running Anima has a slot for it:
+    it starts at its next step, or its log says why not."""
     if not live:
         return "not running: the next `anima run` or the app goes on with it"
     if running >= limit:
