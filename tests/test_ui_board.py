@@ -82,6 +82,21 @@ def click(widget: MilestoneCard) -> None:
                                  Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier))
 
 
+def test_a_pending_card_on_a_depends_on_cycle_says_it_never_starts(board: Window) -> None:
+    """One depending on itself said "Waiting for c", as if c would come; a cycle of two,
+    "Waiting for b" and "Waiting for a". Each says why it never starts, as `anima status`
+    does, and offers no Start."""
+    with scans_held(board):
+        changed(board, "c", depends_on=["c"])
+        changed(board, "a", depends_on=["b"])
+        changed(board, "b", depends_on=["a"])
+        for milestone_id, cycle in (("c", "c → c (c names itself)"), ("a", "a → b → a"),
+                                    ("b", "b → a → b")):
+            shown = card(board, milestone_id)
+            assert shown.state.text() == f"Never starts: depends_on makes a cycle: {cycle}"
+            assert not shown.button.isVisibleTo(shown)
+
+
 def test_cards_move_between_columns_as_records_change_and_the_title_counts_them(
         board: Window) -> None:
     with scans_held(board):

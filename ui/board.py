@@ -44,6 +44,7 @@ from ui.record_facts import (
     ended_text,
     live_rounds,
     needs_you_reason,
+    never_starts,
     waiting_for,
 )
 from ui.widgets import ElidedLabel, set_style_state
@@ -147,7 +148,9 @@ class MilestoneCard(QFrame):
             self.state.setText(f"{words} · round {len(live_rounds(record)) + 1}")
         elif column == "pending":
             waits = waiting_for(record, records)
-            self.state.setText(f"Waiting for {', '.join(waits)}" if waits else
+            broken = never_starts(record, records)
+            self.state.setText(f"Never starts: {broken}" if broken else
+                               f"Waiting for {', '.join(waits)}" if waits else
                                f"Waiting {held_line(held)}" if held else
                                f"Pending · {len(record.features)} features")
         elif column == "needs_you":

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from anima.store.dependencies import dependencies
 from ui.formatting import enum_text, local_time
 
 #: The board's columns, left to right: (key, title).
@@ -38,6 +39,13 @@ def waiting_for(record: Any, records: Iterable[Any]) -> list[str]:
     depends = list(getattr(record, "depends_on", None) or ())
     done = {r.id for r in records if enum_text(r.status) == "completed"}
     return [d for d in depends if d not in done]
+
+
+def never_starts(record: Any, records: Iterable[Any]) -> str | None:
+    """Why a pending milestone never starts as the files are written (a `depends_on` cycle,
+    one on itself, one naming no milestone or a cancelled one), as `anima status` says it;
+    None when it can. Waiting for itself, its card said "Waiting for <its own id>"."""
+    return dependencies(list(records)).broken.get(record.id)
 
 
 def needs_you_reason(record: Any) -> str:
