@@ -32,6 +32,19 @@ _POLL = 0.02
 # --------------------------------------------------------------------------- reading /proc
 
 
+def _read(path: str) -> bytes:
+    """A /proc file's bytes, with bare system calls: Anima scans every process's files after
+    each turn, and pathlib's open costs more than the read itself."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def pids() -> list[int]:
     try:
         return [int(e) for e in os.listdir("/proc") if e.isdigit()]
@@ -43,7 +56,7 @@ def _stat(pid: int, task: str = "") -> list[str] | None:
     """Fields of /proc/<pid>/stat (of its thread `task`) after the command name (index 0 is
     the state)."""
     try:
-        raw = Path(f"/proc/{pid}/{f'task/{task}/' if task else ''}stat").read_bytes()
+        raw = _read(f"/proc/{pid}/{f'task/{task}/' if task else ''}stat")
     except OSError:
         return None
     return raw[raw.rfind(b")") + 2:].decode(errors="replace").split()
@@ -102,11 +115,19 @@ def start_time(pid: int) -> int | None:
     return int(fields[19]) if fields and len(fields) > 19 else None
 
 
-def cmdline(pid: int) -> list[str]:
+def cmdline_bytes(pid: int) -> bytes:
+    """/proc/<pid>/cmdline as it is (its arguments each ended by a NUL); empty if gone."""
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return _read(f"/proc/{pid}/cmdline")
     except OSError:
-        return []
+        return b""
+
+
+def cmdline(pid: int) -> list[str]:
+    return decode_cmdline(cmdline_bytes(pid))
+
+
+def decode_cmdline(raw: bytes) -> list[str]:
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
@@ -139,14 +160,14 @@ def _environ(pid: int) -> bytes | None:
     """`pid`'s environment as it was exec'd. A process whose main thread ended shows it no
     more (ESRCH), its threads that go on still do."""
     with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/environ").read_bytes()
+        return _read(f"/proc/{pid}/environ")
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return None
     for task in tasks:
         with contextlib.suppress(OSError):
-            return Path(f"/proc/{pid}/task/{task}/environ").read_bytes()
+            return _read(f"/proc/{pid}/task/{task}/environ")
     return None
 
 

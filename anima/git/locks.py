@@ -53,10 +53,15 @@ def git_command(argv: list[str]) -> str:
 def git_processes(root: Path) -> list[int]:
     """Live `git` processes working in this repository (cwd inside it) that may write it:
     not those that only read."""
-    return [pid for pid in procfs.pids()
-            if (argv := procfs.cmdline(pid)) and os.path.basename(argv[0]) == "git"
-            and git_command(argv) not in READERS
-            and procfs.alive(pid) and procfs.in_tree(pid, root)]
+    found = []
+    for pid in procfs.pids():
+        # argv[0] first, undecoded: this scans every process of the machine after each turn
+        raw = procfs.cmdline_bytes(pid)
+        if os.path.basename(raw.lstrip(b"\0").partition(b"\0")[0]) == b"git" \
+                and git_command(procfs.decode_cmdline(raw)) not in READERS \
+                and procfs.alive(pid) and procfs.in_tree(pid, root):
+            found.append(pid)
+    return found
 
 
 def wait_for_git(root: Path, timeout: float) -> list[int]:
