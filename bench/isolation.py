@@ -67,6 +67,7 @@ from anima.events import (  # noqa: E402
     TurnResult,
 )
 from anima.git import GitRepo  # noqa: E402
+from anima.git.locks import git_command  # noqa: E402
 from anima.git.worktree_include import copy_included, included_paths  # noqa: E402
 from anima.loop.checks import Confine  # noqa: E402
 from anima.loop.confinement import MilestoneSandbox  # noqa: E402
@@ -145,7 +146,7 @@ def measure_worktrees(root: Path, runs: int) -> tuple[list[float], list[float], 
         try:
             return run_git(args, **kwargs)
         finally:
-            if list(args[:2]) == ["worktree", "add"]:
+            if git_command(["git", *args]) == "worktree" and "add" in args:
                 checkouts.append(time.perf_counter() - started)
 
     project._run = timed  # type: ignore[method-assign]
