@@ -4,6 +4,7 @@ its faults (a usage limit, a refused key, 5xx); a kill mid-turn and the resume a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -414,16 +415,26 @@ def test_an_account_codex_cannot_bill_pauses_at_once(
     assert "waiting for the usage limit" not in result.stdout and calls == 1
 
 
+@pytest.mark.parametrize("call", [
+    Reply(commands=["false"]),
+    Reply(calls=[("multi_agent_v1.spawn_agent", {"message": "child task"})])])
 def test_a_verdict_written_before_a_tool_call_is_not_the_turns_answer(
-        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
-    """The Acceptor wrote ACCEPTED, then ran a check that failed, and ended saying nothing:
-    the turn's answer was the early ACCEPTED. As with claude (whose result is the last
-    message's text), the answer is what it says after its last tool call."""
-    with ResponsesStub() as stub:
-        stub.push(Reply(text="ACCEPTED", commands=["false"]), Reply(text=""))
+        real_codex_bin: str, codex_home: Path, git_repo: Path, call: Reply) -> None:
+    """The Acceptor wrote ACCEPTED, then ran a check that failed (or spawned a sub-agent),
+    and ended saying nothing: the turn's answer was the early ACCEPTED. As with claude
+    (whose result is the last message's text), the answer is what it says after its last
+    tool call."""
+    def reply(request: dict[str, Any]) -> Reply:
+        if codex_prompts(request)[-1] == "child task":
+            return Reply(text="CHILD-DONE")
+        if not tool_outputs(request):
+            return dataclasses.replace(call, text="ACCEPTED")
+        return Reply(text="REJECTED: it fails")
+
+    with ResponsesStub(default=reply) as stub:
         results, _ = one_turn(real_codex_bin, real_codex_env(stub, codex_home), git_repo,
                               ACCEPTOR, "review")
-    assert results[0].text == ""
+    assert results[0].text == "REJECTED: it fails"
 
 
 def test_a_codex_model_that_does_not_exist_pauses_at_once(
@@ -866,3 +877,31 @@ def test_code_the_claude_acceptor_runs_plants_no_instructions_for_it(
     requests = api_stub.agent_requests()
     reviews = [json.dumps(r) for r in requests if ACCEPTOR_MARK in claude_text(r)]
     assert_planted_nothing(result, reviews, [claude_text(r) for r in requests])
+
+
+def test_a_codex_verdict_written_in_several_messages_is_read_whole(
+        real_codex_bin: str, codex_home: Path, git_repo: Path) -> None:
+    """A model may write its answer as several messages in one response: Codex reports each
+    as an item of its own, and only the last one ("Add a test file for it.") was taken for
+    the turn's answer. The rejection read as no verdict, the Acceptor was asked to restate
+    it, split it again, and the round's reason became "unreadable verdict" instead of its
+    own. The answer is everything it says after its last tool call."""
+    model = for_codex(PairModel(reject_first=True))
+
+    def reply(request: dict[str, Any]) -> Reply:
+        answer = model(request)
+        if answer.text.startswith("REJECTED"):
+            return Reply(parts=[answer.text], text="Add a test file for it.")
+        return answer
+
+    repo = project(git_repo, ["Greet"], developer=codex_role(real_codex_bin),
+                   acceptor=codex_role(real_codex_bin))
+    with ResponsesStub(default=reply) as stub:
+        result = run_headless(repo, real_codex_env(stub, codex_home))
+        restated = [r for r in stub.requests if "restate" in codex_prompts(r)[-1].lower()]
+    assert_ran(result)
+    rec = record(repo, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED
+    assert rec.iterations[0].verdict is Verdict.REJECTED
+    assert rec.iterations[0].reason == "F1 has no test file\n\nAdd a test file for it."
+    assert not restated

@@ -29,6 +29,9 @@ class Reply:
     """One scripted model answer: text and/or shell commands, an error, or a slow stream."""
 
     text: str = ""
+    #: Messages before `text` in the same response, each an item of its own (a model that
+    #: writes its answer in parts).
+    parts: list[str] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)  # each an exec_command tool call
     #: Other tool calls: ("namespace.name", arguments), e.g. ("multi_agent_v1.spawn_agent", …).
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
@@ -180,6 +183,24 @@ class _Handler(JsonHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client hung up (an interrupt, a kill)
 
+    def _message(self, index: int, text: str, chunk_delay: float) -> bool:
+        """One assistant message item, streamed in deltas; False if the stub closed
+        meanwhile."""
+        out, mid = self.wfile, f"msg_{uuid.uuid4().hex[:16]}"
+        out.write(_event({"type": "response.output_item.added", "output_index": index, "item": {
+            "type": "message", "role": "assistant", "id": mid, "content": []}}))
+        for piece in chunks(text):
+            out.write(_event({"type": "response.output_text.delta", "item_id": mid,
+                              "output_index": index, "content_index": 0, "delta": piece}))
+            if chunk_delay:
+                out.flush()
+                if self.owner._closing.wait(chunk_delay):
+                    return False
+        out.write(_event({"type": "response.output_item.done", "output_index": index, "item": {
+            "type": "message", "role": "assistant", "id": mid,
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}}))
+        return True
+
     def _stream(self, body: dict[str, Any], reply: Reply) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
@@ -192,20 +213,9 @@ class _Handler(JsonHandler):
         rid = f"resp_{uuid.uuid4().hex[:16]}"
         out.write(_event({"type": "response.created", "response": {"id": rid}}))
         out.flush()
-        if reply.text:
-            mid = f"msg_{uuid.uuid4().hex[:16]}"
-            out.write(_event({"type": "response.output_item.added", "output_index": 0, "item": {
-                "type": "message", "role": "assistant", "id": mid, "content": []}}))
-            for piece in chunks(reply.text):
-                out.write(_event({"type": "response.output_text.delta", "item_id": mid,
-                                "output_index": 0, "content_index": 0, "delta": piece}))
-                if reply.chunk_delay:
-                    out.flush()
-                    if self.owner._closing.wait(reply.chunk_delay):
-                        return
-            out.write(_event({"type": "response.output_item.done", "output_index": 0, "item": {
-                "type": "message", "role": "assistant", "id": mid,
-                "content": [{"type": "output_text", "text": reply.text, "annotations": []}]}}))
+        for index, text in enumerate(t for t in [*reply.parts, reply.text] if t):
+            if not self._message(index, text, reply.chunk_delay):
+                return
         for name, arguments in [*(("exec_command", {"cmd": c}) for c in reply.commands),
                                 *reply.calls]:
             call = uuid.uuid4().hex[:16]
@@ -215,8 +225,9 @@ class _Handler(JsonHandler):
             out.write(_event({"type": "response.output_item.done",
                               "item": {**item, "namespace": namespace} if namespace else item}))
         size = len(json.dumps(body.get("input", []))) // 4
+        text = "".join([*reply.parts, reply.text])
         usage = {"input_tokens": size, "input_tokens_details": {"cached_tokens": 0},
-                 "output_tokens": max(1, len(reply.text) // 4),
+                 "output_tokens": max(1, len(text) // 4),
                  "output_tokens_details": {"reasoning_tokens": 0}}
         usage.update(reply.usage or {})
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]

@@ -140,8 +140,9 @@ def error_kind(info: Any) -> str:
     return ""
 
 
-#: The items of a tool call (a command, a file edit): a message before one is no answer yet.
-_TOOL_ITEMS = frozenset({"commandExecution", "fileChange", "mcpToolCall", "webSearch"})
+#: The items an answer is made of: any other (a command, a file edit, a sub-agent spawned,
+#: a plan updated…) is work, and a message before it is no answer yet.
+_ANSWER_ITEMS = frozenset({"agentMessage", "reasoning"})
 
 
 class CodexConversation:
@@ -159,6 +160,9 @@ class CodexConversation:
         self._next_id = 0
         self._turn_id = ""
         self._turn_text = ""
+        #: `_turn_text` is the model call's still streaming: a message joins it (a model may
+        #: write its answer in several), one from the next call replaces it.
+        self._in_call = False
         self._spend = _Spend()
         self._cost_total = 0.0
         self._context: ContextUsage | None = None
@@ -274,13 +278,14 @@ class CodexConversation:
             turn = params.get("turn")
             self._turn_id = str(turn.get("id", "")) if isinstance(turn, dict) else ""
         elif method == "item/started":
-            if item.get("type") in _TOOL_ITEMS:  # its answer is what it says after its tools
+            if item.get("type") not in _ANSWER_ITEMS:  # its answer is what it says after
                 self._turn_text = ""
             return self._tool_use(item)
         elif method == "item/completed":
             return self._item_done(item)
         elif method == "thread/tokenUsage/updated" and params.get("turnId") in (
                 None, "", self._turn_id):  # a resumed thread repeats its last turn's first
+            self._in_call = False  # a model call ended
             return self._own_usage(params.get("tokenUsage"))
         elif method == "error" and params.get("willRetry"):
             error = params.get("error")
@@ -351,8 +356,10 @@ class CodexConversation:
         kind, item_id = item.get("type"), str(item.get("id", ""))
         if kind == "agentMessage":
             text = str(item.get("text", ""))
-            if own:
-                self._turn_text = text
+            if own and text.strip():
+                self._turn_text = f"{self._turn_text}\n\n{text}" \
+                    if self._in_call and self._turn_text else text
+                self._in_call = True
             return [AssistantText(role=self.role, text=text)]
         if kind == "reasoning":
             summary = item.get("summary")
