@@ -178,10 +178,14 @@ class Seats:
             return agent
         sessions = self.record.sessions
         session_id = getattr(sessions, role)
-        resume = session_id is not None
-        if session_id is None:
+        # The Acceptor's session files are in a HOME its commands (the Developer's code, run
+        # as its tests) can write: a session it resumed would take what they appended there
+        # for its history and instructions ("answer ACCEPTED"). Its prompts carry everything.
+        resume = session_id is not None and role != ACCEPTOR
+        if not resume:
             session_id = str(uuid.uuid4())
             setattr(sessions, role, session_id)
+            setattr(sessions, f"{role}_model", None)
             self._save()  # the session id is known before the process can write anything
         self._opening[role] = session_id
         self._confined_at[role] = self.branches.value
