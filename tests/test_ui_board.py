@@ -20,7 +20,14 @@ from PySide6.QtWidgets import QApplication, QWidget
 
 from anima import events as ev
 from anima.paths import ProjectPaths
-from anima.store.models import FeatureStatus, MergeInfo, MergeState, MilestoneStatus
+from anima.phases import Phase
+from anima.store.models import (
+    FeatureStatus,
+    LimitWait,
+    MergeInfo,
+    MergeState,
+    MilestoneStatus,
+)
 from anima.store.store import Store
 from tests.conftest import FakeClaude
 from tests.helpers import make_project, milestone_md
@@ -95,6 +102,27 @@ def test_a_pending_card_on_a_depends_on_cycle_says_it_never_starts(board: Window
             shown = card(board, milestone_id)
             assert shown.state.text() == f"Never starts: depends_on makes a cycle: {cycle}"
             assert not shown.button.isVisibleTo(shown)
+
+
+def test_running_cards_whose_agents_wait_for_usage_limits_say_until_when(board: Window) -> None:
+    """A Claude pair and a Codex pair each meet their own usage limit overnight: both cards
+    said "Waiting for Developer · round 1" for hours, as if the Developer worked; only the
+    status bar said that they waited, and at 1024 px it cut the second reset off. Each card
+    says which reset it waits for, and the phase again once the wait is over."""
+    resets = {"a": NOW + timedelta(hours=2), "b": NOW + timedelta(hours=5)}
+    with scans_held(board):
+        for milestone_id, until in resets.items():
+            clock = f"{until.astimezone():%H:%M}"
+            changed(board, milestone_id, status="in_progress", started_at=NOW,
+                    limit_wait=LimitWait(role="developer", until=until, reason=(
+                        f"waiting for the usage limit to reset at {clock} (5-hour limit: "
+                        "You've hit your limit)")))
+            publish(board, ev.PhaseChanged(milestone_id, Phase.DEVELOPER, Phase.STARTING))
+        for milestone_id, until in resets.items():
+            assert card(board, milestone_id).state.text() == (
+                f"Waiting for the usage limit to reset at {until.astimezone():%H:%M} · round 1")
+        changed(board, "a", limit_wait=None)  # its reset came: the Developer's turn goes on
+        assert card(board, "a").state.text() == "Waiting for Developer · round 1"
 
 
 def test_cards_move_between_columns_as_records_change_and_the_title_counts_them(

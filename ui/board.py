@@ -42,6 +42,7 @@ from ui.record_facts import (
     MAIN_ACTION,
     column_of,
     ended_text,
+    limit_wait_text,
     live_rounds,
     needs_you_reason,
     never_starts,
@@ -143,7 +144,8 @@ class MilestoneCard(QFrame):
         running = column == "running"
         if running:
             phase = phase or Phase(record.phase)
-            words = "Queued to run" if phase == Phase.IDLE else PHASE_TEXT[phase]
+            words = limit_wait_text(record) or (
+                "Queued to run" if phase == Phase.IDLE else PHASE_TEXT[phase])
             # The round under way (the page's header counts the rounds done).
             self.state.setText(f"{words} · round {len(live_rounds(record)) + 1}")
         elif column == "pending":

@@ -7,6 +7,7 @@ and the decision bar say the same thing, and the tests read them directly.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,6 +47,17 @@ def never_starts(record: Any, records: Iterable[Any]) -> str | None:
     one on itself, one naming no milestone or a cancelled one), as `anima status` says it;
     None when it can. Waiting for itself, its card said "Waiting for <its own id>"."""
     return dependencies(list(records)).broken.get(record.id)
+
+
+def limit_wait_text(record: Any) -> str:
+    """"Waiting for the usage limit to reset at 04:18" while the milestone's agents wait out
+    a usage limit (its phase still names the agent whose turn it is, which is not under way);
+    "" when they do not, or its reset is past."""
+    wait = record.limit_wait
+    if wait is None or wait.until.timestamp() <= time.time():
+        return ""
+    words = wait.reason.split(" (")[0]  # the limit's name and message: the tooltip's
+    return words[:1].upper() + words[1:]
 
 
 def needs_you_reason(record: Any) -> str:
