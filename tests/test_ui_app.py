@@ -569,6 +569,36 @@ def test_one_pairs_usage_limit_wait_ending_leaves_the_others_in_the_window(
     assert label.isVisible() and "23:00" in label.text()
 
 
+def test_three_usage_limit_waits_at_1024_px_each_show_their_reset(
+        qtbot, git_repo: Path, app_window: Window) -> None:
+    """Three milestones waiting overnight are wider than the status bar of a 1024-px window:
+    the third one's reset was cut off mid-word, with no tooltip to read it in. The label is
+    elided, every wait whole in its tooltip, and the window stays 1024 px wide."""
+    make_project(git_repo, {})
+    window = app_window.window
+    window.resize(1024, 700)
+    window.open_project(git_repo)
+    qtbot.waitUntil(lambda: window.engine is not None, timeout=10000)
+    assert window.engine is not None
+    for milestone_id, clock in (("billing-export", "04:18"), ("invoice-pdfs", "05:18"),
+                                ("search-index", "06:18")):
+        window.engine.bus.publish(UsageLimitWait(
+            milestone_id, time.time() + 60, f"waiting for the usage limit to reset at {clock} "
+            "(5-hour limit: You've hit your limit)"))
+    qtbot.waitUntil(lambda: window.wait_label is not None
+                    and window.wait_label.text().count("waiting") == 3, timeout=5000)
+    label = window.wait_label
+    assert label is not None
+    qtbot.waitUntil(lambda: label.isVisible() and window.width() == 1024, timeout=5000)
+    assert label.geometry().right() <= window.statusBar().width()
+    waits = [f"{m}: waiting for the usage limit to reset at {c}"
+             for m, c in (("billing-export", "04:18"), ("invoice-pdfs", "05:18"),
+                          ("search-index", "06:18"))]
+    assert label.toolTip().splitlines() == waits
+    label.resize(label.sizeHint())  # where there is room, all of it shows
+    assert label.shown_text() == " · ".join(waits)
+
+
 def test_a_page_opened_in_the_window_keeps_its_panes_following(
         qtbot, git_repo: Path, fake: FakeClaude, app_window: Window) -> None:
     """Laying the new page out moves the scroll bars before their ranges grow: that is no

@@ -41,10 +41,14 @@ class ElidedLabel(QLabel):
         super().setText(text)
         self.setToolTip(text)
 
+    def one_line(self) -> str:
+        """The whole text as it is drawn: its lines joined by " · "."""
+        return " · ".join(line for line in self.text().splitlines() if line.strip())
+
     def shown_text(self) -> str:
         """What is drawn at the current width."""
-        one_line = " · ".join(line for line in self.text().splitlines() if line.strip())
-        return self.fontMetrics().elidedText(one_line, self.mode, self.contentsRect().width())
+        return self.fontMetrics().elidedText(self.one_line(), self.mode,
+                                             self.contentsRect().width())
 
     def minimumSizeHint(self) -> QSize:
         # `keep` whole, then the ellipsis of the rest
@@ -54,7 +58,7 @@ class ElidedLabel(QLabel):
 
     def sizeHint(self) -> QSize:
         # Rounded up: `shown_text` elides a text that is a fraction of a pixel too wide.
-        width = math.ceil(QFontMetricsF(self.font()).horizontalAdvance(self.text()))
+        width = math.ceil(QFontMetricsF(self.font()).horizontalAdvance(self.one_line()))
         margins = self.contentsMargins()
         return QSize(width + margins.left() + margins.right(), self.fontMetrics().height())
 

@@ -36,6 +36,7 @@ from ui.desktop import install_help_menu, save_transcript
 from ui.desktop_notify import DesktopNotifier
 from ui.milestone_page import MilestonePage
 from ui.review import RunControls
+from ui.widgets import ElidedLabel
 
 MAX_RECENT = 8
 NOTICE_TITLES = {"paused": "Anima paused", "completed": "Milestone completed",
@@ -228,7 +229,9 @@ class WindowChrome(QMainWindow):
         waited for it at the account go on without a word, and so does everything once the
         pair that met it was stopped meanwhile."""
         if self.wait_label is None:
-            self.wait_label = QLabel()
+            # Elided, whole in its tooltip: three waits are wider than a 1024-px window,
+            # and the last one's reset was cut off unseen.
+            self.wait_label = ElidedLabel()
             self.wait_label.setObjectName("usageLimitWait")
             self.statusBar().addPermanentWidget(self.wait_label)
         if event.until is None:
@@ -246,7 +249,7 @@ class WindowChrome(QMainWindow):
         waits = {m: w for m, w in self._usage_waits.items() if w[0] > now}
         self._usage_waits = waits
         texts = [text if len(waits) == 1 else f"{m}: {text}" for m, (_, text) in waits.items()]
-        label.setText(" · ".join(texts))
+        label.setText("\n".join(texts))  # one line, " · " between; one a line in the tooltip
         label.setVisible(bool(waits))
         if waits:
             left_ms = (min(until for until, _ in waits.values()) - now) * 1000
