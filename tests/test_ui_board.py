@@ -104,6 +104,27 @@ def test_a_pending_card_on_a_depends_on_cycle_says_it_never_starts(board: Window
             assert not shown.button.isVisibleTo(shown)
 
 
+def test_a_pending_card_says_what_its_dependency_waits_for(board: Window) -> None:
+    """c waits for b: while b was paused, c's card said "Waiting for b" as if b would come
+    by itself; once b completed with its merge waiting for your files, c's card said
+    "Pending" and offered a Start that did nothing (the engine waits for main to have b).
+    It says why, as `anima status` does, and offers no Start."""
+    with scans_held(board):
+        changed(board, "c", depends_on=["b"])
+        changed(board, "b", status=MilestoneStatus.PAUSED, started_at=NOW,
+                pause_reason="git commit failed")
+        assert card(board, "c").state.text() == "Waiting for b (paused)"
+        changed(board, "b", status=MilestoneStatus.COMPLETED, completed_at=NOW, merge=MergeInfo(
+            state=MergeState.PENDING, detail="the merge of milestone/b into main waits: your "
+            "checkout has changes to src/b.py"))
+        assert card(board, "c").state.text() == "Waiting for b (completed, not merged yet)"
+        assert not card(board, "c").button.isVisibleTo(card(board, "c"))
+        changed(board, "b", merge=MergeInfo(state=MergeState.MERGED, merged=True,
+                                            detail="merged"))
+        assert card(board, "c").state.text() == "Pending · 2 features"
+        assert card(board, "c").button.isVisibleTo(card(board, "c"))
+
+
 def test_running_cards_whose_agents_wait_for_usage_limits_say_until_when(board: Window) -> None:
     """A Claude pair and a Codex pair each meet their own usage limit overnight: both cards
     said "Waiting for Developer · round 1" for hours, as if the Developer worked; only the

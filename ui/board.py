@@ -142,15 +142,16 @@ class MilestoneCard(QFrame):
         self.title.setText(record.title)
         self.setToolTip(f"{record.id} — click (or Enter) to open its page")
         running = column == "running"
+        pending = column == "pending"
+        waits = waiting_for(record, records) if pending else []
+        broken = never_starts(record, records) if pending else None
         if running:
             phase = phase or Phase(record.phase)
             words = limit_wait_text(record) or (
                 "Queued to run" if phase == Phase.IDLE else PHASE_TEXT[phase])
             # The round under way (the page's header counts the rounds done).
             self.state.setText(f"{words} · round {len(live_rounds(record)) + 1}")
-        elif column == "pending":
-            waits = waiting_for(record, records)
-            broken = never_starts(record, records)
+        elif pending:
             self.state.setText(f"Never starts: {broken}" if broken else
                                f"Waiting for {', '.join(waits)}" if waits else
                                f"Waiting {held_line(held)}" if held else
@@ -163,7 +164,7 @@ class MilestoneCard(QFrame):
         for label in self.lines.values():
             label.setVisible(running)
         self.action, text = MAIN_ACTION.get(status, ("", ""))
-        if column == "pending" and (held or waiting_for(record, records)):
+        if pending and (held or waits or broken):
             self.action = ""  # Start would do nothing
         self.button.setText(text)
         self.button.setVisible(bool(self.action))

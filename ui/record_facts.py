@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from anima.store.dependencies import dependencies
+from anima.store.dependencies import awaited, dependencies
 from ui.formatting import enum_text, local_time
 
 #: The board's columns, left to right: (key, title).
@@ -35,11 +35,17 @@ def column_of(record: Any) -> str:
 
 
 def waiting_for(record: Any, records: Iterable[Any]) -> list[str]:
-    """The milestones a pending one depends on (front matter `depends_on`) that are not
-    completed yet; an id with no record at all is waited for too."""
-    depends = list(getattr(record, "depends_on", None) or ())
-    done = {r.id for r in records if enum_text(r.status) == "completed"}
-    return [d for d in depends if d not in done]
+    """The milestones a pending one still waits for (front matter `depends_on`), each with
+    why when that is not just time, as `anima status` says them: "rate-limit (paused)" waits
+    for you, "cart-api (completed, not merged yet)" for main to have it. Only completed and
+    merged counts as done (a completed one whose merge waited for your files was, and the
+    card offered a Start that did nothing); one Anima merges nothing of counts as merged,
+    which only git could tell. An id with no record at all is waited for too."""
+    records = list(records)
+    found = dependencies(records, in_main=lambda _record: True)
+    by_id = {r.id: r for r in records}
+    return [awaited(by_id[d], found.broken, "its card") if d in by_id else d
+            for d in found.waiting.get(record.id, [])]
 
 
 def never_starts(record: Any, records: Iterable[Any]) -> str | None:

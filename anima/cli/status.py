@@ -215,7 +215,7 @@ def _scanned_report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
 
 def _print_table(paths: ProjectPaths) -> None:
     from anima.lock import ProjectLock
-    from anima.store.dependencies import held_by_pause, held_line
+    from anima.store.dependencies import awaited, held_by_pause, held_line
 
     max_rejections, limit, state, scan = _scan(paths)
     # A schema 3 file said only the project's wait; a newer one says each milestone's.
@@ -259,7 +259,7 @@ def _print_table(paths: ProjectPaths) -> None:
                   f"{paths.milestone_md(r.id)}")
         elif r.status.value == "pending" and r.id in blocked:
             print("      waiting for " + ", ".join(
-                _awaited(by_id[d], broken) if d in by_id else f"{d} (its file cannot be "
+                awaited(by_id[d], broken) if d in by_id else f"{d} (its file cannot be "
                 "read: see the problem below)" for d in blocked[r.id]))
         elif r.status.value == "pending" and r.id in scan.orphans:
             print(f"      never starts: {paths.milestone_md(r.id)} is missing (put it back "
@@ -284,21 +284,6 @@ def _not_running(running: int, limit: int, live: bool) -> str | None:
     if running >= limit:
         return f"waiting for a free slot ({running} of {limit} running)"
     return None
-
-
-def _awaited(record: MilestoneRecord, broken: dict[str, str]) -> str:
-    """A dependency, and why it holds things up when that is not just time: a paused one
-    waits for the human too, and one that never starts as its file is written (`broken`)
-    until you fix that file."""
-    if record.id in broken and record.status.value == "pending":
-        return f"{record.id} (which never starts as its file is written: see its line)"
-    if record.status.value in ("pending", "in_progress"):
-        return record.id
-    if record.status.value == "completed" and record.merge is None:
-        return f"{record.id} (completed; merge_on_complete is off: merge it into main yourself)"
-    if record.status.value == "completed":
-        return f"{record.id} (completed, not merged yet)"
-    return f"{record.id} ({record.status.value})"
 
 
 def _details(record: MilestoneRecord, live: bool) -> list[str]:

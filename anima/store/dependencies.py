@@ -1,5 +1,8 @@
 """`depends_on`: which milestones wait for others, and which never can start (a dependency
-that names no milestone, a cancelled one or one whose merge failed, or a cycle)."""
+that names no milestone, a cancelled one or one whose merge failed, or a cycle).
+
+Statuses are compared by value (`==`): the window reads copies of records whose status a
+test or a view set as a plain string."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ InMain = Callable[[MilestoneRecord], bool]
 
 def done(record: MilestoneRecord, in_main: InMain | None = None) -> bool:
     """Completed and in main: merged by Anima, or by you where Anima merges nothing."""
-    if record.status is not MilestoneStatus.COMPLETED:
+    if record.status != MilestoneStatus.COMPLETED:
         return False
     if record.merge is not None:
         return record.merge.merged
@@ -34,8 +37,8 @@ def done(record: MilestoneRecord, in_main: InMain | None = None) -> bool:
 
 def _not_merged(record: MilestoneRecord) -> bool:
     """Completed, and its merge failed for good (no merge round is coming)."""
-    return record.status is MilestoneStatus.COMPLETED and record.merge is not None \
-        and record.merge.state is MergeState.FAILED
+    return record.status == MilestoneStatus.COMPLETED and record.merge is not None \
+        and record.merge.state == MergeState.FAILED
 
 
 def dependencies(records: list[MilestoneRecord], in_main: InMain | None = None,
@@ -50,7 +53,7 @@ def dependencies(records: list[MilestoneRecord], in_main: InMain | None = None,
     for record in records:
         known = [d for d in record.depends_on if d in by_id]
         gone = [d for d in known if d in undefined
-                and by_id[d].status is MilestoneStatus.PENDING]
+                and by_id[d].status == MilestoneStatus.PENDING]
         if unknown := [d for d in record.depends_on if d not in by_id and d not in unreadable]:
             found.broken[record.id] = (
                 f"depends_on names {', '.join(unknown)}, which "
@@ -66,7 +69,7 @@ def dependencies(records: list[MilestoneRecord], in_main: InMain | None = None,
             found.broken[record.id] = f"depends_on makes a cycle: {' → '.join(cycle)}" + (
                 f" ({record.id} names itself)" if len(cycle) == 2 else "")
         elif cancelled := [d for d in known
-                           if by_id[d].status is MilestoneStatus.CANCELLED]:
+                           if by_id[d].status == MilestoneStatus.CANCELLED]:
             found.broken[record.id] = (
                 f"depends_on names {', '.join(cancelled)}, which "
                 f"{'was' if len(cancelled) == 1 else 'were'} cancelled: it can never start "
@@ -81,6 +84,21 @@ def dependencies(records: list[MilestoneRecord], in_main: InMain | None = None,
                          if d not in by_id or not done(by_id[d], in_main)]:
             found.waiting[record.id] = waiting
     return found
+
+
+def awaited(record: MilestoneRecord, broken: dict[str, str], where: str = "its line") -> str:
+    """A dependency, and why it holds things up when that is not just time: a paused one
+    waits for the human too, and one that never starts as its file is written (`broken`)
+    until you fix that file (`where` says why: `anima status`'s line, the board's card)."""
+    if record.id in broken and record.status == MilestoneStatus.PENDING:
+        return f"{record.id} (which never starts as its file is written: see {where})"
+    if record.status in (MilestoneStatus.PENDING, MilestoneStatus.IN_PROGRESS):
+        return record.id
+    if record.status == MilestoneStatus.COMPLETED and record.merge is None:
+        return f"{record.id} (completed; merge_on_complete is off: merge it into main yourself)"
+    if record.status == MilestoneStatus.COMPLETED:
+        return f"{record.id} (completed, not merged yet)"
+    return f"{record.id} ({record.status})"  # a StrEnum: its value
 
 
 def _cycle(start: str, by_id: dict[str, MilestoneRecord]) -> list[str] | None:
