@@ -125,6 +125,24 @@ def test_a_pending_card_says_what_its_dependency_waits_for(board: Window) -> Non
         assert card(board, "c").button.isVisibleTo(card(board, "c"))
 
 
+def test_a_milestone_waiting_its_turn_in_the_merge_queue_says_so(board: Window) -> None:
+    """Finally accepted, a waits for the milestones accepted before it to merge: its card
+    said "Merging into main · round 3" over two agent lines "—" (no round runs, no agent),
+    and its page "Merging into main" without the engine's why."""
+    reason = "its turn to merge into main comes after those accepted earlier"
+    with scans_held(board):
+        changed(board, "a", status="in_progress", started_at=NOW)
+        publish(board, ev.PhaseChanged("a", Phase.MERGING, Phase.ACCEPTOR, reason))
+        shown = card(board, "a")
+        assert shown.state.text() == \
+            "Finally accepted · merges into main after those accepted earlier"
+        assert not any(line.isVisibleTo(shown) for line in shown.lines.values())
+        page = board.window.open_page("a")
+        assert page is not None
+        publish(board, ev.PhaseChanged("a", Phase.MERGING, Phase.ACCEPTOR, reason))
+        assert page.monitor.phase_bar.text == f"Merging into main — {reason}"
+
+
 def test_running_cards_whose_agents_wait_for_usage_limits_say_until_when(board: Window) -> None:
     """A Claude pair and a Codex pair each meet their own usage limit overnight: both cards
     said "Waiting for Developer · round 1" for hours, as if the Developer worked; only the

@@ -58,6 +58,8 @@ REFRESH_MS = 250
 #: The longest agent line a card keeps (it shows one elided line).
 LINE_CHARS = 160
 _ROLE_SHORT = {"developer": "Dev", "acceptor": "Acc"}
+#: A running card in the merge queue ("Merging into main · round 3" said a round ran).
+MERGE_QUEUE_TEXT = "Finally accepted · merges into main after those accepted earlier"
 #: Arrow key → (columns across, cards down).
 _STEPS = {Qt.Key.Key_Up: (0, -1), Qt.Key.Key_Down: (0, 1),
           Qt.Key.Key_Left: (-1, 0), Qt.Key.Key_Right: (1, 0)}
@@ -145,7 +147,10 @@ class MilestoneCard(QFrame):
         pending = column == "pending"
         waits = waiting_for(record, records) if pending else []
         broken = never_starts(record, records) if pending else None
-        if running:
+        queued = running and (phase or Phase(record.phase)) == Phase.MERGING
+        if queued:  # finally accepted: no round, no agent runs; it waits for its turn
+            self.state.setText(MERGE_QUEUE_TEXT)
+        elif running:
             phase = phase or Phase(record.phase)
             words = limit_wait_text(record) or (
                 "Queued to run" if phase == Phase.IDLE else PHASE_TEXT[phase])
@@ -162,7 +167,7 @@ class MilestoneCard(QFrame):
             self.state.setText(ended_text(record))
         self.state.setToolTip(self.state.text())
         for label in self.lines.values():
-            label.setVisible(running)
+            label.setVisible(running and not queued)
         self.action, text = MAIN_ACTION.get(status, ("", ""))
         if pending and (held or waits or broken):
             self.action = ""  # Start would do nothing

@@ -209,7 +209,7 @@ class PhaseBar(QFrame):
         if phase == Phase.CANCELLED and reason:
             words = reason  # "Cancelled by you at 14:05"
         elif reason and self._reason_shown and phase in (Phase.PAUSED, Phase.FAILED,
-                                                       Phase.RECOVERING):
+                                                       Phase.RECOVERING, Phase.MERGING):
             words = f"{words} — {reason}"
         self.label.setText(words)
         self.label.setToolTip(reason)
