@@ -139,8 +139,14 @@ def test_a_milestone_waiting_its_turn_in_the_merge_queue_says_so(board: Window) 
         assert not any(line.isVisibleTo(shown) for line in shown.lines.values())
         page = board.window.open_page("a")
         assert page is not None
-        publish(board, ev.PhaseChanged("a", Phase.MERGING, Phase.ACCEPTOR, reason))
-        assert page.monitor.phase_bar.text == f"Merging into main — {reason}"
+
+        def says_why() -> bool:
+            # (a page opens on the store's record, which the engine sends a moment later:
+            # not this test's, so the phase is published until the page shows it)
+            publish(board, ev.PhaseChanged("a", Phase.MERGING, Phase.ACCEPTOR, reason))
+            return page.monitor.phase_bar.text == f"Merging into main — {reason}"
+
+        board.qtbot.waitUntil(says_why, timeout=5000)
 
 
 def test_running_cards_whose_agents_wait_for_usage_limits_say_until_when(board: Window) -> None:
