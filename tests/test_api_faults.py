@@ -4,6 +4,7 @@ replay lines the real CLIs printed (tests/fixtures/cli_lines)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from anima.events import Event, Notice, UsageLimitWait, clock
 from anima.store.models import MilestoneStatus, Verdict
 from tests.conftest import FakeClaude
 from tests.helpers import hold, make_project, milestone_md, record, run_engine, state
+from tests.test_recovery import Runner
 
 ONE = milestone_md("Greeter", ["Greet command"])
 FAST = {"api_retry_max_wait_seconds": 0.05, "usage_limit_margin_seconds": 0.3}
@@ -286,6 +288,47 @@ def test_stopping_the_pair_that_met_the_limit_leaves_the_others_waiting_visible(
         engine.shutdown()
     hit_log = (git_repo / ".anima" / "logs" / "hit.log").read_text(encoding="utf-8")
     assert "has reset" not in hit_log and "stopped while waiting for the usage limit" in hit_log
+
+
+def test_a_pair_held_by_anothers_limit_still_waits_after_a_kill(
+        git_repo: Path, fake_claude: FakeClaude) -> None:
+    """`hit` meets the account's limit and `other` is held by it; you stop `hit`, and Anima
+    is killed before the reset: only `hit`'s record kept the wait, so the next start sent
+    `other`'s prompt at once, to meet the limit again (a wasted request, a second
+    notification). `other`'s record keeps the wait it is held for: nothing of it reaches
+    the CLI before the reset."""
+    resets_in = 15
+    make_project(git_repo, {i: milestone_md("Two", ["Alpha"]) for i in ("hit", "other")},
+                 config={"usage_limit_margin_seconds": 0})
+    fake_claude.write_script({"milestones": {
+        "hit": {"feature_dir": "features/hit",
+                "developer": [{"replay": "usage-2.1.330", "resets_in": resets_in}]},
+        "other": {"feature_dir": "features/other",
+                  "developer_default": {"auto": True, "delay": 0.3}}}})
+
+    def others() -> list[float]:
+        return [e["time"] for e in fake_claude.entries() if Path(e["cwd"]).name == "other"]
+
+    runner = Runner(git_repo, fake_claude)
+    try:
+        wait_for(lambda: any(r["id"] == "other" and r["waiting_reason"]
+                             for r in state(git_repo).get("running", [])), timeout=20)
+        subprocess.run([sys.executable, "-m", "anima", "stop", str(git_repo), "hit"],
+                       check=True, capture_output=True)
+        wait_for(lambda: record(git_repo, "hit").status is MilestoneStatus.PAUSED)
+        assert record(git_repo, "other").status is MilestoneStatus.IN_PROGRESS
+    finally:
+        runner.kill()
+    met = min(e["time"] for e in fake_claude.entries() if Path(e["cwd"]).name == "hit")
+    reset, sent = math.ceil(met + resets_in), len(others())
+    assert time.time() < reset - 3, "too slow: the reset came before the restart"
+
+    again = Runner(git_repo, fake_claude)
+    try:
+        wait_for(lambda: len(others()) > sent, timeout=resets_in + 20)
+    finally:
+        again.kill()
+    assert min(others()[sent:]) >= reset
 
 
 def test_a_stopped_wait_does_not_haunt_state_json_after_the_resume(

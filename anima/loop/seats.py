@@ -247,6 +247,7 @@ class Seats:
                 # Last, right before sending: a limit another pair met meanwhile holds it too.
                 if (held := self.accounts[role].holding()) is not None:
                     self._log(f"{role}: waits for the account's usage limit ({held[1]})")
+                    self._keep_wait(role, *held)  # a start after a kill waits for it too
                     self._show_wait(held)
                     self.accounts[role].wait(self.control.stop)
                     self._show_wait(None)
@@ -308,6 +309,12 @@ class Seats:
         else:
             self._forget_wait()
 
+    def _keep_wait(self, role: str, until: float, reason: str) -> None:
+        """On the record, the wait `role`'s next turn is held for (whichever pair met it)."""
+        self.record.limit_wait = LimitWait(role=role, until=datetime.fromtimestamp(until, UTC),
+                                           reason=reason)
+        self._save()
+
     def _forget_wait(self) -> None:
         if self.record.limit_wait is not None:
             self.record.limit_wait = None
@@ -337,9 +344,7 @@ class Seats:
                 return  # other pairs still wait for it, and the window says so
         else:
             self._log(message)
-            rec.limit_wait = LimitWait(role=role, until=datetime.fromtimestamp(until, UTC),
-                                       reason=message)
-            self._save()
+            self._keep_wait(role, until, message)
             news = self.accounts[role].hold(until, message)
             self._show_wait(self.accounts[role].holding())  # this limit, or a later one
             if news is None:

@@ -242,7 +242,7 @@ class LimitWait(_Model):
     """A usage limit the milestone's agents wait out: on disk, so that a start after a kill
     waits until the same reset instead of meeting the limit again at once."""
 
-    role: str  # whose turn met it (its account is the one held)
+    role: str  # whose turn waits (its account is the one held; another pair may have met it)
     until: datetime  # when the prompt is sent again
     reason: str
 
