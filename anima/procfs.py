@@ -322,20 +322,9 @@ def hold(root: int, marker: str | None, program: tuple[int, int],
 
 def release(held: list[Held]) -> None:
     """SIGCONT what `hold` stopped, where it is still the same process."""
-    for pid in _same(held):
-        _signal(pid, signal.SIGCONT)
-
-
-def end(held: list[Held]) -> None:
-    """SIGKILL what `hold` stopped, where it is still the same process: a stopped process
-    takes it without running again, so nothing it would still do happens unseen."""
-    for pid in _same(held):
-        _signal(pid, signal.SIGKILL)
-
-
-def _same(held: list[Held]) -> list[int]:
-    """The held pids that still name the process `hold` stopped (not one that reused it)."""
-    return [pid for pid, started in held if start_time(pid) == started]
+    for pid, started in held:
+        if start_time(pid) == started:
+            _signal(pid, signal.SIGCONT)
 
 
 # --------------------------------------------------------------------------- stopping

@@ -771,32 +771,6 @@ def test_the_tree_holds_still_while_it_is_reviewed(
     assert_merged_after_final_acceptance(project)
 
 
-@pytest.mark.parametrize("mode", ["auto", "off"])
-def test_what_the_developer_left_running_never_runs_again_as_it_stops(
-        git_repo: Path, fake: FakeClaude, mode: str) -> None:
-    """Stopping the Developer (the run's end, a context rollover, a restart) continued the
-    jobs it had left held, then gave its CLI seconds to write its session file and exit:
-    meanwhile they ran again, unseen, writing the tree after the final review. They end
-    as they were, held: nothing they write is later than the review after the Developer's
-    last turn."""
-    project = project_with(git_repo, mode)
-    stamps = fake.root / "stamps"
-    # (Opened once: its path may be gone from the sandbox by the time the agent stops.)
-    job = (f"( exec 3>> {stamps}; while :; do date +%s.%N >&3; sleep 0.05; done ) "
-           "> /dev/null 2>&1 &")
-    fake.write_script({"developer": [{"shell": [job, "sleep 0.2"], "auto": True}],
-                       "exit_delay": 1.0})  # the CLI writing its session file
-    run_engine(project)
-
-    assert_merged_after_final_acceptance(project)
-    last_turn = max(e["time"] for e in fake.entries("developer"))
-    reviewed = min(e["time"] for e in fake.entries("acceptor") if e["time"] > last_turn)
-    written = stamps.read_text(encoding="utf-8").split()
-    assert written and max(map(float, written)) < reviewed
-    time.sleep(0.3)
-    assert stamps.read_text(encoding="utf-8").split() == written  # and it is gone
-
-
 #: A line of processes, each forking the next and leaving at once, ticking into argv[1]:
 #: whichever one a scan of /proc finds is gone before a signal lands.
 FORK_CHAIN = r'''

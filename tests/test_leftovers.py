@@ -152,9 +152,9 @@ def test_a_restart_after_a_kill_stops_what_the_dead_runs_agents_left(
 
 
 def test_a_process_held_between_turns_still_ends_as_asked(tmp_path: Path) -> None:
-    """What an agent left running is held (stopped) between its turns; the next start after a
-    kill (which finds it still held) lets it end as asked (its SIGTERM handler runs, a server
-    closes its files), not only by SIGKILL. (The agent's own stop ends it while it is held.)"""
+    """What an agent left running is held (stopped) between its turns; a stop asked then, by
+    this run or by the next start after a kill, lets it end as asked (its SIGTERM handler
+    runs, a server closes its files), not only by SIGKILL."""
     marker = procfs.agent_marker(tmp_path, "m1", DEVELOPER)
     ready, ended = tmp_path / "ready", tmp_path / "ended"
     script = ("import pathlib, signal, sys, time\n"

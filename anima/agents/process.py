@@ -209,16 +209,13 @@ class AgentProcess:
         self._held_still = True
 
     def stop(self, grace: float = 5.0) -> None:
-        """End the process in steps and reap it (see `PtyProcess.stop`). What it left held
-        ends first, still held: continued, it would run unseen while the CLI takes its
-        `grace` to write its session file (after Anima's last look at the tree)."""
+        """End the process in steps and reap it (see `PtyProcess.stop`)."""
         proc = self._io.proc
         if proc is None:
             return
-        with self._hold_lock:
+        with self._hold_lock:  # held processes would only take SIGKILL
             self._stopping = True
-            held, self._held = self._held, []
-            procfs.end(held)
+            self._release()
         self._io.stop(grace)
         self._settle()
         self._publish_exit(expected=True)
@@ -391,7 +388,7 @@ class AgentProcess:
         """Between its turns nothing the agent started runs: a job it left in the background
         would otherwise go on writing the tree while it is checked and reviewed, or its
         branch's ref while Anima commits on the branch. The CLI itself runs on (it writes its
-        session file after the result). The next turn continues them, the stop ends them."""
+        session file after the result). The next turn (or the stop) continues them."""
         proc = self._io.proc
         with self._hold_lock:
             if proc is None or proc.poll() is not None or self._stopping or proc.stdin is None:
