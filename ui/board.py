@@ -41,12 +41,11 @@ from ui.record_facts import (
     COLUMNS,
     MAIN_ACTION,
     column_of,
+    depends_on_facts,
     ended_text,
     limit_wait_text,
     live_rounds,
     needs_you_reason,
-    never_starts,
-    waiting_for,
 )
 from ui.widgets import ElidedLabel, set_style_state
 
@@ -145,8 +144,7 @@ class MilestoneCard(QFrame):
         self.setToolTip(f"{record.id} — click (or Enter) to open its page")
         running = column == "running"
         pending = column == "pending"
-        waits = waiting_for(record, records) if pending else []
-        broken = never_starts(record, records) if pending else None
+        waits, broken = depends_on_facts(record, records) if pending else ([], None)
         queued = running and (phase or Phase(record.phase)) == Phase.MERGING
         if queued:  # finally accepted: no round, no agent runs; it waits for its turn
             self.state.setText(MERGE_QUEUE_TEXT)

@@ -34,25 +34,23 @@ def column_of(record: Any) -> str:
     return _COLUMN_OF_STATUS.get(status, "pending")
 
 
-def waiting_for(record: Any, records: Iterable[Any]) -> list[str]:
-    """The milestones a pending one still waits for (front matter `depends_on`), each with
-    why when that is not just time, as `anima status` says them: "rate-limit (paused)" waits
+def depends_on_facts(record: Any, records: Iterable[Any]) -> tuple[list[str], str | None]:
+    """What a pending one's `depends_on` holds it for, as `anima status` says it: the
+    milestones it still waits for, and why it never starts as the files are written (None
+    when it can), from one reading of every record's dependencies.
+
+    Each awaited one comes with why when that is not just time: "rate-limit (paused)" waits
     for you, "cart-api (completed, not merged yet)" for main to have it. Only completed and
     merged counts as done (a completed one whose merge waited for your files was, and the
     card offered a Start that did nothing); one Anima merges nothing of counts as merged,
-    which only git could tell. An id with no record at all is waited for too."""
+    which only git could tell. An id with no record at all is waited for too. Never starting
+    (a cycle, one on itself, one naming no milestone or a cancelled one): waiting for itself,
+    its card said "Waiting for <its own id>"."""
     records = list(records)
     found = dependencies(records, in_main=lambda _record: True)
     by_id = {r.id: r for r in records}
-    return [awaited(by_id[d], found.broken, "its card") if d in by_id else d
-            for d in found.waiting.get(record.id, [])]
-
-
-def never_starts(record: Any, records: Iterable[Any]) -> str | None:
-    """Why a pending milestone never starts as the files are written (a `depends_on` cycle,
-    one on itself, one naming no milestone or a cancelled one), as `anima status` says it;
-    None when it can. Waiting for itself, its card said "Waiting for <its own id>"."""
-    return dependencies(list(records)).broken.get(record.id)
+    return ([awaited(by_id[d], found.broken, "its card") if d in by_id else d
+             for d in found.waiting.get(record.id, [])], found.broken.get(record.id))
 
 
 def limit_wait_text(record: Any) -> str:
