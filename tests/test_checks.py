@@ -8,8 +8,10 @@ fake `claude`, the engine is the real one.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from io import StringIO
 from pathlib import Path
@@ -124,6 +126,34 @@ def test_a_missing_command_cannot_start_in_either_form(tmp_path: Path, confined:
     fails = run_check(["sh", "-c", "echo 'FAILED test_greet'; exit 1"], tmp_path, timeout=10,
                       marker=mark(tmp_path), confine=confine)
     assert fails.error is None and fails.exit_code == 1 and not fails.passed
+
+
+@pytest.mark.skipif(NO_BWRAP is not None, reason=f"the sandbox cannot run here: {NO_BWRAP}")
+def test_a_hidden_socket_that_goes_away_as_the_check_starts_is_no_failure(
+        tmp_path: Path) -> None:
+    """A daemon's socket the sandbox hides (Docker restarting) can go between the moment
+    Anima names it and bubblewrap's mount over it, which then fails: "Can't create file at
+    /run/docker.sock". That is no failing check of the Developer's commit (it rejected one
+    in CI); the sandbox is made again, without the socket."""
+    socket = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="anima-test-")) / "daemon.sock"
+    socket.write_text("")
+    c = sandbox.Confinement(cwd=tmp_path, home=tmp_path / ".home", tmp=tmp_path / ".tmp",
+                            writable=(tmp_path,), visible=(tmp_path,), hidden_files=(socket,))
+    made: list[list[str]] = []
+
+    def restarting(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+        made.append(sandbox.wrap(argv, c))
+        socket.unlink(missing_ok=True)  # gone after Anima looked, before bubblewrap mounts
+        return made[-1], sandbox.environment(c)
+
+    try:
+        result = run_check("echo all 3 passed", tmp_path, timeout=30, marker=mark(tmp_path),
+                           confine=restarting)
+    finally:
+        shutil.rmtree(socket.parent)
+    assert result.passed, result.tail
+    assert result.tail == "all 3 passed"
+    assert len(made) == 2 and str(socket) in made[0] and str(socket) not in made[1]
 
 
 def test_the_tail_is_bounded_and_redacted(tmp_path: Path) -> None:

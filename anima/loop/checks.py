@@ -34,6 +34,8 @@ from anima.text.redact import redact
 _SHELL_CANNOT_START = {126: "not executable", 127: "command not found"}
 #: What bubblewrap says (exit 1) when an argv command is missing inside the sandbox.
 _BWRAP_CANNOT_START = re.compile(r"bwrap: execvp (.+): (.+)")
+#: What it says (exit 1) when it cannot make the sandbox, before running anything.
+_BWRAP_SETUP = re.compile(r"bwrap: (?!execvp )[^\n]+")
 TAIL_LINES = 30
 TAIL_LINE_CHARS = 300
 _KEEP_BYTES = 64 * 1024  # of the output, from the end; a chatty suite never fills memory
@@ -107,7 +109,19 @@ def run_check(command: str | list[str], cwd: Path, *, timeout: float, marker: st
               ) -> CheckResult:
     """Run the check to its end, its timeout or `cancel`; raise CheckCancelled on the last.
     `marker` (`procfs.agent_marker`) marks every process it starts; `confine` wraps it in the
-    milestone's sandbox (it runs code the Developer wrote)."""
+    milestone's sandbox (it runs code the Developer wrote).
+
+    A sandbox that bubblewrap could not set up is made once more: a path it hides that went
+    away just before (a daemon restarting its socket) fails the mount, and that is no verdict
+    on the Developer's commit. A check that prints the same line itself merely runs twice."""
+    result = _run(command, cwd, timeout, marker, cancel, confine)
+    if confine is not None and result.exit_code == 1 and _BWRAP_SETUP.fullmatch(result.tail):
+        result = _run(command, cwd, timeout, marker, cancel, confine)
+    return result
+
+
+def _run(command: str | list[str], cwd: Path, timeout: float, marker: str,
+         cancel: threading.Event | None, confine: Confine | None) -> CheckResult:
     shown = display(command)
     started = time.monotonic()
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
