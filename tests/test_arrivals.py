@@ -9,10 +9,12 @@ worktree. In the sandbox (`auto`) each such write is refused by the filesystem; 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,6 +22,9 @@ import pytest
 
 from anima.engine.facade import Engine
 from anima.events import Event, Notice
+from anima.git import GitRepo
+from anima.guard.restore import RestoringGuard
+from anima.guard.turns import TurnFindings
 from anima.paths import ProjectPaths
 from anima.store.models import MilestoneStatus, Verdict, now
 from anima.store.store import Store
@@ -117,6 +122,46 @@ def test_a_milestone_the_developer_writes_is_held_and_never_runs(
     else:
         assert line in log_text(project) and any(line in n for n in rec.iterations[0].notes)
         assert [n.kind for n in notices if line in n.message] == ["held"]
+
+
+def test_a_registration_written_as_a_turn_ends_is_not_taken_for_a_deleted_record(
+        project: Path) -> None:
+    """Anima registers a milestone dropped in during a Developer turn from its scan thread,
+    while the turn may end on the worker's: the guard was told of the record just before it
+    was written, and a turn ending in between found Anima's own record "deleted" and rejected
+    the Developer's round for it (seen in CI, without the sandbox). Anima's write is held
+    until it is on disk, here by a listener that lets it go only once the turn has begun
+    to end."""
+    paths = ProjectPaths(project)
+    store = Store(paths)
+    guard = RestoringGuard(paths, GitRepo.open(project), "m1")
+    stop = guard.listen(lambda _: lambda: None, store.on_save)
+    guard.begin(run_git(project, "branch", "--show-current"))
+    in_flight, go = threading.Event(), threading.Event()
+
+    @contextlib.contextmanager
+    def slow_disk(_path: Path, _content: bytes) -> Iterator[None]:
+        in_flight.set()
+        go.wait(10)
+        yield
+
+    store.on_save.append(slow_disk)
+    paths.milestone_md("late").write_text(EVIL, encoding="utf-8")  # the human's drop
+    scan = threading.Thread(target=store.register, args=(paths.milestone_md("late"), now()),
+                            kwargs={"max_iterations": 5, "requires_human_review": False})
+    scan.start()
+    assert in_flight.wait(10)
+    findings: list[TurnFindings] = []
+    worker = threading.Thread(target=lambda: findings.append(guard.end()))
+    worker.start()
+    worker.join(0.5)  # the turn ends now, or waits for the write
+    go.set()
+    scan.join(10)
+    worker.join(10)
+    for undo in stop:
+        undo()
+    assert findings and findings[0].records == []
+    assert status(project, "late") is MilestoneStatus.PENDING
 
 
 def test_one_written_through_a_link_made_in_an_earlier_call_is_held(

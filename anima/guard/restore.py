@@ -40,6 +40,7 @@ from anima.guard.turns import (
 )
 from anima.paths import ProjectPaths, is_milestone_md
 from anima.sandbox import own_dir
+from anima.store.store import SaveListener
 
 # Keys that run a program, or change which tree and objects git reads (a bare flag, a
 # worktree elsewhere, sparse or submodule checkouts, repository extensions).
@@ -244,7 +245,7 @@ class RestoringGuard(TurnGuard):
         return self.copy
 
     def listen(self, subscribe: Callable[[Callable[[Event], None]], Callable[[], None]],
-               on_save: list[Callable[[Path, bytes], None]]) -> list[Callable[[], None]]:
+               on_save: list[SaveListener]) -> list[Callable[[], None]]:
         on_save.append(self.admit_record)
         return [subscribe(self.mentions), lambda: on_save.remove(self.admit_record)]
 
@@ -290,15 +291,19 @@ class RestoringGuard(TurnGuard):
                         + ([describe_kept(done.kept)] if done.kept else []))
         return done
 
-    def admit_record(self, path: Path, content: bytes) -> None:
-        """The store's listener, told before each record is written: Anima writes this (a
-        registration, your action, the running milestone's progress)."""
+    @contextlib.contextmanager
+    def admit_record(self, path: Path, content: bytes) -> Iterator[None]:
+        """The store's listener, told before each record is written and held until it is:
+        Anima writes this (a registration, your action, the running milestone's progress).
+        Held, so that a turn ending meanwhile on another thread (a registration comes from
+        the scan) does not take the record it was told of, not yet on disk, for one deleted."""
         with self._lock:
             if path != self.paths.milestone_record(self.milestone):
                 self.records[path.relative_to(self.paths.root).as_posix()] = content
             elif self._saved is not None:  # what a kill is repaired from
                 self._saved.record = base64.b64encode(content).decode()
                 write_model_atomic(self.paths.turn_guard, self._saved)
+            yield
 
     def _restore_records(self) -> list[str]:
         """Put back every other milestone's record the work changed or deleted, so no agent

@@ -18,6 +18,7 @@ from anima.events import Event
 from anima.git import GitRepo
 from anima.git.branches import Tips
 from anima.paths import DEFINITION_FILES, ProjectPaths
+from anima.store.store import SaveListener
 
 #: Git's settings for the repository: a key that names a program (a filter or diff driver
 #: `.gitattributes` can switch on, a signing program, an editor, an included file) would run
@@ -109,7 +110,7 @@ class TurnGuard:
         return read_definitions(self.paths)
 
     def listen(self, subscribe: Callable[[Callable[[Event], None]], Callable[[], None]],
-               on_save: list[Callable[[Path, bytes], None]]) -> list[Callable[[], None]]:
+               on_save: list[SaveListener]) -> list[Callable[[], None]]:
         """Follow the agents' events and Anima's own record writes for the run; returns how
         to stop."""
         return []

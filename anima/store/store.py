@@ -6,9 +6,11 @@ milestones stay usable. Records carry a schema version and are migrated on read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -39,6 +41,9 @@ from anima.store.models import (
 from anima.store.names import MILESTONE_ID_RE, is_milestone_name, validate_milestone_id
 
 log = logging.getLogger(__name__)
+
+#: Told of a record about to be written, and held until it is (`Store.on_save`).
+SaveListener = Callable[[Path, bytes], AbstractContextManager[None]]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -167,9 +172,10 @@ class Store:
 
     def __init__(self, paths: ProjectPaths) -> None:
         self.paths = paths
-        #: Told of every record about to be written (path, bytes): the guard of a running
-        #: milestone keeps the records as Anima wrote them (anima.guard).
-        self.on_save: list[Callable[[Path, bytes], None]] = []
+        #: Told of every record about to be written (path, bytes), and held until it is: the
+        #: guard of a running milestone keeps the records as Anima wrote them (anima.guard),
+        #: and must not compare them with the disk between its copy and the write.
+        self.on_save: list[SaveListener] = []
         #: Each pending milestone's definition as last read, by id, with what its file was
         #: then (inode, size, mtime): a scan every second parses only what changed.
         self._read_definitions: dict[str, tuple[tuple[int, int, int], MilestoneDef]] = {}
@@ -217,9 +223,10 @@ class Store:
         self._write(path, _json(record))
 
     def _write(self, path: Path, text: str, *, durable: bool = True) -> None:
-        for listener in list(self.on_save):  # first: a kill in between leaves them ahead
-            listener(path, text.encode("utf-8"))
-        write_text_atomic(path, text, durable=durable)
+        with contextlib.ExitStack() as told:
+            for listener in list(self.on_save):  # first: a kill in between leaves them ahead
+                told.enter_context(listener(path, text.encode("utf-8")))
+            write_text_atomic(path, text, durable=durable)
 
     def load_records(self) -> list[MilestoneRecord]:
         """Every readable record, whether or not its definition is still there (a record is
