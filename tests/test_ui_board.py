@@ -4,6 +4,7 @@ with records and agent output published on the engine's own bus, as its loop pub
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -168,6 +169,43 @@ def test_running_cards_whose_agents_wait_for_usage_limits_say_until_when(board: 
                 f"Waiting for the usage limit to reset at {until.astimezone():%H:%M} · round 1")
         changed(board, "a", limit_wait=None)  # its reset came: the Developer's turn goes on
         assert card(board, "a").state.text() == "Waiting for Developer · round 1"
+
+
+def test_a_page_whose_agents_wait_for_a_usage_limit_says_until_when(
+        qtbot, board: Window) -> None:
+    """The card said the usage limit and its reset; the page's phase bar said "Waiting for
+    Developer · turn times out in 8:57", then "turn timing out…" in red for the hours of the
+    wait. It says what the card says and when the turn resumes; once the wait is over (the
+    engine says so, or its reset passes), the phase again, with the turn's time counted from
+    the prompt sent again."""
+    until = datetime.now(UTC) + timedelta(minutes=23)
+    clock = f"{until.astimezone():%H:%M}"
+    reason = (f"waiting for the usage limit to reset at {clock} (5-hour limit: You've hit "
+              "your limit)")
+    with scans_held(board):
+        changed(board, "a", status="in_progress", started_at=NOW, limit_wait=LimitWait(
+            role="developer", until=until, reason=reason))
+        page = board.window.open_page("a")
+        assert page is not None
+        publish(board, ev.PhaseChanged("a", Phase.DEVELOPER, Phase.STARTING,
+                                       deadline=time.time() + 540))
+        qtbot.waitUntil(lambda: not page.replaying, timeout=5000)
+        bar = page.monitor.phase_bar
+        words = f"Waiting for the usage limit to reset at {clock}"
+        assert card(board, "a").state.text() == f"{words} · round 1"
+        assert bar.text == words
+        assert bar.label.toolTip() == reason
+        assert bar.countdown.text().startswith(("resumes in 22:", "resumes in 23:00"))
+        changed(board, "a", limit_wait=None)  # over: the Developer's turn goes on
+        assert bar.text == "Waiting for Developer"
+        assert bar.countdown.text().startswith("turn times out in 8:")
+
+        # A reset that passes while the engine says nothing yet: the bar goes back by itself.
+        changed(board, "a", limit_wait=LimitWait(
+            role="developer", until=datetime.now(UTC) + timedelta(seconds=1.5), reason=reason))
+        assert bar.text.startswith("Waiting for the usage limit to reset at ")
+        qtbot.waitUntil(lambda: bar.text == "Waiting for Developer", timeout=4000)
+        assert bar.countdown.text().startswith("turn times out in 8:")
 
 
 def test_cards_move_between_columns_as_records_change_and_the_title_counts_them(

@@ -3,7 +3,8 @@
 Top: `MilestoneHeader` (title, round, consecutive rejections k/max, features k/n, tokens, cost,
 elapsed). Middle: the Developer and Acceptor `AgentPane`s side by side, the active one
 highlighted. Below: `FeatureChecklist` and `RoundHistory`. Bottom: `PhaseBar` (the scheduler's
-phase in words and the time left before the turn times out). Everything here runs on the GUI
+phase in words and the time left before the turn times out, or the usage limit the turn waits
+for and when it resumes). Everything here runs on the GUI
 thread and is fed by `ui.bridge.EngineBridge` signals.
 """
 
@@ -38,7 +39,7 @@ from anima.events import ROLES
 from anima.phases import PHASE_TEXT, RUNNING, Phase
 from ui.agent_pane import AgentPane
 from ui.formatting import ElapsedClock, enum_text, format_duration, format_tokens
-from ui.record_facts import dropped_rounds, ended_text, live_rounds
+from ui.record_facts import dropped_rounds, ended_text, limit_wait_text, live_rounds
 from ui.round_history import RoundHistory
 from ui.widgets import ElidedLabel, set_style_state
 
@@ -175,7 +176,8 @@ class MilestoneHeader(QFrame):
 
 
 class PhaseBar(QFrame):
-    """The scheduler's phase in words, and the time left before the current turn times out."""
+    """The scheduler's phase in words, and the time left before the current turn times out;
+    while a usage limit holds the turn, that wait and when it resumes."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -183,6 +185,9 @@ class PhaseBar(QFrame):
         self.phase = Phase.IDLE
         self.reason = ""
         self.deadline: float | None = None
+        #: The usage-limit wait the turn is held for: (until, what the card says, why).
+        self.wait: tuple[float, str, str] | None = None
+        self._turn_seconds: float | None = None
         self._reason_shown = True
         self.dot = QLabel("●", self)
         self.dot.setObjectName("phaseDot")
@@ -205,8 +210,27 @@ class PhaseBar(QFrame):
 
     def show_phase(self, phase: Phase, reason: str = "", deadline: float | None = None) -> None:
         self.phase, self.reason, self.deadline = phase, reason, deadline
+        self._turn_seconds = None if deadline is None else deadline - time.time()
+        self._draw()
+
+    def show_wait(self, wait: tuple[float, str, str] | None) -> None:
+        """The usage-limit wait the milestone's next turn is held for, as its card says it
+        ((until, words, why)), or None: while it lasts, the bar says it instead of the turn
+        it holds, whose time runs from the prompt sent again at its end."""
+        if wait is None and self.wait is not None and self._turn_seconds is not None:
+            self.deadline = time.time() + self._turn_seconds
+        self.wait = wait
+        self._draw()
+
+    def _waiting(self) -> bool:
+        return self.wait is not None and self.phase in RUNNING
+
+    def _draw(self) -> None:
+        phase, reason = self.phase, self.reason
         words = PHASE_TEXT[phase]
-        if phase == Phase.CANCELLED and reason:
+        if self._waiting() and self.wait is not None:
+            words, reason = self.wait[1], self.wait[2]
+        elif phase == Phase.CANCELLED and reason:
             words = reason  # "Cancelled by you at 14:05"
         elif reason and self._reason_shown and phase in (Phase.PAUSED, Phase.FAILED,
                                                        Phase.RECOVERING, Phase.MERGING):
@@ -220,9 +244,17 @@ class PhaseBar(QFrame):
         """Whether the bar says why (paused, failed): not when the decision bar says it."""
         if shown != self._reason_shown:
             self._reason_shown = shown
-            self.show_phase(self.phase, self.reason, self.deadline)
+            self._draw()
 
     def tick(self) -> None:
+        if self._waiting() and self.wait is not None:
+            left = self.wait[0] - time.time()
+            if left <= 0:  # its reset passed: the engine sends the prompt again
+                self.show_wait(None)
+                return
+            self.countdown.setText(f"resumes in {format_duration(left)}")
+            set_style_state(self.countdown, "level", "normal")
+            return
         if self.deadline is None or self.phase not in RUNNING:
             self.countdown.setText("")
             return
@@ -406,6 +438,10 @@ class IterationMonitor(QWidget):
             reason = ended_text(record) if phase == Phase.CANCELLED else \
                 record.pause_reason or ""
             self.phase_bar.show_phase(phase, reason)
+        words = "" if record is None else limit_wait_text(record)
+        wait = None if record is None else record.limit_wait
+        self.phase_bar.show_wait((wait.until.timestamp(), words, wait.reason)
+                                 if wait is not None and words else None)
 
     def follows(self, milestone_id: str | None) -> bool:
         """Whether events of `milestone_id` are the live ones shown: while several
