@@ -23,6 +23,7 @@ from anima import events as ev
 from anima.paths import ProjectPaths
 from anima.phases import Phase
 from anima.store.models import (
+    AgentRun,
     FeatureStatus,
     LimitWait,
     MergeInfo,
@@ -206,6 +207,49 @@ def test_a_page_whose_agents_wait_for_a_usage_limit_says_until_when(
         assert bar.text.startswith("Waiting for the usage limit to reset at ")
         qtbot.waitUntil(lambda: bar.text == "Waiting for Developer", timeout=4000)
         assert bar.countdown.text().startswith("turn times out in 8:")
+
+
+def test_cards_and_pages_say_which_agent_cli_plays_each_role(
+        qtbot, git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """A Codex Developer reviewed by a Claude Code Acceptor: nothing on the board or the page
+    said so before an agent's first turn (only the pane headers, once a session started).
+    A pending card and its page say what the config runs; a milestone that ran, what its
+    record says it runs on."""
+    make_project(git_repo, {m: milestone_md(f"Milestone {m.upper()}", ["One", "Two"])
+                            for m in ("a", "b")},
+                 config={"developer": {"agent": "codex", "model": "gpt-5-codex"},
+                         "acceptor": {"agent": "claude"}})
+    w = Window(qtbot, tmp_path, auto_start=False)
+    try:
+        w.window.resize(1024, 700)
+        w.window.open_project(git_repo)
+        qtbot.waitUntil(lambda: len(w.window.board.cards) == 2, timeout=10000)
+        a = card(w, "a")
+        qtbot.waitUntil(lambda: a.agents.text() == "Dev: Codex · Acc: Claude Code",
+                        timeout=5000)
+        assert a.agents.toolTip() == "Developer: Codex gpt-5-codex · Acceptor: Claude Code"
+        assert a.agents.isVisibleTo(w.window)
+        qtbot.wait(50)  # laid out
+        assert a.agents.shown_text() == a.agents.text()  # whole in a 1024-px column
+        page = w.window.open_page("a")
+        assert page is not None
+        agents = page.monitor.header.agents
+        assert agents.text() == "Developer: Codex gpt-5-codex · Acceptor: Claude Code"
+        assert agents.isVisibleTo(w.window)
+        qtbot.wait(50)  # laid out
+        assert agents.shown_text() == agents.text()  # whole at 1024 px
+        with scans_held(w):
+            changed(w, "a", status="in_progress", started_at=NOW, agents={
+                "developer": AgentRun(agent="claude", model="claude-sonnet-4-5",
+                                      version="2.1.197 (Claude Code)"),
+                "acceptor": AgentRun(agent="codex", version="codex-cli 0.169.0")})
+            assert a.agents.text() == "Dev: Claude Code · Acc: Codex"
+            assert a.agents.toolTip() == \
+                "Developer: Claude Code claude-sonnet-4-5 · Acceptor: Codex"
+            assert agents.text() == \
+                "Developer: Claude Code claude-sonnet-4-5 · Acceptor: Codex"
+    finally:
+        w.close()
 
 
 def test_cards_move_between_columns_as_records_change_and_the_title_counts_them(

@@ -18,6 +18,7 @@ does, and Enter on a card's button presses it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -36,10 +37,12 @@ from PySide6.QtWidgets import (
 from anima import events as ev
 from anima.phases import PHASE_TEXT, Phase
 from anima.store.dependencies import held_by_pause, held_line
+from ui.agent_pane import ROLE_TITLES
 from ui.formatting import ElapsedClock, enum_text
 from ui.record_facts import (
     COLUMNS,
     MAIN_ACTION,
+    agents_text,
     column_of,
     depends_on_facts,
     ended_text,
@@ -110,6 +113,9 @@ class MilestoneCard(QFrame):
             label.setObjectName("cardLine")
         self.stats = ElidedLabel(self)
         self.stats.setObjectName("cardStats")
+        # Which agent CLI plays each role: pairs may mix them.
+        self.agents = ElidedLabel(self)
+        self.agents.setObjectName("cardAgents")
         self.button = QPushButton(self)
         self.button.setObjectName("cardAction")
         self.button.clicked.connect(self._on_button)
@@ -126,10 +132,13 @@ class MilestoneCard(QFrame):
         for label in self.lines.values():
             layout.addWidget(label)
         layout.addWidget(self.stats)
+        layout.addWidget(self.agents)
 
     def show_record(self, record: Any, records: Iterable[Any], phase: Phase | None,
-                    clock: ElapsedClock, held: Sequence[str] = ()) -> None:
-        """`held`: run one at a time, the paused milestones every start waits for."""
+                    clock: ElapsedClock, held: Sequence[str] = (),
+                    roles: Mapping[str, Any] | None = None) -> None:
+        """`held`: run one at a time, the paused milestones every start waits for; `roles`:
+        each role's config as the engine announced it (its `agent` and `model`)."""
         self.record = record
         status = enum_text(record.status)
         if self.asked_in is not None and status != self.asked_in:
@@ -171,9 +180,14 @@ class MilestoneCard(QFrame):
             self.action = ""  # Start would do nothing
         self.button.setText(text)
         self.button.setVisible(bool(self.action))
+        # The models in its tooltip: a column is narrow at 1024 px.
+        self.agents.setText(agents_text(record, roles or {}, _ROLE_SHORT, models=False))
+        self.agents.setToolTip(agents_text(record, roles or {}, ROLE_TITLES))
+        self.agents.setVisible(bool(self.agents.text()))
         # What a screen reader says: "Resume" alone would not say which milestone.
         self.setAccessibleName(f"{record.id}: {self.state.text()}")
-        self.setAccessibleDescription(record.title)
+        self.setAccessibleDescription(f"{record.title}. {self.agents.toolTip()}"
+                                      if self.agents.text() else record.title)
         self.button.setAccessibleName(f"{text} {record.id}")
         self.tick(clock)
 
@@ -294,8 +308,10 @@ class Board(QWidget):
         self.columns = {key: BoardColumn(key, title, self) for key, title in COLUMNS}
         self.cards: dict[str, MilestoneCard] = {}
         self.records: dict[str, Any] = {}
-        #: how many milestones the engine runs at once, once it says (`EngineReady`)
+        #: how many milestones the engine runs at once, and each role's config (its agent
+        #: CLI and model), once it says (`EngineReady`)
         self.parallel = 0
+        self.roles: dict[str, Any] = {}
         self.phases: dict[str, Phase] = {}
         self._lines: dict[tuple[str, str], str] = {}
         self._context: dict[tuple[str, str], float] = {}
@@ -328,10 +344,13 @@ class Board(QWidget):
             self._show(record, held)
         self._recount()
 
-    def set_parallel(self, limit: int) -> None:
-        """The engine's parallel limit: at 1, a paused milestone holds the pending ones."""
-        self.parallel = limit
-        self._show_pending()
+    def set_engine_config(self, parallel: int, roles: Mapping[str, Any]) -> None:
+        """The engine's parallel limit (at 1, a paused milestone holds the pending ones) and
+        the roles' config (what the cards of those yet to start say plays each role)."""
+        self.parallel, self.roles = parallel, dict(roles)
+        held = self._held()
+        for record in self.records.values():
+            self._show(record, held)
 
     def update_record(self, record: Any) -> None:
         before = self.records.get(record.id)
@@ -393,7 +412,7 @@ class Board(QWidget):
         if column.key != "running":
             self.phases.pop(record.id, None)
         card.show_record(record, self.records.values(), self.phases.get(record.id), self.clock,
-                         held)
+                         held, self.roles)
         self._dirty.add(record.id)
 
     def _recount(self) -> None:
@@ -451,7 +470,8 @@ class Board(QWidget):
         record = self.records.get(event.milestone_id)
         if record is not None and column_of(record) == "running":
             card = self.cards[record.id]
-            card.show_record(record, self.records.values(), event.phase, self.clock)
+            card.show_record(record, self.records.values(), event.phase, self.clock,
+                             roles=self.roles)
             self._dirty.add(record.id)
 
     def feed(self, events: list[ev.AgentEvent]) -> None:

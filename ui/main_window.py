@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 from anima import events as ev
 from anima.engine import read_only
 from anima.engine.project import example_milestone, git_problem, init_project
+from anima.events import ROLES
 from anima.phases import RUNNING
 from ui.banner import EmptyState, ErrorBanner
 from ui.board import Board
@@ -81,6 +82,7 @@ class MainWindow(ReadOnlyProject):
         #: The files marked viewed: they outlive a page closed and reopened, and a restart.
         self.viewed_marks = ViewedMarks(settings)
         self._max_rejections = 3  # until the engine says which limit it runs with
+        self._roles: dict[str, Any] = {}  # and each role's config (agent CLI, model)
         self._closing = False
         self._ask_before_closing = True
         self._stopping = False
@@ -323,7 +325,7 @@ class MainWindow(ReadOnlyProject):
             page.changes.files.viewed = self.viewed_marks.load(self.project, milestone_id)
         self.milestone_pages[milestone_id] = page
         self._connect_page(page)
-        page.monitor.set_limits(self._max_rejections)
+        page.monitor.set_limits(self._max_rejections, self._roles)
         page.review.redefined = self._redefined.get(milestone_id, ())
         page.show_record(record)
         page.begin_replay()  # the phase's line too lands after the replayed history
@@ -408,9 +410,10 @@ class MainWindow(ReadOnlyProject):
     @Slot(object)
     def _on_engine_ready(self, event: ev.EngineReady) -> None:
         self._max_rejections = event.config.max_consecutive_rejections
-        self.board.set_parallel(event.parallel)
+        self._roles = {role: getattr(event.config, role) for role in ROLES}
+        self.board.set_engine_config(event.parallel, self._roles)
         for page in self.milestone_pages.values():
-            page.monitor.set_limits(self._max_rejections)
+            page.monitor.set_limits(self._max_rejections, self._roles)
         self.listen_for_raise()  # the lock is ours: a second window may ask us forward
 
     @Slot(object)

@@ -37,9 +37,15 @@ from PySide6.QtWidgets import (
 from anima import events as ev
 from anima.events import ROLES
 from anima.phases import PHASE_TEXT, RUNNING, Phase
-from ui.agent_pane import AgentPane
+from ui.agent_pane import ROLE_TITLES, AgentPane
 from ui.formatting import ElapsedClock, enum_text, format_duration, format_tokens
-from ui.record_facts import dropped_rounds, ended_text, limit_wait_text, live_rounds
+from ui.record_facts import (
+    agents_text,
+    dropped_rounds,
+    ended_text,
+    limit_wait_text,
+    live_rounds,
+)
 from ui.round_history import RoundHistory
 from ui.widgets import ElidedLabel, set_style_state
 
@@ -98,6 +104,7 @@ class MilestoneHeader(QFrame):
         super().__init__(parent)
         self.setObjectName("milestoneHeader")
         self.max_rejections = 3
+        self.roles: dict[str, Any] = {}  # each role's config, once the engine says
         self.clock = clock or ElapsedClock()
         self._record: MilestoneRecord | None = None
         # Elided (whole in its tooltip): a long title must not set the window's minimum width.
@@ -107,6 +114,9 @@ class MilestoneHeader(QFrame):
         self.status = QLabel("", self)
         self.status.setObjectName("statusPill")
         self.status.hide()  # an empty pill is a grey blob: shown with a milestone only
+        # Which agent CLI plays each role (pairs may mix them); elided, whole in its tooltip.
+        self.agents = ElidedLabel(self)
+        self.agents.setObjectName("headerAgents")
         self.round = _Stat("Round", self)
         self.rejections = _Stat("Rejections in a row", self)
         self.features = _Stat("Features", self)
@@ -117,6 +127,7 @@ class MilestoneHeader(QFrame):
         top.addWidget(self.title)
         top.addWidget(self.status)
         top.addStretch(1)
+        top.addWidget(self.agents)
         stats = QHBoxLayout()
         stats.setSpacing(28)
         for stat in (self.round, self.rejections, self.features, self.tokens, self.cost,
@@ -134,6 +145,7 @@ class MilestoneHeader(QFrame):
         if record is None:
             self.title.setText("No milestone")
             self.status.hide()
+            self.agents.setText("")
             for stat in (self.round, self.rejections, self.features, self.tokens, self.cost,
                          self.elapsed):
                 stat.set("—")
@@ -145,6 +157,7 @@ class MilestoneHeader(QFrame):
         self.status.setText(status.replace("_", " "))
         self.status.show()
         set_style_state(self.status, "status", status)
+        self.agents.setText(agents_text(record, self.roles, ROLE_TITLES))
         # Rounds a rewind dropped are history, not progress: they leave the count.
         dropped = len(dropped_rounds(record))
         rounds = len(live_rounds(record))
@@ -165,8 +178,8 @@ class MilestoneHeader(QFrame):
         self.cost.set(record.spent_text)
         self.tick()
 
-    def set_max_rejections(self, limit: int) -> None:
-        self.max_rejections = limit
+    def set_limits(self, max_rejections: int, roles: dict[str, Any]) -> None:
+        self.max_rejections, self.roles = max_rejections, roles
         self.show_record(self._record)
 
     def tick(self) -> None:
@@ -417,9 +430,10 @@ class IterationMonitor(QWidget):
         return (self._pane_of(QApplication.focusWidget()) or self._last_focused
                 or next((p for p in self.panes.values() if p.active), self.panes["developer"]))
 
-    def set_limits(self, max_consecutive_rejections: int) -> None:
-        """The limits the engine runs with (its `EngineReady`), shown from then on."""
-        self.header.set_max_rejections(max_consecutive_rejections)
+    def set_limits(self, max_consecutive_rejections: int, roles: dict[str, Any]) -> None:
+        """The limits and the roles' config (agent CLI, model) the engine runs with (its
+        `EngineReady`), shown from then on."""
+        self.header.set_limits(max_consecutive_rejections, roles)
 
     # --- engine events (GUI thread) ------------------------------------------------------
     def show_record(self, record: MilestoneRecord | None) -> None:

@@ -8,9 +8,10 @@ and the decision bar say the same thing, and the tests read them directly.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from anima.events import ROLES
 from anima.store.dependencies import awaited, dependencies
 from ui.formatting import enum_text, local_time
 
@@ -23,6 +24,12 @@ _COLUMN_OF_STATUS = {"pending": "pending", "in_progress": "running", "paused": "
 #: The one decision a card that needs you offers in place: (action, button text).
 MAIN_ACTION = {"paused": ("resume", "Resume"), "awaiting_review": ("review", "Review"),
                "failed": ("retry", "Retry"), "pending": ("start", "Start")}
+
+
+#: The agent CLIs, by a role's `agent`.
+AGENT_NAMES = {"claude": "Claude Code", "codex": "Codex"}
+#: The statuses in which a milestone's record says what plays each role: it runs on it, or ran.
+_RAN_STATUSES = frozenset({"in_progress", "completed", "cancelled"})
 
 
 def column_of(record: Any) -> str:
@@ -62,6 +69,26 @@ def limit_wait_text(record: Any) -> str:
         return ""
     words = wait.reason.split(" (")[0]  # the limit's name and message: the tooltip's
     return words[:1].upper() + words[1:]
+
+
+def agents_text(record: Any, configured: Mapping[str, Any], titles: Mapping[str, str],
+                models: bool = True) -> str:
+    """"Developer: Codex gpt-5-codex · Acceptor: Claude Code": the agent CLI playing each role
+    (`titles`: what each role is called), with its model when one is set (else the CLI's
+    default) and `models` asks for it. While it runs and once it ended, what its record says
+    it runs (ran) on; before it starts and while it waits for you, what its next start runs
+    on: the config the engine announced (`configured`: role → its `agent` and `model`; a
+    paused one resumes on an edited config's). A role neither says is left out."""
+    ran = enum_text(record.status) in _RAN_STATUSES
+    said = []
+    for role in ROLES:
+        run = (record.agents.get(role) if ran else None) or configured.get(role) or \
+            record.agents.get(role)
+        if run is not None:
+            name = AGENT_NAMES.get(run.agent, run.agent)
+            said.append(f"{titles[role]}: {name} {run.model}" if run.model and models else
+                        f"{titles[role]}: {name}")
+    return " · ".join(said)
 
 
 def needs_you_reason(record: Any) -> str:
