@@ -360,6 +360,45 @@ def test_at_1000_by_620_a_card_that_needs_you_shows_its_cost_and_time_whole(
             assert stats.shown_text() == stats.text(), (m, stats.shown_text())
 
 
+#: What a pause may say: git's own words, a paragraph or two.
+GIT_REASON = (
+    "git commit failed in the milestone's worktree: error: cannot lock ref "
+    "'refs/heads/milestone/a': Unable to create '/home/dev/shop/.git/refs/heads/milestone/"
+    "a.lock': File exists.\n\nAnother git process seems to be running in this repository, "
+    "e.g. an editor opened by 'git commit'. Please make sure all processes are terminated "
+    "then try again. If it still fails, a git process may have crashed in this repository "
+    "earlier: remove the file manually to continue.")
+
+
+def test_at_1024_by_700_paused_cards_with_long_reasons_keep_their_resume_in_view(
+        qtbot, board: Window) -> None:
+    """Each paused card showed its whole reason, wrapped: git's two paragraphs made a card
+    taller than half the column, and the third paused card's Resume was below the window.
+    A card says the start of its reason in three lines at most, the whole in its tooltip."""
+    board.window.resize(1024, 700)
+    with scans_held(board):
+        for m in ("a", "b", "c"):
+            changed(board, m, status="paused", started_at=NOW, pause_reason=GIT_REASON)
+        qtbot.wait(100)  # laid out
+        column = board.window.board.columns["needs_you"]
+        assert column.card_ids() == ["a", "b", "c"]
+        view = column.scroll_area.viewport()
+        seen = view.rect()
+        for m in ("a", "b", "c"):
+            button = card(board, m).button
+            assert button.isVisibleTo(board.window) and button.text() == "Resume"
+            corner = button.mapTo(view, button.rect().bottomRight())
+            assert seen.contains(button.mapTo(view, button.rect().topLeft())), m
+            assert seen.contains(corner), (m, corner, seen)
+        for m in ("a", "b", "c"):
+            shown = card(board, m)
+            assert shown.state.toolTip() == GIT_REASON
+            lines = shown.state.shown_lines()
+            assert len(lines) == 3 and lines[0].startswith("git commit failed")
+            assert lines[-1].endswith("…")
+            assert shown.state.height() <= 3 * shown.state.fontMetrics().lineSpacing() + 2
+
+
 def test_several_running_cards_each_show_their_agents_live(board: Window) -> None:
     with scans_held(board):
         started = datetime.now(UTC) - timedelta(seconds=65)

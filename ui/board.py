@@ -50,7 +50,7 @@ from ui.record_facts import (
     live_rounds,
     needs_you_reason,
 )
-from ui.widgets import ElidedLabel, set_style_state
+from ui.widgets import ClampedLabel, ElidedLabel, set_style_state
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -104,9 +104,10 @@ class MilestoneCard(QFrame):
         self.title = QLabel(self)
         self.title.setObjectName("cardTitle")
         self.title.setWordWrap(True)
-        self.state = QLabel(self)
+        # Three lines at most (the whole in its tooltip): a long pause reason pushed the cards
+        # below, and their buttons, out of the column's view.
+        self.state = ClampedLabel(self, max_lines=3)
         self.state.setObjectName("cardState")
-        self.state.setWordWrap(True)
         # One line each, elided to the card's width (a column is narrow at 1024 px).
         self.lines = {role: ElidedLabel(self) for role in _ROLE_SHORT}
         for label in self.lines.values():
@@ -172,7 +173,6 @@ class MilestoneCard(QFrame):
             self.state.setText(needs_you_reason(record))
         else:
             self.state.setText(ended_text(record))
-        self.state.setToolTip(self.state.text())
         for label in self.lines.values():
             label.setVisible(running and not queued)
         self.action, text = MAIN_ACTION.get(status, ("", ""))
