@@ -106,6 +106,33 @@ def test_a_pending_card_on_a_depends_on_cycle_says_it_never_starts(board: Window
             assert not shown.button.isVisibleTo(shown)
 
 
+def test_a_pending_page_says_what_its_card_says_it_waits_for(qtbot, board: Window) -> None:
+    """A milestone on a depends_on cycle: its card said "Never starts", its page "It starts by
+    itself when a slot is free (config `auto_start`), or when you click Start" over a Start
+    that did nothing. The page says what the card says, offers no Start while it waits, and
+    offers it again once what it waited for is merged."""
+    window = board.window
+    with scans_held(board):
+        changed(board, "c", depends_on=["c"])
+        changed(board, "a", depends_on=["b"])
+        pages = {m: window.open_page(m) for m in ("a", "c")}
+        for m, page in pages.items():
+            assert page is not None
+            review = page.review
+            assert review.isVisibleTo(page) and review.reason.text() == \
+                card(board, m).state.text(), m
+            assert not review.start_button.isVisibleTo(page)
+            assert review.abort_button.isVisibleTo(page)
+        assert pages["c"].review.reason.text() == \
+            "Never starts: depends_on makes a cycle: c → c (c names itself)"
+        assert pages["a"].review.reason.text() == "Waiting for b"
+        changed(board, "b", status=MilestoneStatus.COMPLETED, started_at=NOW, completed_at=NOW,
+                merge=MergeInfo(state=MergeState.MERGED, merged=True, detail="merged"))
+        review = pages["a"].review
+        assert review.reason.text().startswith("2 features, 1 acceptance criteria. It starts")
+        assert review.start_button.isVisibleTo(pages["a"])
+
+
 def test_a_pending_card_says_what_its_dependency_waits_for(board: Window) -> None:
     """c waits for b: while b was paused, c's card said "Waiting for b" as if b would come
     by itself; once b completed with its merge waiting for your files, c's card said

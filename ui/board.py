@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 
 from anima import events as ev
 from anima.phases import PHASE_TEXT, Phase
-from anima.store.dependencies import held_by_pause, held_line
+from anima.store.dependencies import held_by_pause
 from ui.agent_pane import ROLE_TITLES
 from ui.formatting import ElapsedClock, enum_text
 from ui.record_facts import (
@@ -44,11 +44,11 @@ from ui.record_facts import (
     MAIN_ACTION,
     agents_text,
     column_of,
-    depends_on_facts,
     ended_text,
     limit_wait_text,
     live_rounds,
     needs_you_reason,
+    pending_hold,
 )
 from ui.widgets import ClampedLabel, ElidedLabel, set_style_state
 
@@ -101,6 +101,8 @@ class MilestoneCard(QFrame):
         self.action = ""
         #: The status its button's request was sent in, while it is in flight (None: none).
         self.asked_in: str | None = None
+        #: Pending, why it does not start (`record_facts.pending_hold`): "" when it does.
+        self.hold = ""
         self.title = QLabel(self)
         self.title.setObjectName("cardTitle")
         self.title.setWordWrap(True)
@@ -154,7 +156,7 @@ class MilestoneCard(QFrame):
         self.setToolTip(f"{record.id} — click (or Enter) to open its page")
         running = column == "running"
         pending = column == "pending"
-        waits, broken = depends_on_facts(record, records) if pending else ([], None)
+        self.hold = pending_hold(record, records, held) if pending else ""
         queued = running and (phase or Phase(record.phase)) == Phase.MERGING
         if queued:  # finally accepted: no round, no agent runs; it waits for its turn
             self.state.setText(MERGE_QUEUE_TEXT)
@@ -165,10 +167,7 @@ class MilestoneCard(QFrame):
             # The round under way (the page's header counts the rounds done).
             self.state.setText(f"{words} · round {len(live_rounds(record)) + 1}")
         elif pending:
-            self.state.setText(f"Never starts: {broken}" if broken else
-                               f"Waiting for {', '.join(waits)}" if waits else
-                               f"Waiting {held_line(held)}" if held else
-                               f"Pending · {len(record.features)} features")
+            self.state.setText(self.hold or f"Pending · {len(record.features)} features")
         elif column == "needs_you":
             self.state.setText(needs_you_reason(record))
         else:
@@ -176,7 +175,7 @@ class MilestoneCard(QFrame):
         for label in self.lines.values():
             label.setVisible(running and not queued)
         self.action, text = MAIN_ACTION.get(status, ("", ""))
-        if pending and (held or waits or broken):
+        if self.hold:
             self.action = ""  # Start would do nothing
         self.button.setText(text)
         self.button.setVisible(bool(self.action))
@@ -375,6 +374,12 @@ class Board(QWidget):
         for record in self.records.values():
             if column_of(record) == "pending":
                 self._show(record, held)
+
+    def hold_of(self, milestone_id: str) -> str:
+        """Why that pending milestone does not start, as its card says it ("" when it does,
+        or is not pending)."""
+        card = self.cards.get(milestone_id)
+        return "" if card is None else card.hold
 
     def requests_in_flight(self) -> list[str]:
         """The milestones whose card sent a request that has not taken effect yet."""

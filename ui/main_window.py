@@ -327,6 +327,7 @@ class MainWindow(ReadOnlyProject):
         self._connect_page(page)
         page.monitor.set_limits(self._max_rejections, self._roles)
         page.review.redefined = self._redefined.get(milestone_id, ())
+        page.hold = self.board.hold_of(milestone_id)
         page.show_record(record)
         page.begin_replay()  # the phase's line too lands after the replayed history
         if (phase := self._phases.get(milestone_id)) is not None:
@@ -405,6 +406,7 @@ class MainWindow(ReadOnlyProject):
                 self.milestone_pages[milestone_id].show_record(self._records[milestone_id])
             else:
                 self.close_page(milestone_id)
+        self._show_holds()
         self._show_page()
 
     @Slot(object)
@@ -414,6 +416,7 @@ class MainWindow(ReadOnlyProject):
         self.board.set_engine_config(event.parallel, self._roles)
         for page in self.milestone_pages.values():
             page.monitor.set_limits(self._max_rejections, self._roles)
+        self._show_holds()
         self.listen_for_raise()  # the lock is ours: a second window may ask us forward
 
     @Slot(object)
@@ -423,6 +426,7 @@ class MainWindow(ReadOnlyProject):
         self._show_running()
         self.board.remove(event.milestone_id)
         self.close_page(event.milestone_id)
+        self._show_holds()
         self._show_page()
 
     @Slot(object)
@@ -446,8 +450,14 @@ class MainWindow(ReadOnlyProject):
         if page is not None:
             page.show_record(record)
             self.tabs.setTabText(self.tabs.indexOf(page), record.title)
+        self._show_holds()  # one it waited for may have been merged, or paused
         if first:
             self._show_page()
+
+    def _show_holds(self) -> None:
+        """Each open page of a pending milestone says why it does not start, as its card."""
+        for milestone_id, page in self.milestone_pages.items():
+            page.show_hold(self.board.hold_of(milestone_id))
 
     @Slot(object)
     def _on_phase_changed(self, event: ev.PhaseChanged) -> None:

@@ -43,6 +43,8 @@ class MilestonePage(QWidget):
         self.setObjectName("milestonePage")
         self.milestone_id = milestone_id
         self.record: MilestoneRecord | None = None
+        #: Pending, why it does not start, as its card says it ("" when it does).
+        self.hold = ""
         self.review = ReviewPanel(self)
         self.monitor = IterationMonitor(self, clock=clock)
         self.changes = ChangesView(self)
@@ -65,10 +67,18 @@ class MilestonePage(QWidget):
     def show_record(self, record: MilestoneRecord) -> None:
         self.record = record
         self.monitor.show_record(record)
-        self.review.show_record(record)
+        self.review.show_record(record, self.hold)
         self.changes.show_record(record)
         # The reason is said once: in the decision bar when it shows, else in the phase bar.
         self.monitor.phase_bar.set_reason_shown(not self.review.isVisibleTo(self))
+
+    def show_hold(self, hold: str) -> None:
+        """Why its pending milestone does not start (another record changed): the decision
+        bar says it and offers no Start, or offers it again."""
+        if hold != self.hold:
+            self.hold = hold
+            if self.record is not None:
+                self.review.show_record(self.record, hold)
 
     def on_phase_changed(self, event: ev.PhaseChanged) -> None:
         self._show_or_hold(lambda: self.monitor.on_phase_changed(event))

@@ -8,11 +8,11 @@ and the decision bar say the same thing, and the tests read them directly.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from anima.events import ROLES
-from anima.store.dependencies import awaited, dependencies
+from anima.store.dependencies import awaited, dependencies, held_line
 from ui.formatting import enum_text, local_time
 
 #: The board's columns, left to right: (key, title).
@@ -58,6 +58,16 @@ def depends_on_facts(record: Any, records: Iterable[Any]) -> tuple[list[str], st
     by_id = {r.id: r for r in records}
     return ([awaited(by_id[d], found.broken, "its card") if d in by_id else d
              for d in found.waiting.get(record.id, [])], found.broken.get(record.id))
+
+
+def pending_hold(record: Any, records: Iterable[Any], held: Sequence[str]) -> str:
+    """Why a pending milestone neither starts when a slot is free nor with Start, as its card
+    and its page say it: it never starts, or waits for others (its `depends_on`), or, run
+    one at a time, for the paused ones every start waits for (`held`); "" when it starts."""
+    waits, broken = depends_on_facts(record, records)
+    return (f"Never starts: {broken}" if broken else
+            f"Waiting for {', '.join(waits)}" if waits else
+            f"Waiting {held_line(held)}" if held else "")
 
 
 def limit_wait_text(record: Any) -> str:

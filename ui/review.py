@@ -124,12 +124,12 @@ class ReviewPanel(QFrame):
         self.note.textChanged.connect(self._on_note_changed)
         self.hide()
 
-    def show_record(self, record: MilestoneRecord | None) -> None:
+    def show_record(self, record: MilestoneRecord | None, hold: str = "") -> None:
         """Show the panel for a paused / failed / awaiting_review / pending milestone, else
-        hide it."""
+        hide it. `hold`: why a pending one does not start, as its card says it."""
         status = "" if record is None else enum_text(record.status)
         if record is not None and status == "pending":
-            self._show_pending(record)
+            self._show_pending(record, hold)
             return
         if record is not None and status == "completed":
             self._show_completed(record)
@@ -218,21 +218,22 @@ class ReviewPanel(QFrame):
         self.setEnabled(True)
         self.show()
 
-    def _show_pending(self, record: MilestoneRecord) -> None:
+    def _show_pending(self, record: MilestoneRecord, hold: str) -> None:
+        """Start, or why there is none: it never starts, or waits (`hold`)."""
         if (record.id, "pending") != (self.milestone_id, self.mode):
             self.setEnabled(True)
             self.start_button.setEnabled(True)  # a Start asked for stays disabled
         self.milestone_id, self.mode, self.title = record.id, "pending", record.title
         set_style_state(self, "mode", "pending")
         self.heading.setText("Not started —")
-        self.reason.setText(f"{len(record.features)} features, "
+        self.reason.setText(hold or f"{len(record.features)} features, "
                             f"{len(record.acceptance_criteria)} acceptance criteria. It starts "
                             "by itself when a slot is free (config `auto_start`), or when you "
                             "click Start.")
         self.rejections.hide()
         self.advice.hide()
         self.note.hide()
-        self._show_buttons(self.start_button, self.abort_button)
+        self._show_buttons(*([] if hold else [self.start_button]), self.abort_button)
         self.show()
 
     def _show_buttons(self, *visible: QPushButton) -> None:
