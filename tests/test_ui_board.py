@@ -426,6 +426,38 @@ def test_at_1024_by_700_paused_cards_with_long_reasons_keep_their_resume_in_view
             assert shown.state.height() <= 3 * shown.state.fontMetrics().lineSpacing() + 2
 
 
+@pytest.mark.parametrize("status", ["completed", "paused"])
+def test_at_1024_by_700_a_pages_rounds_table_shows_two_whole_rows(
+        qtbot, board: Window, status: str) -> None:
+    """A milestone of four rounds, one rejected: at 1024×700 its Rounds table showed one row
+    (completed: under a sideways scroll bar, with Duration cut to "3:0"; paused, under its
+    decision bar: one and a half). Its columns fit the table's width, and two rows its
+    height."""
+    from anima.store.models import Iteration
+
+    board.window.resize(1024, 700)
+    rounds = [Iteration(round=r, kind="feature", feature=f"F{min(r, 2)}", commit=f"{r}" * 40,
+                        verdict="rejected" if r == 2 else "accepted",
+                        reason="the empty input is not handled" if r == 2 else "",
+                        tokens=41_000 + 900 * r, cost_usd=0.21 + 0.03 * r,
+                        started_at=NOW + timedelta(minutes=4 * r),
+                        ended_at=NOW + timedelta(minutes=4 * r + 3)) for r in range(1, 5)]
+    with scans_held(board):
+        changed(board, "a", status=status, started_at=NOW, completed_at=NOW,
+                iterations=rounds, pause_reason="3 consecutive rejections",
+                merge=MergeInfo(state=MergeState.MERGED, merged=True,
+                                detail="merged milestone/a into main"))
+        page = board.window.open_page("a")
+        assert page is not None
+        qtbot.wait(100)  # laid out
+        table = page.monitor.history
+        header = table.horizontalHeader()
+        assert not table.horizontalScrollBar().isVisible()
+        assert sum(header.sectionSize(i) for i in range(header.count())) <= \
+            table.viewport().width()
+        assert table.viewport().height() >= 2 * table.rowHeight(0)
+
+
 def test_several_running_cards_each_show_their_agents_live(board: Window) -> None:
     with scans_held(board):
         started = datetime.now(UTC) - timedelta(seconds=65)

@@ -363,8 +363,8 @@ class IterationMonitor(QWidget):
         self.panes = {role: AgentPane(role, parent=self) for role in ROLES}
         self.checklist = FeatureChecklist(self)
         self.history = RoundHistory(self)
-        for table in (self.checklist, self.history):  # a row or two: the panes come first
-            table.setMinimumHeight(2 * table.fontMetrics().lineSpacing() + 12)
+        # A row or two (the rounds table says how tall its two are): the panes come first.
+        self.checklist.setMinimumHeight(2 * self.checklist.fontMetrics().lineSpacing() + 12)
         self.phase_bar = PhaseBar(self)
 
         self.pane_splitter = QSplitter(Qt.Orientation.Horizontal, self)
@@ -377,8 +377,10 @@ class IterationMonitor(QWidget):
         self.detail_splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.detail_splitter.addWidget(checklist_box)
         self.detail_splitter.addWidget(history_box)
-        self.detail_splitter.setStretchFactor(0, 2)
-        self.detail_splitter.setStretchFactor(1, 3)
+        # The rounds' nine columns want about 600 px: at 2:3 of a 1024-px window they scrolled
+        # sideways, and the scroll bar took one of the table's two rows.
+        self.detail_splitter.setStretchFactor(0, 1)
+        self.detail_splitter.setStretchFactor(1, 2)
 
         self.body = QSplitter(Qt.Orientation.Vertical, self)
         self.body.setChildrenCollapsible(False)

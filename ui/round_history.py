@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, Signal, Slot
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QSize, Qt, Signal, Slot
 from PySide6.QtGui import QBrush, QColor, QFont, QFontDatabase, QResizeEvent
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
@@ -182,6 +182,14 @@ class RoundHistory(QTableView):
     def _on_section_resized(self, index: int, _old: int, _new: int) -> None:
         if index != self._verdict:  # a column sized to new contents
             self._fit_verdict()
+
+    def minimumSizeHint(self) -> QSize:
+        """Two whole rows under the header: at 1024×700 a paused page (its decision bar on
+        top) left it one and a half."""
+        hint = super().minimumSizeHint()
+        rows = 2 * self.verticalHeader().defaultSectionSize()
+        return QSize(hint.width(), self.horizontalHeader().sizeHint().height() + rows
+                     + 2 * self.frameWidth())
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
