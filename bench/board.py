@@ -105,7 +105,12 @@ class StagedEngine:
         from anima import events as ev
         from anima.config import Config
 
-        self.bus.publish(ev.EngineReady(Config()))
+        # Three run at once (at 1, the paused one would hold the pending ones), on a mixed
+        # pair as the README's Agents section configures it.
+        config = Config(max_parallel_milestones=3,
+                        developer={"agent": "codex", "model": "gpt-5-codex"},
+                        acceptor={"agent": "claude", "model": "claude-sonnet-4-5"})
+        self.bus.publish(ev.EngineReady(config, parallel=3))
         self.bus.publish(ev.MilestonesScanned(tuple(self.staged)))
 
     def shutdown(self, timeout: float = 10.0) -> None:
