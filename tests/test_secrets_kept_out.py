@@ -158,6 +158,31 @@ def test_a_secret_value_in_a_binary_file_with_an_odd_name_is_taken_off_the_branc
     assert SECRET not in run_git(project, "log", "-p", "--text", "main")
 
 
+@pytest.mark.parametrize("where", ["author", "committer", "header"])
+def test_a_secret_in_a_commits_identity_or_headers_is_taken_off_the_branch(
+        project: Path, fake_claude: FakeClaude, where: str) -> None:
+    """The check read each commit's patch and message only: a key the Developer made its
+    commit's author or committer (`git -c user.name=…`), or a header line of its own
+    (`git hash-object -t commit`), went to review and to main's history."""
+    commit = "echo one > one.txt && git add one.txt && "
+    leak = {"author": commit + f"git -c 'user.name=Dev {SECRET}' commit -qm 'feat: one'",
+            "committer": commit + f"GIT_COMMITTER_EMAIL='{SECRET}@x' git commit -qm 'feat: one'",
+            "header": commit + "git commit -qm 'feat: one' && git cat-file commit HEAD | "
+                      f"sed '/^committer /a x-note {SECRET}' > /tmp/c && "
+                      "git reset -q --soft $(git hash-object -t commit -w /tmp/c)"}[where]
+    fake_claude.write_script({"developer": [{"shell": [leak], "auto": True}],
+                              "developer_default": AUTO})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    first = rec.iterations[0]
+    assert first.verdict is Verdict.REJECTED, first
+    assert "a value of the files copied in from .worktreeinclude, in its commit's" in (
+        first.reason or "")
+    assert SECRET not in run_git(project, "log", "--format=raw", "main")
+    assert SECRET in run_git(project, "log", "--format=raw", "refs/anima/secrets/m1/1")
+
+
 @pytest.mark.parametrize("sandbox", MODES)
 def test_a_secret_left_uncommitted_is_never_committed_for_the_developer(
         project: Path, fake_claude: FakeClaude, sandbox: str) -> None:

@@ -7,7 +7,7 @@ import os
 import re
 import tempfile
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -141,22 +141,25 @@ class History(RepoBase):
 
         A merge is read as git's combined diff (`--cc`): what it adds is what none of its
         parents had (a conflict resolution, a file the merge writes), not what it brings
-        from a parent, whose own commits are looked at (or are main's)."""
+        from a parent, whose own commits are looked at (or are main's). A commit's headers
+        (its author, its committer, a line of the Developer's own) are read too."""
         if not paths and not values:
             return None
         mark = uuid.uuid4().hex  # no commit can hold it: it ends the message, not a NUL
         start, wanted = f"\0{mark}".encode(), [os.fsencode(v) for v in values]
         # one search per line, not one per value: a commit can add millions of lines
         holds = re.compile(b"|".join(map(re.escape, wanted)) or b"(?!)").search  # (?!): none
+        revs = [f"{self._rev_arg(since)}..{self._rev_arg(tip)}",
+                *([f"^{self._rev_arg(main)}"] if main else [])]
+        what = f"Cannot read the commits {short_hash(since)}..{short_hash(tip)}"
+        in_headers = self._headers_holding(revs, wanted, holds, what) if wanted else set()
         args = ["-c", "core.quotepath=false", "log", "--reverse", "--no-renames", "--no-color",
                 "--no-ext-diff", "--no-textconv", "--full-history", "--src-prefix=a/",
                 "--dst-prefix=b/", f"--format=%x00{mark}%H%n%B%x00{mark}", "-p", "--cc",
-                f"{self._rev_arg(since)}..{self._rev_arg(tip)}",
-                *([f"^{self._rev_arg(main)}"] if main else []), "--"]
+                *revs, "--"]
         commit, in_message, current, added = "", False, "", b"+"
         # read as git prints it, as bytes: a patch can be far larger than Anima should hold
-        with self._output(args, what=f"Cannot read the commits {short_hash(since)}.."
-                                    f"{short_hash(tip)}") as lines:
+        with self._output(args, what=what) as lines:
             for line in lines:  # git's lines end at \n only, as a file's do
                 if in_message:
                     text, end, _ = line.partition(start)
@@ -170,6 +173,8 @@ class History(RepoBase):
                         return commit, current, True
                 elif line.startswith(start):
                     commit, in_message = line[len(start):].decode().strip(), True
+                    if commit in in_headers:
+                        return commit, "its commit's author, committer or headers", True
                 elif line.startswith((b"diff --git ", b"diff --cc ")):
                     current, added = _patch_path(os.fsdecode(line.removesuffix(b"\n"))), b"+"
                     if current in paths:
@@ -182,6 +187,30 @@ class History(RepoBase):
                                                                             wanted):
                     return commit, current, True
         return None
+
+    def _headers_holding(self, revs: Sequence[str], wanted: Sequence[bytes],
+                         holds: Callable[[bytes], object], what: str) -> set[str]:
+        """The commits of `revs` whose headers hold a value: its author or committer
+        (`git -c user.name=…`), a line of the Developer's own (`git hash-object -t commit`
+        takes any), which neither a patch nor a message shows. Read as git prints them, a
+        piece at a time: a header (a signature) can be as large as the Developer likes."""
+        _, listed, _ = self._run(["rev-list", *revs, "--"], what=what)
+        overlap = max(map(len, wanted)) - 1
+        found: set[str] = set()
+        with self._output(["cat-file", "--batch"], stdin=listed, what=what) as out:
+            while line := out.readline():  # "<id> commit <size>", then the object and a \n
+                name, *rest = line.decode(errors="replace").split()
+                left = int(rest[-1]) + 1 if len(rest) == 2 else 0  # else "<id> missing"
+                seen, reading = b"", True
+                while left and (chunk := out.read(min(left, _CHUNK))):
+                    left -= len(chunk)
+                    if reading:  # the headers end at the first empty line
+                        seen = seen[-overlap:] + chunk
+                        headers, end, _ = seen.partition(b"\n\n")
+                        if holds(headers):
+                            found.add(name)
+                        reading = not end and name not in found
+        return found
 
     def first_refused_tree(self, since: str, tip: str, main: str | None = None
                            ) -> tuple[str, str, str] | None:

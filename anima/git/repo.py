@@ -116,6 +116,19 @@ class TreeStatus:
 
 
 
+@contextlib.contextmanager
+def _stdin(data: bytes | None) -> Iterator[BinaryIO | None]:
+    """`data` as the real file GitPython wants for a command's stdin (None: no stdin)."""
+    if data is None:
+        yield None
+        return
+    with tempfile.TemporaryFile() as stream:
+        stream.write(data)
+        stream.seek(0)
+        yield stream
+
+
+
 class RepoBase:
     """The repository handle and the plumbing every part of it shares."""
 
@@ -199,12 +212,7 @@ class RepoBase:
         and the work tree is named: a `core.worktree` (or `core.bare`) an agent put in the
         worktree's own `config.worktree` would point git at another tree.
         """
-        with contextlib.ExitStack() as stack:
-            stream = None
-            if stdin is not None:  # GitPython wants a real file for stdin
-                stream = stack.enter_context(tempfile.TemporaryFile())
-                stream.write(stdin)
-                stream.seek(0)
+        with _stdin(stdin) as stream:
             handle = self._execute(args, istream=stream, as_process=True)  # kept: see _output
             with watched(handle.proc, args, self.root):
                 out, err = handle.proc.communicate()
@@ -215,12 +223,14 @@ class RepoBase:
         return code, out, stderr
 
     @contextlib.contextmanager
-    def _output(self, args: Sequence[str], *, what: str | None = None, check: bool = True
-                ) -> Iterator[BinaryIO]:
+    def _output(self, args: Sequence[str], *, what: str | None = None, check: bool = True,
+                stdin: bytes | None = None) -> Iterator[BinaryIO]:
         """git's output to read as it prints it (by line: each ends at a line feed only): a patch
         can be many times larger than Anima should hold. Leaving early stops git; with
         `check`, a failure is a GitError once the output is read."""
-        handle = self._execute(args, as_process=True)  # its end would stop git: kept
+        with _stdin(stdin) as stream:
+            handle = self._execute(args, istream=stream, as_process=True)  # its end would
+            # stop git: kept
         proc = handle.proc
         read_all = False
         with watched(proc, args, self.root):
