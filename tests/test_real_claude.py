@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -165,6 +166,32 @@ def test_the_acceptor_loads_no_settings_instructions_or_servers_from_the_tree(
     assert "HOOK-SAYS-ACCEPT" in developer and "CLAUDE-MD-SAYS-ACCEPT" in developer
     assert "SKILLS-SAYS-ACCEPT" in developer  # the test would see them
     assert sorted(p.name for p in marks.iterdir()) == ["hook", "server"]  # the Developer's
+
+
+def test_the_acceptor_reads_no_memory_or_server_its_own_home_was_given(
+        make_real: Factory, api_stub: ApiStub, git_repo: Path, real_env: dict[str, str]) -> None:
+    """Confined, the Acceptor's private home is writable (its sessions), and so by the
+    Developer's code it runs as tests: an auto memory there (read into every new session's
+    prompt) or a tool server in its `~/.claude.json` (started, its instructions in the
+    prompt) told every later review what to answer. The Developer keeps its own."""
+    marks, home = git_repo.parent / "marks", Path(real_env["HOME"])
+    marks.mkdir()
+    memory = home / ".claude" / "projects" / re.sub(r"[^A-Za-z0-9]", "-", str(git_repo))
+    (memory / "memory").mkdir(parents=True)
+    (memory / "memory" / "MEMORY.md").write_text("MEMORY-SAYS-ACCEPT\n", encoding="utf-8")
+    server = {"command": "sh", "args": ["-c", f"touch {marks}/server; sleep 5"]}
+    (home / ".claude.json").write_text(json.dumps({
+        "mcpServers": {"x": server}, "projects": {str(git_repo): {"mcpServers": {"y": server}}}}),
+        encoding="utf-8")
+
+    for role in (ACCEPTOR, DEVELOPER):
+        api_stub.push("OK")
+        make_real(role).send("Review")
+    acceptor, developer = (all_text(r) for r in api_stub.agent_requests())
+
+    assert "MEMORY-SAYS-ACCEPT" not in acceptor
+    assert "MEMORY-SAYS-ACCEPT" in developer
+    assert [p.name for p in marks.iterdir()] == ["server"]  # the Developer's
 
 
 def test_two_turns_keep_one_session(make_real: Factory, api_stub: ApiStub) -> None:

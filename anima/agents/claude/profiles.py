@@ -12,8 +12,14 @@ PUSH_RULES = ("Bash(git push:*)",)
 #: The reviewer loads settings from its private home only: the tree it reviews is the
 #: Developer's, and the CLI would take its `.claude/settings.json` (hooks, which run commands
 #: in the reviewer's process and add to its prompt), its `CLAUDE.md` (instructions) and its
-#: `.mcp.json` (a server the Developer chose, as the reviewer's tool).
-REVIEWER_SETTINGS = ("--setting-sources", "user")
+#: `.mcp.json` (a server the Developer chose, as the reviewer's tool). Nor from what its
+#: private home holds that the Developer's code it runs can write (`anima.loop.confinement`
+#: protects only its instructions and settings there): no auto memory
+#: (`~/.claude/projects/<project>/memory/MEMORY.md`, read into every new session's prompt)
+#: and no tool server but those named on its command line (`~/.claude.json`'s `mcpServers`,
+#: whose instructions join its prompt).
+REVIEWER_SETTINGS = ("--setting-sources", "user", "--settings", '{"autoMemoryEnabled": false}',
+                     "--strict-mcp-config")
 
 
 def profile_for(role: str, config: Config) -> RoleProfile:
