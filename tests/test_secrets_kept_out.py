@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from anima.store.models import MilestoneStatus, Verdict
+from anima.store.models import Iteration, MilestoneStatus, Verdict
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import (
     engine_held,
@@ -42,6 +42,17 @@ def project(git_repo: Path, fake_claude: FakeClaude, monkeypatch: pytest.MonkeyP
 def never_in_main(project: Path) -> None:
     assert run_git(project, "rev-list", "main", "--", ".env") == ""
     assert SECRET not in run_git(project, "log", "-p", "main")
+
+
+def first_round(project: Path, fake: FakeClaude, shell: str) -> Iteration:
+    """The first round of a milestone whose Developer runs `shell`, then works as told: it
+    completes whatever the round's fate."""
+    fake.write_script({"developer": [{"shell": [shell], "auto": True}],
+                       "developer_default": AUTO})
+    run_engine(project)
+    rec = record(project, "m1")
+    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    return rec.iterations[0]
 
 
 @pytest.mark.parametrize("sandbox", MODES)
@@ -109,12 +120,7 @@ def test_a_secret_a_merge_commit_adds_is_taken_off_the_branch(
         merge = ("side=$(git commit-tree 'HEAD^{tree}' -p HEAD -m side) && "
                  f"git merge -q --no-ff --no-commit $side && {add[what]} && "
                  "git commit -qm 'merge side'")
-    fake_claude.write_script({"developer": [{"shell": [merge], "auto": True}],
-                              "developer_default": AUTO})
-    run_engine(project)
-    rec = record(project, "m1")
-    assert rec.status is MilestoneStatus.COMPLETED, rec.error
-    first = rec.iterations[0]
+    first = first_round(project, fake_claude, merge)
     assert first.verdict is Verdict.REJECTED
     assert ("committed .env, copied in" if what == "file" else
             "a value of the files copied in from .worktreeinclude, in pay.py") in first.reason
@@ -128,14 +134,10 @@ def test_a_secret_on_any_added_line_is_taken_off_the_branch(
     """Git's line is what is added: the check split the patch at a carriage return (and
     other separators `str.splitlines` knows), and took an added line starting `++` for the
     `+++ b/file` header, so the value after either went unseen."""
-    fake_claude.write_script({"developer": [
-        {"shell": [f"printf '{line.format(SECRET)}\\n' > pay.py && git add pay.py && "
-                   "git commit -qm 'feat: pay'"], "auto": True}], "developer_default": AUTO})
-    run_engine(project)
-    rec = record(project, "m1")
-    assert rec.status is MilestoneStatus.COMPLETED, rec.error
+    first = first_round(project, fake_claude, f"printf '{line.format(SECRET)}\\n' > pay.py && "
+                        "git add pay.py && git commit -qm 'feat: pay'")
     assert "a value of the files copied in from .worktreeinclude, in pay.py" in (
-        rec.iterations[0].reason or "")
+        first.reason or "")
     never_in_main(project)
 
 
@@ -147,13 +149,9 @@ def test_a_secret_value_in_a_binary_file_with_an_odd_name_is_taken_off_the_branc
     and the key went to review and to main."""
     leak = (f"printf '\\0\\1\\2{SECRET}\\0' > \"$(printf '{name}')\" && git add -A && "
             "git commit -qm 'feat: data'")
-    fake_claude.write_script({"developer": [{"shell": [leak], "auto": True}],
-                              "developer_default": AUTO})
-    run_engine(project)
-    rec = record(project, "m1")
-    assert rec.iterations[0].verdict is Verdict.REJECTED, rec.iterations[0]
-    assert "a value of the files copied in from .worktreeinclude" in (
-        rec.iterations[0].reason or "")
+    first = first_round(project, fake_claude, leak)
+    assert first.verdict is Verdict.REJECTED, first
+    assert "a value of the files copied in from .worktreeinclude" in (first.reason or "")
     never_in_main(project)
     assert SECRET not in run_git(project, "log", "-p", "--text", "main")
 
@@ -170,12 +168,7 @@ def test_a_secret_in_a_commits_identity_or_headers_is_taken_off_the_branch(
             "header": commit + "git commit -qm 'feat: one' && git cat-file commit HEAD | "
                       f"sed '/^committer /a x-note {SECRET}' > /tmp/c && "
                       "git reset -q --soft $(git hash-object -t commit -w /tmp/c)"}[where]
-    fake_claude.write_script({"developer": [{"shell": [leak], "auto": True}],
-                              "developer_default": AUTO})
-    run_engine(project)
-    rec = record(project, "m1")
-    assert rec.status is MilestoneStatus.COMPLETED, rec.error
-    first = rec.iterations[0]
+    first = first_round(project, fake_claude, leak)
     assert first.verdict is Verdict.REJECTED, first
     assert "a value of the files copied in from .worktreeinclude, in its commit's" in (
         first.reason or "")
