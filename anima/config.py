@@ -123,6 +123,10 @@ class Config(_Strict):
         "auto", description="confine each agent, the checks and the setup to the milestone's "
         "worktree with bubblewrap: auto = where it works, required = refuse to start without "
         "it, off = never")
+    pass_env: list[str] = Field(
+        default_factory=list, description="credential variables of Anima's environment "
+        "(names holding KEY, SECRET, TOKEN, PASSWORD, PASSWD or CREDENTIAL) that reach the "
+        "agents, the checks and the setup command all the same; the rest never do")
     max_usage_limit_wait_hours: float = Field(6.0, ge=0, description="wait this long at most "
                                               "for a usage limit to reset; longer pauses")
     usage_limit_margin_seconds: float = Field(60.0, ge=0, description="sent again this long "
@@ -137,6 +141,15 @@ class Config(_Strict):
     def _command_not_empty(cls, value: str | list[str] | None) -> str | list[str] | None:
         if value is not None and not (value.strip() if isinstance(value, str) else value):
             raise ValueError("must be a command, an argv list or null, not empty")
+        return value
+
+    @field_validator("pass_env")
+    @classmethod
+    def _variable_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"each entry must be an environment variable's name, not "
+                                 f"{name!r}")
         return value
 
     @model_validator(mode="before")

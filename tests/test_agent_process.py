@@ -426,6 +426,22 @@ def test_claudecode_is_not_passed_and_env_is_inherited(
     assert b"CLAUDECODE=" not in out and b"EXTRA=yes" in out
 
 
+@pytest.mark.parametrize("bedrock", ["1", "0"])
+def test_a_claude_agent_gets_cloud_keys_only_when_it_logs_in_through_that_cloud(
+        make_agent: Factory, monkeypatch: pytest.MonkeyPatch, bedrock: str) -> None:
+    """Its own variables always reach the CLI; AWS's only with `CLAUDE_CODE_USE_BEDROCK` on
+    (else a Developer that never needs AWS could deploy with your key); no one's GH_TOKEN."""
+    for name, value in {"CLAUDE_CODE_USE_BEDROCK": bedrock, "GH_TOKEN": "ghp_" + "g" * 36,
+                        "AWS_SECRET_ACCESS_KEY": "aws-secret-0123456789",
+                        "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-0123456789"}.items():
+        monkeypatch.setenv(name, value)
+    agent = make_agent(keep=CLAUDE.credentials(os.environ))
+    environ = Path(f"/proc/{agent.pid}/environ").read_bytes().split(b"\0")
+    assert b"CLAUDE_CODE_OAUTH_TOKEN=sk-ant-oat01-0123456789" in environ
+    assert (b"AWS_SECRET_ACCESS_KEY=aws-secret-0123456789" in environ) is (bedrock == "1")
+    assert not any(line.startswith(b"GH_TOKEN=") for line in environ)
+
+
 def test_stdout_is_a_socket_no_tool_reopens_and_stdin_a_pipe(make_agent: Factory) -> None:
     """A tool the agent runs could reopen a terminal or a pipe through `/proc/<cli>/fd/1` and
     write lines as its CLI; a socket cannot be opened again."""

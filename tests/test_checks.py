@@ -178,6 +178,21 @@ def test_a_key_whose_begin_line_is_above_the_tail_is_still_redacted(tmp_path: Pa
 
 
 
+def test_git_config_given_by_the_environment_still_reaches_a_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`GIT_CONFIG_KEY_<n>` names a setting, not a credential: without it git refuses to run
+    at all ("missing config key"), and a check that runs git would fail for nothing."""
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "anima.test")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "kept")
+    monkeypatch.setenv("DEPLOY_TOKEN", "deploy-token-0123456789")
+    result = run_check('git config anima.test; echo "[$DEPLOY_TOKEN]"', tmp_path, timeout=30,
+                       marker=mark(tmp_path))
+    assert result.passed, result.tail
+    assert result.tail == "kept\n[]"
+
+
+
 # --------------------------------------------------------------------------- in the loop
 
 

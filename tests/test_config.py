@@ -56,9 +56,12 @@ def test_a_partial_file_overrides_only_its_keys(tmp_path: Path) -> None:
     ({"max_iterations_per_milestone": "20"}, ["key 'max_iterations_per_milestone'"]),
     ({"merge_on_complete": "no"}, ["key 'merge_on_complete'", "boolean"]),
     ({"schema_version": 99}, ["schema_version 99 is newer", "update Anima"]),
+    ({"pass_env": "GH_TOKEN"}, ["key 'pass_env'", "list"]),
+    ({"pass_env": ["DB_PASSWORD=x"]}, ["key 'pass_env'", "variable's name", "'DB_PASSWORD=x'"]),
 ], ids=["typo", "wrong-type", "negative-timeout", "zero-rejections", "nested-typo",
         "list-expected", "nested-type", "not-an-object", "not-json", "bool-for-int",
-        "str-for-int", "str-for-bool", "newer-schema"])
+        "str-for-int", "str-for-bool", "newer-schema", "pass-env-not-a-list",
+        "pass-env-not-a-name"])
 def test_every_error_names_the_file_the_key_and_what_was_expected(
         tmp_path: Path, data: object, words: list[str]) -> None:
     path = write(tmp_path, data)

@@ -208,16 +208,18 @@ def test_a_token_after_a_colour_code_is_redacted(git_repo: Path, fake: FakeClaud
 
 def test_the_credentials_anima_passes_on_to_its_agents_never_leave_them(
         git_repo: Path, fake_claude: FakeClaude) -> None:
-    """Every agent inherits Anima's environment, its API credentials with it: a proxy's
-    token, Bedrock's AWS secret. Printed bare (`printenv`), nothing marks them as secrets;
-    the record, the log, the transcript and the Acceptor's prompt had them as they are."""
+    """Every agent's CLI inherits its API credentials from Anima's environment: a proxy's
+    token, Bedrock's AWS secret (with Bedrock on). Printed bare (`printenv`), nothing marks
+    them as secrets; the record, the log, the transcript and the Acceptor's prompt had them
+    as they are."""
     credentials = {"ANTHROPIC_AUTH_TOKEN": "proxy-7f3a9c2e51b84d06",
                    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}
     make_project(git_repo, {"m1": ONE})
     fake_claude.write_script({"developer": [{
         "shell": [f"printenv {' '.join(credentials)}", COMMIT],
         "text": REPORT + "".join(f"- used {v}\n" for v in credentials.values())}]})
-    env = {"ANIMA_CLAUDE_COMMAND": fake_claude.command, **fake_claude.env, **credentials}
+    env = {"ANIMA_CLAUDE_COMMAND": fake_claude.command, **fake_claude.env, **credentials,
+           "CLAUDE_CODE_USE_BEDROCK": "1"}
     run = anima("run", str(git_repo), "--headless", env=env)
     assert record(git_repo, "m1").status is MilestoneStatus.COMPLETED, run.stdout + run.stderr
     transcript = (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()

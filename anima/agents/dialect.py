@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -223,4 +224,9 @@ class Backend(Dialect, Protocol):
     def environment(self, config: Config, home: Path | None) -> dict[str, str]:
         """Variables the CLI's process needs on top of Anima's (`home`: its private HOME when
         sandboxed)."""
+        ...
+
+    def credentials(self, environ: Mapping[str, str]) -> set[str]:
+        """The credential variables of `environ` (`anima.credentials`) its CLI logs in with:
+        they reach its process, and no other agent's nor the checks'."""
         ...

@@ -19,12 +19,13 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from anima import procfs, sandbox
 from anima.agents.dialect import AgentBinary, Conversation, Dialect, RoleProfile, clean_text
 from anima.agents.transport import ProcessOutcome, PtyProcess
+from anima.credentials import without_credentials
 from anima.errors import AgentCrashed, AgentError, SessionLost, TurnTimeout
 from anima.events import (
     TURN_WORK,
@@ -48,9 +49,11 @@ class AgentProcess:
     """Owns one agent CLI child: its lifecycle is published on the bus, failures raise AgentError.
 
     `env` holds variables laid over Anima's own environment (the child inherits Anima's, so
-    ANTHROPIC_BASE_URL, keys and proxies reach it); `CLAUDECODE` is always removed, else the CLI
-    refuses to start inside another Claude Code session. `marker` (see `anima.procfs`) tags
-    the child and everything it starts, so stopping the agent stops all of that too.
+    ANTHROPIC_BASE_URL and proxies reach it), without its credentials (`anima.credentials`)
+    but those named in `keep` (its CLI's own login, config `pass_env`); `CLAUDECODE` is always
+    removed, else the CLI refuses to start inside another Claude Code session. `marker` (see
+    `anima.procfs`) tags the child and everything it starts, so stopping the agent stops all
+    of that too.
     """
 
     def __init__(
@@ -67,6 +70,7 @@ class AgentProcess:
         turn_timeout: float,
         idle_timeout: float,
         env: dict[str, str] | None = None,
+        keep: Collection[str] = (),
         marker: str | None = None,
         interrupt_grace: float = 3.0,
         dialect: Dialect,
@@ -84,6 +88,7 @@ class AgentProcess:
         self._resume = resume
         self._session_model = session_model  # what the session's system/init reported
         self._env_overrides = dict(env or {})
+        self._keep = frozenset(keep)
         self._marker = marker
         self._confine = confine  # wraps the whole CLI in its sandbox (`anima.sandbox`)
         self.dialect = dialect
@@ -144,7 +149,8 @@ class AgentProcess:
         )
 
     def child_env(self) -> dict[str, str]:
-        env = {**os.environ, **AGENT_GIT_ENV, **self._env_overrides}
+        env = {**without_credentials(os.environ, self._keep), **AGENT_GIT_ENV,
+               **self._env_overrides}
         env.pop("CLAUDECODE", None)
         if self._marker is not None:
             env[procfs.AGENT_VAR] = self._marker

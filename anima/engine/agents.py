@@ -7,6 +7,7 @@ starts one process per role with the role's profile, and keeps each on record in
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
@@ -19,6 +20,7 @@ from anima.agents.dialect import AgentBinary, Backend
 from anima.agents.process import AgentProcess
 from anima.agents.tools import describe_tool
 from anima.config import Config
+from anima.credentials import describe_kept
 from anima.events import ROLES, EventBus, MilestonePublisher
 from anima.loop.confinement import MilestoneSandbox
 from anima.loop.recovery import AgentRegistry, TrackedAgent
@@ -64,6 +66,8 @@ class AgentFactory:
         self._log = log_line
         self._binaries: dict[CliKey, AgentBinary] = {}
         self._probes: dict[CliKey, Future[AgentBinary]] = {}
+        self._told_lock = threading.Lock()
+        self._told: str | None = None  # the credentials kept out, as last said
 
     def backend(self, role: str) -> Backend:
         return backend_for(getattr(self.config, role).agent, self.config)
@@ -91,6 +95,18 @@ class AgentFactory:
         return {role: AgentRun(agent=self.backend(role).name,
                                model=getattr(self.config, role).model,
                                version=self.binary(role).version) for role in ROLES}
+
+    def tell_kept_credentials(self) -> None:
+        """Name the credentials of Anima's environment kept out of the agents and checks
+        (`anima.credentials`), once, and again only when a config change changes them."""
+        own = {self.backend(role).name: self.backend(role).credentials(os.environ)
+               for role in ROLES}
+        text = describe_kept(os.environ, self.config.pass_env, own)
+        with self._told_lock:
+            if text is None or text == self._told:
+                return
+            self._told = text
+        self._log(text)
 
     def apis(self) -> set[str]:
         """The model APIs the roles' backends speak."""
@@ -156,6 +172,7 @@ class AgentFactory:
                              turn_timeout=self.config.agent_timeout_seconds,
                              idle_timeout=self.config.agent_idle_timeout_seconds,
                              env=backend.environment(self.config, home),
+                             keep={*backend.credentials(os.environ), *self.config.pass_env},
                              marker=procfs.agent_marker(self.root, milestone_id, role),
                              confine=confine)
         agent.start()

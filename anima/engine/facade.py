@@ -122,7 +122,8 @@ class Engine:
                  config_overrides: dict[str, Any] | None = None) -> None:
         self.root = Path(root).resolve()
         self.paths = ProjectPaths(self.root)
-        # The agents inherit Anima's environment: its credentials are secrets in their output.
+        # Each agent's CLI inherits its own credentials (and `pass_env` any): secrets in
+        # their output.
         add_known_secrets(environment_secrets(os.environ))
         self.bus = bus or RedactingBus()
         self.store = Store(self.paths)
@@ -484,6 +485,7 @@ class Engine:
         """One milestone's run, on its session's thread."""
         # A missing CLI is reported before anything changes; its version goes on record.
         record.agents = self.agents.runs()
+        self.agents.tell_kept_credentials()
         record.claude_version = next((run.version for run in record.agents.values()
                                       if run.agent == "claude"), record.claude_version)
         config = self.config

@@ -2,7 +2,8 @@
 
 A model reviewer that only reads the diff is wrong in both directions; a test run is not. So
 before the Acceptor spends a token, Anima runs the project's command itself in the project
-root, with the agents' environment, and keeps the exit code, the duration and the last lines
+root, with the agents' environment but none of the credentials in it (`anima.credentials`;
+config `pass_env` lets one through), and keeps the exit code, the duration and the last lines
 of the output (redacted: a test run prints environments and tokens too).
 
 The command runs in a session of its own. On a timeout (or a stop) the whole group goes, and
@@ -22,11 +23,12 @@ import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from anima import procfs, sandbox
+from anima.credentials import without_credentials
 from anima.git_options import AGENT_GIT_ENV
 from anima.text.redact import redact
 
@@ -86,9 +88,11 @@ def display(command: str | list[str]) -> str:
     return command if isinstance(command, str) else shlex.join(command)
 
 
-def check_environment(marker: str) -> dict[str, str]:
-    """The agents' environment (Anima's own, without CLAUDECODE), marked as the check's."""
-    env = {k: v for k, v in os.environ.items() if k != "CLAUDECODE"}
+def check_environment(marker: str, keep: Collection[str] = ()) -> dict[str, str]:
+    """Anima's environment without CLAUDECODE and its credentials but those in `keep`
+    (config `pass_env`: a check runs the Developer's code, and the network is open), marked
+    as the check's."""
+    env = {k: v for k, v in without_credentials(os.environ, keep).items() if k != "CLAUDECODE"}
     return {**env, **AGENT_GIT_ENV, procfs.AGENT_VAR: marker}
 
 
@@ -105,27 +109,29 @@ def tail_of(raw: bytes, lines: int = TAIL_LINES) -> str:
 
 
 def run_check(command: str | list[str], cwd: Path, *, timeout: float, marker: str,
-              cancel: threading.Event | None = None, confine: Confine | None = None
-              ) -> CheckResult:
+              cancel: threading.Event | None = None, confine: Confine | None = None,
+              keep: Collection[str] = ()) -> CheckResult:
     """Run the check to its end, its timeout or `cancel`; raise CheckCancelled on the last.
     `marker` (`procfs.agent_marker`) marks every process it starts; `confine` wraps it in the
-    milestone's sandbox (it runs code the Developer wrote).
+    milestone's sandbox (it runs code the Developer wrote); `keep`: the credential variables
+    it gets all the same (config `pass_env`).
 
     A sandbox that bubblewrap could not set up is made once more: a path it hides that went
     away just before (a daemon restarting its socket) fails the mount, and that is no verdict
     on the Developer's commit. A check that prints the same line itself merely runs twice."""
-    result = _run(command, cwd, timeout, marker, cancel, confine)
+    result = _run(command, cwd, timeout, marker, cancel, confine, keep)
     if confine is not None and result.exit_code == 1 and _BWRAP_SETUP.fullmatch(result.tail):
-        result = _run(command, cwd, timeout, marker, cancel, confine)
+        result = _run(command, cwd, timeout, marker, cancel, confine, keep)
     return result
 
 
 def _run(command: str | list[str], cwd: Path, timeout: float, marker: str,
-         cancel: threading.Event | None, confine: Confine | None) -> CheckResult:
+         cancel: threading.Event | None, confine: Confine | None, keep: Collection[str]
+         ) -> CheckResult:
     shown = display(command)
     started = time.monotonic()
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-    env = check_environment(marker)
+    env = check_environment(marker, keep)
     before_exec = None
     if confine is not None:
         argv, extra = confine(argv)

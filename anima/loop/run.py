@@ -526,7 +526,8 @@ class MilestoneRun:
             result = run_check(command, self.repo.root, timeout=timeout, cancel=self.control.stop,
                                marker=procfs.agent_marker(self.project.root, self.record.id,
                                                           "checks"),
-                               confine=self.sandbox.confine("checks"))
+                               confine=self.sandbox.confine("checks"),
+                               keep=self.config.pass_env)
         except CheckCancelled as e:
             raise Stopped from e
         finally:

@@ -216,7 +216,7 @@ class MilestoneWorktree:
             return None
         self._log(f"worktree setup: running `{display(command)}`")
         result = run_check(command, self.path, timeout=self.config.check_timeout_seconds,
-                           cancel=cancel, confine=confine,
+                           cancel=cancel, confine=confine, keep=self.config.pass_env,
                            marker=procfs.agent_marker(self.project.root, self.id, "setup"))
         self._log(f"worktree setup: `{display(command)}` {result.outcome}"
                   + (f"\n{result.tail}" if result.tail else ""))

@@ -24,10 +24,11 @@ What is replaced by `<REDACTED>`:
   space (`DB_PASS=a,b;c`, `API_TOKEN=abc.def`);
 - verbatim, whatever they look like (`add_known_secrets`): the values of the files a project
   copies into its worktrees, and of the secret-named variables of Anima's own environment,
-  which its agents inherit (`environment_secrets`); also base64-, URL- or JSON-encoded (any
-  character of the value `\\uXXXX`-escaped), and JSON-encoded twice (JSON in a JSON string);
-  and broken over lines (`base64` wraps at 76 columns), also over the lines an agent CLI prints
-  (`AgentRedactor` holds a line that ends in a value's first part back for the next one).
+  some of which its agents' CLIs inherit (`environment_secrets`); also base64-, URL- or
+  JSON-encoded (any character of the value `\\uXXXX`-escaped), and JSON-encoded twice (JSON
+  in a JSON string); and broken over lines (`base64` wraps at 76 columns), also over the
+  lines an agent CLI prints (`AgentRedactor` holds a line that ends in a value's first part
+  back for the next one).
 
 Deliberately left alone: commit hashes, UUIDs, paths, counters and short numbers
 (`token_count: 12`, `"input_tokens": 5`, `USE_AUTH=1`), placeholders (`${VAR}`, `<your-key>`,
@@ -413,8 +414,9 @@ def secret_values(text: str) -> list[str]:
 def environment_secrets(environ: Mapping[str, str]) -> list[str]:
     """The values of the variables whose names say secret (`is_secret_key`:
     `ANTHROPIC_AUTH_TOKEN`, `AWS_SECRET_ACCESS_KEY`, `GH_TOKEN`), but placeholders and values
-    under six characters. Every agent, check and setup command inherits Anima's environment,
-    and printed bare (`printenv`, `echo $TOKEN`) nothing else marks them as secrets."""
+    under six characters. Each agent's CLI inherits its own (`anima.credentials`), config
+    `pass_env` hands some to every agent and check, and printed bare (`printenv`,
+    `echo $TOKEN`) nothing else marks them as secrets."""
     return [value for name, value in environ.items()
             if is_secret_key(name) and len(value) >= 6 and not _is_placeholder(value)]
 

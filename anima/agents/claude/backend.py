@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
-from anima import sandbox
+from anima import credentials, sandbox
 from anima.agents.claude import faults, protocol
 from anima.agents.claude.discovery import find_claude
 from anima.agents.claude.profiles import profile_for
@@ -15,6 +16,13 @@ from anima.agents.dialect import AgentBinary, Fault, RoleProfile
 from anima.atomic import write_text_atomic
 from anima.config import Config, RoleConfig
 from anima.events import Event, RateLimitChanged, TurnResult
+
+#: Its own variables: `ANTHROPIC_API_KEY`, `ANTHROPIC_AUTH_TOKEN`, `CLAUDE_CODE_OAUTH_TOKEN`,
+#: `ANTHROPIC_FOUNDRY_API_KEY`…
+_OWN = ("ANTHROPIC_", "CLAUDE_CODE_")
+#: Its switch to a cloud provider, and that cloud's credentials it then logs in with.
+_CLOUDS = {"CLAUDE_CODE_USE_BEDROCK": ("AWS_",), "CLAUDE_CODE_USE_VERTEX": ("GOOGLE_",),
+           "CLAUDE_CODE_USE_FOUNDRY": ("AZURE_",)}
 
 
 class ClaudeConversation:
@@ -94,6 +102,14 @@ class ClaudeBackend:
 
     def environment(self, config: Config, home: Path | None) -> dict[str, str]:
         return {}  # its push rules are tool rules (`profile`)
+
+    def credentials(self, environ: Mapping[str, str]) -> set[str]:
+        """Its own (`_OWN`), and the cloud's it is switched to (Bedrock's `AWS_*`, Vertex's
+        `GOOGLE_APPLICATION_CREDENTIALS`): a Claude agent that does not use AWS gets no AWS
+        key."""
+        clouds = [prefix for switch, prefixes in _CLOUDS.items()
+                  if credentials.is_on(environ, switch) for prefix in prefixes]
+        return credentials.with_prefix(environ, (*_OWN, *clouds))
 
 
 CLAUDE = ClaudeBackend()

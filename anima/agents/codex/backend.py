@@ -10,9 +10,11 @@ import contextlib
 import json
 import os
 import shutil
+import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 
-from anima import sandbox
+from anima import credentials, sandbox
 from anima.agents.codex import faults, protocol
 from anima.agents.dialect import AgentBinary, Fault, RoleProfile, load_system_prompt
 from anima.agents.discovery import find_binary, role_keys
@@ -33,6 +35,8 @@ REVIEWER_OVERRIDES = ("-c", "project_doc_max_bytes=0", "-c", "skills.include_ins
 PUSH_DENIED = {"GIT_CONFIG_COUNT": "1",
                "GIT_CONFIG_KEY_0": "url.anima-denies-pushes://.pushInsteadOf",
                "GIT_CONFIG_VALUE_0": ""}
+#: Its own variables: `OPENAI_API_KEY`, `CODEX_API_KEY`…
+_OWN = ("OPENAI_", "CODEX_")
 
 
 def sandbox_mode(role: str, confined: bool) -> str:
@@ -129,3 +133,28 @@ class CodexBackend:
         if home is not None:
             env["CODEX_HOME"] = str(home / ".codex")
         return env
+
+    def credentials(self, environ: Mapping[str, str]) -> set[str]:
+        """Its own (`_OWN`), and those your `config.toml`'s providers log in with (their
+        `env_key`, `env_http_headers`)."""
+        named = _provider_variables(codex_home(Path.home()) / "config.toml")
+        return credentials.with_prefix(environ, _OWN) | (named & set(environ))
+
+
+def _provider_variables(path: Path) -> set[str]:
+    """The variables the model providers of a Codex `config.toml` name (none when it is
+    missing or broken: Codex says so itself)."""
+    try:
+        with path.open("rb") as f:
+            providers = tomllib.load(f).get("model_providers")
+    except (OSError, tomllib.TOMLDecodeError):
+        return set()
+    names: set[str] = set()
+    for provider in providers.values() if isinstance(providers, dict) else ():
+        if not isinstance(provider, dict):
+            continue
+        if isinstance(key := provider.get("env_key"), str):
+            names.add(key)
+        if isinstance(headers := provider.get("env_http_headers"), dict):
+            names.update(v for v in headers.values() if isinstance(v, str))
+    return names

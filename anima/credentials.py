@@ -1,0 +1,76 @@
+"""The credentials in Anima's environment, kept out of what its agents and checks inherit.
+
+The sandbox hides your keys on disk (`~/.ssh`, `~/.aws`, `~/.config/gh`…), but the network is
+open: a Developer, or the code it writes that the checks run, that found `GH_TOKEN` or
+`AWS_SECRET_ACCESS_KEY` in its environment could push, publish or deploy as you. So a child
+inherits Anima's environment without the variables whose names say credential
+(`is_credential`), sandboxed or not (this is no mount): each agent's CLI keeps its own login
+(`Backend.credentials`), and the names in config `pass_env` reach them all. Values are never
+shown; only names are said, once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable, Mapping
+
+#: A name holding one of these (in any case) names a credential: `GH_TOKEN`, `NPM_TOKEN`,
+#: `AWS_SECRET_ACCESS_KEY`, `PGPASSWORD`, `GOOGLE_APPLICATION_CREDENTIALS`,
+#: `npm_config__authToken`. A harmless one that matches too (`TOKENIZERS_PARALLELISM`) is kept
+#: out all the same: one rule you can predict, and `pass_env` for the exceptions.
+WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL")
+#: Credentials whose names hold none of the words: your SSH agent (it signs with the keys
+#: `~/.ssh` holds), MySQL's password, a Docker registry login.
+NAMES = frozenset({"SSH_AUTH_SOCK", "MYSQL_PWD", "DOCKER_AUTH_CONFIG"})
+#: git's own config given by the environment: `GIT_CONFIG_KEY_<n>` holds a setting's name, and
+#: without it git refuses to run at all ("missing config key").
+_GIT_CONFIG_KEY = re.compile(r"GIT_CONFIG_KEY_\d+")
+_WORDS = re.compile("|".join(WORDS), re.IGNORECASE)
+_OFF = frozenset({"", "0", "false", "no", "off"})
+
+
+def is_credential(name: str) -> bool:
+    """Whether the variable `name` is kept out of the agents' and checks' environment."""
+    if _GIT_CONFIG_KEY.fullmatch(name):
+        return False
+    return name.upper() in NAMES or _WORDS.search(name) is not None
+
+
+def credential_names(environ: Mapping[str, str]) -> list[str]:
+    """The credential variables of `environ`, sorted."""
+    return sorted(name for name in environ if is_credential(name))
+
+
+def without_credentials(environ: Mapping[str, str], keep: Collection[str] = ()
+                        ) -> dict[str, str]:
+    """`environ` without its credential variables but those named in `keep`."""
+    return {name: value for name, value in environ.items()
+            if name in keep or not is_credential(name)}
+
+
+def with_prefix(environ: Mapping[str, str], prefixes: Iterable[str]) -> set[str]:
+    """The credential variables of `environ` that start with one of `prefixes` (a CLI's own
+    namespace, such as `ANTHROPIC_`)."""
+    starts = tuple(prefixes)
+    return {name for name in credential_names(environ) if name.startswith(starts)}
+
+
+def is_on(environ: Mapping[str, str], name: str) -> bool:
+    """Whether a switch variable is set to something other than off (`1`, `true`)."""
+    return environ.get(name, "").strip().lower() not in _OFF
+
+
+def describe_kept(environ: Mapping[str, str], pass_env: Collection[str],
+                  own: Mapping[str, Collection[str]]) -> str | None:
+    """What the log says once: the names kept out of every child, and those only their own
+    CLI gets (`own`: per agent CLI, its credentials); None when there are none."""
+    hidden = [name for name in credential_names(environ) if name not in pass_env]
+    if not hidden:
+        return None
+    theirs = {cli: sorted(set(names) & set(hidden)) for cli, names in sorted(own.items())}
+    everywhere = [name for name in hidden if not any(name in names for names in theirs.values())]
+    parts = [f"kept out of the agents' and checks' environment: {', '.join(everywhere)}"
+             ] if everywhere else []
+    parts += [f"{', '.join(names)} reach{'es' if len(names) == 1 else ''} only the {cli} CLI, "
+              "not the checks" for cli, names in theirs.items() if names]
+    return "; ".join(parts) + " (pass_env in .anima/config.json lets one through)"

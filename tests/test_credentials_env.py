@@ -1,0 +1,70 @@
+"""The credentials in Anima's environment never reach the agents' commands, the checks or the
+setup command (the network is open: a `GH_TOKEN` there would let the Developer, or the code
+it writes, push or publish as you); each agent's CLI keeps its own login, and config
+`pass_env` lets a named one through. Sandboxed or not: this is no mount. The real engine
+headless, the fake `claude` and a check that print what they see of their environment."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from anima.store.models import MilestoneStatus
+from tests.conftest import FakeClaude
+from tests.helpers import make_project, milestone_md, record
+from tests.test_recovery import Runner
+
+PY = sys.executable
+GITHUB = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
+NPM = "npm_plain-looking-value-0123456789"
+OPENAI = "sk-proj-not-this-clis-key-0123456789"
+ANTHROPIC = "sk-ant-the-claude-clis-own-key-0123456789"
+DATABASE = "db-password-the-checks-need-0123"
+SECRETS = {"GH_TOKEN": GITHUB, "NPM_TOKEN": NPM, "OPENAI_API_KEY": OPENAI,
+           "ANTHROPIC_API_KEY": ANTHROPIC, "DATABASE_PASSWORD": DATABASE}
+
+
+def dump_env(fake: FakeClaude, who: str) -> str:
+    """A command that writes its environment where the test reads it (outside the tree,
+    writable in the sandbox: the fake's folder)."""
+    return f"env > {fake.root / who}.env"
+
+
+def seen(fake: FakeClaude, who: str) -> str:
+    return (fake.root / f"{who}.env").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+def test_credentials_reach_only_their_own_cli_and_what_pass_env_names(
+        git_repo: Path, fake_claude: FakeClaude, sandbox: str) -> None:
+    project = make_project(git_repo, {"m1": milestone_md("One", ["Hello"])}, {
+        "sandbox": sandbox, "check_command": dump_env(fake_claude, "check"),
+        "worktree_setup_command": dump_env(fake_claude, "setup"),
+        "pass_env": ["DATABASE_PASSWORD"]})
+    fake_claude.write_script({
+        "developer": [{"shell": [dump_env(fake_claude, "developer")], "auto": True}],
+        "acceptor_default": {"shell": [dump_env(fake_claude, "acceptor")], "auto": True}})
+    runner = Runner(project, fake_claude, env=SECRETS)
+    assert runner.wait(90) == 0, runner.stdout[-3000:] + runner.stderr
+    assert record(project, "m1").status is MilestoneStatus.COMPLETED
+
+    agents = {who: seen(fake_claude, who) for who in ("developer", "acceptor")}
+    commands = {who: seen(fake_claude, who) for who in ("check", "setup")}
+    for who, env in {**agents, **commands}.items():
+        for value in (GITHUB, NPM, OPENAI):  # another CLI's key too
+            assert value not in env, (who, value)
+        assert f"DATABASE_PASSWORD={DATABASE}" in env, who  # pass_env
+        assert "PATH=" in env and "ANIMA_SANDBOX_WRITABLE=" in env, who  # the rest is there
+    for who, env in agents.items():
+        assert f"ANTHROPIC_API_KEY={ANTHROPIC}" in env, who  # the claude CLI's own login
+    for who, env in commands.items():
+        assert ANTHROPIC not in env, who  # the checks run the Developer's code
+
+    said = runner.stdout + runner.stderr
+    assert said.count("kept out of the agents' and checks' environment") == 1, said
+    assert "GH_TOKEN, NPM_TOKEN, OPENAI_API_KEY" in said, said
+    assert "ANTHROPIC_API_KEY reaches only the claude CLI" in said, said
+    assert "pass_env" in said
+    assert not any(value in said for value in SECRETS.values())
