@@ -125,8 +125,8 @@ class Config(_Strict):
         "it, off = never")
     pass_env: list[str] = Field(
         default_factory=list, description="credential variables of Anima's environment "
-        "(names holding KEY, SECRET, TOKEN, PASSWORD, PASSWD or CREDENTIAL) that reach the "
-        "agents, the checks and the setup command all the same; the rest never do")
+        "(names holding KEY, SECRET, TOKEN, PASSWORD, PASSWD, CREDENTIAL or ASKPASS) that "
+        "reach the agents, the checks and the setup command all the same; the rest never do")
     max_usage_limit_wait_hours: float = Field(6.0, ge=0, description="wait this long at most "
                                               "for a usage limit to reset; longer pauses")
     usage_limit_margin_seconds: float = Field(60.0, ge=0, description="sent again this long "

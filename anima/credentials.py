@@ -18,10 +18,12 @@ from collections.abc import Collection, Iterable, Mapping
 #: `AWS_SECRET_ACCESS_KEY`, `PGPASSWORD`, `GOOGLE_APPLICATION_CREDENTIALS`,
 #: `npm_config__authToken`. A harmless one that matches too (`TOKENIZERS_PARALLELISM`) is kept
 #: out all the same: one rule you can predict, and `pass_env` for the exceptions.
-WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL")
+WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL", "ASKPASS")
 #: Credentials whose names hold none of the words: your SSH agent (it signs with the keys
-#: `~/.ssh` holds), MySQL's password, a Docker registry login.
-NAMES = frozenset({"SSH_AUTH_SOCK", "MYSQL_PWD", "DOCKER_AUTH_CONFIG"})
+#: `~/.ssh` holds), MySQL's password, a Docker registry login, and your editor's line to
+#: the git logins it keeps (VS Code's terminal: `git push` over HTTPS asks it, through
+#: `GIT_ASKPASS`, and it answers).
+NAMES = frozenset({"SSH_AUTH_SOCK", "MYSQL_PWD", "DOCKER_AUTH_CONFIG", "VSCODE_GIT_IPC_HANDLE"})
 #: git's own config given by the environment: `GIT_CONFIG_KEY_<n>` holds a setting's name, and
 #: without it git refuses to run at all ("missing config key").
 _GIT_CONFIG_KEY = re.compile(r"GIT_CONFIG_KEY_\d+")

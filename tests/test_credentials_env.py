@@ -22,8 +22,12 @@ NPM = "npm_plain-looking-value-0123456789"
 OPENAI = "sk-proj-not-this-clis-key-0123456789"
 ANTHROPIC = "sk-ant-the-claude-clis-own-key-0123456789"
 DATABASE = "db-password-the-checks-need-0123"
+#: VS Code's terminal: git asks the editor for your logins through these.
+ASKPASS = "/usr/share/code/resources/app/extensions/git/dist/askpass.sh"
+IPC = "/run/user/0/vscode-git-0123456789.sock"
 SECRETS = {"GH_TOKEN": GITHUB, "NPM_TOKEN": NPM, "OPENAI_API_KEY": OPENAI,
-           "ANTHROPIC_API_KEY": ANTHROPIC, "DATABASE_PASSWORD": DATABASE}
+           "ANTHROPIC_API_KEY": ANTHROPIC, "DATABASE_PASSWORD": DATABASE,
+           "GIT_ASKPASS": ASKPASS, "VSCODE_GIT_IPC_HANDLE": IPC}
 
 
 def dump_env(fake: FakeClaude, who: str) -> str:
@@ -53,7 +57,7 @@ def test_credentials_reach_only_their_own_cli_and_what_pass_env_names(
     agents = {who: seen(fake_claude, who) for who in ("developer", "acceptor")}
     commands = {who: seen(fake_claude, who) for who in ("check", "setup")}
     for who, env in {**agents, **commands}.items():
-        for value in (GITHUB, NPM, OPENAI):  # another CLI's key too
+        for value in (GITHUB, NPM, OPENAI, ASKPASS, IPC):  # another CLI's key too
             assert value not in env, (who, value)
         assert f"DATABASE_PASSWORD={DATABASE}" in env, who  # pass_env
         assert "PATH=" in env and "ANIMA_SANDBOX_WRITABLE=" in env, who  # the rest is there
@@ -64,7 +68,7 @@ def test_credentials_reach_only_their_own_cli_and_what_pass_env_names(
 
     said = runner.stdout + runner.stderr
     assert said.count("kept out of the agents' and checks' environment") == 1, said
-    assert "GH_TOKEN, NPM_TOKEN, OPENAI_API_KEY" in said, said
+    assert "GH_TOKEN, GIT_ASKPASS, NPM_TOKEN, OPENAI_API_KEY, VSCODE_GIT_IPC_HANDLE" in said, said
     assert "ANTHROPIC_API_KEY reaches only the claude CLI" in said, said
     assert "pass_env" in said
     assert not any(value in said for value in SECRETS.values())
