@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,10 +30,13 @@ def reference_status(project: Path) -> str:
     """What `anima status --json` must print through a pipe: pydantic's compact dump of the
     state and every readable record, in creation order, then whether agents started now
     would be confined (the config's `sandbox`, and the loop's own answer whether bubblewrap
-    can run here)."""
+    can run here), then what `depends_on` holds each pending milestone for, as the full scan
+    of the plain `anima status` finds it."""
     from pydantic import BaseModel
 
+    from anima.cli.status import dependency_report
     from anima.config import Config
+    from anima.engine.merged import merged_by_you
     from anima.loop.confinement import sandbox_problem
     from anima.paths import ProjectPaths
     from anima.store.models import MilestoneRecord, State
@@ -47,15 +51,20 @@ def reference_status(project: Path) -> str:
         state: State
         milestones: list[MilestoneRecord]
         sandbox: Sandbox
+        dependencies: dict[str, dict[str, Any]]
 
     paths = ProjectPaths(project)
     store = Store(paths)
     records = store.load_records()
-    mode = Config.model_validate(json.loads(paths.config.read_text(encoding="utf-8"))).sandbox
-    problem = None if mode == "off" else sandbox_problem("auto")
+    config = Config.model_validate(json.loads(paths.config.read_text(encoding="utf-8")))
+    problem = None if config.sandbox == "off" else sandbox_problem("auto")
+    scan = store.scan(max_iterations=config.max_iterations_per_milestone,
+                      requires_human_review=config.requires_human_review, register=False,
+                      in_main=merged_by_you(project))
     return Report(state=store.load_state(), milestones=sorted(
         records, key=lambda r: (r.created_at, r.id)), sandbox=Sandbox(
-        mode=mode, confined=mode != "off" and problem is None, problem=problem)
+        mode=config.sandbox, confined=config.sandbox != "off" and problem is None,
+        problem=problem), dependencies=dependency_report(paths, scan.records, scan.dependencies)
     ).model_dump_json() + "\n"
 
 

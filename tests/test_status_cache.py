@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,7 +64,8 @@ def test_a_second_poll_prints_the_same_bytes_without_loading_pydantic(
         project: Path, cache_home: Path) -> None:
     first, _, loaded = status(project)
     assert loaded and first == reference_status(project)
-    assert len(entries(cache_home)) == 3  # the state and two records, outside the project
+    assert len(entries(cache_home)) == 4  # the state, two records and what they wait for,
+    # outside the project
     second, _, loaded = status(project)
     assert second == first and not loaded
     assert [m["id"] for m in json.loads(second)["milestones"]] == ["b-second", "a-first"]
@@ -76,7 +78,7 @@ def test_a_record_changed_since_the_last_poll_is_read_again(project: Path,
     out, _, loaded = status(project)
     assert loaded and out == reference_status(project)
     assert json.loads(out)["milestones"][1]["pause_reason"] == "3 rejections: ünïcode"
-    assert len(entries(cache_home)) == 3  # the old entry went
+    assert len(entries(cache_home)) == 4  # the old entries went
 
 
 def test_a_record_broken_since_the_last_poll_is_a_problem_not_its_old_self(
@@ -190,3 +192,62 @@ def test_a_pending_md_broken_since_it_was_added_is_a_problem_on_every_poll(
         out, problems, _ = status(project)
         assert str(md) in problems
         assert listed(out, "a-first")["title"] == "First"  # listed as its record says
+
+
+def add(repo: Path, tmp_path: Path, name: str, depends_on: list[str]) -> None:
+    md = tmp_path / f"{name}.md"
+    md.write_text(f"---\ndepends_on: [{', '.join(depends_on)}]\n---\n"
+                  + milestone_md(name.title(), ["One"]), encoding="utf-8")
+    assert anima("add", str(repo), str(md)).returncode == 0
+
+
+def test_what_each_pending_milestone_waits_for_is_in_the_json_on_every_path(
+        project: Path, tmp_path: Path) -> None:
+    """`anima status` says which pending milestone never starts (a cycle, one on itself, an
+    unknown id, a cancelled dependency or one whose `.md` is gone) and what each waits for;
+    `--json` said none of it, and its cached path not even the problem on stderr the full
+    scan prints. Both say it now, as the plain command words it, and see it change."""
+    milestones = project / ".anima" / "milestones"
+    for name, depends_on in (("c-self", ["c-self"]), ("d-cancelled", ["b-second", "a-first"]),
+                             ("e-unknown", ["nope"]), ("f-gone", ["h-deleted"]),
+                             ("g-waits", ["a-first"]), ("h-deleted", [])):
+        add(project, tmp_path, name, depends_on)
+    (milestones / "h-deleted.md").unlink()
+    assert anima("abort", str(project), "b-second").returncode == 0
+
+    def said(out: str, problems: str) -> dict[str, Any]:
+        held = json.loads(out)["dependencies"]
+        text = anima("status", str(project)).stdout
+        for milestone_id, why in held.items():
+            assert f"  {milestone_id} " in text and f"\n      {why['line']}\n" in text, text
+            if why["never_starts"] is not None:
+                assert f"{milestones / milestone_id}.md: {why['never_starts']}" in problems
+        assert text.count("never starts: depends_on") + text.count("waiting for ") \
+            == len(held), text
+        return held
+
+    first, problems, _ = status(project)
+    again, problems_again, loaded = status(project)
+    assert again == first and problems_again == problems and not loaded
+    held = said(first, problems)
+    assert sorted(held) == ["c-self", "d-cancelled", "e-unknown", "f-gone", "g-waits"]
+    assert held["c-self"]["never_starts"] == "depends_on makes a cycle: c-self → c-self " \
+                                             "(c-self names itself)"
+    assert held["c-self"]["line"] == f"never starts: {held['c-self']['never_starts']} — fix " \
+                                     f"depends_on in {milestones / 'c-self.md'}"
+    assert held["d-cancelled"]["never_starts"].startswith(
+        "depends_on names b-second, which was cancelled")
+    assert "nope, which is not a milestone" in held["e-unknown"]["never_starts"]
+    assert "h-deleted, whose .md file is gone" in held["f-gone"]["never_starts"]
+    assert held["g-waits"] == {"waiting_for": ["a-first"], "never_starts": None,
+                               "line": "waiting for a-first"}
+    edit_record(project, "a-first", status="paused", pause_reason="3 rejections")
+    out, problems, _ = status(project)
+    held = said(out, problems)
+    assert held["g-waits"]["line"] == "waiting for a-first (paused)"
+    assert out == reference_status(project)
+    # The full scan (a definition without its record) says the same.
+    (milestones / "i-new.md").write_text(milestone_md("New", ["X"]), encoding="utf-8")
+    scanned, scanned_problems, _ = status(project)
+    assert json.loads(scanned)["dependencies"] == held
+    assert said(scanned, scanned_problems) == held

@@ -5,7 +5,9 @@ records that changed since the last run are validated again, and a run where non
 loads pydantic. Whatever the path, the bytes are those of pydantic's compact dump of
 `{"state": State, "milestones": [MilestoneRecord, ...]}` (tests/test_cli.py holds it to that),
 followed by `"sandbox": {"mode", "confined", "problem"}`: whether agents started now would be
-confined by bubblewrap (config `sandbox`, see `anima.loop.confinement`).
+confined by bubblewrap (config `sandbox`, see `anima.loop.confinement`), and by
+`"dependencies"`: what `depends_on` holds each pending milestone for (`dependency_report`), as
+the plain `anima status` words it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from anima.store.status_cache import Entry, StatusCache, microseconds, read_if_a
 if TYPE_CHECKING:
     from anima.config import Config
     from anima.errors import AnimaError
+    from anima.store.dependencies import Dependencies
     from anima.store.models import MilestoneRecord, State
     from anima.store.store import Scan, Store
 
@@ -58,11 +61,14 @@ def _report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
     entries = _Entries(paths, StatusCache(paths.root))
     state = entries.state(snapshot.state)
     found = {i: entries.record(i, data) for i, data in snapshot.records.items()}
+    listed = sorted((entry.order, i, entry) for i, entry in found.items() if entry is not None)
+    report = entries.dependencies([(i, entry) for _, i, entry in listed], snapshot.undefined)
     if entries.validated:
         entries.cache.prune()
-    records = sorted((entry.order, i, entry.json) for i, entry in found.items()
-                     if entry is not None)
-    return _assemble(state.json, [r[2] for r in records], paths), entries.problems
+    problems = entries.problems + [
+        _not_started(paths, i, why) for i, held in json.loads(report).items()
+        if (why := held["never_starts"]) is not None]
+    return _assemble(state.json, [entry.json for *_, entry in listed], report, paths), problems
 
 
 class _Entries:
@@ -132,18 +138,82 @@ class _Entries:
             self.cache.put(key, now)
         return now
 
+    def dependencies(self, listed: list[tuple[str, Entry]], undefined: frozenset[str]) -> bytes:
+        """The report's `"dependencies"` for the records `listed` (in the report's order):
+        from the cache while no status, merge or `depends_on` changed, nor which files are
+        gone or unreadable. One that asked git whether you merged a milestone yourself is not
+        kept (main moves without any record changing)."""
+        unreadable = sorted({str(p.path.stem) for p in self.problems if hasattr(p, "path")})
+        key = self.cache.key("dependencies", *(
+            part for i, entry in listed for part in (i.encode(), entry.facts)),
+            "\0".join(sorted(undefined)).encode(), "\0".join(unreadable).encode())
+        if (entry := self.cache.get(key)) is not None:
+            return entry.json
+        from anima.store.dependencies import dependencies
+        from anima.store.models import MilestoneRecord
+
+        records = [MilestoneRecord.model_validate_json(entry.json) for _, entry in listed]
+        asked: list[str] = []
+
+        def in_main(record: MilestoneRecord) -> bool:
+            from anima.engine.merged import merged_by_you
+            asked.append(record.id)
+            return merged_by_you(self.paths.root)(record)
+
+        found = dependencies(records, in_main, unreadable=set(unreadable), undefined=undefined)
+        report = _dump(dependency_report(self.paths, records, found))
+        if not asked:
+            self.cache.put(key, Entry(0, report))
+        return report
+
     @staticmethod
     def _entry(record: MilestoneRecord) -> Entry:
         from anima.store.models import MilestoneRecord, MilestoneStatus
+        merge = record.merge
+        facts = [record.status, record.depends_on,
+                 None if merge is None else [merge.state, merge.merged]]
         return Entry(microseconds(record.created_at),
                      MilestoneRecord.__pydantic_serializer__.to_json(record),
-                     record.status is MilestoneStatus.PENDING)
+                     record.status is MilestoneStatus.PENDING, _dump(facts))
 
 
-def _assemble(state: bytes, records: list[bytes], paths: ProjectPaths) -> bytes:
-    confinement = json.dumps(sandbox_status(paths), ensure_ascii=False, separators=(",", ":"))
+def _dump(data: Any) -> bytes:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def dependency_report(paths: ProjectPaths, records: list[MilestoneRecord],
+                      found: Dependencies) -> dict[str, dict[str, Any]]:
+    """For each pending milestone its `depends_on` holds: `waiting_for` (the ids it waits
+    for), `never_starts` (why it never starts as its file is written, else None) and
+    `line`, what `anima status` says of it."""
+    from anima.store.dependencies import awaited
+
+    by_id = {r.id: r for r in records}
+    report: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r.status.value != "pending":
+            continue
+        if (why := found.broken.get(r.id)) is not None:
+            report[r.id] = {"waiting_for": [], "never_starts": why, "line": (
+                f"never starts: {why} — fix depends_on in {paths.milestone_md(r.id)}")}
+        elif (waiting := found.waiting.get(r.id)) is not None:
+            report[r.id] = {"waiting_for": waiting, "never_starts": None, "line": (
+                "waiting for " + ", ".join(
+                    awaited(by_id[d], found.broken) if d in by_id else f"{d} (its file "
+                    "cannot be read: see the problem below)" for d in waiting))}
+    return report
+
+
+def _not_started(paths: ProjectPaths, milestone_id: str, why: str) -> AnimaError:
+    """The problem a milestone that never starts is (`Store.scan` reports it so)."""
+    from anima.errors import MilestoneError
+    return MilestoneError(paths.milestone_md(milestone_id), f"{why}; it is not started")
+
+
+def _assemble(state: bytes, records: list[bytes], dependencies: bytes,
+              paths: ProjectPaths) -> bytes:
     return (b'{"state":' + state + b',"milestones":[' + b",".join(records) + b'],"sandbox":'
-            + confinement.encode() + b"}")
+            + _dump(sandbox_status(paths)) + b',"dependencies":' + dependencies + b"}")
 
 
 #: The values of config `sandbox` (`anima.config.Config.sandbox`; its default first).
@@ -210,12 +280,14 @@ def _scanned_report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
     _, _, state, scan = _scan(paths)
     dump = MilestoneRecord.__pydantic_serializer__.to_json
     return (_assemble(State.__pydantic_serializer__.to_json(state),
-                      [dump(r) for r in scan.records], paths), scan.problems)
+                      [dump(r) for r in scan.records],
+                      _dump(dependency_report(paths, scan.records, scan.dependencies)), paths),
+            scan.problems)
 
 
 def _print_table(paths: ProjectPaths) -> None:
     from anima.lock import ProjectLock
-    from anima.store.dependencies import awaited, held_by_pause, held_line
+    from anima.store.dependencies import held_by_pause, held_line
 
     max_rejections, limit, state, scan = _scan(paths)
     # A schema 3 file said only the project's wait; a newer one says each milestone's.
@@ -238,9 +310,8 @@ def _print_table(paths: ProjectPaths) -> None:
               f"{running.activity or running.phase.value}"
               + (f" (in {running.worktree})" if running.worktree else "")
               + (f"; {running.waiting_reason}" if running.waiting_reason and live else ""))
-    blocked, broken = scan.dependencies.waiting, scan.dependencies.broken
+    held_by = dependency_report(paths, scan.records, scan.dependencies)
     running_ids = {running.id for running in state.running}
-    by_id = {r.id: r for r in scan.records}
     confinement = sandbox_status(paths)
     limit = limit if confinement["confined"] else 1  # one at a time without the sandbox
     held = held_by_pause(scan.records, limit)
@@ -254,13 +325,8 @@ def _print_table(paths: ProjectPaths) -> None:
               + (f"  paused: {r.pause_reason}" if r.pause_reason else ""))
         for line in _details(r, live):
             print(f"      {line}")
-        if r.status.value == "pending" and r.id in broken:
-            print(f"      never starts: {broken[r.id]} — fix depends_on in "
-                  f"{paths.milestone_md(r.id)}")
-        elif r.status.value == "pending" and r.id in blocked:
-            print("      waiting for " + ", ".join(
-                awaited(by_id[d], broken) if d in by_id else f"{d} (its file cannot be "
-                "read: see the problem below)" for d in blocked[r.id]))
+        if r.id in held_by:
+            print(f"      {held_by[r.id]['line']}")
         elif r.status.value == "pending" and r.id in scan.orphans:
             print(f"      never starts: {paths.milestone_md(r.id)} is missing (put it back "
                   "to run it)")

@@ -40,20 +40,25 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 @dataclass(frozen=True)
 class Snapshot:
-    """state.json and the records, each read once (None: there is no state.json yet)."""
+    """state.json and the records, each read once (None: there is no state.json yet), and
+    the records whose `.md` is gone."""
 
     state: bytes | None
     records: dict[str, bytes]
+    undefined: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
 class Entry:
-    """What a report needs of one validated file: where it sorts, its JSON, and whether it is
-    a pending milestone's (which is listed as its `.md` and the config read now)."""
+    """What a report needs of one validated file: where it sorts, its JSON, whether it is
+    a pending milestone's (which is listed as its `.md` and the config read now), and what
+    of it `depends_on` reads (what the report's dependencies are keyed by: a record changes
+    at every turn, its status and merge seldom)."""
 
     order: int
     json: bytes
     pending: bool = False
+    facts: bytes = b""
 
 
 def read_snapshot(paths: ProjectPaths) -> Snapshot | None:
@@ -64,13 +69,15 @@ def read_snapshot(paths: ProjectPaths) -> Snapshot | None:
         names = sorted(os.listdir(paths.milestones)) if paths.milestones.is_dir() else []
         ids = [n[:-5] for n in names if n.endswith(".json") and MILESTONE_ID_RE.fullmatch(n[:-5])]
         known = set(ids)
-        if any(n[:-3] not in known for n in names if is_milestone_name(n)):
+        defined = {n[:-3] for n in names if is_milestone_name(n)}
+        if defined - known:
             return None
         try:
             state: bytes | None = read_regular(paths.state)
         except FileNotFoundError:
             state = None
-        return Snapshot(state, {i: read_regular(paths.milestone_record(i)) for i in ids})
+        return Snapshot(state, {i: read_regular(paths.milestone_record(i)) for i in ids},
+                        frozenset(known - defined))
     except OSError:
         return None
 
@@ -114,11 +121,13 @@ class StatusCache:
         try:
             raw = (self.folder / key).read_bytes()
             header, payload = raw.split(b"\n", 1)
-            order, length, pending = (int(x) for x in header.split())
+            order, length, pending, facts = (int(x) for x in header.split())
         except (OSError, ValueError):
             return None
         # Written without fsync (it is a cache): a file a crash left short is a miss.
-        return Entry(order, payload, bool(pending)) if len(payload) == length else None
+        if len(payload) != length + facts:
+            return None
+        return Entry(order, payload[:length], bool(pending), payload[length:])
 
     def put(self, key: str, entry: Entry) -> None:
         self._used.add(key)
@@ -127,8 +136,8 @@ class StatusCache:
             fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=self.folder)
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(b"%d %d %d\n" % (entry.order, len(entry.json), entry.pending)
-                            + entry.json)
+                    f.write(b"%d %d %d %d\n" % (entry.order, len(entry.json), entry.pending,
+                                                 len(entry.facts)) + entry.json + entry.facts)
                 os.replace(tmp, self.folder / key)
             except OSError:
                 os.unlink(tmp)
