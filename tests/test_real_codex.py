@@ -245,6 +245,10 @@ def test_the_codex_acceptor_runs_commands_inside_anima_sandbox(
     assert_ran(result)
     assert "bwrap:" not in review
     assert "failed to parse" not in result.stdout
+    # Its skills folder, read-only there, is one it does not write: it said "failed to
+    # install system skills: … Read-only file system" at every start.
+    assert [line for line in result.stdout.splitlines() if line.startswith("[acceptor] (raw)")
+            and ("ERROR" in line or "Read-only" in line)] == []
     assert "feat: F1" in review and "\nF1\n" in review
     assert "Read-only file system" in review
     assert "[acceptor] ▸ Bash: git log --format=%s -1" in result.stdout
@@ -953,3 +957,4 @@ def test_code_the_codex_acceptor_runs_writes_nothing_into_its_next_session(
     assert "acceptor crashed" in result.stdout
     assert len(reviews) > 2
     assert not [r for r in reviews if "PLANTED-42" in r]
+
