@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -402,3 +403,47 @@ def test_a_kill_while_waiting_for_a_usage_limit_waits_out_the_same_reset_after_t
     again = fake_claude.entries("developer")[1]
     assert again["time"] >= resets, again["time"] - resets
     assert "waiting for the usage limit to reset" in log_text(project)
+
+
+def test_a_held_pair_keeps_the_reset_the_account_waits_for_when_it_is_extended(
+        git_repo: Path, fake_claude: FakeClaude) -> None:
+    """`hit` meets the account's limit and `other` is held by it; then `late`, whose turn was
+    already under way, meets a limit that resets later, and every pair waits for that one.
+    `other`'s record (what a start after a kill waits for) and its line in state.json kept
+    the earlier reset: they follow the account's wait."""
+    make_project(git_repo, {i: milestone_md("Three", ["Alpha"]) for i in ("hit", "other", "late")},
+                 config={"usage_limit_margin_seconds": 0, "max_parallel_milestones": 3})
+    fake_claude.write_script({"milestones": {
+        # Each first turn starts before `hit` meets its limit (all three start together).
+        "hit": {"feature_dir": "features/hit",
+                "developer": [{"replay": "usage-2.1.330", "replay_after": 4,
+                               "resets_in": 40}]},
+        "other": {"feature_dir": "features/other",
+                  "developer_default": {"auto": True, "delay": 6}},
+        "late": {"feature_dir": "features/late",
+                 "developer": [{"replay": "usage-2.1.330", "replay_after": 12,
+                                "resets_in": 80}]}}})
+
+    def kept(milestone_id: str) -> float | None:
+        """Until when its record says its next turn waits."""
+        path = git_repo / ".anima" / "milestones" / f"{milestone_id}.json"
+        wait = record(git_repo, milestone_id).limit_wait if path.exists() else None
+        return None if wait is None else wait.until.timestamp()
+
+    def waits(milestone_id: str) -> tuple[float | None, float | None]:
+        """Until when its record and its line in state.json say it waits."""
+        line = next((r for r in state(git_repo).get("running", [])
+                     if r["id"] == milestone_id), {})
+        shown = line.get("waiting_until")
+        return kept(milestone_id), None if shown is None else \
+            datetime.fromisoformat(shown).timestamp()
+
+    runner = Runner(git_repo, fake_claude)
+    try:
+        wait_for(lambda: kept("hit") is not None and waits("other") == (kept("hit"),) * 2,
+                 timeout=30)
+        assert kept("late") is None, "too slow: late met its limit before other was held"
+        wait_for(lambda: kept("late") is not None, timeout=30)
+        wait_for(lambda: waits("other") == (kept("late"),) * 2, timeout=5)
+    finally:
+        runner.kill()

@@ -10,6 +10,10 @@ from __future__ import annotations
 import threading
 import time
 
+#: How soon a pair the account holds sees that it waits longer than it said (another pair met
+#: a limit that resets later): its record and state.json then say the later reset.
+FOLLOW_SECONDS = 1.0
+
 
 class AccountGate:
     """Shared by the seats of every running milestone."""
@@ -36,11 +40,13 @@ class AccountGate:
         with self._lock:
             return (self._until, self._reason) if self._until > time.time() else None
 
-    def wait(self, stop: threading.Event) -> bool:
-        """Before a turn: wait while the account is held (a stop ends the wait at once).
-        True if it waited."""
-        waited = False
-        while (held := self.holding()) is not None and not stop.is_set():
-            waited = True
-            stop.wait(max(0.05, held[0] - time.time()))
-        return waited
+    def wait(self, stop: threading.Event, held: tuple[float, str]) -> tuple[float, str] | None:
+        """Before a turn: wait while the account is `held` (`holding()`; a stop ends the wait
+        at once). Returns the later reset it waits for once another pair met a limit that
+        resets later (within `FOLLOW_SECONDS`, so the waiting pair can say so), else None:
+        the wait is over, or stopped."""
+        while not stop.is_set():
+            if (now_held := self.holding()) != held:
+                return now_held
+            stop.wait(min(FOLLOW_SECONDS, max(0.05, held[0] - time.time())))
+        return None

@@ -247,9 +247,10 @@ class Seats:
                 # Last, right before sending: a limit another pair met meanwhile holds it too.
                 if (held := self.accounts[role].holding()) is not None:
                     self._log(f"{role}: waits for the account's usage limit ({held[1]})")
-                    self._keep_wait(role, *held)  # a start after a kill waits for it too
-                    self._show_wait(held)
-                    self.accounts[role].wait(self.control.stop)
+                    while held is not None:  # and for a later reset met meanwhile
+                        self._keep_wait(role, *held)  # a start after a kill waits for it too
+                        self._show_wait(held)
+                        held = self.accounts[role].wait(self.control.stop, held)
                     self._show_wait(None)
                     if not self.control.stop.is_set():
                         self._forget_wait()  # its wait is over (whoever met it)

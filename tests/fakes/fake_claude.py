@@ -423,11 +423,14 @@ def _reset_clock(epoch: float) -> str:
 def replay(turn: Turn, spec: dict[str, Any], inp: Input) -> bool:
     """Emit a captured turn's lines up to its `result` (system/init is the fake's own).
 
-    `resets_in` moves the reset of a usage limit to that many seconds from now;
+    `replay_after` waits that many seconds first (a turn that worked a while before it met
+    the limit); `resets_in` moves the reset of a usage limit to that many seconds from then;
     `retry_delay` spaces the `api_retry` lines (seconds). A captured result that is not an
     error is left out, so the turn goes on with its scripted reply. Returns whether a result
     was emitted."""
     lines = (CLI_LINES / f"{spec['replay']}.jsonl").read_text(encoding="utf-8").splitlines()
+    if spec.get("replay_after"):
+        inp.wait(float(spec["replay_after"]))
     resets = time.time() + float(spec["resets_in"]) if "resets_in" in spec else None
     for raw in lines:
         obj = json.loads(raw)
@@ -466,7 +469,7 @@ def run_turn(args: Args, spec: dict[str, Any], index: int, prompt: str, inp: Inp
     cost_usd, interrupted_cost_usd (what an interrupted turn spent), usage, stderr,
     context_tokens (input + cache tokens each assistant line reports), context_window, compact
     ({pre_tokens, post_tokens}: a compact_boundary line first, as when the CLI compacts by
-    itself), replay (with resets_in, retry_delay), late_interrupted_result."""
+    itself), replay (with replay_after, resets_in, retry_delay), late_interrupted_result."""
     started = time.monotonic()
     if spec.get("ignore_sigterm"):  # a wedged agent: only SIGKILL ends it
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
