@@ -17,9 +17,10 @@ askpass, ssh or upload-pack command, from the repository's, the global or the sy
 - The rest is fixed options (`NO_AGENT_CODE`) and environment (`ANIMA_GIT_ENV`).
 
 A submodule's own config (a repository the Developer nests in its worktree) is not neutralised:
-git would run git inside it, with its filters, to see whether its files changed. None of
-Anima's commands looks inside a submodule (its status ignores their files, its switches are
-quiet), so none runs. The human's own git commands are untouched; so is the agents' git
+git would run git inside it, with its filters, to see whether its files changed, to check it
+out or to show its diff. None of Anima's commands looks inside a submodule (its status ignores
+their files, its switches are quiet, and `NO_AGENT_CODE` turns off the human's settings that
+recurse), so none runs. The human's own git commands are untouched; so is the agents' git
 (`AGENT_GIT_ENV`).
 """
 
@@ -45,10 +46,16 @@ from anima.errors import GitError
 #: hence `GIT_ALLOW_PROTOCOL` in `ANIMA_GIT_ENV` too).
 #: No `.mailmap`: `git log` and `git show` would open the work tree's, which the Developer
 #: writes, and a FIFO there would hang them for good.
+#: Never into a submodule: your `submodule.recurse` makes a switch, reset or checkout update
+#: each active one, and your `diff.submodule=diff` makes a diff show each one's own diff,
+#: both by running git inside it, which reads that repository's config (a Developer's
+#: nested repository, with filters and diff drivers of its own).
 NO_AGENT_CODE = (
     "--no-replace-objects", "--no-pager",
     "-c", "core.hooksPath=/dev/null",
     "-c", "core.fsmonitor=false",
+    "-c", "submodule.recurse=false",
+    "-c", "diff.submodule=short",
     "-c", "core.pager=cat",
     "-c", "core.editor=:",
     "-c", "sequence.editor=:",

@@ -437,25 +437,40 @@ def test_a_safe_directory_of_the_global_config_still_counts(env: Env) -> None:
 # ------------------------------------------------------------------ a nested repository
 
 
-def test_a_filter_in_a_repository_the_developer_nests_in_its_tree_never_runs(env: Env) -> None:
-    """git runs git inside a submodule to see whether its files changed, and that git reads
-    the submodule's own config, which Anima never saw: a Developer that makes a repository
-    in its worktree, with a filter, and commits it as a submodule, would have Anima's git
-    (unconfined) run that filter whenever a file in it looks touched."""
+#: Your repository's settings that make git go into submodules: a checkout, switch or reset
+#: updates each active one (`git clone --recurse-submodules` sets `submodule.active`), and a
+#: diff or `log -p` shows each one's own diff, by running git inside it.
+RECURSING = [("submodule.recurse", "true"), ("submodule.active", "."),
+             ("diff.submodule", "diff")]
+
+
+@pytest.mark.parametrize("yours", [[], RECURSING], ids=["default", "recursing"])
+def test_a_filter_in_a_repository_the_developer_nests_in_its_tree_never_runs(
+        env: Env, yours: list[tuple[str, str]]) -> None:
+    """git runs git inside a submodule to see whether its files changed (or, with your
+    `submodule.recurse` or `diff.submodule`, to check it out or show its diff), and that git
+    reads the submodule's own config, which Anima never saw: a Developer that makes a
+    repository in its worktree, with a filter and a diff driver, and commits it as a
+    submodule, would have Anima's git (unconfined) run them."""
     root = make_repo(env)
+    for key, value in yours:
+        git(root, "config", key, value)
     repo = GitRepo.open(root)
     worktree = env.tmp / "worktree"
     repo.add_worktree(worktree, BRANCH, "main")
     sub = worktree / "sub"
     sub.mkdir()
     git(sub, "init", "-q", "-b", "main")
-    git(sub, "config", "filter.nested.clean", env.program("nested", "cat"))
-    write(sub, ".gitattributes", "* filter=nested\n")
+    for driver in ("filter.nested.clean", "filter.nested.smudge", "diff.nested.command"):
+        git(sub, "config", driver, env.program("nested", "cat"))
+    write(sub, ".gitattributes", "* filter=nested diff=nested\n")
     write(sub, "a", "a\n")
     git(sub, "add", "-A")
     git(sub, "-c", "user.name=Dev", "-c", "user.email=dev@example.invalid", "commit", "-q",
         "-m", "nested")
-    git(worktree, "add", "sub")  # the Developer commits it as a submodule (Anima would not)
+    write(worktree, ".gitmodules", '[submodule "sub"]\n\tpath = sub\n\turl = ./sub\n')
+    # the Developer commits it as a submodule (Anima would not)
+    git(worktree, "add", "sub", ".gitmodules")
     git(worktree, "-c", "user.name=Dev", "-c", "user.email=dev@example.invalid", "commit", "-q",
         "-m", "feat: a submodule")
     dev = GitRepo.open(worktree)
@@ -472,8 +487,11 @@ def test_a_filter_in_a_repository_the_developer_nests_in_its_tree_never_runs(env
         "switch away and back": lambda: (dev.switch("main-copy"), dev.switch(BRANCH)),
         "leftovers": lambda: (write(worktree, "b.txt", "b\n"), dev.commit_leftovers("feat: b")),
         "stash": lambda: (write(worktree, "c.txt", "c\n"), dev.stash_all("anima-test")),
-        "abort a merge": lambda: (git(worktree, "merge", "--no-commit", "--no-ff", "main-copy",
-                                      check=False), dev.end_operations("abort", BRANCH)),
+        "abort a merge": lambda: (git(worktree, "-c", "submodule.recurse=false", "merge",
+                                      "--no-commit", "--no-ff", "main-copy", check=False),
+                                  dev.end_operations("abort", BRANCH)),
+        "the Changes view": lambda: diff_between(dev, "main", BRANCH, "whole milestone"),
+        "put the branch back": lambda: dev.reset_branch(BRANCH, dev.resolve("HEAD~1") or ""),
     }
     git(root, "branch", "main-copy", "main")
     for name, step in steps.items():

@@ -41,6 +41,7 @@ from tests.conftest import FakeClaude, run_git
 from tests.helpers import (
     engine_held,
     hold,
+    ignored_dotenv,
     make_project,
     milestone_md,
     record,
@@ -447,6 +448,50 @@ def test_a_filter_the_developer_defines_in_its_gitconfig_never_runs_in_animas_gi
     assert "*.txt filter=evil" in run_git(project, "show", "main:.gitattributes")
     assert (project / "features" / "F1.txt").is_file()  # checked out by Anima's merge
     assert not ran.exists(), ran.read_text()
+
+
+#: The Developer's repository nested in its worktree, committed as a submodule: its own
+#: config names `{program}` as a filter and a diff driver for all its files.
+NESTED_REPO = [
+    "git init -q -b main sub",
+    *(f"git -C sub config {key} {{program}}"
+      for key in ("filter.nested.clean", "filter.nested.smudge", "diff.nested.command")),
+    "echo '* filter=nested diff=nested' > sub/.gitattributes && echo a > sub/a",
+    "git -C sub add -A && git -C sub -c user.name=Dev -c user.email=dev@example.invalid "
+    "commit -qm nested",
+    "printf '[submodule \"sub\"]\\n\\tpath = sub\\n\\turl = ./sub\\n' > .gitmodules",
+    "git add sub .gitmodules && git commit -qm 'feat: a submodule'",
+]
+
+
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_a_repository_the_developer_nests_runs_none_of_its_programs_in_animas_git(
+        git_repo: Path, fake: FakeClaude, tmp_path: Path, mode: str) -> None:
+    """Your repository goes into submodules (`submodule.recurse`, `diff.submodule=diff`),
+    and keeps a `.env` out of commits (so each round's commits are read as patches): a
+    repository the Developer nests in its tree, with a filter and a diff driver in its own
+    config, would have them run by Anima's git, as you, outside any sandbox."""
+    ignored_dotenv(git_repo, "API_TOKEN=not-a-real-token-0123456789abcdef\n")
+    for key, value in (("submodule.recurse", "true"), ("submodule.active", "."),
+                       ("diff.submodule", "diff")):
+        run_git(git_repo, "config", key, value)
+    project = project_with(git_repo, mode)
+    ran, agents_ran = tmp_path / "nested-ran", fake.root / "nested-ran-for-an-agent"
+    program = fake.root / "nested.sh"  # visible to the agents: the agent's program
+    program.write_text(f'#!/bin/sh\nif [ -n "$ANIMA_AGENT" ]; then echo "$*" >> {agents_ran}; '
+                       f'else echo "$*" >> {ran}; fi\ncat\n', encoding="utf-8")
+    program.chmod(0o755)
+    fake.write_script({"developer": [{"shell": [
+        *(command.format(program=program) for command in NESTED_REPO),
+        "touch -d '+1 minute' sub/a",  # it looks changed: git must read it through the filter
+        # the tree left on a commit without the submodule: Anima switches back to the branch
+        "git -c submodule.recurse=false switch -q -c elsewhere HEAD~1"], "auto": True}]})
+    run_engine(project)
+
+    assert agents_ran.exists()  # the control: the Developer's own git ran it
+    assert not ran.exists(), ran.read_text()
+    assert run_git(project, "ls-tree", "main", "sub").startswith("160000 commit ")
+    assert_merged_after_final_acceptance(project)
 
 
 # ------------------------------------------- 5. checks cannot push
