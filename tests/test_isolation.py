@@ -494,6 +494,33 @@ def test_a_repository_the_developer_nests_runs_none_of_its_programs_in_animas_gi
     assert_merged_after_final_acceptance(project)
 
 
+def test_a_gitmodules_git_refuses_is_rejected_before_review_and_never_reaches_main(
+        git_repo: Path, fake: FakeClaude, tmp_path: Path) -> None:
+    """A `.gitmodules` naming a command as a submodule's update (`update = !cmd`) is one git
+    refuses, as a host that checks pushes does: every diff of Anima's in the worktree failed
+    on it ("invalid value for 'submodule.sub.update'"), and so did its check of the round's
+    trees, whose words named no tree: the milestone failed at its first round, and again at
+    each resume. The round is rejected naming it, like a tree git refuses, and the command
+    never runs."""
+    project = project_with(git_repo, "auto")
+    ran = tmp_path / "update-ran"
+    fake.write_script({"developer": [
+        {"shell": [*NESTED_REPO[:1], *NESTED_REPO[4:6],
+                   f"printf '[submodule \"sub\"]\\n\\tpath = sub\\n\\turl = ./sub\\n"
+                   f"\\tupdate = !touch {ran}\\n' > .gitmodules", NESTED_REPO[-1]],
+         "auto": True},
+        {"shell": ["git rm -q --cached sub .gitmodules", "rm -rf sub .gitmodules"],
+         "auto": True}]})
+    run_engine(project)
+
+    first = record(project, "m1").iterations[0]
+    assert first.verdict is Verdict.REJECTED and "gitmodulesUpdate" in first.reason, first.reason
+    assert "in .gitmodules" in first.reason
+    assert_merged_after_final_acceptance(project)
+    assert run_git(project, "ls-tree", "main", ".gitmodules", "sub") == ""
+    assert not ran.exists()
+
+
 # ------------------------------------------- 5. checks cannot push
 
 

@@ -14,6 +14,7 @@ from typing import BinaryIO
 
 from anima.errors import GitError
 from anima.git.repo import (
+    DIFF_SUBMODULES,
     RepoBase,
     short_hash,
 )
@@ -117,7 +118,7 @@ class History(RepoBase):
         """The paths base..commit changes (all of them, or those under `paths`), in git's
         order (by path)."""
         _, out, _ = self._run(
-            ["diff", "--raw", "-z", "--no-renames", "--no-abbrev",
+            ["diff", DIFF_SUBMODULES, "--raw", "-z", "--no-renames", "--no-abbrev",
              f"{self._rev_arg(base)}^{{commit}}", f"{self._rev_arg(commit)}^{{commit}}", "--",
              *paths],
             what=f"Cannot diff {short_hash(base)}..{short_hash(commit)} in {self.root}",
@@ -153,7 +154,8 @@ class History(RepoBase):
                 *([f"^{self._rev_arg(main)}"] if main else [])]
         what = f"Cannot read the commits {short_hash(since)}..{short_hash(tip)}"
         in_headers = self._headers_holding(revs, wanted, holds, what) if wanted else set()
-        args = ["-c", "core.quotepath=false", "log", "--reverse", "--no-renames", "--no-color",
+        args = ["-c", "core.quotepath=false", "log", DIFF_SUBMODULES, "--reverse",
+                "--no-renames", "--no-color",
                 "--no-ext-diff", "--no-textconv", "--full-history", "--src-prefix=a/",
                 "--dst-prefix=b/", f"--format=%x00{mark}%H%n%B%x00{mark}", "-p", "--cc",
                 *revs, "--"]
@@ -216,11 +218,12 @@ class History(RepoBase):
                            ) -> tuple[str, str, str] | None:
         """The oldest commit of `since..tip` (and not of `main`) that adds a tree git's own
         checks refuse (an entry named `.git` in any spelling some system's checkout takes for
-        it, `.`, `..`, an empty name, one with `/`): (commit, the tree's folder, git's
-        words), or None. git will not check out or index such a path, and a host that checks
-        pushes refuses a history holding it. Only the trees these commits add are checked,
-        by git itself (`index-pack --strict` of a pack of them): two git calls, whatever the
-        size of the repository."""
+        it, `.`, `..`, an empty name, one with `/`; a `.gitmodules` naming a command as a
+        submodule's update, or a URL or path git would take for an option): (commit, the
+        tree's folder or the file, git's words), or None. git will not check out or index
+        such a path, and a host that checks pushes refuses a history holding it. Only the
+        trees these commits add are checked, by git itself (`index-pack --strict` of a pack
+        of them): two git calls, whatever the size of the repository."""
         revs = [f"{self._rev_arg(since)}..{self._rev_arg(tip)}",
                 *([f"^{self._rev_arg(main)}"] if main else [])]
         what = f"Cannot check the trees of {short_hash(since)}..{short_hash(tip)}"
@@ -233,16 +236,17 @@ class History(RepoBase):
                                       f"{folder}/trees.pack"], check=False)
         if code == 0:
             return None
-        added = self._added_trees(revs, what)
+        added = self._added_objects(revs, what)
         for line in err.splitlines():  # "error: object <id>: hasDotgit: contains '.git'"
-            if (tree := next((i for i in _OBJECT_ID.findall(line) if i in added), None)):
-                first, where = added[tree]
+            if (found := next((i for i in _OBJECT_ID.findall(line) if i in added), None)):
+                first, where = added[found]
                 words = line.removeprefix("error: ").removeprefix("fatal: ")
-                return first, where, words.replace(f"object {tree}: ", "")
+                return first, where, words.replace(f"object {found}: ", "")
         self._failed(["index-pack", "--strict"], what, err.strip())
 
-    def _added_trees(self, revs: Sequence[str], what: str) -> dict[str, tuple[str, str]]:
-        """Each tree the commits of `revs` add: (the oldest commit that has it, its folder)."""
+    def _added_objects(self, revs: Sequence[str], what: str) -> dict[str, tuple[str, str]]:
+        """Each tree and file the commits of `revs` add: (the oldest commit that has it, its
+        path). git's checks of a tree read its `.gitmodules` file too."""
         # each new object after the first commit that has it, with its path
         _, listed, _ = self._run(["rev-list", "--objects", "--in-commit-order", "--reverse",
                                   *revs, "--"], what=what)
@@ -252,11 +256,11 @@ class History(RepoBase):
         commit = ""
         for line in os.fsdecode(typed).splitlines():
             kind, _, rest = line.partition(" ")
-            name, _, folder = rest.partition(" ")
+            name, _, path = rest.partition(" ")
             if kind == "commit":
                 commit = name
-            elif kind == "tree":
-                added.setdefault(name, (commit, folder))
+            elif kind in ("tree", "blob"):
+                added.setdefault(name, (commit, path))
         return added
 
     def _blob_holds(self, commit: str, path: str, wanted: Sequence[bytes]) -> bool:
@@ -287,8 +291,9 @@ class History(RepoBase):
     def _diff_args(self, old: str, new: str, options: Sequence[str]) -> list[str]:
         """Prefixes, colour, external and textconv drivers are pinned so a user's git config
         cannot change the format the parser reads."""
-        return ["-c", "core.quotepath=false", "diff", "--no-color", "--no-ext-diff",
-                "--no-textconv", "--no-relative", "-M", "--src-prefix=a/", "--dst-prefix=b/",
+        return ["-c", "core.quotepath=false", "diff", DIFF_SUBMODULES, "--no-color",
+                "--no-ext-diff", "--no-textconv", "--no-relative", "-M", "--src-prefix=a/",
+                "--dst-prefix=b/",
                 *options, f"{self._rev_arg(old)}^{{commit}}", f"{self._rev_arg(new)}^{{commit}}",
                 "--"]
 

@@ -17,6 +17,7 @@ from anima.git.branches import BranchOps
 from anima.git.history import History
 from anima.git.locks import admin_dir
 from anima.git.repo import (
+    DIFF_SUBMODULES,
     IN_PROGRESS,
     StatusEntry,
     listing,
@@ -272,8 +273,8 @@ class Merging(BranchOps, History, Worktrees):
         written = []
         for path in sorted(touched):
             blob = self.blob(merge, path)
-            staged = self._run(["diff", "--cached", "--quiet", before, "--", path],
-                               check=False)[0] == 0
+            staged = self._run(["diff", DIFF_SUBMODULES, "--cached", "--quiet", before, "--",
+                                path], check=False)[0] == 0
             gone = blob is None and not os.path.lexists(self.root / path)
             if staged and (gone or self._reads_as(path, blob)):
                 written.append(path)
@@ -304,7 +305,8 @@ class Merging(BranchOps, History, Worktrees):
         aside = {}
         for rel, content in replaceable.items():
             if rel in touched and self._reads_as(rel, content) and self._run(
-                    ["diff", "--cached", "--quiet", merge, "--", rel], check=False)[0] != 0:
+                    ["diff", DIFF_SUBMODULES, "--cached", "--quiet", merge, "--", rel],
+                    check=False)[0] != 0:
                 path = self.root / rel
                 aside[path] = _aside(path)
                 os.replace(path, aside[path])
@@ -317,8 +319,8 @@ class Merging(BranchOps, History, Worktrees):
         checkout would overwrite), unless the file already reads as the merge has it (a kill
         right after the checkout followed) or is a replaceable one as it was."""
         listed = {e.path for e in entries if e.path in touched}
-        _, out, _ = self._run(["diff", "--name-only", "--no-renames", "--diff-filter=A", "-z",
-                               before, merge, "--"])
+        _, out, _ = self._run(["diff", DIFF_SUBMODULES, "--name-only", "--no-renames",
+                               "--diff-filter=A", "-z", before, merge, "--"])
         added = {os.fsdecode(p) for p in out.split(b"\0") if p}
         listed |= {p for p in added if os.path.lexists(self.root / p)}  # untracked, ignored
         return [path for path in sorted(listed)

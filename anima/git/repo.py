@@ -58,6 +58,13 @@ def listing(paths: Sequence[str], limit: int = _MAX_LISTED) -> str:
 
 
 
+#: For every diff and patch Anima reads: no submodule's settings are read (the worktree's
+#: `.gitmodules` is the Developer's, and one git refuses, `update = !cmd`, fails every diff
+#: that does) and no submodule's files are compared (that runs git inside it). A commit that
+#: changes a submodule still shows as changing it.
+DIFF_SUBMODULES = "--ignore-submodules=dirty"
+
+
 #: Files up to this size are fingerprinted by content (rewritten as they were, they compare
 #: equal); a bigger one (a test's sparse 100 GB image) by its inode's times, or reading it
 #: would take minutes and more memory than the machine has.

@@ -365,7 +365,8 @@ class BranchKeeper:
         self._note([note])
         return (f"{note}. Commit your work again without that path: a name git itself would "
                 "take for its own folder (`.git` in any case or spelling), `.`, `..`, an "
-                "empty one or one holding `/`.")
+                "empty one or one holding `/`; or without what git refuses in `.gitmodules` "
+                "(a command as a submodule's `update`, a URL or path starting with `-`).")
 
     def after_developer_turn(self, findings: TurnFindings, settled: list[str]) -> None:
         """Undo what a Developer turn may not do, and say so; the round is rejected for it.
