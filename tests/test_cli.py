@@ -147,7 +147,7 @@ def test_add_registers_and_status_json_has_the_contract_shape(tmp_path: Path) ->
     status = anima("status", str(tmp_path), "--json")
     assert status.returncode == 0, status.stderr
     data = json.loads(status.stdout)
-    assert set(data) == {"state", "milestones", "sandbox"}
+    assert set(data) == {"state", "milestones", "sandbox", "dependencies"}
     assert set(data["sandbox"]) == {"mode", "confined", "problem"}
     assert data["sandbox"]["mode"] == "auto"  # the default
     assert data["state"]["status"] == "sleeping"

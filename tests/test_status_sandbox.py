@@ -76,7 +76,7 @@ def test_without_bubblewrap_auto_says_why_agents_are_not_confined(project: Path)
     assert data["sandbox"] == {"mode": "auto", "confined": False,
                                "problem": sandbox.NOT_INSTALLED}
     # Additive: the keys scripts read are all still there, as they were.
-    assert set(data) == {"state", "milestones", "sandbox"}
+    assert set(data) == {"state", "milestones", "sandbox", "dependencies"}
     assert data["state"]["status"] == "sleeping"
     assert [(m["id"], m["status"]) for m in data["milestones"]] == [("greeter", "pending")]
 
