@@ -21,7 +21,7 @@ git would run git inside it, with its filters, to see whether its files changed,
 out or to show its diff. None of Anima's commands looks inside a submodule (its status ignores
 their files, its switches are quiet, and `NO_AGENT_CODE` turns off the human's settings that
 recurse), so none runs. The human's own git commands are untouched; so is the agents' git
-(`AGENT_GIT_ENV`).
+(`AGENT_GIT_ENV`), but for the reviewer's fsmonitor (`REVIEWER_GIT_CONFIG`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +100,21 @@ AGENT_REFLOG_MARK = "anima-agent"
 #: The agents' own git sees the real objects as well (the Acceptor reviews what is merged),
 #: and marks the ref moves it makes.
 AGENT_GIT_ENV = {"GIT_NO_REPLACE_OBJECTS": "1", "GIT_REFLOG_ACTION": AGENT_REFLOG_MARK}
+
+#: Settings the reviewer's git takes from its environment (`GIT_CONFIG_PARAMETERS`, which
+#: outranks a repository's own config and which git hands on to the git it runs in a
+#: submodule): its plain `git status` looks into each repository the Developer nests in the
+#: tree it reviews, whose own `core.fsmonitor` command would run there.
+REVIEWER_GIT_CONFIG = ("core.fsmonitor=false",)
+_PARAMETERS = "GIT_CONFIG_PARAMETERS"
+
+
+def reviewer_git_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """`REVIEWER_GIT_CONFIG` after the settings `environ` passes to git already (the human's
+    `git -c`, when Anima runs under git): later ones win."""
+    ours = " ".join(f"'{setting}'" for setting in REVIEWER_GIT_CONFIG)
+    inherited = environ.get(_PARAMETERS, "").strip()
+    return {_PARAMETERS: f"{inherited} {ours}" if inherited else ours}
 
 #: Settings of the global and system config that shape what git reads as the tree or may
 #: touch, carried over to Anima's git as plain values (none names a program). Without the

@@ -118,7 +118,7 @@ class Confinement:
     #: read-only reviewer).
     writable: tuple[Path, ...] = ()
     #: Existing paths bound read-only on top of a writable bind (other branches' ref files;
-    #: the reviewer's CLI instructions in its home).
+    #: the reviewer's CLI instructions and git config in its home).
     protected: tuple[Path, ...] = ()
     #: Bound read-write elsewhere, as (real path, where it appears): the CLI's login file in
     #: the private HOME; the Developer's own object store over the repository's `objects/`.
@@ -357,12 +357,23 @@ def own_paths(home: Path, names: tuple[str, ...]) -> list[Path]:
     return made
 
 
+#: What git reads in the private HOME (`environment`): its global config, and the attributes
+#: and ignore files of `$XDG_CONFIG_HOME/git`. Bound read-only for a reviewer
+#: (`MilestoneSandbox.confine`).
+GIT_HOME = (".gitconfig", ".config/git/")
+
+
 def prepare_home(home: Path, identity: tuple[str | None, str | None]) -> None:
     """Make the private HOME: a `.gitconfig` with the human's identity and no automatic gc,
-    and nothing else (the user's real one may define filters or hooks that would run inside).
-    What the agent's CLI needs there is its backend's (`Backend.prepare_home`). Idempotent."""
+    an empty `.config/git/`, and nothing else (the user's real one may define filters or
+    hooks that would run inside; an agent's earlier process may have left its own). What the
+    agent's CLI needs there is its backend's (`Backend.prepare_home`). Idempotent."""
     own_dir(home)
     write_text_atomic(home / ".gitconfig", _gitconfig(*identity))
+    git_folder = home / ".config" / "git"
+    if git_folder.is_dir() and not git_folder.is_symlink():
+        shutil.rmtree(git_folder)
+    own_dir(git_folder)
 
 
 def carry_login(real: Path, placeholder: Path) -> tuple[tuple[Path, Path], ...]:

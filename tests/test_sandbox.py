@@ -382,6 +382,18 @@ def test_prepare_home_writes_through_no_symlink(world: World) -> None:
     assert (home / ".gitconfig").read_text() == "[gc]\n\tauto = 0\n"
 
 
+def test_prepare_home_forgets_the_git_settings_an_earlier_process_left(world: World) -> None:
+    """The private HOME is kept across restarts; what git reads there is Anima's again at each
+    start (an Acceptor's run Developer code could have written it before it was protected)."""
+    home = world.state / "home"
+    (home / ".config" / "git").mkdir(parents=True)
+    (home / ".config" / "git" / "attributes").write_text("* diff=lgtm\n")
+    (home / ".gitconfig").write_text("[diff]\n\texternal = /bin/lgtm\n")
+    world.prepare(home, (None, None))
+    assert (home / ".gitconfig").read_text() == "[gc]\n\tauto = 0\n"
+    assert (home / ".config" / "git").is_dir() and not any((home / ".config" / "git").iterdir())
+
+
 def _sleepers(tag: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):

@@ -18,7 +18,7 @@ from pathlib import Path
 from anima import sandbox
 from anima.errors import ConfigError, GitError
 from anima.git.locks import admin_dir
-from anima.git_options import human_config
+from anima.git_options import human_config, reviewer_git_env
 from anima.loop.checks import Confine
 from anima.paths import ProjectPaths
 
@@ -142,7 +142,9 @@ class MilestoneSandbox:
         sandbox.prepare_home(home, self._user_identity())
         rw_files = cli_home(home, Path.home()) if cli_home is not None else ()
         if role in _READS_ONLY:
-            protected += sandbox.own_paths(home, cli_config)
+            # Its git config too: the Developer's code, which its plain `git status` may run
+            # (a repository nested in the tree), would set what its later `git diff` shows.
+            protected += sandbox.own_paths(home, (*sandbox.GIT_HOME, *cli_config))
         c = sandbox.Confinement(
             cwd=worktree, home=home, tmp=state / "tmp",
             writable=(*writable, *git.writable, *extra),
@@ -150,7 +152,10 @@ class MilestoneSandbox:
             rebound=(*rw_files, *git.rebound), rebound_ro=git.rebound_ro,
             visible=self._visible, hidden=_hidden(),
             hidden_files=_hidden_files())
-        return lambda argv: (sandbox.wrap(argv, c), sandbox.environment(c))
+        env = sandbox.environment(c)
+        if role in _READS_ONLY:
+            env |= reviewer_git_env(os.environ)
+        return lambda argv: (sandbox.wrap(argv, c), env)
 
     def _user_identity(self) -> tuple[str | None, str | None]:
         """The human's git identity, for the agents' private global config (their commits
