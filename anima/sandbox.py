@@ -136,11 +136,14 @@ class Confinement:
     #: Files read as empty, sockets no connect reaches (`/dev/null` in their place): tokens
     #: no build needs, daemons that act as root.
     hidden_files: tuple[Path, ...] = ()
+    #: Folders shown empty and read-only (a tmpfs), over every other mount: the submodules of
+    #: a tree the process only reads, whose own repositories its git would run commands of.
+    emptied: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         files = [p for pair in (*self.rebound, *self.rebound_ro) for p in pair]
         for path in (self.cwd, self.home, self.tmp, *self.writable, *self.protected, *files,
-                     *self.visible, *self.hidden, *self.hidden_files):
+                     *self.visible, *self.hidden, *self.hidden_files, *self.emptied):
             if not path.is_absolute():
                 raise ValueError(f"sandbox paths must be absolute: {path}")
 
@@ -177,7 +180,7 @@ def _named(word: str, covered: tuple[Path, ...]) -> str:
 def wrap(argv: list[str], c: Confinement) -> list[str]:
     """`argv` run inside bubblewrap under `c`. Later mounts cover earlier ones, so the order
     is the policy: all read-only, private /tmp, hidden, visible again, writable, rebound,
-    protected. A path `argv` names through a symlink those mounts cover (a CLI's folder
+    protected, emptied. A path `argv` names through a symlink those mounts cover (a CLI's folder
     linked under /tmp) is named by its real path."""
     c.home.mkdir(parents=True, exist_ok=True)
     c.tmp.mkdir(parents=True, exist_ok=True)
@@ -201,6 +204,9 @@ def wrap(argv: list[str], c: Confinement) -> list[str]:
     for path in c.protected:
         if path.exists():
             args += ["--ro-bind", _real(path), _real(path)]
+    for path in c.emptied:
+        if path.is_dir():
+            args += ["--tmpfs", _real(path), "--remount-ro", _real(path)]
     covered = (Path("/tmp"), *(Path(_real(path)) for path in c.hidden if path.is_dir()))
     named = [_named(word, covered) for word in argv]
     return [*args, "--chdir", _real(c.cwd), *_FLAGS, "--", *named]

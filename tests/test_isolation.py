@@ -52,6 +52,7 @@ from tests.test_integrity import report
 from tests.test_recovery import (
     AUTO,
     ONE,
+    TWO,
     Runner,
     our_processes_fixture,  # noqa: F401 - the fixture `our_processes`
     run_to_end,
@@ -516,9 +517,10 @@ def test_a_repository_the_developer_nests_cannot_change_what_the_acceptors_git_s
     """A plain `git status` of the Acceptor's looks into every submodule in its tree, so a
     repository the Developer nests there had its own commands run in the Acceptor's sandbox,
     and these could write the Acceptor's git config: its later `git diff` showed what the
-    Developer chose (the Developer grading itself). The Acceptor still sees the submodule's
-    commit change, and the feature's."""
-    project = project_with(git_repo, "auto")
+    Developer chose (the Developer grading itself). Nested in the second round, after the
+    Acceptor started; the Acceptor still sees the submodule's commit change, and the
+    features'."""
+    project = project_with(git_repo, "auto", {"m1": TWO})
     ran, lgtm, hook = (fake.root / name for name in ("hook-ran", "lgtm.sh", "hook.sh"))
     lgtm.write_text('#!/bin/sh\necho "LGTM: nothing changed"\n', encoding="utf-8")
     hook.write_text(NESTED_HOOK.format(ran=ran, lgtm=lgtm), encoding="utf-8")
@@ -526,7 +528,7 @@ def test_a_repository_the_developer_nests_cannot_change_what_the_acceptors_git_s
         program.chmod(0o755)
     seen = fake.root / "acceptor-saw"
     fake.write_script({
-        "developer": [{"shell": [
+        "developer": [AUTO, {"shell": [
             "git init -q -b main sub && echo a > sub/a && git -C sub add -A",
             "git -C sub -c user.name=Dev -c user.email=dev@example.invalid commit -qm nested",
             *(command.format(hook=hook) for command in NESTED_HOOKS[hook_kind]),
@@ -534,7 +536,7 @@ def test_a_repository_the_developer_nests_cannot_change_what_the_acceptors_git_s
             "printf '[submodule \"sub\"]\\n\\tpath = sub\\n\\turl = ./sub\\n"
             "\\tignore = none\\n' > .gitmodules",
             "git add sub .gitmodules && git commit -qm 'feat: a submodule'"], "auto": True}],
-        "acceptor": [{"shell": [f"git status > {seen}.status 2>&1",
+        "acceptor": [AUTO, {"shell": [f"git status > {seen}.status 2>&1",
                                 f"git diff main > {seen} 2>&1",
                                 f"git config --global --list > {seen}.config"],
                       "auto": True}]})
@@ -543,12 +545,12 @@ def test_a_repository_the_developer_nests_cannot_change_what_the_acceptors_git_s
     assert ran.exists()  # the control: the Developer's own git ran it
     diff = seen.read_text(encoding="utf-8")
     assert "LGTM" not in diff, diff
-    assert "+Subproject commit " in diff and "+++ b/features/F1.txt" in diff, diff
+    assert "+Subproject commit " in diff and "+++ b/features/F2.txt" in diff, diff
     config = Path(f"{seen}.config").read_text(encoding="utf-8")
     assert "user.name=" in config and "lgtm" not in config, config
-    if hook_kind == "fsmonitor":  # the reviewer's git runs no fsmonitor command
-        acceptor_home = ProjectPaths(project).agent_state("m1", "acceptor") / "home"
-        assert str(acceptor_home) not in ran.read_text(encoding="utf-8")
+    # The Acceptor's git ran none of the nested repository's commands.
+    acceptor_home = ProjectPaths(project).agent_state("m1", "acceptor") / "home"
+    assert str(acceptor_home) not in ran.read_text(encoding="utf-8")
     assert_merged_after_final_acceptance(project)
 
 

@@ -344,6 +344,19 @@ def test_read_only_reviewer(world: World) -> None:
     assert world.run("cat work.txt && echo x > /tmp/x && echo y > ~/y", c).returncode == 0
 
 
+def test_emptied_folders_are_empty_and_read_only_over_a_writable_tree(world: World) -> None:
+    """A nested repository's folder, shown empty (its `.git` too) even inside the writable
+    worktree: git finds no repository there to run the commands of."""
+    nested = world.m1 / "sub"
+    (nested / ".git").mkdir(parents=True)
+    (nested / "a").write_text("a\n")
+    c = world.confine(emptied=(nested,))
+    assert world.run("ls -A sub", c).stdout == ""
+    assert world.run("touch sub/b", c).returncode != 0
+    assert world.run("echo more >> work.txt", c).returncode == 0
+    assert sorted(p.name for p in nested.iterdir()) == [".git", "a"]
+
+
 def test_hidden_folders_show_only_what_is_visible(world: World) -> None:
     """Hide the user's whole HOME (keys, tokens), show the project inside it again."""
     c = world.confine(hidden=(world.root,), visible=(world.repo,))

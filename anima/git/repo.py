@@ -439,6 +439,14 @@ class RepoBase:
             f"Cannot tell whether {a} is an ancestor of {b} in {self.root}: {err.strip()}"
         )
 
+    def gitlinks(self) -> list[str]:
+        """The index's submodules (gitlinks): where a `git status` or `git diff` in the tree
+        runs git in the folder's own repository, when it has one."""
+        _, out, _ = self._run(["ls-files", "-s", "-z"],
+                              what=f"Cannot read the index of {self.root}")
+        entries = (item.partition(b"\t") for item in out.split(b"\0") if item)
+        return [os.fsdecode(path) for meta, _, path in entries if meta.startswith(b"160000 ")]
+
     def dirty_paths(self) -> list[str]:
         """Uncommitted changes and untracked files outside `.anima/`, in git's order."""
         return [e.path for e in self._status().entries if not is_under_anima(e.path)]

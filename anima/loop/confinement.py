@@ -10,6 +10,7 @@ and the other branches, other worktrees and `~/.gitconfig` stay read-only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from anima import sandbox
 from anima.errors import ConfigError, GitError
+from anima.git import GitRepo
 from anima.git.locks import admin_dir
 from anima.git_options import human_config, reviewer_git_env
 from anima.loop.checks import Confine
@@ -24,6 +26,8 @@ from anima.paths import ProjectPaths
 
 #: (private HOME, the user's real HOME) -> (real file, file in the private HOME) to bind rw.
 CliHome = Callable[[Path, Path], tuple[tuple[Path, Path], ...]]
+#: Nested repositories of a worktree: (submodule path, its folder's (device, inode)) each.
+_Nested = tuple[tuple[str, tuple[int, int]], ...]
 #: Extra folders confined processes may write (a shared build cache), separated by ':'.
 WRITABLE_VAR = "ANIMA_SANDBOX_WRITABLE"
 #: Writers of the agent's role: the Developer commits; the others do not touch git.
@@ -108,6 +112,8 @@ class MilestoneSandbox:
         self.active = active
         self._common_dir = common_dir
         self._visible = (paths.root, *visible)
+        #: role -> the nested repositories its running process's sandbox shows empty
+        self._emptied: dict[str, _Nested] = {}
 
     @classmethod
     def off(cls) -> MilestoneSandbox:
@@ -141,21 +147,57 @@ class MilestoneSandbox:
         state, home = self.paths.agent_state(self.id, role), self.home(role)
         sandbox.prepare_home(home, self._user_identity())
         rw_files = cli_home(home, Path.home()) if cli_home is not None else ()
+        emptied: tuple[Path, ...] = ()
         if role in _READS_ONLY:
-            # Its git config too: the Developer's code, which its plain `git status` may run
-            # (a repository nested in the tree), would set what its later `git diff` shows.
+            # Its git config too: the Developer's code, which its commands may run, would set
+            # what its later `git diff` shows.
             protected += sandbox.own_paths(home, (*sandbox.GIT_HOME, *cli_config))
+            self._emptied[role] = nested = self._nested_repositories()
+            emptied = tuple(worktree / rel for rel, _ in nested)
         c = sandbox.Confinement(
             cwd=worktree, home=home, tmp=state / "tmp",
             writable=(*writable, *git.writable, *extra),
             protected=(*protected, *git.protected),
             rebound=(*rw_files, *git.rebound), rebound_ro=git.rebound_ro,
             visible=self._visible, hidden=_hidden(),
-            hidden_files=_hidden_files())
+            hidden_files=_hidden_files(), emptied=emptied)
         env = sandbox.environment(c)
         if role in _READS_ONLY:
             env |= reviewer_git_env(os.environ)
         return lambda argv: (sandbox.wrap(argv, c), env)
+
+    def outdated(self, role: str) -> str | None:
+        """Why `role`'s running process must start again before its next turn, or None: the
+        tree it reads has a nested repository its sandbox does not show empty (made, or its
+        folder replaced, since the process started)."""
+        if role not in self._emptied or not self.active:
+            return None
+        now = self._nested_repositories()
+        if now == self._emptied[role]:
+            return None
+        names = sorted({rel for rel, _ in now} - {rel for rel, _ in self._emptied[role]})
+        return ("its sandbox shows empty the submodules with a repository of their own in the "
+                f"tree{': ' + ', '.join(names) if names else ''} (they changed since it started)")
+
+    def _nested_repositories(self) -> _Nested:
+        """The worktree's submodules that hold a repository of their own (a `.git` of any
+        kind), each with its folder's identity (a folder made anew is another one, which an
+        earlier sandbox does not cover): a `git status` or `git diff` in the tree runs git
+        there, with that repository's filters, fsmonitor and hooks, which are the
+        Developer's. A submodule's folder reached through a link is left: git goes through
+        none. Read from the index, which a reviewer cannot write."""
+        worktree = self.paths.worktree(self.id)
+        real = os.path.realpath(worktree)
+        found = []
+        for rel in GitRepo.open(self.paths.root).worktree_repo(worktree).gitlinks():
+            folder = worktree / rel
+            if os.path.realpath(folder) != os.path.join(real, rel) or \
+                    not os.path.lexists(folder / ".git"):
+                continue
+            with contextlib.suppress(OSError):
+                st = folder.stat()
+                found.append((rel, (st.st_dev, st.st_ino)))
+        return tuple(found)
 
     def _user_identity(self) -> tuple[str | None, str | None]:
         """The human's git identity, for the agents' private global config (their commits

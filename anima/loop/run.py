@@ -147,7 +147,8 @@ class MilestoneRun:
                            make_agent=agents, dialects=dialects, bus=bus, control=control,
                            ledger=self.ledger, save=self._save, log_line=self._log,
                            request_pause=self._request_pause, accounts=accounts,
-                           branches=branches, confined=self.sandbox.active)
+                           branches=branches, confined=self.sandbox.active,
+                           outdated=self.sandbox.outdated)
         self._guard = (TurnGuard if self.sandbox.active else RestoringGuard)(
             store.paths, repo, record.id)
         self.branch = BranchKeeper(record=record, repo=repo, guard=self._guard, ledger=self.ledger,

@@ -105,9 +105,13 @@ class Seats:
                  save: Callable[[], None], log_line: Callable[[str], None],
                  request_pause: Callable[[str], None],
                  accounts: Mapping[str, AccountGate] | None = None,
-                 branches: BranchEpoch | None = None, confined: bool = False) -> None:
+                 branches: BranchEpoch | None = None, confined: bool = False,
+                 outdated: Callable[[str], str | None] = lambda role: None) -> None:
         self.record = record
         self.confined = confined  # its agents run in the sandbox
+        #: why a role's running agent must start again before its next turn (its sandbox
+        #: no longer fits the tree: `MilestoneSandbox.outdated`), or None
+        self.outdated = outdated
         #: per role, the API account it shares with the agents of every running milestone
         #: that use the same vendor
         shared = AccountGate()
@@ -240,6 +244,9 @@ class Seats:
                         self._confined_at.get(role, 0) < self.branches.value:
                     self._log(f"{role}: restarted on its session, so the sandbox protects "
                               "the milestone branch made since it started")
+                    self.drop(role)
+                if role in self._agents and (why := self.outdated(role)) is not None:
+                    self._log(f"{role}: restarted, so that {why}")
                     self.drop(role)
                 agent = self._agent(role)
                 if (kept := self.record.limit_wait) is not None:
