@@ -64,7 +64,8 @@ def reference_status(project: Path) -> str:
     return Report(state=store.load_state(), milestones=sorted(
         records, key=lambda r: (r.created_at, r.id)), sandbox=Sandbox(
         mode=config.sandbox, confined=config.sandbox != "off" and problem is None,
-        problem=problem), dependencies=dependency_report(paths, scan.records, scan.dependencies)
+        problem=problem), dependencies=dependency_report(
+            paths, scan.records, scan.dependencies, scan.orphans)
     ).model_dump_json() + "\n"
 
 
@@ -148,6 +149,7 @@ def test_add_registers_and_status_json_has_the_contract_shape(tmp_path: Path) ->
     assert status.returncode == 0, status.stderr
     data = json.loads(status.stdout)
     assert set(data) == {"state", "milestones", "sandbox", "dependencies"}
+    assert data["dependencies"] == {}  # nothing holds it
     assert set(data["sandbox"]) == {"mode", "confined", "problem"}
     assert data["sandbox"]["mode"] == "auto"  # the default
     assert data["state"]["status"] == "sleeping"

@@ -220,17 +220,18 @@ def test_what_each_pending_milestone_waits_for_is_in_the_json_on_every_path(
         text = anima("status", str(project)).stdout
         for milestone_id, why in held.items():
             assert f"  {milestone_id} " in text and f"\n      {why['line']}\n" in text, text
-            if why["never_starts"] is not None:
+            if why["never_starts"] is not None and milestone_id != "h-deleted":
                 assert f"{milestones / milestone_id}.md: {why['never_starts']}" in problems
         assert text.count("never starts: depends_on") + text.count("waiting for ") \
-            == len(held), text
+            + text.count(".md is missing") == len(held), text
         return held
 
     first, problems, _ = status(project)
     again, problems_again, loaded = status(project)
     assert again == first and problems_again == problems and not loaded
     held = said(first, problems)
-    assert sorted(held) == ["c-self", "d-cancelled", "e-unknown", "f-gone", "g-waits"]
+    assert sorted(held) == ["c-self", "d-cancelled", "e-unknown", "f-gone", "g-waits",
+                            "h-deleted"]
     assert held["c-self"]["never_starts"] == "depends_on makes a cycle: c-self → c-self " \
                                              "(c-self names itself)"
     assert held["c-self"]["line"] == f"never starts: {held['c-self']['never_starts']} — fix " \
@@ -251,3 +252,58 @@ def test_what_each_pending_milestone_waits_for_is_in_the_json_on_every_path(
     scanned, scanned_problems, _ = status(project)
     assert json.loads(scanned)["dependencies"] == held
     assert said(scanned, scanned_problems) == held
+
+
+def test_a_pending_milestone_whose_md_is_gone_never_starts_in_the_json_on_every_path(
+        project: Path, tmp_path: Path) -> None:
+    """`anima status` says a pending record without its `.md` never starts; `--json`
+    listed it among the pending as if it would start, in "dependencies" or anywhere. It is
+    no problem of the files (the plain command prints none), whatever its record's
+    `depends_on` says: it never starts for want of its file, not waits."""
+    milestones = project / ".anima" / "milestones"
+    add(project, tmp_path, "c-waits", ["a-first"])
+    add(project, tmp_path, "d-cycle", ["d-cycle"])
+    for name in ("b-second", "c-waits", "d-cycle"):
+        (milestones / f"{name}.md").unlink()
+    text = anima("status", str(project))
+    for name in ("b-second", "c-waits", "d-cycle"):
+        why = f"{milestones / name}.md is missing (put it back to run it)"
+        assert f"  {name} " in text.stdout and f"\n      never starts: {why}\n" in text.stdout
+    assert "waiting for" not in text.stdout and text.stderr == ""
+    first, problems, _ = status(project)
+    again, problems_again, loaded = status(project)
+    assert (again, problems_again, loaded) == (first, problems, False)
+    assert problems == ""
+    held = json.loads(first)["dependencies"]
+    assert held == {name: {"waiting_for": [], "never_starts": why,
+                           "line": f"never starts: {why}"}
+                    for name in ("b-second", "c-waits", "d-cycle")
+                    for why in [f"{milestones / name}.md is missing (put it back to run it)"]}
+    assert first == reference_status(project)
+    # The full scan (a definition without its record) says the same.
+    (milestones / "e-new.md").write_text(milestone_md("New", ["X"]), encoding="utf-8")
+    scanned, scanned_problems, _ = status(project)
+    assert json.loads(scanned)["dependencies"] == held and scanned_problems == ""
+
+
+def test_an_ended_milestone_whose_md_defines_another_is_a_problem_on_every_path(
+        project: Path) -> None:
+    """The full scan reports a completed or cancelled milestone's `.md` changed since into
+    another milestone ("a milestone never runs twice"); the cached `--json` said nothing."""
+    md = project / ".anima" / "milestones" / "a-first.md"
+    edit_record(project, "a-first", status="completed", completed_at="2020-01-02T03:04:05Z")
+    assert anima("abort", str(project), "b-second").returncode == 0
+    status(project)
+    md.write_text(milestone_md("Something else", ["New"]), encoding="utf-8")
+    (project / ".anima" / "milestones" / "b-second.md").touch()  # the same one: no problem
+    said = f"{md}: differs from milestone a-first, which is completed: a milestone never runs twice"
+    assert said in anima("status", str(project)).stderr
+    out, problems, _ = status(project)
+    assert problems.startswith(f"problem: {said}") and problems.count("problem:") == 1
+    assert out == reference_status(project)
+    assert status(project) == (out, problems, False)  # kept for the next poll
+    (project / ".anima" / "milestones" / "c-new.md").write_text(milestone_md("New", ["X"]),
+                                                               encoding="utf-8")
+    assert status(project)[1] == problems  # the full scan
+    md.write_text(milestone_md("First", ["One", "Two"]), encoding="utf-8")  # put back
+    assert status(project)[1] == ""

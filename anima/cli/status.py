@@ -6,8 +6,8 @@ loads pydantic. Whatever the path, the bytes are those of pydantic's compact dum
 `{"state": State, "milestones": [MilestoneRecord, ...]}` (tests/test_cli.py holds it to that),
 followed by `"sandbox": {"mode", "confined", "problem"}`: whether agents started now would be
 confined by bubblewrap (config `sandbox`, see `anima.loop.confinement`), and by
-`"dependencies"`: what `depends_on` holds each pending milestone for (`dependency_report`), as
-the plain `anima status` words it.
+`"dependencies"`: what holds each pending milestone, its `depends_on` or its `.md` gone
+(`dependency_report`), as the plain `anima status` words it.
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 from anima import sandbox
 from anima.atomic import read_regular
 from anima.paths import ProjectPaths
-from anima.store.freshness import defined_after_record
+from anima.store.freshness import changed_after, defined_after_record
 from anima.store.status_cache import Entry, StatusCache, microseconds, read_if_any, read_snapshot
 
 if TYPE_CHECKING:
+    from collections.abc import Set
+
     from anima.config import Config
     from anima.errors import AnimaError
     from anima.store.dependencies import Dependencies
@@ -67,7 +69,7 @@ def _report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
         entries.cache.prune()
     problems = entries.problems + [
         _not_started(paths, i, why) for i, held in json.loads(report).items()
-        if (why := held["never_starts"]) is not None]
+        if (why := held["never_starts"]) is not None and i not in snapshot.undefined]
     return _assemble(state.json, [entry.json for *_, entry in listed], report, paths), problems
 
 
@@ -107,7 +109,8 @@ class _Entries:
         """The record as written (None: it does not validate), or a pending one as its `.md`
         and the config read now when they changed since: the full scan's
         `Store._as_defined_now`. One whose `.md` no longer reads is listed as written and
-        reported, at every poll."""
+        reported, at every poll, as is an ended one's `.md` that defines another milestone
+        now (`_ended`)."""
         from anima.errors import MilestoneError, RecordError
 
         key = self.cache.key(f"{milestone_id}.json", data)
@@ -119,6 +122,8 @@ class _Entries:
                 self.problems.append(e)
                 return None
             self.cache.put(key, entry)
+        if entry.ended:
+            self._ended(milestone_id, data, entry.ended)
         if not (entry.pending and defined_after_record(self.paths, milestone_id)):
             return entry
         key = self.cache.key(f"{milestone_id}.md", data,
@@ -137,6 +142,29 @@ class _Entries:
             now = self._entry(record)
             self.cache.put(key, now)
         return now
+
+    def _ended(self, milestone_id: str, data: bytes, ended: int) -> None:
+        """The full scan's `Store._not_run_again`: the `.md` of a milestone that ended (at
+        `ended`, in microseconds), changed since into another milestone, is a problem; what
+        it says is kept by the record's and the file's bytes."""
+        from anima.errors import MilestoneError
+
+        md = self.paths.milestone_md(milestone_id)
+        if not md.exists() or not changed_after(md, ended / 1e6):
+            return
+        key = self.cache.key(f"{milestone_id}.md ended", data, read_if_any(md))
+        said = self.cache.get(key)
+        if said is None:
+            record = self.store.parse_record(milestone_id, data)
+            try:
+                problem = self.store.not_run_again(record, self.store.definition(milestone_id),
+                                                   md)
+            except MilestoneError:
+                problem = None  # it ended: a file that no longer reads says nothing
+            said = Entry(0, b"" if problem is None else problem.detail.encode())
+            self.cache.put(key, said)
+        if said.json:
+            self.problems.append(MilestoneError(md, said.json.decode()))
 
     def dependencies(self, listed: list[tuple[str, Entry]], undefined: frozenset[str]) -> bytes:
         """The report's `"dependencies"` for the records `listed` (in the report's order):
@@ -161,7 +189,7 @@ class _Entries:
             return merged_by_you(self.paths.root)(record)
 
         found = dependencies(records, in_main, unreadable=set(unreadable), undefined=undefined)
-        report = _dump(dependency_report(self.paths, records, found))
+        report = _dump(dependency_report(self.paths, records, found, undefined))
         if not asked:
             self.cache.put(key, Entry(0, report))
         return report
@@ -172,9 +200,12 @@ class _Entries:
         merge = record.merge
         facts = [record.status, record.depends_on,
                  None if merge is None else [merge.state, merge.merged]]
+        ended = record.completed_at if record.status in (
+            MilestoneStatus.COMPLETED, MilestoneStatus.CANCELLED) else None
         return Entry(microseconds(record.created_at),
                      MilestoneRecord.__pydantic_serializer__.to_json(record),
-                     record.status is MilestoneStatus.PENDING, _dump(facts))
+                     record.status is MilestoneStatus.PENDING, _dump(facts),
+                     0 if ended is None else microseconds(ended))
 
 
 def _dump(data: Any) -> bytes:
@@ -182,10 +213,11 @@ def _dump(data: Any) -> bytes:
 
 
 def dependency_report(paths: ProjectPaths, records: list[MilestoneRecord],
-                      found: Dependencies) -> dict[str, dict[str, Any]]:
-    """For each pending milestone its `depends_on` holds: `waiting_for` (the ids it waits
-    for), `never_starts` (why it never starts as its file is written, else None) and
-    `line`, what `anima status` says of it."""
+                      found: Dependencies, undefined: Set[str]) -> dict[str, dict[str, Any]]:
+    """For each pending milestone its `depends_on` holds, or its `.md` being gone
+    (`undefined`, which is no problem of the files: `Store.scan` reports none):
+    `waiting_for` (the ids it waits for), `never_starts` (why it never starts as its files
+    are, else None) and `line`, what `anima status` says of it."""
     from anima.store.dependencies import awaited
 
     by_id = {r.id: r for r in records}
@@ -193,7 +225,11 @@ def dependency_report(paths: ProjectPaths, records: list[MilestoneRecord],
     for r in records:
         if r.status.value != "pending":
             continue
-        if (why := found.broken.get(r.id)) is not None:
+        if r.id in undefined:
+            missing = f"{paths.milestone_md(r.id)} is missing (put it back to run it)"
+            report[r.id] = {"waiting_for": [], "never_starts": missing,
+                            "line": f"never starts: {missing}"}
+        elif (why := found.broken.get(r.id)) is not None:
             report[r.id] = {"waiting_for": [], "never_starts": why, "line": (
                 f"never starts: {why} — fix depends_on in {paths.milestone_md(r.id)}")}
         elif (waiting := found.waiting.get(r.id)) is not None:
@@ -281,7 +317,8 @@ def _scanned_report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
     dump = MilestoneRecord.__pydantic_serializer__.to_json
     return (_assemble(State.__pydantic_serializer__.to_json(state),
                       [dump(r) for r in scan.records],
-                      _dump(dependency_report(paths, scan.records, scan.dependencies)), paths),
+                      _dump(dependency_report(paths, scan.records, scan.dependencies,
+                                              scan.orphans)), paths),
             scan.problems)
 
 
@@ -310,7 +347,7 @@ def _print_table(paths: ProjectPaths) -> None:
               f"{running.activity or running.phase.value}"
               + (f" (in {running.worktree})" if running.worktree else "")
               + (f"; {running.waiting_reason}" if running.waiting_reason and live else ""))
-    held_by = dependency_report(paths, scan.records, scan.dependencies)
+    held_by = dependency_report(paths, scan.records, scan.dependencies, scan.orphans)
     running_ids = {running.id for running in state.running}
     confinement = sandbox_status(paths)
     limit = limit if confinement["confined"] else 1  # one at a time without the sandbox
@@ -327,9 +364,6 @@ def _print_table(paths: ProjectPaths) -> None:
             print(f"      {line}")
         if r.id in held_by:
             print(f"      {held_by[r.id]['line']}")
-        elif r.status.value == "pending" and r.id in scan.orphans:
-            print(f"      never starts: {paths.milestone_md(r.id)} is missing (put it back "
-                  "to run it)")
         elif r.status.value == "pending" and held:
             print(f"      waiting {held_line(held)}")
         elif ((r.status.value == "in_progress" and r.id not in running_ids | scan.orphans)

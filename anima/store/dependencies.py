@@ -47,10 +47,13 @@ def dependencies(records: list[MilestoneRecord], in_main: InMain | None = None,
     """What every milestone's `depends_on` says now. `unreadable`: milestones whose file is
     there but cannot be read as it is written; one waits for them (until they are fixed).
     `undefined`: records whose `.md` is gone; a pending one never starts, so nothing can
-    wait for it (one waited for ever, and the run ended "nothing left to do")."""
+    wait for it (one waited for ever, and the run ended "nothing left to do"), and its own
+    `depends_on`, the record's, says nothing (the file put back says it anew)."""
     by_id = {r.id: r for r in records}
     found = Dependencies()
     for record in records:
+        if record.id in undefined and record.status == MilestoneStatus.PENDING:
+            continue
         known = [d for d in record.depends_on if d in by_id]
         gone = [d for d in known if d in undefined
                 and by_id[d].status == MilestoneStatus.PENDING]

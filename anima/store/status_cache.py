@@ -7,7 +7,8 @@ state's) validated JSON under a digest of exactly the bytes it was validated fro
 name and the code that validated it, so it can only ever stand for those bytes: an edited or
 broken record, a new Anima or a new pydantic simply misses and takes the full path. A pending
 milestone whose `.md` or config changed after its record was written is listed as they read
-now (the full scan's `Store._as_defined_now`): its entry is keyed by those files' bytes too.
+now (the full scan's `Store._as_defined_now`): its entry is keyed by those files' bytes too;
+so is what an ended one's `.md` changed since says (`Store.not_run_again`).
 
 Kept in the user's cache folder ($XDG_CACHE_HOME/anima, else ~/.cache/anima), one folder per
 project and never inside the project (a command that only reads must not change its tree).
@@ -51,14 +52,16 @@ class Snapshot:
 @dataclass(frozen=True)
 class Entry:
     """What a report needs of one validated file: where it sorts, its JSON, whether it is
-    a pending milestone's (which is listed as its `.md` and the config read now), and what
+    a pending milestone's (which is listed as its `.md` and the config read now), what
     of it `depends_on` reads (what the report's dependencies are keyed by: a record changes
-    at every turn, its status and merge seldom)."""
+    at every turn, its status and merge seldom), and when it ended (microseconds; 0: it is
+    not completed nor cancelled), after which its `.md` changing is a problem."""
 
     order: int
     json: bytes
     pending: bool = False
     facts: bytes = b""
+    ended: int = 0
 
 
 def read_snapshot(paths: ProjectPaths) -> Snapshot | None:
@@ -121,13 +124,13 @@ class StatusCache:
         try:
             raw = (self.folder / key).read_bytes()
             header, payload = raw.split(b"\n", 1)
-            order, length, pending, facts = (int(x) for x in header.split())
+            order, length, pending, facts, ended = (int(x) for x in header.split())
         except (OSError, ValueError):
             return None
         # Written without fsync (it is a cache): a file a crash left short is a miss.
         if len(payload) != length + facts:
             return None
-        return Entry(order, payload[:length], bool(pending), payload[length:])
+        return Entry(order, payload[:length], bool(pending), payload[length:], ended)
 
     def put(self, key: str, entry: Entry) -> None:
         self._used.add(key)
@@ -136,8 +139,9 @@ class StatusCache:
             fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=self.folder)
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(b"%d %d %d %d\n" % (entry.order, len(entry.json), entry.pending,
-                                                 len(entry.facts)) + entry.json + entry.facts)
+                    f.write(b"%d %d %d %d %d\n" % (entry.order, len(entry.json), entry.pending,
+                                                    len(entry.facts), entry.ended)
+                            + entry.json + entry.facts)
                 os.replace(tmp, self.folder / key)
             except OSError:
                 os.unlink(tmp)
