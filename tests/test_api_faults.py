@@ -423,27 +423,70 @@ def test_a_held_pair_keeps_the_reset_the_account_waits_for_when_it_is_extended(
         "late": {"feature_dir": "features/late",
                  "developer": [{"replay": "usage-2.1.330", "replay_after": 12,
                                 "resets_in": 80}]}}})
+    runner = Runner(git_repo, fake_claude)
+    try:
+        wait_for(lambda: kept(git_repo, "hit") is not None
+                 and waits(git_repo, "other") == (kept(git_repo, "hit"),) * 2, timeout=30)
+        assert kept(git_repo, "late") is None, \
+            "too slow: late met its limit before other was held"
+        wait_for(lambda: kept(git_repo, "late") is not None, timeout=30)
+        wait_for(lambda: waits(git_repo, "other") == (kept(git_repo, "late"),) * 2, timeout=5)
+    finally:
+        runner.kill()
 
-    def kept(milestone_id: str) -> float | None:
-        """Until when its record says its next turn waits."""
-        path = git_repo / ".anima" / "milestones" / f"{milestone_id}.json"
-        wait = record(git_repo, milestone_id).limit_wait if path.exists() else None
-        return None if wait is None else wait.until.timestamp()
 
-    def waits(milestone_id: str) -> tuple[float | None, float | None]:
-        """Until when its record and its line in state.json say it waits."""
-        line = next((r for r in state(git_repo).get("running", [])
-                     if r["id"] == milestone_id), {})
-        shown = line.get("waiting_until")
-        return kept(milestone_id), None if shown is None else \
-            datetime.fromisoformat(shown).timestamp()
+def kept(repo: Path, milestone_id: str) -> float | None:
+    """Until when its record says its next turn waits."""
+    path = repo / ".anima" / "milestones" / f"{milestone_id}.json"
+    wait = record(repo, milestone_id).limit_wait if path.exists() else None
+    return None if wait is None else wait.until.timestamp()
+
+
+def waits(repo: Path, milestone_id: str) -> tuple[float | None, float | None]:
+    """Until when its record and its line in state.json say it waits."""
+    line = next((r for r in state(repo).get("running", []) if r["id"] == milestone_id), {})
+    shown = line.get("waiting_until")
+    return kept(repo, milestone_id), None if shown is None else \
+        datetime.fromisoformat(shown).timestamp()
+
+
+def test_the_pair_that_met_the_limit_follows_a_later_reset_and_a_restart_waits_for_it(
+        git_repo: Path, fake_claude: FakeClaude) -> None:
+    """`hit` meets the account's limit; then `late`, whose turn was already under way, meets
+    one that resets later, and both pairs wait for that one. `hit`'s own record and line in
+    state.json kept its own reset until it came: killed in between, the next start (one at
+    a time now, `hit` first) sent its prompt at that reset, into the limit."""
+    make_project(git_repo, {i: milestone_md("Two", ["Alpha"]) for i in ("hit", "late")},
+                 config={"usage_limit_margin_seconds": 0, "max_parallel_milestones": 2})
+    fake_claude.write_script({"milestones": {
+        "hit": {"feature_dir": "features/hit",
+                "developer": [{"replay": "usage-2.1.330", "replay_after": 4,
+                               "resets_in": 12}]},
+        "late": {"feature_dir": "features/late",
+                 "developer": [{"replay": "usage-2.1.330", "replay_after": 8,
+                                "resets_in": 30}]}}})
+    runner = Runner(git_repo, fake_claude)
+    try:
+        wait_for(lambda: kept(git_repo, "hit") is not None, timeout=30)
+        first = kept(git_repo, "hit")
+        assert first is not None and kept(git_repo, "late") is None, "too slow: late was held"
+        wait_for(lambda: kept(git_repo, "late") is not None, timeout=30)
+        later = kept(git_repo, "late")
+        assert later is not None and later > first + 5
+        wait_for(lambda: waits(git_repo, "hit") == (later, later), timeout=5)
+        assert time.time() < first - 1, "too slow: hit's own reset came before the kill"
+    finally:
+        runner.kill()
+    config = git_repo / ".anima" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text(encoding="utf-8")),
+                                  "max_parallel_milestones": 1}), encoding="utf-8")
+
+    def hit_developer() -> list[dict[str, Any]]:
+        return [e for e in fake_claude.entries("developer") if Path(e["cwd"]).name == "hit"]
 
     runner = Runner(git_repo, fake_claude)
     try:
-        wait_for(lambda: kept("hit") is not None and waits("other") == (kept("hit"),) * 2,
-                 timeout=30)
-        assert kept("late") is None, "too slow: late met its limit before other was held"
-        wait_for(lambda: kept("late") is not None, timeout=30)
-        wait_for(lambda: waits("other") == (kept("late"),) * 2, timeout=5)
+        wait_for(lambda: len(hit_developer()) == 2, timeout=60)
+        assert hit_developer()[1]["time"] >= later, later - hit_developer()[1]["time"]
     finally:
         runner.kill()

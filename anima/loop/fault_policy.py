@@ -69,6 +69,9 @@ class FaultPolicy:
     stop: threading.Event  # set by a stop request: every wait ends at once
     log: Callable[[str], None]
     on_wait: WaitHook
+    #: Waits out the usage-limit wait `on_wait` was told of: until its reset, or the later
+    #: one the account waits for since (another pair met a limit), or a stop.
+    wait_out: Callable[[], None]
     transient_attempts: int = 0
     fresh_session_tried: bool = False
     waited_seconds: float = 0.0
@@ -123,7 +126,7 @@ class FaultPolicy:
                             f"({name}: {fault.message})")
         started = time.monotonic()
         try:
-            self.stop.wait(until - now)
+            self.wait_out()
         finally:
             self.waited_seconds += time.monotonic() - started
             self.on_wait(None, "stopped while waiting for the usage limit to reset"

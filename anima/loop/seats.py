@@ -233,7 +233,8 @@ class Seats:
         """
         crashed = False
         faults = FaultPolicy(self.config, self.control.stop, self._log,
-                             lambda until, message: self._usage_wait(role, until, message))
+                             lambda until, message: self._usage_wait(role, until, message),
+                             lambda: self._wait_for_account(role))
         while True:
             self.idle.clear()  # before the stop check: `stop()` waits on it (no lost wake-up)
             refs = None if self.config.allow_push else self.remote_refs()
@@ -254,10 +255,7 @@ class Seats:
                 # Last, right before sending: a limit another pair met meanwhile holds it too.
                 if (held := self.accounts[role].holding()) is not None:
                     self._log(f"{role}: waits for the account's usage limit ({held[1]})")
-                    while held is not None:  # and for a later reset met meanwhile
-                        self._keep_wait(role, *held)  # a start after a kill waits for it too
-                        self._show_wait(held)
-                        held = self.accounts[role].wait(self.control.stop, held)
+                    self._wait_for_account(role)
                     self._show_wait(None)
                     if not self.control.stop.is_set():
                         self._forget_wait()  # its wait is over (whoever met it)
@@ -317,11 +315,22 @@ class Seats:
         else:
             self._forget_wait()
 
+    def _wait_for_account(self, role: str) -> None:
+        """Until the account's usage limit resets, or a stop: the record and state.json say
+        the reset it waits for (a start after a kill waits for it too), and each later one
+        another pair meets meanwhile, whichever pair met the first."""
+        held = self.accounts[role].holding()
+        while held is not None:
+            self._keep_wait(role, *held)
+            self._show_wait(held)
+            held = self.accounts[role].wait(self.control.stop, held)
+
     def _keep_wait(self, role: str, until: float, reason: str) -> None:
         """On the record, the wait `role`'s next turn is held for (whichever pair met it)."""
-        self.record.limit_wait = LimitWait(role=role, until=datetime.fromtimestamp(until, UTC),
-                                           reason=reason)
-        self._save()
+        wait = LimitWait(role=role, until=datetime.fromtimestamp(until, UTC), reason=reason)
+        if wait != self.record.limit_wait:
+            self.record.limit_wait = wait
+            self._save()
 
     def _forget_wait(self) -> None:
         if self.record.limit_wait is not None:
