@@ -15,7 +15,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QPointF, Qt
+from PySide6.QtCore import QPointF, Qt, QTimer
 from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import QApplication, QWidget
 
@@ -197,6 +197,35 @@ def test_running_cards_whose_agents_wait_for_usage_limits_say_until_when(board: 
                 f"Waiting for the usage limit to reset at {until.astimezone():%H:%M} · round 1")
         changed(board, "a", limit_wait=None)  # its reset came: the Developer's turn goes on
         assert card(board, "a").state.text() == "Waiting for Developer · round 1"
+
+
+def test_a_running_card_waiting_for_a_usage_limit_goes_back_by_itself_once_it_resets(
+        qtbot, board: Window) -> None:
+    """The card said "Waiting for the usage limit to reset at 04:18" past 04:18 until the
+    engine's next record (none came from an Anima killed waiting), over "Dev: —" and
+    "Acc: —" as if an agent were about to say something. While it waits it says only the
+    wait; once the reset passes, the phase and the agents' lines again, on the board's one
+    clock (no timer per card)."""
+    clocks = len(board.window.board.findChildren(QTimer))
+    until = datetime.now(UTC) + timedelta(seconds=1.5)
+    with scans_held(board):
+        changed(board, "a", status="in_progress", started_at=NOW, limit_wait=LimitWait(
+            role="developer", until=until, reason=f"waiting for the usage limit to reset at "
+            f"{until.astimezone():%H:%M} (5-hour limit: You've hit your limit)"))
+        publish(board, ev.PhaseChanged("a", Phase.DEVELOPER, Phase.STARTING))
+        board.window.board.refresh_now()
+        shown = card(board, "a")
+        assert shown.state.text() == \
+            f"Waiting for the usage limit to reset at {until.astimezone():%H:%M} · round 1"
+        assert not any(line.isVisibleTo(shown) for line in shown.lines.values())
+        assert shown.agents.text() == "Dev: Claude Code · Acc: Claude Code"
+        assert len(board.window.board.findChildren(QTimer)) == clocks
+        qtbot.waitUntil(lambda: shown.state.text() == "Waiting for Developer · round 1",
+                        timeout=4000)
+        qtbot.waitUntil(lambda: [line.text() for line in shown.lines.values()
+                                 if line.isVisibleTo(shown)] == ["Dev: —", "Acc: —"],
+                        timeout=2000)
+        assert shown.accessibleName() == "a: Waiting for Developer · round 1"
 
 
 def test_a_page_whose_agents_wait_for_a_usage_limit_says_until_when(

@@ -103,6 +103,9 @@ class MilestoneCard(QFrame):
         self.asked_in: str | None = None
         #: Pending, why it does not start (`record_facts.pending_hold`): "" when it does.
         self.hold = ""
+        #: Running, its agents wait for a usage limit to reset (`limit_wait_text`): the board
+        #: shows it again once the reset passes, whether or not the engine says so.
+        self.limit_waiting = False
         self.title = QLabel(self)
         self.title.setObjectName("cardTitle")
         self.title.setWordWrap(True)
@@ -158,12 +161,13 @@ class MilestoneCard(QFrame):
         pending = column == "pending"
         self.hold = pending_hold(record, records, held) if pending else ""
         queued = running and (phase or Phase(record.phase)) == Phase.MERGING
+        waiting = limit_wait_text(record) if running and not queued else ""
+        self.limit_waiting = bool(waiting)
         if queued:  # finally accepted: no round, no agent runs; it waits for its turn
             self.state.setText(MERGE_QUEUE_TEXT)
         elif running:
             phase = phase or Phase(record.phase)
-            words = limit_wait_text(record) or (
-                "Queued to run" if phase == Phase.IDLE else PHASE_TEXT[phase])
+            words = waiting or ("Queued to run" if phase == Phase.IDLE else PHASE_TEXT[phase])
             # The round under way (the page's header counts the rounds done).
             self.state.setText(f"{words} · round {len(live_rounds(record)) + 1}")
         elif pending:
@@ -172,8 +176,8 @@ class MilestoneCard(QFrame):
             self.state.setText(needs_you_reason(record))
         else:
             self.state.setText(ended_text(record))
-        for label in self.lines.values():
-            label.setVisible(running and not queued)
+        for label in self.lines.values():  # no agent works in the queue, nor while it waits
+            label.setVisible(running and not queued and not waiting)
         self.action, text = MAIN_ACTION.get(status, ("", ""))
         if self.hold:
             self.action = ""  # Start would do nothing
@@ -512,5 +516,11 @@ class Board(QWidget):
 
     @Slot()
     def _on_clock(self) -> None:
+        """Each second: the running cards' time, and a usage limit's reset passing, which
+        no record the engine publishes may say (it goes on later, or was killed waiting)."""
         for milestone_id in self.columns["running"].card_ids():
-            self.cards[milestone_id].tick(self.clock)
+            card = self.cards[milestone_id]
+            if card.limit_waiting and not limit_wait_text(card.record):
+                self._show(card.record, self._held())
+            else:
+                card.tick(self.clock)
