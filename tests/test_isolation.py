@@ -415,6 +415,18 @@ def test_a_queue_entry_the_developer_writes_is_never_run(
 # ------------------------------------------- 4. a filter in the Developer's ~/.gitconfig
 
 
+def spy_filter(fake: FakeClaude, tmp_path: Path, name: str) -> tuple[Path, Path, Path]:
+    """A filter program of the agent's (in the fake's folder, which agents see) that passes
+    its input through and notes its arguments in one file when an agent's process runs it
+    and in another (outside their reach) when Anima's git does: (program, Anima's, agents')."""
+    ran, agents_ran = tmp_path / f"{name}-ran", fake.root / f"{name}-ran-for-an-agent"
+    program = fake.root / f"{name}.sh"
+    program.write_text(f'#!/bin/sh\nif [ -n "$ANIMA_AGENT" ]; then echo "$*" >> {agents_ran}; '
+                       f'else echo "$*" >> {ran}; fi\ncat\n', encoding="utf-8")
+    program.chmod(0o755)
+    return program, ran, agents_ran
+
+
 @pytest.mark.parametrize("mode", ["auto", "off"])
 def test_a_filter_the_developer_defines_in_its_gitconfig_never_runs_in_animas_git(
         git_repo: Path, fake: FakeClaude, human_home: Path, tmp_path: Path,
@@ -424,11 +436,7 @@ def test_a_filter_the_developer_defines_in_its_gitconfig_never_runs_in_animas_gi
     In the sandbox the agent's `~` is its own (the human's stays as it was); either way
     Anima's git does not read the global config."""
     project = project_with(git_repo, mode)
-    ran, agents_ran = tmp_path / "filter-ran", fake.root / "filter-ran-for-the-agent"
-    program = fake.root / "filter.sh"  # visible to the agents: the agent's program
-    program.write_text(f'#!/bin/sh\nif [ -n "$ANIMA_AGENT" ]; then echo "$*" >> {agents_ran}; '
-                       f'else echo "$*" >> {ran}; fi\ncat\n', encoding="utf-8")
-    program.chmod(0o755)
+    program, ran, agents_ran = spy_filter(fake, tmp_path, "filter")
     fake.write_script({"developer": [{"shell": [
         f"git config --global filter.evil.clean '{program} clean %f'",
         f"git config --global filter.evil.smudge '{program} smudge %f'",
@@ -477,11 +485,7 @@ def test_a_repository_the_developer_nests_runs_none_of_its_programs_in_animas_gi
                        ("diff.submodule", "diff")):
         run_git(git_repo, "config", key, value)
     project = project_with(git_repo, mode)
-    ran, agents_ran = tmp_path / "nested-ran", fake.root / "nested-ran-for-an-agent"
-    program = fake.root / "nested.sh"  # visible to the agents: the agent's program
-    program.write_text(f'#!/bin/sh\nif [ -n "$ANIMA_AGENT" ]; then echo "$*" >> {agents_ran}; '
-                       f'else echo "$*" >> {ran}; fi\ncat\n', encoding="utf-8")
-    program.chmod(0o755)
+    program, ran, agents_ran = spy_filter(fake, tmp_path, "nested")
     fake.write_script({"developer": [{"shell": [
         *(command.format(program=program) for command in NESTED_REPO),
         "touch -d '+1 minute' sub/a",  # it looks changed: git must read it through the filter
