@@ -43,9 +43,10 @@ def script(moment: str, marker: Path) -> dict[str, Any]:
     scripts: dict[str, dict[str, Any]] = {
         "developer-turn": {"developer": [AUTO, {"shell": [
             f"echo wip > wip.txt && touch {marker} && sleep 60"]}, LEAVE_IT]},
-        # The Acceptor's write is refused in the sandbox: the marker comes first.
+        # The Acceptor's write is refused in the sandbox: the marker comes after it all the
+        # same (before it, a loaded machine killed Anima before the write was made).
         "acceptor-review": {"acceptor": [{"shell": [
-            f"touch {marker}; echo x > scratch.txt; sleep 60"]}],
+            f"echo x > scratch.txt; touch {marker}; sleep 60"]}],
                             "developer": [AUTO, LEAVE_IT]},
         "between-rounds": {"developer": [AUTO, LEAVE_IT],
                            "developer_default": {"auto": True, "delay": 0.5}},
