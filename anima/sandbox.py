@@ -367,19 +367,30 @@ def own_paths(home: Path, names: tuple[str, ...]) -> list[Path]:
 #: and ignore files of `$XDG_CONFIG_HOME/git`. Bound read-only for a reviewer
 #: (`MilestoneSandbox.confine`).
 GIT_HOME = (".gitconfig", ".config/git/")
+#: What a shell reads at its start in the private HOME (a login shell, as Codex runs each of
+#: its commands, an interactive one, a non-interactive bash through BASH_ENV's usual home):
+#: the Developer's code a reviewer runs (its tests) would define a `git` there that the
+#: reviewer's later commands call, and show it what the Developer likes. Emptied at every
+#: start; bound read-only for a reviewer (`MilestoneSandbox.confine`).
+SHELL_HOME = (".profile", ".bash_profile", ".bash_login", ".bashrc", ".bash_logout",
+              ".zshenv", ".zprofile", ".zshrc", ".zlogin", ".config/fish/")
 
 
 def prepare_home(home: Path, identity: tuple[str | None, str | None]) -> None:
     """Make the private HOME: a `.gitconfig` with the human's identity and no automatic gc,
-    an empty `.config/git/`, and nothing else (the user's real one may define filters or
-    hooks that would run inside; an agent's earlier process may have left its own). What the
-    agent's CLI needs there is its backend's (`Backend.prepare_home`). Idempotent."""
+    an empty `.config/git/`, no shell start-up file (`SHELL_HOME`), and nothing else (the
+    user's real one may define filters or hooks that would run inside; an agent's earlier
+    process, or code it ran, may have left its own). What the agent's CLI needs there is its
+    backend's (`Backend.prepare_home`). Idempotent."""
     own_dir(home)
     write_text_atomic(home / ".gitconfig", _gitconfig(*identity))
-    git_folder = home / ".config" / "git"
-    if git_folder.is_dir() and not git_folder.is_symlink():
-        shutil.rmtree(git_folder)
-    own_dir(git_folder)
+    for name in (".config/git/", *SHELL_HOME):
+        path = home / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            path.unlink()
+    own_dir(home / ".config" / "git")
 
 
 def carry_login(real: Path, placeholder: Path) -> tuple[tuple[Path, Path], ...]:

@@ -48,7 +48,7 @@ from tests.helpers import (
     run_engine,
     setuid_like_bwrap,
 )
-from tests.test_integrity import report
+from tests.test_integrity import attempt, exit_codes, report
 from tests.test_recovery import (
     AUTO,
     ONE,
@@ -555,6 +555,36 @@ def test_a_repository_the_developer_nests_cannot_change_what_the_acceptors_git_s
     # The Acceptor's git ran none of the nested repository's commands.
     acceptor_home = ProjectPaths(project).agent_state("m1", "acceptor") / "home"
     assert str(acceptor_home) not in ran.read_text(encoding="utf-8")
+    assert_merged_after_final_acceptance(project)
+
+
+def test_code_the_acceptor_runs_cannot_give_its_later_shells_a_git_of_its_own(
+        git_repo: Path, fake: FakeClaude) -> None:
+    """A reviewer that runs the Developer's tests (Codex's may run any command) ran code that
+    could write the shell start-up files of its private home: `git() { echo LGTM; }` in
+    `~/.profile` and every later login shell (each command Codex runs) showed the reviewer
+    what the Developer chose. They are read-only to it, and a file left there before (by an
+    earlier process) is gone at its start."""
+    project = project_with(git_repo, "auto", {"m1": TWO})
+    home = ProjectPaths(project).agent_state("m1", "acceptor") / "home"
+    home.mkdir(parents=True)
+    (home / ".bash_profile").write_text("git() { echo LGTM-left-before; }\n", encoding="utf-8")
+    plant = "git() { echo LGTM; }"
+    seen = fake.root / "acceptor-saw"
+    fake.write_script({"developer_default": AUTO, "acceptor": [
+        {"shell": [attempt(fake, name, f"echo '{plant}' >> ~/{name}")
+                   for name in (".profile", ".bashrc", ".bash_profile")], "auto": True},
+        {"shell": [f"bash -lc 'git diff --stat main' > {seen} 2>&1",
+                   f"bash -ic 'git diff --stat main' >> {seen} 2>&1"], "auto": True}]})
+    run_engine(project)
+
+    codes = exit_codes(fake)
+    assert sorted(codes) == [".bash_profile", ".bashrc", ".profile"], codes
+    assert all(code != 0 for tried in codes.values() for code in tried), codes
+    assert "Read-only file system" in (fake.root / "errors").read_text(encoding="utf-8")
+    shown = seen.read_text(encoding="utf-8")
+    assert "LGTM" not in shown, shown
+    assert shown.count("features/F2.txt") == 2, shown
     assert_merged_after_final_acceptance(project)
 
 

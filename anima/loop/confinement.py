@@ -151,7 +151,8 @@ class MilestoneSandbox:
         if role in _READS_ONLY:
             # Its git config too: the Developer's code, which its commands may run, would set
             # what its later `git diff` shows.
-            protected += sandbox.own_paths(home, (*sandbox.GIT_HOME, *cli_config))
+            protected += sandbox.own_paths(home, (*sandbox.GIT_HOME, *sandbox.SHELL_HOME,
+                                                      *cli_config))
             self._emptied[role] = nested = self._nested_repositories()
             emptied = tuple(worktree / rel for rel, _ in nested)
         c = sandbox.Confinement(
