@@ -150,8 +150,7 @@ class History(RepoBase):
         start, wanted = f"\0{mark}".encode(), [os.fsencode(v) for v in values]
         # one search per line, not one per value: a commit can add millions of lines
         holds = re.compile(b"|".join(map(re.escape, wanted)) or b"(?!)").search  # (?!): none
-        revs = [f"{self._rev_arg(since)}..{self._rev_arg(tip)}",
-                *([f"^{self._rev_arg(main)}"] if main else [])]
+        revs = self._round_revs(since, tip, main)
         what = f"Cannot read the commits {short_hash(since)}..{short_hash(tip)}"
         in_headers = self._headers_holding(revs, wanted, holds, what) if wanted else set()
         args = ["-c", "core.quotepath=false", "log", DIFF_SUBMODULES, "--reverse",
@@ -190,6 +189,12 @@ class History(RepoBase):
                     return commit, current, True
         return None
 
+    def _round_revs(self, since: str, tip: str, main: str | None) -> list[str]:
+        """The commits of `since..tip` and not of `main` (a merge round brings main's in), as
+        git's revision arguments."""
+        return [f"{self._rev_arg(since)}..{self._rev_arg(tip)}",
+                *([f"^{self._rev_arg(main)}"] if main else [])]
+
     def _headers_holding(self, revs: Sequence[str], wanted: Sequence[bytes],
                          holds: Callable[[bytes], object], what: str) -> set[str]:
         """The commits of `revs` whose headers hold a value: its author or committer
@@ -224,8 +229,7 @@ class History(RepoBase):
         such a path, and a host that checks pushes refuses a history holding it. Only the
         trees these commits add are checked, by git itself (`index-pack --strict` of a pack
         of them): two git calls, whatever the size of the repository."""
-        revs = [f"{self._rev_arg(since)}..{self._rev_arg(tip)}",
-                *([f"^{self._rev_arg(main)}"] if main else [])]
+        revs = self._round_revs(since, tip, main)
         what = f"Cannot check the trees of {short_hash(since)}..{short_hash(tip)}"
         _, pack, _ = self._run(["pack-objects", "-q", "--revs", "--stdout",
                                 "--filter=object:type=tree"],

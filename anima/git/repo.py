@@ -135,7 +135,6 @@ def _stdin(data: bytes | None) -> Iterator[BinaryIO | None]:
         yield stream
 
 
-
 class RepoBase:
     """The repository handle and the plumbing every part of it shares."""
 
@@ -235,9 +234,9 @@ class RepoBase:
         """git's output to read as it prints it (by line: each ends at a line feed only): a patch
         can be many times larger than Anima should hold. Leaving early stops git; with
         `check`, a failure is a GitError once the output is read."""
-        with _stdin(stdin) as stream:
-            handle = self._execute(args, istream=stream, as_process=True)  # its end would
-            # stop git: kept
+        with _stdin(stdin) as stream:  # git holds its own copy of the file once started
+            handle = self._execute(args, istream=stream, as_process=True)  # kept: its end
+            # would stop git
         proc = handle.proc
         read_all = False
         with watched(proc, args, self.root):
