@@ -11,6 +11,7 @@ shown; only names are said, once.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Collection, Iterable, Mapping
 
@@ -43,11 +44,12 @@ def credential_names(environ: Mapping[str, str]) -> list[str]:
     return sorted(name for name in environ if is_credential(name))
 
 
-def without_credentials(environ: Mapping[str, str], keep: Collection[str] = ()
-                        ) -> dict[str, str]:
-    """`environ` without its credential variables but those named in `keep`."""
-    return {name: value for name, value in environ.items()
-            if name in keep or not is_credential(name)}
+def inherited(keep: Collection[str] = ()) -> dict[str, str]:
+    """Anima's environment as every child of its gets it (an agent, a check, the setup
+    command): without its credentials but those in `keep`, and without `CLAUDECODE` (the
+    claude CLI refuses to start inside another Claude Code session)."""
+    return {name: value for name, value in os.environ.items()
+            if name != "CLAUDECODE" and (name in keep or not is_credential(name))}
 
 
 def with_prefix(environ: Mapping[str, str], prefixes: Iterable[str]) -> set[str]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from anima import procfs, sandbox
 from anima.agents.dialect import AgentBinary, Conversation, Dialect, RoleProfile, clean_text
 from anima.agents.transport import ProcessOutcome, PtyProcess
-from anima.credentials import without_credentials
+from anima.credentials import inherited
 from anima.errors import AgentCrashed, AgentError, SessionLost, TurnTimeout
 from anima.events import (
     TURN_WORK,
@@ -149,9 +149,8 @@ class AgentProcess:
         )
 
     def child_env(self) -> dict[str, str]:
-        env = {**without_credentials(os.environ, self._keep), **AGENT_GIT_ENV,
-               **self._env_overrides}
-        env.pop("CLAUDECODE", None)
+        env = {**inherited(self._keep), **AGENT_GIT_ENV, **self._env_overrides}
+        env.pop("CLAUDECODE", None)  # an override may name it too
         if self._marker is not None:
             env[procfs.AGENT_VAR] = self._marker
         return env

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from anima import procfs, sandbox
-from anima.credentials import without_credentials
+from anima.credentials import inherited
 from anima.git_options import AGENT_GIT_ENV
 from anima.text.redact import redact
 
@@ -92,8 +92,7 @@ def check_environment(marker: str, keep: Collection[str] = ()) -> dict[str, str]
     """Anima's environment without CLAUDECODE and its credentials but those in `keep`
     (config `pass_env`: a check runs the Developer's code, and the network is open), marked
     as the check's."""
-    env = {k: v for k, v in without_credentials(os.environ, keep).items() if k != "CLAUDECODE"}
-    return {**env, **AGENT_GIT_ENV, procfs.AGENT_VAR: marker}
+    return {**inherited(keep), **AGENT_GIT_ENV, procfs.AGENT_VAR: marker}
 
 
 def tail_of(raw: bytes, lines: int = TAIL_LINES) -> str:
