@@ -31,6 +31,12 @@ class MilestoneError(AnimaError):
         self.path = path
         self.detail = detail
 
+    @classmethod
+    def never_starts(cls, md: Path, why: str) -> MilestoneError:
+        """The problem a milestone whose `depends_on` keeps it from ever starting is, in
+        every report (the scan's, `anima status`'s cached one)."""
+        return cls(md, f"{why}; it is not started")
+
 
 class ProjectError(AnimaError):
     """The managed project cannot be driven (no .anima/, not a git repo, dirty tree…)."""

@@ -67,8 +67,10 @@ def _report(paths: ProjectPaths) -> tuple[bytes, list[AnimaError]]:
     report = entries.dependencies([(i, entry) for _, i, entry in listed], snapshot.undefined)
     if entries.validated:
         entries.cache.prune()
+    from anima.errors import MilestoneError
     problems = entries.problems + [
-        _not_started(paths, i, why) for i, held in json.loads(report).items()
+        MilestoneError.never_starts(paths.milestone_md(i), why)
+        for i, held in json.loads(report).items()
         if (why := held["never_starts"]) is not None and i not in snapshot.undefined]
     return _assemble(state.json, [entry.json for *_, entry in listed], report, paths), problems
 
@@ -238,12 +240,6 @@ def dependency_report(paths: ProjectPaths, records: list[MilestoneRecord],
                     awaited(by_id[d], found.broken) if d in by_id else f"{d} (its file "
                     "cannot be read: see the problem below)" for d in waiting))}
     return report
-
-
-def _not_started(paths: ProjectPaths, milestone_id: str, why: str) -> AnimaError:
-    """The problem a milestone that never starts is (`Store.scan` reports it so)."""
-    from anima.errors import MilestoneError
-    return MilestoneError(paths.milestone_md(milestone_id), f"{why}; it is not started")
 
 
 def _assemble(state: bytes, records: list[bytes], dependencies: bytes,

@@ -440,6 +440,6 @@ class Store:
         result.dependencies = dependencies(result.records, in_main, unreadable=unreadable,
                                            undefined=result.orphans)
         for milestone_id, why in result.dependencies.broken.items():
-            result.problems.append(MilestoneError(self.paths.milestone_md(milestone_id),
-                                                  f"{why}; it is not started"))
+            result.problems.append(
+                MilestoneError.never_starts(self.paths.milestone_md(milestone_id), why))
         return result
