@@ -229,20 +229,25 @@ def test_the_credentials_anima_passes_on_to_its_agents_never_leave_them(
         assert where_it_leaks(git_repo, fake_claude, value) == []
 
 
+def transcript_printing(git_repo: Path, fake: FakeClaude, value: str,
+                        commands: list[str]) -> str:
+    """The transcript of a milestone whose `.env` (copied in) holds `value` and whose
+    Developer runs `commands`, then commits and reports."""
+    ignored_dotenv(git_repo, f"PAYMENT_KEY={value}\n")
+    make_project(git_repo, {"m1": ONE})
+    fake.write_script({"developer": [{"shell": [*commands, COMMIT], "text": REPORT}]})
+    run_engine(git_repo, summarizer={"enabled": False})
+    return (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+
+
 def test_a_copied_in_value_written_json_escaped_is_redacted(
         git_repo: Path, fake: FakeClaude) -> None:
     """A program that prints a `.env` value inside JSON may escape any of its characters
     (`\\u0070`, PHP's `\\/`): the tool output held the value as plainly as printed bare."""
-    value = "pay/7f3a9c2e51b84d06"
-    ignored_dotenv(git_repo, f"PAYMENT_KEY={value}\n")
-    make_project(git_repo, {"m1": ONE})
-    fake.write_script({"developer": [{"shell": [
+    transcript = transcript_printing(git_repo, fake, "pay/7f3a9c2e51b84d06", [
         "printf '%s\\n' '{\"key\":\"\\u0070ay\\/7f3a9c2e51b84d06\"}'",
         "printf '%s\\n' '{\"key\":\"pay\\/7f3a9c2e51b84d06\"}'",
-        "printf '%s\\n' '{\"key\":\"p\\u0061y/7f3a9c2e51b84\\u0064\\u00306\"}'", COMMIT],
-        "text": REPORT}]})
-    run_engine(git_repo, summarizer={"enabled": False})
-    transcript = (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+        "printf '%s\\n' '{\"key\":\"p\\u0061y/7f3a9c2e51b84\\u0064\\u00306\"}'"])
     assert transcript.count(f'"content": "{{\\"key\\":\\"{REDACTED}\\"}}"') == 3
     assert where_it_leaks(git_repo, fake, "7f3a9c2e51b84") == []
 
@@ -251,16 +256,10 @@ def test_a_copied_in_value_json_escaped_twice_is_redacted(
         git_repo: Path, fake: FakeClaude) -> None:
     """JSON inside a JSON string (a log record's message, `docker inspect`, a CLI's stream
     line that failed to parse) escapes the value's escapes again: `\\\\/`, `\\\\u0070`."""
-    value = "pay/7f3a9c2e51b84d06"
-    ignored_dotenv(git_repo, f"PAYMENT_KEY={value}\n")
-    make_project(git_repo, {"m1": ONE})
-    fake.write_script({"developer": [{"shell": [
+    transcript = transcript_printing(git_repo, fake, "pay/7f3a9c2e51b84d06", [
         "printf '%s\\n' '{\"msg\":\"{\\\"key\\\":\\\"pay\\\\/7f3a9c2e51b84d06\\\"}\"}'",
         "printf '%s\\n' '{\"msg\":\"{\\\"key\\\":\\\"pay\\\\\\/7f3a9c2e51b84d06\\\"}\"}'",
-        "printf '%s\\n' '{\"msg\":\"{\\\"key\\\":\\\"\\\\u0070ay\\\\/7f3a9c2e51b84d06\\\"}\"}'",
-        COMMIT], "text": REPORT}]})
-    run_engine(git_repo, summarizer={"enabled": False})
-    transcript = (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+        "printf '%s\\n' '{\"msg\":\"{\\\"key\\\":\\\"\\\\u0070ay\\\\/7f3a9c2e51b84d06\\\"}\"}'"])
     assert transcript.count(REDACTED) >= 3
     assert where_it_leaks(git_repo, fake, "7f3a9c2e51b84") == []
 
@@ -296,8 +295,6 @@ def test_a_copied_in_value_in_the_forms_other_tools_write_is_redacted(
     tools, `tr '+/' '-_'`), or cut by a carriage return (what a terminal shows is the
     value's end): each of these showed most of the value."""
     value = "pay/7f+3a9c2e5~1b84d06?"
-    ignored_dotenv(git_repo, f"PAYMENT_KEY={value}\n")
-    make_project(git_repo, {"m1": ONE})
     base64url = base64.urlsafe_b64encode(f"KEY={value}".encode()).decode()
     outputs = [f"?k={urllib.parse.quote(value)}&x=1",
                f"?k={urllib.parse.quote(value, safe='').lower()}&x=1", base64url,
@@ -306,10 +303,7 @@ def test_a_copied_in_value_in_the_forms_other_tools_write_is_redacted(
     for i, output in enumerate(outputs):  # where the confined agent can read them
         files.append(fake.root / f"out-{i}")
         files[-1].write_text(output + "\n")
-    fake.write_script({"developer": [{"shell": [*(f"cat {f}" for f in files), COMMIT],
-                                      "text": REPORT}]})
-    run_engine(git_repo, summarizer={"enabled": False})
-    transcript = (git_repo / ".anima" / "transcripts" / "m1" / "events.jsonl").read_text()
+    transcript = transcript_printing(git_repo, fake, value, [f"cat {f}" for f in files])
     assert transcript.count(f'"content": "?k={REDACTED}&x=1"') == 2  # the outputs
     for piece in ("c2e5~1b84d06", "c2e5%7E1b84d06", base64url[8:-8]):
         assert where_it_leaks(git_repo, fake, piece) == [], piece
