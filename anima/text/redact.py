@@ -540,7 +540,6 @@ def add_known_secrets(values: Iterable[str]) -> None:
             _known_values, key=lambda v: (-len(v), v))))) if _known_values else None
 
 
-
 def _starts_index(forms: Iterable[str]) -> dict[str, tuple[tuple[str, int], ...]]:
     """`_known_starts` for these forms: three lookups tell whether a line ends in the first
     part of any of them, however many and long they are."""
