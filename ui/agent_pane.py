@@ -94,7 +94,7 @@ class AgentPane(QFrame):
         header = QFrame(self)
         header.setObjectName("paneHeader")
         header_layout = QHBoxLayout(header)
-        header_layout.setContentsMargins(10, 6, 8, 6)
+        header_layout.setContentsMargins(10, 4, 8, 4)
         header_layout.addWidget(self.title)
         header_layout.addWidget(self.state_label, 1)
         header_layout.addWidget(self.context_label)

@@ -111,7 +111,7 @@ class ReviewPanel(QFrame):
         second.addWidget(self.rejections, 2)
         second.addWidget(self.note, 3)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(12, 6, 12, 6)
+        layout.setContentsMargins(12, 4, 12, 4)
         layout.setSpacing(4)
         layout.addLayout(top)
         layout.addLayout(second)
