@@ -13,8 +13,18 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import (QCoreApplication, QElapsedTimer, QEvent, QMimeData, QPointF,
-                            QSettings, Qt, QTimer, QUrl)
+from PySide6.QtCore import (
+    QCoreApplication,
+    QElapsedTimer,
+    QEvent,
+    QMimeData,
+    QPointF,
+    QSettings,
+    QSize,
+    Qt,
+    QTimer,
+    QUrl,
+)
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QLabel
 
@@ -86,10 +96,11 @@ class Window:
         return pane.plain_text()
 
 
-def laid_out_height(window: MainWindow) -> int:
-    """The window's minimum height once every pending layout request is done."""
+def laid_out_minimum(window: MainWindow) -> QSize:
+    """The window's minimum size once every pending layout request is done (before, its
+    hint may be stale)."""
     QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
-    return window.minimumSizeHint().height()
+    return window.minimumSizeHint()
 
 
 @contextmanager
@@ -188,7 +199,7 @@ def test_three_rejections_pause_then_a_note_resumes_and_a_restart_replays(
         assert page.monitor.phase_bar.text == "Paused"
         # It fits a screen 540 px high (1920×1080 at 200 %) with this page open: it needed 552,
         # then 523. Measured once Qt has laid the page out (before, the hint is a stale 229).
-        assert laid_out_height(w.window) <= 500
+        assert laid_out_minimum(w.window).height() <= 500
     # A restart: the new window replays the paused milestone's transcript.
     w2 = Window(qtbot, tmp_path)
     try:

@@ -14,7 +14,7 @@ from PySide6.QtCore import QPoint, QRect
 from anima.paths import ProjectPaths
 from tests.conftest import FakeClaude, run_git
 from tests.helpers import make_project, milestone_md
-from tests.test_ui_app import TWO, Window
+from tests.test_ui_app import TWO, Window, laid_out_minimum
 from tests.test_ui_monitor import answer_dialog
 
 pytestmark = [pytest.mark.qt_log_level_fail("WARNING"),
@@ -47,7 +47,7 @@ def test_a_long_rejection_reason_fits_1024_by_700_and_abort_asks_first(
         # Asked again until applied: the offscreen platform may apply a first shrink late.
         qtbot.waitUntil(lambda: (window.resize(1024, 700), window.width() == 1024)[1],
                         timeout=3000)
-        assert window.minimumSizeHint().width() <= 1024
+        assert laid_out_minimum(window).width() <= 1024
         # Said once: in the decision bar (one line, whole in its tooltip), not the phase bar.
         assert LONG_REASON in review.reason.toolTip()
         assert LONG_REASON not in page.monitor.phase_bar.text
@@ -126,8 +126,7 @@ def test_the_window_shrinks_to_800_by_500_with_a_long_title_and_busy_panes(
         state = page.monitor.panes["developer"].state_label
         # What a pane says between two turns, and longer.
         state.setText("idle · last turn 0.2 s · 4 steps · 150 tokens · $0.0100 · " * 3)
-        qtbot.wait(200)  # the layouts take the new texts in on their next pass
-        assert window.minimumSizeHint().width() <= 800, window.minimumSizeHint()
+        assert laid_out_minimum(window).width() <= 800, window.minimumSizeHint()
         assert header.title.text() == LONG_TITLE and LONG_TITLE in header.title.toolTip()
         assert "$0.0100" in state.toolTip()
         qtbot.waitUntil(lambda: (window.resize(800, 500), window.width() == 800)[1],
