@@ -134,8 +134,11 @@ _FILTER_KEYS = ("clean", "smudge", "process")
 _CONFIG_ENV = ("HOME", "XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM",
                "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_DIR",
                "GIT_COMMON_DIR")
-# A file changed this close to the read may have changed after it (coarse file times).
+# A file changed this close to the read may have changed again after it, unseen, within the
+# same tick of its file time: file systems that keep sub-second times tick in jiffies (a few
+# ms), the others in seconds (two for FAT).
 _RACY_NS = 2_000_000_000
+_RACY_FINE_NS = 50_000_000
 
 
 def git_environment() -> dict[str, str]:
@@ -249,6 +252,15 @@ def _stamps(files: Iterable[Path]) -> tuple[tuple[int, int, int, int] | None, ..
     return tuple(stamps)
 
 
+def _settled(stamp: tuple[int, int, int, int] | None, read_at: int) -> bool:
+    """Whether a file last changed far enough before `read_at` that a later change shows in
+    its stamp (a fresh repository's config is cached after 50 ms, not two seconds)."""
+    if stamp is None:
+        return True
+    changed = max(stamp[0], stamp[1])
+    return changed < read_at - (_RACY_FINE_NS if changed % 1_000_000_000 else _RACY_NS)
+
+
 @dataclass(frozen=True)
 class _Cached:
     env: tuple[str | None, ...]
@@ -301,7 +313,7 @@ def human_config(cwd: Path, git_dir: Path | None = None,
             files.append(git_dir / "HEAD")
     watched = tuple(dict.fromkeys(files))
     stamps = _stamps(watched)
-    if all(s is None or max(s[0], s[1]) < started - _RACY_NS for s in stamps):
+    if all(_settled(stamp, started) for stamp in stamps):
         _CACHE[cwd] = _Cached(env, watched, stamps, config)
     else:  # changed while (or just before) it was read: read it again next time
         _CACHE.pop(cwd, None)

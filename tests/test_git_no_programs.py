@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pty
 import shlex
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -226,7 +227,7 @@ def test_a_filter_added_to_an_included_file_later_never_runs(env: Env) -> None:
     git(root, "config", "include.path", "../shared.gitconfig")
     repo = GitRepo.open(root)
     assert repo.dirty_paths() == []
-    time.sleep(2.1)  # past the racy window: the cache now holds the config as it was read
+    time.sleep(0.1)  # past the racy window: the cache now holds the config as it was read
     assert repo.dirty_paths() == []
     passing = env.program("filter", "cat")
     write(root, "shared.gitconfig", f"[filter \"ev\"]\n\tclean = {passing}\n\tsmudge = {passing}\n")
@@ -236,6 +237,32 @@ def test_a_filter_added_to_an_included_file_later_never_runs(env: Env) -> None:
     assert repo.commit_leftovers("chore: with a filter nearby").commit is not None
     assert env.ran() == []
     plain_add_runs_filter(env, root)
+
+
+def test_a_fresh_config_is_read_once_and_a_change_of_the_same_size_still_noticed(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repository made a moment ago (every milestone's test, a clone just made) does not
+    cost a `git config --list` per command of Anima's; its config changed in place a moment
+    after it was read (same size) is read again."""
+    root = make_repo(env)
+    reads = env.tmp / "reads"
+    real = shutil.which("git")
+    (env.bin / "git").write_text(f'#!/bin/sh\ncase " $* " in *" config --list "*) '
+                                 f'echo read >> {shlex.quote(str(reads))};; esac\n'
+                                 f'exec {shlex.quote(str(real))} "$@"\n')
+    (env.bin / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{env.bin}{os.pathsep}{os.environ['PATH']}")
+    git(root, "config", "diff.ev.textconv", "cat")
+    time.sleep(0.1)
+    repo = GitRepo.open(root)
+    for _ in range(5):
+        assert repo.dirty_paths() == []
+    assert reads.read_text().split() == ["read"]
+    time.sleep(0.1)
+    git(root, "config", "diff.ev.textconv", "tac")  # the same size
+    edit_line(root, 2, "line 3, changed\n")
+    assert repo.dirty_paths() == ["a.txt"]
+    assert reads.read_text().split() == ["read", "read"]
 
 
 # ------------------------------------------------------------- diff and merge drivers
