@@ -54,7 +54,7 @@ class FakeClaude:
         self.log_path = root / "prompts.jsonl"
         self.path = FAKE_CLAUDE
         # Run through this interpreter: no dependence on which python3 is first on PATH.
-        self.command = f"{sys.executable} {FAKE_CLAUDE}"
+        self.command = f"{sys.executable} -I -S {FAKE_CLAUDE}"
         self.write_script({})
 
     @property
@@ -333,12 +333,13 @@ def no_leftover_processes() -> Iterator[None]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Compile Anima's sources once, before the workers start: the suite starts `python -m
-    anima` hundreds of times, and where the environment says PYTHONDONTWRITEBYTECODE (as
-    this CI's does) each of them compiled every module again (a quarter of a second of CPU
-    each, on a machine of two cores). Reading cached bytecode is still allowed there."""
+    """Compile Anima's sources and the fakes once, before the workers start: the suite starts
+    `python -m anima` hundreds of times and the fake `claude` thousands, and where the
+    environment says PYTHONDONTWRITEBYTECODE (as this CI's does) each of them compiled every
+    module again (a quarter of a second of CPU each for Anima, on a machine of two cores).
+    Reading cached bytecode is still allowed there."""
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
-        for folder in ("anima", "ui"):
+        for folder in ("anima", "ui", "tests/fakes"):
             compileall.compile_dir(REPO_ROOT / folder, quiet=1)
 
 
