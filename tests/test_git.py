@@ -715,6 +715,28 @@ def test_merge_clean(root: Path, repo: GitRepo, milestone: dict[str, str]) -> No
         repo.merge_branch("ghost", "main", "Merge")
 
 
+@pytest.mark.parametrize("where", ["untracked", "their branch"])
+def test_the_attributes_in_your_checkout_do_not_decide_a_merge(
+        root: Path, repo: GitRepo, wt: Path, milestone: dict[str, str], where: str) -> None:
+    """Your checkout's `.gitattributes` (a file you have not committed, or a branch of yours
+    nobody reviewed) saying `merge=union` would have main take both sides of a conflict,
+    silently: the conflict goes to a merge round instead, as it would without that file."""
+    write(root, "src/app.py", "print('main')\n")
+    commit_all(root, "fix: main's greeting")
+    write(wt, "src/app.py", "print('milestone')\n")
+    tip = commit_all(wt, "feat: the milestone's greeting")
+    if where == "their branch":
+        git(root, "switch", "-q", "-c", "wip")
+        write(root, ".gitattributes", "*.py merge=union\n")
+        commit_all(root, "chore: union everything")
+    else:
+        write(root, ".gitattributes", "*.py merge=union\n")
+    assert repo.merge_conflicts(tip, "main") == ["src/app.py"]
+    outcome = merge(repo)
+    assert not outcome.merged and "src/app.py" in outcome.detail
+    assert git(root, "show", "main:src/app.py") == "print('main')"
+
+
 def test_merge_while_the_human_is_on_another_branch_moves_only_main(
     root: Path, repo: GitRepo, milestone: dict[str, str]
 ) -> None:

@@ -8,6 +8,7 @@ import contextlib
 import errno
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
@@ -99,9 +100,15 @@ class Merging(BranchOps, History, Worktrees):
 
     def _merge_tree(self, ours: str, theirs: str) -> tuple[int, str, list[str], str]:
         """git's merge of two commits, in the object store only: (exit code, the merged
-        tree, the conflicting files, stderr)."""
-        code, out, err = self._run(["merge-tree", "--write-tree", "-z", "--name-only",
-                                    "--no-messages", ours, theirs], check=False)
+        tree, the conflicting files, stderr).
+
+        Run on an empty work tree: git 2.39 reads a merge's attributes (`merge=union`) from the
+        work tree's `.gitattributes`, which in your checkout may be a file you have not
+        committed or a branch nobody reviewed; with none, a conflict is one."""
+        with tempfile.TemporaryDirectory(prefix="anima-merge-") as empty:
+            code, out, err = self._run(["merge-tree", "--write-tree", "-z", "--name-only",
+                                        "--no-messages", ours, theirs], check=False,
+                                       work_tree=Path(empty))
         tree, *names = [os.fsdecode(p) for p in out.split(b"\0") if p] or [""]
         return code, tree, sorted(set(names)), err
 

@@ -209,17 +209,20 @@ class RepoBase:
         check: bool = True,
         stdin: bytes | None = None,
         what: str | None = None,
+        work_tree: Path | None = None,
     ) -> tuple[int, bytes, str]:
         """Run one git command in the project; return (exit code, stdout bytes, stderr).
         In a milestone's loop it is watched (anima.git.watch): a stop may end it.
 
         With `check`, a non-zero exit raises GitError starting with `what` (or the command)
         and git's own message. No program named in git's configuration runs (`git_options`),
-        and the work tree is named: a `core.worktree` (or `core.bare`) an agent put in the
-        worktree's own `config.worktree` would point git at another tree.
+        and the work tree is named (`work_tree`, also where git runs, else the project's): a
+        `core.worktree` (or `core.bare`) an agent put in the worktree's own `config.worktree`
+        would point git at another tree.
         """
         with _stdin(stdin) as stream:
-            handle = self._execute(args, istream=stream, as_process=True)  # kept: see _output
+            handle = self._execute(args, istream=stream, as_process=True,  # kept: see _output
+                                   work_tree=work_tree)
             with watched(handle.proc, args, self.root):
                 out, err = handle.proc.communicate()
             code = handle.proc.returncode
@@ -253,12 +256,14 @@ class RepoBase:
         if check and read_all and code != 0:
             self._failed(args, what, err.decode(errors="replace").strip())
 
-    def _execute(self, args: Sequence[str], **options: Any) -> Any:
+    def _execute(self, args: Sequence[str], work_tree: Path | None = None,
+                 **options: Any) -> Any:
         """GitPython's `execute` of `git args` with the options every Anima git runs with."""
         try:
             return self._git.execute(
-                ["git", *NO_AGENT_CODE, f"--git-dir={self.git_dir}",
-                 f"--work-tree={self.root}", *self._human_config().overrides, *args],
+                ["git", *NO_AGENT_CODE, *(["-C", str(work_tree)] if work_tree else []),
+                 f"--git-dir={self.git_dir}", f"--work-tree={work_tree or self.root}",
+                 *self._human_config().overrides, *args],
                 env=ANIMA_GIT_ENV,
                 # Not in the terminal's process group: Ctrl+C is for Anima, which stops
                 # politely; a git killed mid-command would fail the milestone instead.
