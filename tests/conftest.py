@@ -7,6 +7,7 @@ import atexit
 import compileall
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -54,7 +55,8 @@ class FakeClaude:
         self.log_path = root / "prompts.jsonl"
         self.path = FAKE_CLAUDE
         # Run through this interpreter: no dependence on which python3 is first on PATH.
-        self.command = f"{sys.executable} -I -S {FAKE_CLAUDE}"
+        self.argv = [sys.executable, "-I", "-S", str(FAKE_CLAUDE)]
+        self.command = shlex.join(self.argv)
         self.write_script({})
 
     @property

@@ -46,9 +46,8 @@ def fake_agents(fake: FakeClaude) -> set[int]:
     """The real pids of this test's live fake `claude` processes (not the bubblewrap around
     them). The `pid` an entry logs is the one the agent saw: inside the sandbox, a pid of its
     own namespace (the same small number for every agent), meaningless outside it."""
-    script = str(fake.path)
     return {pid for pid in processes_with_env(f"FAKE_CLAUDE_STATE={fake.state_dir}")
-            if procfs.cmdline(pid)[1:2] == [script]}
+            if procfs.cmdline(pid)[1:len(fake.argv)] == fake.argv[1:]}
 
 
 @pytest.fixture
