@@ -3,10 +3,10 @@
 The sandbox hides your keys on disk (`~/.ssh`, `~/.aws`, `~/.config/gh`…), but the network is
 open: a Developer, or the code it writes that the checks run, that found `GH_TOKEN` or
 `AWS_SECRET_ACCESS_KEY` in its environment could push, publish or deploy as you. So a child
-inherits Anima's environment without the variables whose names say credential
-(`is_credential`), sandboxed or not (this is no mount): each agent's CLI keeps its own login
-(`Backend.credentials`), and the names in config `pass_env` reach them all. Values are never
-shown; only names are said, once.
+inherits Anima's environment without the variables whose names say credential, or whose
+value is a URL with a password in it (`is_credential`), sandboxed or not (this is no mount):
+each agent's CLI keeps its own login (`Backend.credentials`), and the names in config
+`pass_env` reach them all. Values are never shown; only names are said, once.
 """
 
 from __future__ import annotations
@@ -29,19 +29,27 @@ NAMES = frozenset({"SSH_AUTH_SOCK", "MYSQL_PWD", "DOCKER_AUTH_CONFIG", "VSCODE_G
 #: without it git refuses to run at all ("missing config key").
 _GIT_CONFIG_KEY = re.compile(r"GIT_CONFIG_KEY_\d+")
 _WORDS = re.compile("|".join(WORDS), re.IGNORECASE)
+#: A URL that carries a password is a credential whatever its variable's name
+#: (`DATABASE_URL=postgres://app:…@db/prod`, `REDIS_URL`, `AMQP_URL`). A proxy's is not
+#: (`HTTPS_PROXY=http://you:…@proxy:3128`): the agents' CLIs reach their API through it.
+_URL_WITH_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*:[^/?#@\s]+@")
+_PROXY = re.compile(r".*_PROXY", re.IGNORECASE)
 _OFF = frozenset({"", "0", "false", "no", "off"})
 
 
-def is_credential(name: str) -> bool:
-    """Whether the variable `name` is kept out of the agents' and checks' environment."""
+def is_credential(name: str, value: str = "") -> bool:
+    """Whether the variable `name` (set to `value`) is kept out of the agents' and checks'
+    environment."""
     if _GIT_CONFIG_KEY.fullmatch(name):
         return False
-    return name.upper() in NAMES or _WORDS.search(name) is not None
+    if name.upper() in NAMES or _WORDS.search(name) is not None:
+        return True
+    return _PROXY.fullmatch(name) is None and _URL_WITH_PASSWORD.search(value) is not None
 
 
 def credential_names(environ: Mapping[str, str]) -> list[str]:
     """The credential variables of `environ`, sorted."""
-    return sorted(name for name in environ if is_credential(name))
+    return sorted(name for name, value in environ.items() if is_credential(name, value))
 
 
 def inherited(keep: Collection[str] = ()) -> dict[str, str]:
@@ -49,7 +57,7 @@ def inherited(keep: Collection[str] = ()) -> dict[str, str]:
     command): without its credentials but those in `keep`, and without `CLAUDECODE` (the
     claude CLI refuses to start inside another Claude Code session)."""
     return {name: value for name, value in os.environ.items()
-            if name != "CLAUDECODE" and (name in keep or not is_credential(name))}
+            if name != "CLAUDECODE" and (name in keep or not is_credential(name, value))}
 
 
 def with_prefix(environ: Mapping[str, str], prefixes: Iterable[str]) -> set[str]:
