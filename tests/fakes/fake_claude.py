@@ -3,14 +3,20 @@
 
 A launcher only: the suite starts the fake thousands of times on CI's two cores, and a main
 script is compiled at every start where an imported module's bytecode is cached (compiled
-once by tests/conftest.py); `-I -S` skips site-packages, which the fake never uses.
+once by tests/conftest.py); `-I -S` skips site-packages, which the fake never uses. Anima
+asks each CLI's `--version` at every start: answered here, before the fake's imports.
 """
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+VERSION = "9.9.9 (Fake Claude)"
 
-from scripted_claude import run
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--version"]:
+        print(VERSION)
+        sys.exit(0)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from scripted_claude import run
 
-run()
+    run()

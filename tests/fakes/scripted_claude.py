@@ -39,7 +39,8 @@ import uuid
 from pathlib import Path
 from typing import IO, Any
 
-VERSION = "9.9.9 (Fake Claude)"
+from fake_claude import VERSION
+
 #: Lines the real CLIs printed (tests/fixtures/cli_lines/<case>-<version>.jsonl), replayed
 #: by a turn's `replay` key so error turns have the real field shapes of each version.
 CLI_LINES = Path(__file__).resolve().parent.parent / "fixtures" / "cli_lines"
