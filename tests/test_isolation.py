@@ -1536,7 +1536,9 @@ def test_a_verdict_the_developers_code_writes_while_the_acceptor_runs_it_is_not_
 HOME_SECRETS = (".ssh/id_ed25519", ".mozilla/firefox/abc.default/cookies.sqlite",
                 ".config/google-chrome/Default/Cookies", ".password-store/github.gpg",
                 ".local/share/keyrings/login.keyring", ".var/app/org.mozilla.firefox/x",
-                ".pypirc", ".gem/credentials", ".cargo/credentials.toml", ".vault-token")
+                ".pypirc", ".gem/credentials", ".cargo/credentials.toml", ".vault-token",
+                ".git-credentials", ".config/git/credentials", ".netrc", ".npmrc",
+                ".yarnrc.yml")
 
 
 @pytest.fixture

@@ -49,9 +49,12 @@ _HIDDEN_IN_HOME = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".con
                    ".config/BraveSoftware", ".config/microsoft-edge", ".config/vivaldi",
                    "snap/firefox", "snap/chromium", ".var/app", ".password-store",
                    ".local/share/keyrings", ".config/op")
-#: Files read as empty: tokens that only publishing uses (a build fetches without them).
+#: Files read as empty: tokens that only publishing uses, and the logins git's `store` helper,
+#: curl and npm keep. Nothing confined reads them where they are: its HOME is a private one
+#: (a `git push`, an `npm publish` with them would go past Anima).
 _HIDDEN_FILES_IN_HOME = (".pypirc", ".gem/credentials", ".cargo/credentials.toml",
-                         ".cargo/credentials", ".vault-token")
+                         ".cargo/credentials", ".vault-token", ".git-credentials",
+                         ".config/git/credentials", ".netrc", ".npmrc", ".yarnrc.yml")
 #: Sockets of daemons that run whatever their caller asks, as root (a container with `/`
 #: mounted): a read-only mount does not stop a connect. Made unconnectable; a project whose
 #: checks need one lists it in ANIMA_SANDBOX_WRITABLE, and gives them root's reach.
