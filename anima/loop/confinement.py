@@ -11,6 +11,7 @@ and the other branches, other worktrees and `~/.gitconfig` stay read-only.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -193,7 +194,7 @@ class MilestoneSandbox:
         worktree = self.paths.worktree(self.id)
         real = os.path.realpath(worktree)
         found = []
-        for rel in GitRepo.open(self.paths.root).worktree_repo(worktree).gitlinks():
+        for rel in self._project_repo.worktree_repo(worktree).gitlinks():
             folder = worktree / rel
             if os.path.realpath(folder) != os.path.join(real, rel) or \
                     not os.path.lexists(folder / ".git"):
@@ -202,6 +203,12 @@ class MilestoneSandbox:
                 st = folder.stat()
                 found.append((rel, (st.st_dev, st.st_ino)))
         return tuple(found)
+
+    @functools.cached_property
+    def _project_repo(self) -> GitRepo:
+        """The project's repository, opened once (a `git rev-parse`): asked before each of
+        the reviewer's turns."""
+        return GitRepo.open(self.paths.root)
 
     def _user_identity(self) -> tuple[str | None, str | None]:
         """The human's git identity, for the agents' private global config (their commits
